@@ -1,0 +1,142 @@
+# understudy - fault tolerance for KVM virtual machines.
+#
+#   make            build build/understudy
+#   make check      install missing Debian packages, build, run every test
+#   make demo       install missing Debian packages, build, run the demo
+#   make bench      run the benchmarks (figure, reference, ratio)
+#   make SAN=1 check   the same with ASan + UBSan (in build/san)
+
+BUILD    ?= build
+ifeq ($(SAN),1)
+BUILD    := build/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
+endif
+
+CC       ?= gcc
+MODULES  := kmod machine checkpoint replication net proto primary secondary guest
+PKGS     := libprotobuf-c openssl liblz4 libfabric
+
+CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-missing-field-initializers \
+            -D_GNU_SOURCE -pthread -I. -I$(BUILD)/gen $(SANFLAGS) \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm -pthread
+LDFLAGS  := $(SANFLAGS)
+
+# Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
+GUESTS       := counter dirty
+GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -ffreestanding -nostdlib -fno-pic -fno-pie \
+                -mno-red-zone -mcmodel=small -fno-stack-protector -fno-asynchronous-unwind-tables \
+                -mgeneral-regs-only -fcf-protection=none -Iguest/src
+GUEST_RT     := guest/src/rt.S guest/src/lib.c
+
+PROTOS     := $(wildcard proto/*.proto)
+PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTOS))
+PROTO_H    := $(PROTO_C:.c=.h)
+
+LIB_SRC  := $(filter-out primary/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
+            $(patsubst %.c,$(BUILD)/obj/%.o,$(PROTO_C:$(BUILD)/%=%)) \
+            $(BUILD)/obj/guest/images.o
+LIB      := $(BUILD)/libunderstudy.a
+BIN      := $(BUILD)/understudy
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_HELPERS := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
+BENCH_SRC := $(wildcard bench/bench_*.c)
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+.PHONY: all check demo bench deps clean certs fuzz
+all: $(BIN)
+
+# ---- Debian packages ---------------------------------------------------------
+DEB := libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev liblz4-dev \
+       libfabric-dev libibverbs-dev librdmacm-dev libcmocka-dev pkg-config openssl \
+       iproute2 nftables clang
+deps:
+	@missing=$$(for p in $(DEB); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
+	    grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "deps: installing$$(echo $$missing | tr '\n' ' ' | sed 's/^/ /')"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null || \
+	      { echo "deps: apt-get install failed"; exit 1; }; \
+	  else \
+	    echo "deps: missing Debian packages. Run as root:"; \
+	    echo "  apt-get update && apt-get install -y $$(echo $$missing)"; exit 1; \
+	  fi; \
+	fi
+
+# ---- build -----------------------------------------------------------------
+$(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
+	@mkdir -p $(@D)
+	protoc-c --c_out=$(BUILD)/gen $<
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -MMD -MP -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/guest/%.elf: guest/src/%.c $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
+	@mkdir -p $(@D)
+	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) $<
+
+$(BUILD)/guest/%.bin: $(BUILD)/guest/%.elf
+	objcopy -O binary $< $@
+
+$(BUILD)/obj/guest/images.o: guest/images.S $(patsubst %,$(BUILD)/guest/%.bin,$(GUESTS))
+	@mkdir -p $(@D)
+	$(CC) -c -Wa,-I,$(BUILD)/guest -o $@ $<
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(BUILD)/obj/primary/main.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -o $@ $< $(TEST_HELPERS) $(LIB) $(LDFLAGS) $(LDLIBS) -lcmocka
+
+$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+# libFuzzer builds (clang), for fuzzing by hand: make fuzz
+fuzz: $(PROTO_H)
+	@mkdir -p $(BUILD)/fuzz
+	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  clang -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -I$(BUILD)/gen -fsanitize=fuzzer,address,undefined \
+	    -o $(BUILD)/fuzz/$$n $$f $(filter-out %.pb-c.c,) $(LIB_SRC) $(PROTO_C) $(BUILD)/obj/guest/images.o \
+	    $(LDLIBS) || exit 1; done
+
+# ---- test, demo, bench ---------------------------------------------------
+check: deps
+	@$(MAKE) --no-print-directory all $(TESTS) $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) tests/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCHES)
+	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+
+certs: $(BIN)
+	tests/mkcerts.sh $(BUILD)/certs
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs every test of the project and ends with one line:
+#   N passed, N failed, N skipped
+# - $BUILD/tests/test_*     cmocka unit and KVM tests (one binary per module)
+# - $BUILD/fuzz/*-replay     fuzz targets replaying their saved corpus
+# - tests/sys_*.sh           system tests: real processes; exit 0 pass, 77 skip
+# Exit status is non-zero when anything failed.
+set -u
+BUILD=${BUILD:-build}
+cd "$(dirname "$0")/.." || exit 1
+export UNDERSTUDY_BIN=$PWD/$BUILD/understudy
+pass=0 fail=0 skip=0 failed_names=()
+log_dir=$BUILD/test-logs
+mkdir -p "$log_dir"
+
+count_cmocka() {   # $1 name, $2 log, $3 exit status
+	local p f s
+	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$2" | tail -1)
+	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$2" | tail -1)
+	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$2" | tail -1)
+	if [ -z "$p" ] && [ -z "$f" ]; then   # crashed before its summary
+		fail=$((fail + 1)); failed_names+=("$1 (exit $3, no summary)"); return
+	fi
+	pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0})); skip=$((skip + ${s:-0}))
+	[ "${f:-0}" -gt 0 ] && failed_names+=("$1")
+	grep -E '^\[  (FAILED|SKIPPED) \] [a-z_]' "$2" | sed 's/^/    /'
+	grep -E 'SKIP' "$2" | grep -v '^\[' | sed 's/^/    /'
+	if [ "$3" != 0 ] && [ "${f:-0}" = 0 ]; then
+		fail=$((fail + 1)); failed_names+=("$1 (exit $3)")
+	fi
+	return 0
+}
+
+for t in "$BUILD"/tests/test_*; do
+	[ -x "$t" ] || continue
+	n=$(basename "$t")
+	echo "== $n"
+	CMOCKA_MESSAGE_OUTPUT=stdout timeout 900 "$t" >"$log_dir/$n.log" 2>&1
+	rc=$?
+	count_cmocka "$n" "$log_dir/$n.log" "$rc"
+	[ "$rc" != 0 ] && tail -30 "$log_dir/$n.log" | sed 's/^/    | /'
+done
+
+for t in "$BUILD"/fuzz/*-replay; do
+	[ -x "$t" ] || continue
+	n=$(basename "$t" -replay)
+	echo "== fuzz replay $n"
+	if timeout 300 "$t" "tests/fuzz/corpus/${n#fuzz_}" >"$log_dir/$n.log" 2>&1; then
+		pass=$((pass + 1)); tail -1 "$log_dir/$n.log" | sed 's/^/    /'
+	else
+		fail=$((fail + 1)); failed_names+=("$n"); tail -20 "$log_dir/$n.log" | sed 's/^/    | /'
+	fi
+done
+
+for t in tests/sys_*.sh; do
+	[ -f "$t" ] || continue
+	n=$(basename "$t" .sh)
+	echo "== $n"
+	start=$(date +%s)
+	timeout 1500 bash "$t" >"$log_dir/$n.log" 2>&1
+	rc=$?
+	case $rc in
+	0) pass=$((pass + 1)); grep -E '^(ok|PASS|result)' "$log_dir/$n.log" | tail -5 | sed 's/^/    /' ;;
+	77) skip=$((skip + 1)); grep -m1 SKIP "$log_dir/$n.log" | sed 's/^/    /' ;;
+	*) fail=$((fail + 1)); failed_names+=("$n (exit $rc)"); tail -40 "$log_dir/$n.log" | sed 's/^/    | /' ;;
+	esac
+	echo "    ($(( $(date +%s) - start )) s)"
+done
+
+if [ ${#failed_names[@]} -gt 0 ]; then
+	echo "failed: ${failed_names[*]}"
+fi
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" = 0 ]
