@@ -1,0 +1,29 @@
+#include "guest/guest.h"
+
+#include <string.h>
+
+extern const uint8_t guest_counter_start[], guest_counter_end[];
+extern const uint8_t guest_dirty_start[], guest_dirty_end[];
+
+#define IMAGE(n, s) { #n, s, guest_##n##_start, 0 }
+
+const struct guest_image *guest_list(void)
+{
+	static struct guest_image images[] = {
+		IMAGE(counter, "request/response counter over the serial console (failover oracle)"),
+		IMAGE(dirty, "dirties a working set at a set rate: dirty:mb=N,rate_mb=N,report_ms=N"),
+		{ NULL, NULL, NULL, 0 },
+	};
+	/* Sizes are link-time differences; fill them on first use (idempotent). */
+	images[0].size = guest_counter_end - guest_counter_start;
+	images[1].size = guest_dirty_end - guest_dirty_start;
+	return images;
+}
+
+const struct guest_image *guest_find(const char *name)
+{
+	for (const struct guest_image *g = guest_list(); g->name; g++)
+		if (!strcmp(g->name, name))
+			return g;
+	return NULL;
+}

@@ -1,0 +1,13 @@
+/* The built-in guests, as flat images made at build time (see Makefile). */
+	.section .rodata.guest_images, "a"
+	.balign 4096
+	.globl guest_counter_start, guest_counter_end
+guest_counter_start:
+	.incbin "counter.bin"
+guest_counter_end:
+	.balign 4096
+	.globl guest_dirty_start, guest_dirty_end
+guest_dirty_start:
+	.incbin "dirty.bin"
+guest_dirty_end:
+	.section .note.GNU-stack, "", @progbits

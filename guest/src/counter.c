@@ -1,0 +1,78 @@
+/* counter: the consistency oracle of the failover tests.
+ *
+ * One request a line on the console, one reply a line:
+ *   incr  n += 1, then rewrite the working area from n; reply "<n> <digest>"
+ *   get   reply "<n> <digest>" and change nothing
+ *   halt  power off (no reply)
+ * digest is a 64-bit hash of the working area (area_mb MiB, default 4), so a
+ * lost page write changes it. Deterministic: the k-th incr replies the same
+ * in every run. Extra vCPUs idle. */
+#include "glib.h"
+
+struct counter {
+	uint64_t n;
+	uint64_t *area;
+	size_t area_bytes;
+};
+
+/* Every page of the area gets 4 words that depend on n and the page, and the
+ * first word of the next page depends on the previous page's: an older copy of
+ * any single page shows in the digest. */
+static void mutate(struct counter *c)
+{
+	size_t npages = c->area_bytes / 4096;
+	uint64_t carry = c->n;
+
+	for (size_t p = 0; p < npages; p++) {
+		uint64_t *page = c->area + p * 512;
+		uint64_t h = mix64(c->n * 0x9e3779b97f4a7c15ull + p);
+
+		for (int k = 0; k < 4; k++) {
+			size_t off = (h >> (k * 9)) & 511;
+
+			page[off] += h ^ carry;
+			h = mix64(h + k);
+		}
+		carry = page[0] ^ page[511];
+	}
+}
+
+static void reply(const struct counter *c)
+{
+	con_put_u64(c->n);
+	con_putc(' ');
+	con_put_hex64(digest64(c->area, c->area_bytes));
+	con_putc('\n');
+}
+
+void guest_main(int cpu, struct guest_bootinfo *bi)
+{
+	struct counter c;
+	char line[64];
+
+	if (cpu != 0)
+		for (;;)
+			guest_idle(1000000);
+	c.n = 0;
+	c.area = (uint64_t *)bi->heap_gpa;
+	c.area_bytes = arg_u64(bi->args, "area_mb", 4) << 20;
+	if (bi->heap_gpa + c.area_bytes > bi->mem_bytes) {
+		con_puts("error: memory too small for the working area\n");
+		guest_power_off(1);
+	}
+	memset(c.area, 0, c.area_bytes);
+	for (;;) {
+		con_getline(line, sizeof(line));
+		if (str_eq(line, "incr")) {
+			c.n++;
+			mutate(&c);
+			reply(&c);
+		} else if (str_eq(line, "get")) {
+			reply(&c);
+		} else if (str_eq(line, "halt")) {
+			guest_power_off(0);
+		} else if (line[0]) {
+			con_puts("error unknown request\n");
+		}
+	}
+}

@@ -1,0 +1,117 @@
+/* kmod: the project's interface to the KVM kernel driver (/dev/kvm).
+ * The only code that issues KVM ioctls. Everything else sees plain structs. */
+#ifndef US_KMOD_H
+#define US_KMOD_H
+
+#include <linux/kvm.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kmod/log.h"
+
+#define KVM_PAGE_SIZE   4096ull
+#define KVM_PAGE_SHIFT  12
+#define KVM_MAX_SLOTS   2
+#define KVM_MAX_VCPUS   8
+#define KVM_MAX_MSRS    96
+#define KVM_XSAVE_MAX   16384
+
+/* The system: /dev/kvm, checked once. */
+struct kvm_sys {
+	int fd;
+	int vcpu_mmap_size;
+	int xsave_size;               /* 4096 (KVM_GET_XSAVE) or KVM_CAP_XSAVE2 size */
+	uint32_t tsc_khz;
+	struct kvm_cpuid2 *cpuid;     /* KVM_GET_SUPPORTED_CPUID */
+	uint32_t nmsrs;               /* readable MSRs of KVM_GET_MSR_INDEX_LIST */
+	uint32_t msrs[KVM_MAX_MSRS];
+	bool msrs_probed;
+};
+
+/* Opens path (normally "/dev/kvm"; $UNDERSTUDY_KVM overrides it), checks API
+ * version 12 and every capability the project needs; on failure logs which. */
+int kvm_sys_open(struct kvm_sys *sys, const char *path) US_MUST_CHECK;
+void kvm_sys_close(struct kvm_sys *sys);
+
+struct kvm_slot {
+	uint32_t id;
+	uint64_t gpa;
+	uint64_t size;
+	void *hva;
+};
+
+struct kvm_vm {
+	struct kvm_sys *sys;
+	int fd;
+	int nslots;
+	struct kvm_slot slots[KVM_MAX_SLOTS];
+};
+
+/* Creates a VM with in-kernel irqchip and PIT, and manual-protect dirty logging. */
+int kvm_vm_create(struct kvm_vm *vm, struct kvm_sys *sys) US_MUST_CHECK;
+void kvm_vm_destroy(struct kvm_vm *vm);
+/* Registers hva as guest memory at gpa, dirty-logged. */
+int kvm_vm_add_slot(struct kvm_vm *vm, uint64_t gpa, uint64_t size, void *hva) US_MUST_CHECK;
+/* Writes the slot's dirty bits into bitmap (one bit a page) without
+ * re-protecting anything (KVM_GET_DIRTY_LOG under manual protect). */
+int kvm_vm_get_dirty_log(struct kvm_vm *vm, int slot, uint64_t *bitmap) US_MUST_CHECK;
+/* Re-protects the pages set in bitmap (KVM_CLEAR_DIRTY_LOG): later writes to
+ * them are logged again. Call before copying the pages, never after. */
+int kvm_vm_clear_dirty_log(struct kvm_vm *vm, int slot, const uint64_t *bitmap) US_MUST_CHECK;
+int kvm_vm_irq_line(struct kvm_vm *vm, uint32_t irq, int level) US_MUST_CHECK;
+
+/* Interrupt controllers, PIT and clock: plain data, checkpointed as is. */
+struct kvm_vm_state {
+	struct kvm_irqchip pic_master;
+	struct kvm_irqchip pic_slave;
+	struct kvm_irqchip ioapic;
+	struct kvm_pit_state2 pit;
+	struct kvm_clock_data clock;
+};
+
+int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st) US_MUST_CHECK;
+int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st) US_MUST_CHECK;
+
+struct kvm_vcpu {
+	struct kvm_vm *vm;
+	int index;
+	int fd;
+	struct kvm_run *run;
+};
+
+int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index) US_MUST_CHECK;
+void kvm_vcpu_destroy(struct kvm_vcpu *vcpu);
+/* KVM_RUN once. Returns 0 on an exit (see vcpu->run), -EINTR when kicked. */
+int kvm_vcpu_run(struct kvm_vcpu *vcpu) US_MUST_CHECK;
+/* Completes a pending I/O or MMIO exit without entering the guest
+ * (KVM_RUN with immediate_exit = 1): afterwards the state is readable. */
+int kvm_vcpu_settle(struct kvm_vcpu *vcpu) US_MUST_CHECK;
+
+/* The complete state of one vCPU, plain data without pointers. */
+struct kvm_vcpu_state {
+	struct kvm_regs regs;
+	struct kvm_sregs sregs;
+	struct kvm_xcrs xcrs;
+	struct kvm_lapic_state lapic;
+	struct kvm_vcpu_events events;
+	struct kvm_mp_state mp_state;
+	struct kvm_debugregs debugregs;
+	uint32_t nmsrs;
+	struct kvm_msr_entry msrs[KVM_MAX_MSRS];
+	uint32_t xsave_size;
+	uint8_t xsave[KVM_XSAVE_MAX] __attribute__((aligned(64)));
+};
+
+int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
+int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
+
+/* Pieces of vCPU state the machine sets up at boot. */
+int kvm_vcpu_get_regs(struct kvm_vcpu *vcpu, struct kvm_regs *regs) US_MUST_CHECK;
+int kvm_vcpu_set_regs(struct kvm_vcpu *vcpu, const struct kvm_regs *regs) US_MUST_CHECK;
+int kvm_vcpu_get_sregs(struct kvm_vcpu *vcpu, struct kvm_sregs *sregs) US_MUST_CHECK;
+int kvm_vcpu_set_sregs(struct kvm_vcpu *vcpu, const struct kvm_sregs *sregs) US_MUST_CHECK;
+int kvm_vcpu_set_xcr0(struct kvm_vcpu *vcpu, uint64_t xcr0) US_MUST_CHECK;
+int kvm_vcpu_set_mp_state(struct kvm_vcpu *vcpu, uint32_t mp_state) US_MUST_CHECK;
+
+#endif

@@ -1,0 +1,89 @@
+/* Machine configuration from command-line values. */
+#include "machine/machine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guest/guest.h"
+
+int machine_parse_size(const char *s, uint64_t *bytes)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: break;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*bytes = (uint64_t)v << shift;
+	return 0;
+}
+
+int machine_parse_guest(struct machine_config *cfg, const char *spec, char *err, size_t errlen)
+{
+	const char *colon = strchr(spec, ':');
+	size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+
+	if (n == 0 || n >= sizeof(cfg->guest)) {
+		snprintf(err, errlen, "bad guest '%s'", spec);
+		return -EINVAL;
+	}
+	memcpy(cfg->guest, spec, n);
+	cfg->guest[n] = 0;
+	if (!guest_find(cfg->guest)) {
+		int k = snprintf(err, errlen, "unknown guest '%s' (built-in guests:", cfg->guest);
+
+		for (const struct guest_image *g = guest_list(); g->name && k > 0 && (size_t)k < errlen; g++)
+			k += snprintf(err + k, errlen - (size_t)k, " %s", g->name);
+		if (k > 0 && (size_t)k < errlen)
+			snprintf(err + k, errlen - (size_t)k, ")");
+		return -ENOENT;
+	}
+	if (colon && strlen(colon + 1) >= sizeof(cfg->guest_args)) {
+		snprintf(err, errlen, "guest arguments too long");
+		return -EINVAL;
+	}
+	snprintf(cfg->guest_args, sizeof(cfg->guest_args), "%s", colon ? colon + 1 : "");
+	return 0;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n--)
+		h = (h ^ *b++) * 0x100000001b3ull;
+	return h;
+}
+
+/* Version of the device set: bump when a device is added or its state changes. */
+#define MACHINE_DEVICES_VERSION 1u
+
+uint64_t machine_config_digest(const struct machine_config *cfg)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	uint32_t ver = MACHINE_DEVICES_VERSION, ncpus = (uint32_t)cfg->ncpus;
+
+	h = fnv1a(h, &cfg->mem_bytes, sizeof(cfg->mem_bytes));
+	h = fnv1a(h, &ncpus, sizeof(ncpus));
+	h = fnv1a(h, &ver, sizeof(ver));
+	h = fnv1a(h, cfg->guest, strlen(cfg->guest));
+	return h;
+}

@@ -1,0 +1,507 @@
+/* The machine: RAM, vCPU threads, the port-I/O bus, pause/resume, harvest. */
+#include "machine/machine.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guest/guest.h"
+
+#define TAG "machine"
+#define KICK_SIGNAL SIGUSR1
+#define UART_PORT 0x3f8
+
+static void on_kick(int sig)
+{
+	(void)sig;
+}
+
+static size_t bitmap_words(uint64_t npages)
+{
+	return (size_t)((npages + 63) / 64);
+}
+
+int64_t machine_gfn_page(const struct machine *m, uint64_t gfn)
+{
+	uint64_t high0 = MACHINE_HIGH_RAM_GPA >> 12;
+
+	if (gfn < m->low_pages)
+		return (int64_t)gfn;
+	if (gfn >= high0 && gfn - high0 < m->ram_pages - m->low_pages)
+		return (int64_t)(gfn - high0 + m->low_pages);
+	return -1;
+}
+
+void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len)
+{
+	if (!len)
+		return;
+	for (uint64_t p = ram_offset / KVM_PAGE_SIZE; p <= (ram_offset + len - 1) / KVM_PAGE_SIZE &&
+						     p < m->ram_pages; p++)
+		atomic_fetch_or_explicit(&m->vmm_dirty[p / 64], 1ull << (p % 64),
+					 memory_order_relaxed);
+}
+
+/* ---- stopping, parking, idling --------------------------------------- */
+
+static void kick_all(struct machine *m, pthread_t self)
+{
+	for (int i = 0; i < m->ncpus; i++) {
+		struct machine_vcpu *vc = &m->vcpus[i];
+
+		vc->kvm.run->immediate_exit = 1;
+		if (vc->thread_started && !pthread_equal(vc->thread, self))
+			pthread_kill(vc->thread, KICK_SIGNAL);
+	}
+}
+
+void machine_stop(struct machine *m, int status)
+{
+	bool first;
+
+	pthread_mutex_lock(&m->lock);
+	first = !m->stopping;
+	if (first) {
+		m->stopping = true;
+		m->stop_status = status;
+		kick_all(m, pthread_self());
+		pthread_cond_broadcast(&m->cond);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (first && m->ops.stopped)
+		m->ops.stopped(m->ops.ctx, status);
+}
+
+bool machine_stopped(struct machine *m, int *status)
+{
+	bool s;
+
+	pthread_mutex_lock(&m->lock);
+	s = m->stopping;
+	if (status)
+		*status = m->stop_status;
+	pthread_mutex_unlock(&m->lock);
+	return s;
+}
+
+/* Parks the calling vCPU thread while a pause is requested. A vCPU gets here
+ * only from a KVM_RUN that returned -EINTR, so no I/O is pending and its
+ * state is consistent. Returns true when the thread must end (it then stays
+ * counted as parked). */
+static bool park(struct machine_vcpu *vc)
+{
+	struct machine *m = vc->m;
+
+	pthread_mutex_lock(&m->lock);
+	m->parked++;
+	pthread_cond_broadcast(&m->parked_cond);
+	while (m->pause_req && !m->stopping)
+		pthread_cond_wait(&m->cond, &m->lock);
+	if (m->stopping) {
+		pthread_mutex_unlock(&m->lock);
+		return true;
+	}
+	m->parked--;
+	vc->kvm.run->immediate_exit = 0;
+	pthread_mutex_unlock(&m->lock);
+	return false;
+}
+
+static void idle_wait(struct machine *m, uint32_t usec)
+{
+	struct timespec until;
+	uint64_t t;
+
+	if (usec > 1000000)
+		usec = 1000000;
+	t = now_ns() + (uint64_t)usec * 1000;
+	until.tv_sec = (time_t)(t / 1000000000ull);
+	until.tv_nsec = (long)(t % 1000000000ull);
+	pthread_mutex_lock(&m->lock);
+	while (!m->pause_req && !m->stopping && !uart_rx_ready(&m->uart))
+		if (pthread_cond_timedwait(&m->cond, &m->lock, &until) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void machine_pause(struct machine *m)
+{
+	uint64_t t0 = now_ns(), dt;
+
+	pthread_mutex_lock(&m->lock);
+	m->pause_req = true;
+	kick_all(m, pthread_self());
+	pthread_cond_broadcast(&m->cond);
+	while (m->parked < m->ncpus)
+		pthread_cond_wait(&m->parked_cond, &m->lock);
+	pthread_mutex_unlock(&m->lock);
+	dt = now_ns() - t0;
+	m->stats.pauses++;
+	m->stats.pause_ns_last = dt;
+	if (dt > m->stats.pause_ns_max)
+		m->stats.pause_ns_max = dt;
+}
+
+void machine_resume(struct machine *m)
+{
+	pthread_mutex_lock(&m->lock);
+	m->pause_req = false;
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+}
+
+size_t machine_console_input(struct machine *m, const uint8_t *buf, size_t len)
+{
+	size_t n;
+
+	pthread_mutex_lock(&m->lock);
+	n = uart_rx_push(m, buf, len);
+	if (n)
+		pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	return n;
+}
+
+/* ---- exits ------------------------------------------------------------ */
+
+static void report_exception(struct machine_vcpu *vc, uint32_t vector)
+{
+	struct kvm_regs r;
+	uint64_t frame[3] = { 0, 0, 0 };
+	/* Exceptions that push an error code: #DF #TS #NP #SS #GP #PF #AC. */
+	bool errcode = vector == 8 || (vector >= 10 && vector <= 14) || vector == 17;
+
+	if (kvm_vcpu_get_regs(&vc->kvm, &r) == 0) {
+		uint64_t sp = r.rsp + (errcode ? 8 : 0);
+
+		if (sp + sizeof(frame) <= vc->m->low_pages * KVM_PAGE_SIZE)
+			memcpy(frame, vc->m->ram + sp, sizeof(frame));
+	}
+	log_error(TAG, "guest exception %u on vCPU %d at rip 0x%llx (cs 0x%llx)", vector,
+		  vc->kvm.index, (unsigned long long)frame[0], (unsigned long long)frame[1]);
+}
+
+/* One port access. Returns 0, or 1 when the vCPU must stop. */
+static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, uint8_t *data)
+{
+	struct machine *m = vc->m;
+	uint32_t value = 0;
+
+	if (port >= UART_PORT && port < UART_PORT + 8) {
+		pthread_mutex_lock(&m->lock);
+		uart_io(m, port, out, data);
+		pthread_mutex_unlock(&m->lock);
+		return 0;
+	}
+	if (!out) {
+		memset(data, 0xff, (size_t)size);
+		return 0;
+	}
+	memcpy(&value, data, (size_t)(size < 4 ? size : 4));
+	switch (port) {
+	case GUEST_PORT_IDLE:
+		idle_wait(m, value);
+		return 0;
+	case GUEST_PORT_POWER:
+		log_info(TAG, "guest powered off (status %u)", value);
+		machine_stop(m, (int)value);
+		return 1;
+	case GUEST_PORT_PANIC:
+		report_exception(vc, value);
+		machine_stop(m, -EFAULT);
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static int handle_exit(struct machine_vcpu *vc)
+{
+	struct kvm_run *run = vc->kvm.run;
+
+	vc->exits++;
+	switch (run->exit_reason) {
+	case KVM_EXIT_IO: {
+		uint8_t *data = (uint8_t *)run + run->io.data_offset;
+
+		for (uint32_t i = 0; i < run->io.count; i++, data += run->io.size)
+			if (port_io(vc, run->io.port, run->io.size,
+				    run->io.direction == KVM_EXIT_IO_OUT, data))
+				return 1;
+		return 0;
+	}
+	case KVM_EXIT_MMIO:
+		if (!run->mmio.is_write)
+			memset(run->mmio.data, 0xff, sizeof(run->mmio.data));
+		log_debug(TAG, "unclaimed MMIO %s at 0x%llx", run->mmio.is_write ? "write" : "read",
+			  (unsigned long long)run->mmio.phys_addr);
+		return 0;
+	case KVM_EXIT_INTR:
+		return 0;
+	case KVM_EXIT_SHUTDOWN:
+		log_error(TAG, "vCPU %d: guest shut down (triple fault)", vc->kvm.index);
+		break;
+	case KVM_EXIT_INTERNAL_ERROR:
+		log_error(TAG, "vCPU %d: KVM internal error, suberror %u", vc->kvm.index,
+			  run->internal.suberror);
+		break;
+	case KVM_EXIT_FAIL_ENTRY:
+		log_error(TAG, "vCPU %d: entry failed, reason 0x%llx", vc->kvm.index,
+			  (unsigned long long)run->fail_entry.hardware_entry_failure_reason);
+		break;
+	default:
+		log_error(TAG, "vCPU %d: unexpected exit %u", vc->kvm.index, run->exit_reason);
+		break;
+	}
+	machine_stop(vc->m, -EIO);
+	return 1;
+}
+
+static void *vcpu_thread(void *arg)
+{
+	struct machine_vcpu *vc = arg;
+	sigset_t set;
+
+	/* Only the kick reaches vCPU threads; the agent's loop takes the rest. */
+	sigfillset(&set);
+	sigdelset(&set, KICK_SIGNAL);
+	pthread_sigmask(SIG_SETMASK, &set, NULL);
+	for (;;) {
+		int r = kvm_vcpu_run(&vc->kvm);
+
+		if (r == -EINTR) {
+			if (park(vc))
+				break;
+			continue;
+		}
+		if (r < 0) {
+			log_error(TAG, "vCPU %d: KVM_RUN: %s", vc->kvm.index, strerror(-r));
+			machine_stop(vc->m, r);
+		} else if (!handle_exit(vc)) {
+			continue;
+		}
+		/* Stopping: leave KVM_RUN settled and count as parked. */
+		if (kvm_vcpu_settle(&vc->kvm) < 0)
+			log_warn(TAG, "vCPU %d: could not complete pending I/O", vc->kvm.index);
+		if (park(vc))
+			break;
+	}
+	return NULL;
+}
+
+/* ---- construction ----------------------------------------------------- */
+
+static int map_ram(struct machine *m)
+{
+	uint64_t bytes = m->cfg.mem_bytes;
+	uint64_t low = bytes < MACHINE_LOW_RAM_MAX ? bytes : MACHINE_LOW_RAM_MAX;
+	int r;
+
+	m->memfd = memfd_create("understudy-ram", MFD_CLOEXEC);
+	if (m->memfd < 0)
+		return -errno;
+	if (ftruncate(m->memfd, (off_t)bytes) < 0)
+		return -errno;
+	m->ram = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, m->memfd, 0);
+	if (m->ram == MAP_FAILED) {
+		m->ram = NULL;
+		return -errno;
+	}
+	m->ram_pages = bytes / KVM_PAGE_SIZE;
+	m->low_pages = low / KVM_PAGE_SIZE;
+	if ((r = kvm_vm_add_slot(&m->vm, 0, low, m->ram)) < 0)
+		return r;
+	if (bytes > low && (r = kvm_vm_add_slot(&m->vm, MACHINE_HIGH_RAM_GPA, bytes - low,
+						 m->ram + low)) < 0)
+		return r;
+	m->vmm_dirty = calloc(bitmap_words(m->ram_pages), sizeof(uint64_t));
+	m->kvm_dirty = calloc(bitmap_words(m->ram_pages), sizeof(uint64_t));
+	return m->vmm_dirty && m->kvm_dirty ? 0 : -ENOMEM;
+}
+
+static int init_sync(struct machine *m)
+{
+	pthread_condattr_t ca;
+	int r;
+
+	if ((r = -pthread_mutex_init(&m->lock, NULL)) < 0)
+		return r;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	r = -pthread_cond_init(&m->cond, &ca);
+	if (!r)
+		r = -pthread_cond_init(&m->parked_cond, NULL);
+	pthread_condattr_destroy(&ca);
+	return r;
+}
+
+int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
+		struct machine **out)
+{
+	struct sigaction sa = { .sa_handler = on_kick };
+	struct machine *m;
+	int r;
+
+	if (cfg->mem_bytes < (8ull << 20) || cfg->mem_bytes > MACHINE_MAX_MEM ||
+	    cfg->mem_bytes % (2ull << 20)) {
+		log_error(TAG, "memory size must be a multiple of 2 MiB between 8 MiB and 60 GiB");
+		return -EINVAL;
+	}
+	if (cfg->ncpus < 1 || cfg->ncpus > KVM_MAX_VCPUS || cfg->ncpus > GUEST_MAX_CPUS) {
+		log_error(TAG, "vCPU count must be 1..%d", KVM_MAX_VCPUS);
+		return -EINVAL;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->cfg = *cfg;
+	if (ops)
+		m->ops = *ops;
+	m->memfd = -1;
+	m->ncpus = cfg->ncpus;
+	m->pause_req = true;             /* vCPUs start parked */
+	uart_reset(&m->uart);
+	if ((r = init_sync(m)) < 0)
+		goto err;
+	if ((r = kvm_sys_open(&m->sys, NULL)) < 0)
+		goto err;
+	if ((r = kvm_vm_create(&m->vm, &m->sys)) < 0)
+		goto err_sys;
+	if ((r = map_ram(m)) < 0) {
+		log_error(TAG, "guest RAM of %llu bytes: %s", (unsigned long long)cfg->mem_bytes,
+			  strerror(-r));
+		goto err_vm;
+	}
+	sigemptyset(&sa.sa_mask);
+	sigaction(KICK_SIGNAL, &sa, NULL);
+	for (int i = 0; i < m->ncpus; i++) {
+		struct machine_vcpu *vc = &m->vcpus[i];
+
+		vc->m = m;
+		if ((r = kvm_vcpu_create(&vc->kvm, &m->vm, i)) < 0)
+			goto err_vcpus;
+		vc->kvm.run->immediate_exit = 1;   /* first KVM_RUN parks at once */
+	}
+	for (int i = 0; i < m->ncpus; i++) {
+		struct machine_vcpu *vc = &m->vcpus[i];
+
+		if ((r = -pthread_create(&vc->thread, NULL, vcpu_thread, vc)) < 0)
+			goto err_vcpus;
+		vc->thread_started = true;
+	}
+	*out = m;
+	return 0;
+
+err_vcpus:
+	machine_free(m);
+	return r;
+err_vm:
+	kvm_vm_destroy(&m->vm);
+err_sys:
+	kvm_sys_close(&m->sys);
+err:
+	if (m->ram)
+		munmap(m->ram, cfg->mem_bytes);
+	if (m->memfd >= 0)
+		close(m->memfd);
+	free(m->vmm_dirty);
+	free(m->kvm_dirty);
+	free(m);
+	return r;
+}
+
+void machine_free(struct machine *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->stopping = true;
+	kick_all(m, pthread_self());
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	for (int i = 0; i < m->ncpus; i++)
+		if (m->vcpus[i].thread_started)
+			pthread_join(m->vcpus[i].thread, NULL);
+	for (int i = 0; i < m->ncpus; i++)
+		if (m->vcpus[i].kvm.run)
+			kvm_vcpu_destroy(&m->vcpus[i].kvm);
+	kvm_vm_destroy(&m->vm);
+	kvm_sys_close(&m->sys);
+	munmap(m->ram, m->cfg.mem_bytes);
+	close(m->memfd);
+	free(m->vmm_dirty);
+	free(m->kvm_dirty);
+	pthread_cond_destroy(&m->cond);
+	pthread_cond_destroy(&m->parked_cond);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+/* ---- dirty pages and state ---------------------------------------------- */
+
+int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
+{
+	size_t words = bitmap_words(m->ram_pages);
+	uint64_t first = 0;
+	int r;
+
+	for (size_t w = 0; w < words; w++)
+		bitmap[w] = atomic_exchange_explicit(&m->vmm_dirty[w], 0, memory_order_relaxed);
+	for (int s = 0; s < m->vm.nslots; s++) {
+		uint64_t npages = m->vm.slots[s].size / KVM_PAGE_SIZE;
+		size_t sw = bitmap_words(npages);
+
+		memset(m->kvm_dirty, 0, sw * sizeof(uint64_t));
+		if ((r = kvm_vm_get_dirty_log(&m->vm, s, m->kvm_dirty)) < 0 ||
+		    (r = kvm_vm_clear_dirty_log(&m->vm, s, m->kvm_dirty)) < 0) {
+			log_error(TAG, "dirty log of slot %d: %s", s, strerror(-r));
+			return r;
+		}
+		/* Slots start on 64-page boundaries (0 and 3 GiB). */
+		for (size_t w = 0; w < sw; w++)
+			bitmap[first / 64 + w] |= m->kvm_dirty[w];
+		first += npages;
+	}
+	return 0;
+}
+
+int machine_get_state(struct machine *m, struct machine_state *st)
+{
+	int r = kvm_vm_get_state(&m->vm, &st->vm);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	st->uart = m->uart;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int machine_set_state(struct machine *m, const struct machine_state *st)
+{
+	int r = kvm_vm_set_state(&m->vm, &st->vm);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	m->uart = st->uart;
+	uart_post_load(m);
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int machine_get_vcpu_state(struct machine *m, int cpu, struct kvm_vcpu_state *st)
+{
+	return kvm_vcpu_get_state(&m->vcpus[cpu].kvm, st);
+}
+
+int machine_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_state *st)
+{
+	return kvm_vcpu_set_state(&m->vcpus[cpu].kvm, st);
+}

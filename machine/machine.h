@@ -1,0 +1,165 @@
+/* machine: the guest machine model. Guest RAM (memfd, MAP_SHARED), one
+ * thread per vCPU running KVM_RUN, a small port-I/O bus with the 16550 UART
+ * and the paravirtual ports of the built-in guests, pause/resume of all
+ * vCPUs at any instant, and the dirty-page harvest.
+ *
+ * Pages are named by their index in guest RAM ("page", offset / 4096);
+ * machine_page_gfn() gives the guest frame number (RAM above 3 GiB sits
+ * above the 4 GiB boundary). */
+#ifndef US_MACHINE_H
+#define US_MACHINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kmod/kmod.h"
+
+#define MACHINE_LOW_RAM_MAX (3ull << 30)
+#define MACHINE_HIGH_RAM_GPA (4ull << 30)
+#define MACHINE_MAX_MEM (60ull << 30)
+
+struct machine_config {
+	uint64_t mem_bytes;
+	int ncpus;
+	char guest[32];        /* built-in guest name */
+	char guest_args[256];  /* "k=v,k=v" passed to the guest */
+};
+
+/* Parses "--guest NAME[:ARGS]" and "--mem SIZE" style values into cfg;
+ * errors are messages for the user in err. */
+int machine_parse_guest(struct machine_config *cfg, const char *spec, char *err, size_t errlen);
+int machine_parse_size(const char *s, uint64_t *bytes);
+/* A 64-bit digest of everything that must match for a checkpoint of one
+ * machine to apply to another: memory size, vCPUs, devices, guest. */
+uint64_t machine_config_digest(const struct machine_config *cfg);
+
+/* The 16550 UART's checkpointed state: plain data, no pointers. */
+#define UART_RX_SIZE 4096
+struct uart_state {
+	uint8_t ier, lcr, mcr, lsr_err, msr, scr, dll, dlm, fcr;
+	uint8_t thr_irq;       /* THR-empty interrupt pending */
+	uint8_t irq_level;     /* level last driven on the IRQ line */
+	uint8_t pad;
+	uint32_t rx_head, rx_count;
+	uint8_t rx[UART_RX_SIZE];
+};
+
+/* What the owner of the machine hears from it. Called on vCPU threads. */
+struct machine_ops {
+	/* Bytes the guest wrote to the console. */
+	void (*console_out)(void *ctx, const uint8_t *buf, size_t len);
+	/* Room appeared in the console input FIFO. */
+	void (*console_room)(void *ctx);
+	/* The guest powered off (status >= 0) or failed (status < 0). */
+	void (*stopped)(void *ctx, int status);
+	void *ctx;
+};
+
+struct machine;
+
+struct machine_vcpu {
+	struct machine *m;
+	struct kvm_vcpu kvm;
+	pthread_t thread;
+	bool thread_started;
+	uint64_t exits;
+};
+
+struct machine_stats {
+	uint64_t pauses;
+	uint64_t pause_ns_last;
+	uint64_t pause_ns_max;
+};
+
+struct machine {
+	struct machine_config cfg;
+	struct machine_ops ops;
+	struct kvm_sys sys;
+	struct kvm_vm vm;
+
+	int memfd;
+	uint8_t *ram;
+	uint64_t ram_pages;
+	uint64_t low_pages;          /* pages mapped below 4 GiB */
+
+	int ncpus;
+	struct machine_vcpu vcpus[KVM_MAX_VCPUS];
+
+	/* Pause handshake and device state, under lock. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;         /* vCPUs wait here when parked or idle */
+	pthread_cond_t parked_cond;  /* machine_pause waits here */
+	bool pause_req;
+	int parked;
+	bool stopping;
+	int stop_status;
+	struct uart_state uart;
+
+	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
+	_Atomic uint64_t *vmm_dirty;
+	uint64_t *kvm_dirty;         /* scratch for the slot harvest */
+
+	struct machine_stats stats;
+};
+
+/* Builds the machine: RAM, slots, vCPUs (created, threads parked). */
+int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
+		struct machine **out) US_MUST_CHECK;
+void machine_free(struct machine *m);
+/* Loads cfg->guest into RAM and sets the boot state of every vCPU. */
+int machine_boot(struct machine *m) US_MUST_CHECK;
+
+/* Lets the vCPUs run (they start parked). */
+void machine_resume(struct machine *m);
+/* Returns once every vCPU is parked outside KVM_RUN with any pending I/O
+ * completed, so its state is readable and writable. */
+void machine_pause(struct machine *m);
+/* Asks the vCPU threads to end (the machine stays paused). */
+void machine_stop(struct machine *m, int status);
+bool machine_stopped(struct machine *m, int *status);
+
+/* Console input into the UART receive FIFO; returns bytes taken. */
+size_t machine_console_input(struct machine *m, const uint8_t *buf, size_t len);
+
+static inline uint64_t machine_page_gfn(const struct machine *m, uint64_t page)
+{
+	return page < m->low_pages ? page : page - m->low_pages + (MACHINE_HIGH_RAM_GPA >> 12);
+}
+
+static inline void *machine_page_hva(const struct machine *m, uint64_t page)
+{
+	return m->ram + page * KVM_PAGE_SIZE;
+}
+
+/* Page index of a gfn, or -1 if no RAM is there. */
+int64_t machine_gfn_page(const struct machine *m, uint64_t gfn);
+
+/* Records that the VMM wrote [offset, offset + len) of guest RAM. */
+void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len);
+/* On a paused machine: the pages written since the last harvest, one bit a
+ * page (ram_pages bits). Re-protects them in KVM before returning, so every
+ * later write is seen by the next harvest. */
+int machine_harvest_dirty(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
+
+/* Whole-machine device state: plain data. On a paused machine. */
+struct machine_state {
+	struct kvm_vm_state vm;
+	struct uart_state uart;
+};
+int machine_get_state(struct machine *m, struct machine_state *st) US_MUST_CHECK;
+int machine_set_state(struct machine *m, const struct machine_state *st) US_MUST_CHECK;
+int machine_get_vcpu_state(struct machine *m, int cpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
+int machine_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
+
+/* uart.c: the device model, used by machine.c. */
+int uart_io(struct machine *m, uint16_t port, bool write, uint8_t *data);
+size_t uart_rx_push(struct machine *m, const uint8_t *buf, size_t len);
+bool uart_rx_ready(const struct uart_state *u);
+void uart_reset(struct uart_state *u);
+/* Re-drives the IRQ line from restored state. */
+void uart_post_load(struct machine *m);
+
+#endif

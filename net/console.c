@@ -1,0 +1,317 @@
+/* Console endpoints on libev: stdio or a one-client TCP listener. */
+#include "net/console.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kmod/log.h"
+
+#define TAG "console"
+
+struct console {
+	struct ev_loop *loop;
+	struct console_ops ops;
+	bool tcp;
+	int in_fd, out_fd, listen_fd;
+	int port;
+	ev_io in_w, out_w, accept_w;
+	bool input_paused;
+	uint8_t pending_in[4096];   /* read but not yet taken by the guest */
+	size_t pending_in_len, pending_in_off;
+	uint8_t *out;               /* bytes waiting to be written */
+	size_t out_len, out_cap;
+};
+
+static void set_nonblock(int fd)
+{
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+int console_check_spec(const char *spec)
+{
+	const char *colon;
+
+	if (!strcmp(spec, "stdio"))
+		return 0;
+	if (strncmp(spec, "tcp:", 4))
+		return -EINVAL;
+	colon = strrchr(spec + 4, ':');
+	if (!colon || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1))
+		return -EINVAL;
+	return 0;
+}
+
+static int listen_tcp(const char *hostport, int *port_out)
+{
+	char host[256];
+	const char *colon = strrchr(hostport, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE };
+	struct addrinfo *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd, one = 1, r;
+
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - hostport), hostport);
+	r = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+	if (r) {
+		log_error(TAG, "%s: %s", hostport, gai_strerror(r));
+		return -EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 4) < 0) {
+		r = -errno;
+		log_error(TAG, "listening on %s: %s", hostport, strerror(errno));
+		close(fd);
+		goto out;
+	}
+	getsockname(fd, (struct sockaddr *)&ss, &sl);
+	*port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						   : ((struct sockaddr_in *)&ss)->sin_port);
+	r = fd;
+out:
+	freeaddrinfo(ai);
+	return r;
+}
+
+static void drop_client(struct console *c)
+{
+	if (!c->tcp || c->in_fd < 0)
+		return;
+	ev_io_stop(c->loop, &c->in_w);
+	ev_io_stop(c->loop, &c->out_w);
+	close(c->in_fd);
+	c->in_fd = c->out_fd = -1;
+	if (c->listen_fd >= 0)
+		ev_io_start(c->loop, &c->accept_w);
+}
+
+static void try_write(struct console *c)
+{
+	while (c->out_len && c->out_fd >= 0) {
+		ssize_t n = write(c->out_fd, c->out, c->out_len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		if (n <= 0) {
+			log_info(TAG, "console client gone: %s", n < 0 ? strerror(errno) : "closed");
+			drop_client(c);
+			if (c->ops.hangup)
+				c->ops.hangup(c->ops.ctx);
+			return;
+		}
+		memmove(c->out, c->out + n, c->out_len - (size_t)n);
+		c->out_len -= (size_t)n;
+	}
+	if (c->out_fd < 0)
+		return;
+	if (c->out_len)
+		ev_io_start(c->loop, &c->out_w);
+	else
+		ev_io_stop(c->loop, &c->out_w);
+}
+
+static void deliver_input(struct console *c)
+{
+	while (c->pending_in_off < c->pending_in_len) {
+		size_t n = c->ops.input(c->ops.ctx, c->pending_in + c->pending_in_off,
+					c->pending_in_len - c->pending_in_off);
+
+		if (!n) {
+			c->input_paused = true;
+			ev_io_stop(c->loop, &c->in_w);
+			return;
+		}
+		c->pending_in_off += n;
+	}
+	c->pending_in_off = c->pending_in_len = 0;
+}
+
+static void on_in(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct console *c = w->data;
+	ssize_t n;
+
+	(void)loop;
+	(void)revents;
+	n = read(c->in_fd, c->pending_in, sizeof(c->pending_in));
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		ev_io_stop(c->loop, &c->in_w);
+		if (c->tcp)
+			drop_client(c);
+		if (c->ops.hangup)
+			c->ops.hangup(c->ops.ctx);
+		return;
+	}
+	c->pending_in_len = (size_t)n;
+	c->pending_in_off = 0;
+	deliver_input(c);
+}
+
+static void on_out(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	try_write(w->data);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct console *c = w->data;
+	int fd, one = 1;
+
+	(void)revents;
+	fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0)
+		return;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->in_fd = c->out_fd = fd;
+	ev_io_stop(loop, &c->accept_w);
+	ev_io_set(&c->in_w, fd, EV_READ);
+	ev_io_set(&c->out_w, fd, EV_WRITE);
+	if (!c->input_paused)
+		ev_io_start(loop, &c->in_w);
+	log_info(TAG, "console client connected");
+	try_write(c);
+}
+
+int console_open(struct ev_loop *loop, const char *spec, const struct console_ops *ops,
+		 struct console **out)
+{
+	struct console *c;
+
+	if (console_check_spec(spec) < 0) {
+		log_error(TAG, "bad console '%s': use stdio or tcp:HOST:PORT", spec);
+		return -EINVAL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->loop = loop;
+	c->ops = *ops;
+	c->listen_fd = -1;
+	ev_io_init(&c->in_w, on_in, 0, EV_READ);
+	ev_io_init(&c->out_w, on_out, 1, EV_WRITE);
+	c->in_w.data = c->out_w.data = c->accept_w.data = c;
+	if (!strcmp(spec, "stdio")) {
+		c->in_fd = 0;
+		c->out_fd = 1;
+		set_nonblock(0);
+		ev_io_start(loop, &c->in_w);
+	} else {
+		c->tcp = true;
+		c->in_fd = c->out_fd = -1;
+		c->listen_fd = listen_tcp(spec + 4, &c->port);
+		if (c->listen_fd < 0) {
+			int r = c->listen_fd;
+
+			free(c);
+			return r;
+		}
+		ev_io_init(&c->accept_w, on_accept, c->listen_fd, EV_READ);
+		c->accept_w.data = c;
+		ev_io_start(loop, &c->accept_w);
+		log_info(TAG, "console on tcp port %d", c->port);
+	}
+	*out = c;
+	return 0;
+}
+
+void console_write(struct console *c, const void *buf, size_t len)
+{
+	if (c->out_len + len > c->out_cap) {
+		size_t cap = c->out_cap ? c->out_cap : 4096;
+		uint8_t *p;
+
+		while (cap < c->out_len + len)
+			cap *= 2;
+		p = realloc(c->out, cap);
+		if (!p) {
+			log_error(TAG, "out of memory: %zu console bytes dropped", len);
+			return;
+		}
+		c->out = p;
+		c->out_cap = cap;
+	}
+	memcpy(c->out + c->out_len, buf, len);
+	c->out_len += len;
+	if (c->out_fd < 0 && c->out_len > CONSOLE_BACKLOG) {
+		size_t drop = c->out_len - CONSOLE_BACKLOG;
+
+		memmove(c->out, c->out + drop, CONSOLE_BACKLOG);
+		c->out_len = CONSOLE_BACKLOG;
+	}
+	try_write(c);
+}
+
+void console_input_resume(struct console *c)
+{
+	if (!c->input_paused)
+		return;
+	c->input_paused = false;
+	deliver_input(c);
+	if (!c->input_paused && c->in_fd >= 0)
+		ev_io_start(c->loop, &c->in_w);
+}
+
+void console_flush(struct console *c)
+{
+	uint64_t deadline = now_ns() + 2000000000ull;
+
+	while (c->out_len && c->out_fd >= 0 && now_ns() < deadline) {
+		struct pollfd p = { .fd = c->out_fd, .events = POLLOUT };
+
+		poll(&p, 1, 100);
+		try_write(c);
+	}
+}
+
+int console_port(const struct console *c)
+{
+	return c->port;
+}
+
+void console_close_endpoint(struct console *c)
+{
+	drop_client(c);
+	if (c->listen_fd >= 0) {
+		ev_io_stop(c->loop, &c->accept_w);
+		close(c->listen_fd);
+		c->listen_fd = -1;
+	}
+}
+
+void console_free(struct console *c)
+{
+	if (!c)
+		return;
+	ev_io_stop(c->loop, &c->in_w);
+	ev_io_stop(c->loop, &c->out_w);
+	console_close_endpoint(c);
+	if (!c->tcp && c->in_fd == 0) {
+		int fl = fcntl(0, F_GETFL);
+
+		if (fl >= 0)
+			fcntl(0, F_SETFL, fl & ~O_NONBLOCK);
+	}
+	free(c->out);
+	free(c);
+}

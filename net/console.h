@@ -1,0 +1,41 @@
+/* The console endpoint of a VM: stdio, or a TCP listener that one client at a
+ * time connects to ("tcp:HOST:PORT"). Runs on a libev loop; only that loop's
+ * thread may call these functions. Output written while no client is
+ * connected is kept (up to CONSOLE_BACKLOG bytes) for the next client. */
+#ifndef US_NET_CONSOLE_H
+#define US_NET_CONSOLE_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONSOLE_BACKLOG (1u << 20)
+
+struct console;
+
+struct console_ops {
+	/* Bytes typed by the client; returns how many were taken. When fewer,
+	 * input stops until console_input_resume(). */
+	size_t (*input)(void *ctx, const uint8_t *buf, size_t len);
+	/* stdin reached end of file, or a TCP client went away. */
+	void (*hangup)(void *ctx);
+	void *ctx;
+};
+
+/* spec: "stdio" or "tcp:HOST:PORT" (PORT 0 picks a free port). */
+int console_open(struct ev_loop *loop, const char *spec, const struct console_ops *ops,
+		 struct console **out) __attribute__((warn_unused_result));
+void console_free(struct console *c);
+/* Checks a spec without opening anything; 0 or -EINVAL. */
+int console_check_spec(const char *spec);
+void console_write(struct console *c, const void *buf, size_t len);
+void console_input_resume(struct console *c);
+/* Blocks until everything written has left (used before exit). */
+void console_flush(struct console *c);
+/* The bound TCP port, or 0 for stdio. */
+int console_port(const struct console *c);
+/* Stops listening and drops the client (a fenced primary keeps quiet). */
+void console_close_endpoint(struct console *c);
+
+#endif

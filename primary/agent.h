@@ -1,0 +1,41 @@
+/* The agents' shared pieces: VM options and the subcommands. */
+#ifndef US_AGENT_H
+#define US_AGENT_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "machine/machine.h"
+
+struct vm_options {
+	struct machine_config cfg;
+	const char *console;
+};
+
+/* getopt_long entries of the VM options, ids from 1000 up. */
+#define VM_OPTIONS_LONG \
+	{ "guest", required_argument, NULL, 1000 }, \
+	{ "mem", required_argument, NULL, 1001 }, \
+	{ "cpus", required_argument, NULL, 1002 }, \
+	{ "console", required_argument, NULL, 1003 }, \
+	{ "kernel", required_argument, NULL, 1004 }, \
+	{ "initrd", required_argument, NULL, 1005 }, \
+	{ "append", required_argument, NULL, 1006 }
+
+#define VM_OPTIONS_HELP \
+	"VM options:\n" \
+	"  --guest NAME[:ARGS]   built-in guest (counter, dirty:mb=N,rate_mb=N,report_ms=N)\n" \
+	"  --mem SIZE            guest RAM, e.g. 64M, 1G (default 64M)\n" \
+	"  --cpus N              vCPUs (default 1)\n" \
+	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n"
+
+void vm_options_init(struct vm_options *o);
+/* Handles one VM option; 0, or 2 after printing why the value is bad. */
+int vm_options_parse(struct vm_options *o, int opt, const char *arg);
+/* Checks the options are complete; 0 or 2 after printing why. */
+int vm_options_check(const struct vm_options *o);
+void agent_print_guests(FILE *f);
+
+int agent_cmd_run(int argc, char **argv);
+
+#endif

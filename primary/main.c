@@ -1,0 +1,45 @@
+/* understudy: one binary, subcommands. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "primary/agent.h"
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+} commands[] = {
+	{ "run", agent_cmd_run, "run a VM, unprotected" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: understudy COMMAND [options]   (understudy COMMAND --help)\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\nbuilt-in guests:\n");
+	agent_print_guests(f);
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "understudy: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

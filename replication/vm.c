@@ -1,0 +1,181 @@
+/* A machine running on the agent's libev loop: its console endpoint, the
+ * hand-over of guest output from vCPU threads to the loop, and the output
+ * gate that output commit closes (output leaves only up to a released mark). */
+#include "replication/replication.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "vm"
+
+static void wake(struct repl_vm *v)
+{
+	ev_async_send(v->loop, &v->wake);
+}
+
+static void on_console_out(void *ctx, const uint8_t *buf, size_t len)
+{
+	struct repl_vm *v = ctx;
+	bool first;
+
+	pthread_mutex_lock(&v->out_lock);
+	if (v->out_len + len > v->out_cap) {
+		size_t cap = v->out_cap ? v->out_cap * 2 : 65536;
+		uint8_t *p;
+
+		while (cap < v->out_len + len)
+			cap *= 2;
+		p = realloc(v->out, cap);
+		if (!p) {
+			pthread_mutex_unlock(&v->out_lock);
+			log_error(TAG, "out of memory holding guest output");
+			return;
+		}
+		v->out = p;
+		v->out_cap = cap;
+	}
+	memcpy(v->out + v->out_len, buf, len);
+	first = v->out_len == 0;
+	v->out_len += len;
+	v->produced += len;
+	pthread_mutex_unlock(&v->out_lock);
+	if (first && !v->gated)
+		wake(v);
+}
+
+static void on_console_room(void *ctx)
+{
+	struct repl_vm *v = ctx;
+
+	atomic_store(&v->room, true);
+	wake(v);
+}
+
+static void on_stopped(void *ctx, int status)
+{
+	struct repl_vm *v = ctx;
+
+	v->status = status;
+	atomic_store(&v->stopped, true);
+	wake(v);
+}
+
+static size_t on_input(void *ctx, const uint8_t *buf, size_t len)
+{
+	struct repl_vm *v = ctx;
+
+	return machine_console_input(v->m, buf, len);
+}
+
+static void on_hangup(void *ctx)
+{
+	struct repl_vm *v = ctx;
+
+	if (v->on_hangup)
+		v->on_hangup(v->cb_ctx);
+}
+
+uint64_t repl_vm_output_mark(struct repl_vm *v)
+{
+	uint64_t mark;
+
+	pthread_mutex_lock(&v->out_lock);
+	mark = v->produced;
+	pthread_mutex_unlock(&v->out_lock);
+	return mark;
+}
+
+void repl_vm_release(struct repl_vm *v, uint64_t upto)
+{
+	size_t n;
+
+	pthread_mutex_lock(&v->out_lock);
+	if (upto > v->produced)
+		upto = v->produced;
+	n = upto > v->released ? (size_t)(upto - v->released) : 0;
+	if (n) {
+		console_write(v->con, v->out, n);
+		memmove(v->out, v->out + n, v->out_len - n);
+		v->out_len -= n;
+		v->released += n;
+	}
+	pthread_mutex_unlock(&v->out_lock);
+}
+
+void repl_vm_set_gated(struct repl_vm *v, bool gated)
+{
+	v->gated = gated;
+	if (!gated)
+		repl_vm_release(v, UINT64_MAX);
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
+{
+	struct repl_vm *v = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (!v->gated)
+		repl_vm_release(v, UINT64_MAX);
+	if (atomic_exchange(&v->room, false))
+		console_input_resume(v->con);
+	if (atomic_load(&v->stopped) && v->on_stopped) {
+		void (*cb)(void *, int) = v->on_stopped;
+
+		v->on_stopped = NULL;
+		cb(v->cb_ctx, v->status);
+	}
+}
+
+int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const char *console,
+		struct repl_vm **out)
+{
+	struct machine_ops mops;
+	struct console_ops cops;
+	struct repl_vm *v;
+	int r;
+
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	v->loop = loop;
+	pthread_mutex_init(&v->out_lock, NULL);
+	ev_async_init(&v->wake, on_wake);
+	v->wake.data = v;
+	ev_async_start(loop, &v->wake);
+	mops = (struct machine_ops){ .console_out = on_console_out, .console_room = on_console_room,
+				     .stopped = on_stopped, .ctx = v };
+	r = machine_new(cfg, &mops, &v->m);
+	if (r < 0)
+		goto err;
+	cops = (struct console_ops){ .input = on_input, .hangup = on_hangup, .ctx = v };
+	r = console_open(loop, console, &cops, &v->con);
+	if (r < 0)
+		goto err_machine;
+	*out = v;
+	return 0;
+
+err_machine:
+	machine_free(v->m);
+err:
+	ev_async_stop(loop, &v->wake);
+	pthread_mutex_destroy(&v->out_lock);
+	free(v);
+	return r;
+}
+
+void repl_vm_free(struct repl_vm *v)
+{
+	if (!v)
+		return;
+	machine_free(v->m);
+	if (!v->gated)
+		repl_vm_release(v, UINT64_MAX);
+	console_flush(v->con);
+	console_free(v->con);
+	ev_async_stop(v->loop, &v->wake);
+	pthread_mutex_destroy(&v->out_lock);
+	free(v->out);
+	free(v);
+}
