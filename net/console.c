@@ -110,8 +110,13 @@ static void try_write(struct console *c)
 		if (n < 0 && errno == EAGAIN)
 			break;
 		if (n <= 0) {
-			log_info(TAG, "console client gone: %s", n < 0 ? strerror(errno) : "closed");
-			drop_client(c);
+			log_info(TAG, "console output closed: %s", n < 0 ? strerror(errno) : "EOF");
+			if (c->tcp) {
+				drop_client(c);
+			} else {
+				c->out_fd = -1;   /* stdout gone: output is dropped from now on */
+				c->out_len = 0;
+			}
 			if (c->ops.hangup)
 				c->ops.hangup(c->ops.ctx);
 			return;
@@ -251,6 +256,8 @@ void console_write(struct console *c, const void *buf, size_t len)
 		c->out = p;
 		c->out_cap = cap;
 	}
+	if (!c->tcp && c->out_fd < 0)
+		return;
 	memcpy(c->out + c->out_len, buf, len);
 	c->out_len += len;
 	if (c->out_fd < 0 && c->out_len > CONSOLE_BACKLOG) {
