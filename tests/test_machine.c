@@ -1,0 +1,318 @@
+/* kmod + machine on the real /dev/kvm: state round trip, dirty-log
+ * exactness, pause/resume under load, bad input. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "guest/guest.h"
+#include "tests/harness.h"
+
+#define MEM (64ull << 20)
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static int setup(void **st)
+{
+	(void)st;
+	if (!rng_state)
+		rng_state = th_seed() | 1;
+	return 0;
+}
+
+#define REQUIRE_KVM() do { if (!th_kvm_available()) skip(); } while (0)
+
+/* Moves the complete state of a paused machine into another one. */
+static void move_state(struct machine *from, struct machine *to)
+{
+	struct machine_state ms;
+	struct kvm_vcpu_state *vs = malloc(sizeof(*vs));
+
+	assert_non_null(vs);
+	memcpy(to->ram, from->ram, from->cfg.mem_bytes);
+	assert_int_equal(machine_get_state(from, &ms), 0);
+	assert_int_equal(machine_set_state(to, &ms), 0);
+	for (int i = 0; i < from->ncpus; i++) {
+		assert_int_equal(machine_get_vcpu_state(from, i, vs), 0);
+		assert_int_equal(machine_set_vcpu_state(to, i, vs), 0);
+	}
+	free(vs);
+}
+
+/* get -> set into a fresh VM at a random moment of a busy conversation; the
+ * copy then says exactly what the original says. */
+static void test_state_round_trip(void **st)
+{
+	(void)st;
+	REQUIRE_KVM();
+	for (int trial = 0; trial < 8; trial++) {
+		struct th_vm a, b;
+		const int n = 30;
+		char *oa, *ob;
+		int done;
+		size_t done_bytes;
+
+		assert_int_equal(th_vm_new(&a, "counter", MEM, 1 + trial % 2, true), 0);
+		assert_int_equal(th_vm_new(&b, "counter", MEM, 1 + trial % 2, false), 0);
+		machine_resume(a.m);
+		for (int i = 0; i < n; i++)
+			th_vm_send(&a, i % 3 == 2 ? "get\n" : "incr\n");
+		th_sleep_us(rnd() % 50000);
+		machine_pause(a.m);
+		done = th_vm_lines(&a);
+		pthread_mutex_lock(&a.lock);
+		done_bytes = a.out_len;
+		pthread_mutex_unlock(&a.lock);
+		move_state(a.m, b.m);
+		machine_resume(a.m);
+		machine_resume(b.m);
+		assert_int_equal(th_vm_wait_lines(&a, n, 20000), n);
+		assert_int_equal(th_vm_wait_lines(&b, n - done, 20000), n - done);
+		oa = th_vm_output(&a);
+		ob = th_vm_output(&b);
+		printf("trial %d: %d vCPU(s), moved after %d of %d replies\n", trial, 1 + trial % 2,
+		       done, n);
+		assert_string_equal(oa + done_bytes, ob);
+		free(oa);
+		free(ob);
+		th_vm_free(&a);
+		th_vm_free(&b);
+	}
+}
+
+static int bit(const uint64_t *bm, uint64_t p)
+{
+	return (int)(bm[p / 64] >> (p % 64)) & 1;
+}
+
+/* Every page whose contents changed between two pauses is in the harvest:
+ * checked by content over many rounds of the dirty guest at full speed;
+ * pages the VMM writes itself are in it too. */
+static void test_dirty_log_exact(void **st)
+{
+	struct th_vm t;
+	uint64_t pages, *bm;
+	uint8_t *shadow;
+	uint64_t changed_total = 0, extra_total = 0, reported_total = 0;
+
+	(void)st;
+	REQUIRE_KVM();
+	assert_int_equal(th_vm_new(&t, "dirty:mb=16,report_ms=5", MEM, 1, true), 0);
+	pages = t.m->ram_pages;
+	bm = calloc((pages + 63) / 64, 8);
+	shadow = malloc(MEM);
+	assert_non_null(bm);
+	assert_non_null(shadow);
+	assert_int_equal(machine_harvest_dirty(t.m, bm), 0);   /* boot writes */
+	memcpy(shadow, t.m->ram, MEM);
+	for (int round = 0; round < 60; round++) {
+		uint64_t vmm_page = 2048 + rnd() % 1024, changed = 0, extra = 0, reported = 0;
+
+		machine_resume(t.m);
+		th_sleep_us(1000 + rnd() % 4000);
+		machine_pause(t.m);
+		/* A device write the guest did not make. */
+		t.m->ram[vmm_page * 4096 + 8] ^= 0x5a;
+		machine_mark_dirty(t.m, vmm_page * 4096 + 8, 1);
+		assert_int_equal(machine_harvest_dirty(t.m, bm), 0);
+		for (uint64_t p = 0; p < pages; p++) {
+			int diff = memcmp(shadow + p * 4096, t.m->ram + p * 4096, 4096) != 0;
+
+			if (diff && !bit(bm, p))
+				fail_msg("round %d: page %llu changed but was not reported", round,
+					 (unsigned long long)p);
+			changed += diff;
+			reported += bit(bm, p);
+			extra += bit(bm, p) && !diff;
+		}
+		assert_true(bit(bm, vmm_page));
+		changed_total += changed;
+		extra_total += extra;
+		reported_total += reported;
+		memcpy(shadow, t.m->ram, MEM);
+	}
+	printf("60 rounds: %llu pages changed, %llu reported, 0 missed, %llu extra "
+	       "(written with the same contents)\n", (unsigned long long)changed_total,
+	       (unsigned long long)reported_total, (unsigned long long)extra_total);
+	assert_true(changed_total > 1000);
+	free(shadow);
+	free(bm);
+	th_vm_free(&t);
+}
+
+/* Parses the last "pages N" progress line of the dirty guest. */
+static uint64_t last_progress(struct th_vm *t)
+{
+	char *o = th_vm_output(t), *p, *last = NULL;
+	uint64_t v = 0;
+
+	for (p = strstr(o, "pages "); p; p = strstr(p + 1, "pages "))
+		last = p;
+	if (last)
+		v = strtoull(last + 6, NULL, 10);
+	free(o);
+	return v;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* 1000 pause/resume cycles of a running dirty guest: frozen while paused,
+ * progressing after, and no write lost (checked by content). */
+static void run_pause_resume(int ncpus)
+{
+	struct th_vm t;
+	uint64_t *lat = calloc(1000, sizeof(uint64_t));
+	uint64_t *bm, prog0, prog1, pages;
+	uint8_t *shadow;
+	int frozen_checks = 0;
+
+	assert_int_equal(th_vm_new(&t, "dirty:mb=8,report_ms=20", MEM, ncpus, true), 0);
+	pages = t.m->ram_pages;
+	bm = calloc((pages + 63) / 64, 8);
+	shadow = malloc(MEM);
+	machine_resume(t.m);
+	th_sleep_us(50000);
+	prog0 = last_progress(&t);
+	machine_pause(t.m);
+	assert_int_equal(machine_harvest_dirty(t.m, bm), 0);
+	memcpy(shadow, t.m->ram, MEM);
+	machine_resume(t.m);
+	for (int i = 0; i < 1000; i++) {
+		uint64_t t0;
+
+		th_sleep_us(200 + rnd() % 800);
+		t0 = now_ns();
+		machine_pause(t.m);
+		lat[i] = now_ns() - t0;
+		if (i % 100 == 0) {
+			/* Nothing moves while paused. */
+			uint64_t sum0 = 0, sum1 = 0;
+
+			for (uint64_t w = 0; w < (8ull << 20) / 8; w += 64)
+				sum0 += ((uint64_t *)(t.m->ram + GUEST_HEAP_GPA))[w];
+			th_sleep_us(2000);
+			for (uint64_t w = 0; w < (8ull << 20) / 8; w += 64)
+				sum1 += ((uint64_t *)(t.m->ram + GUEST_HEAP_GPA))[w];
+			assert_true(sum0 == sum1);
+			frozen_checks++;
+			assert_int_equal(machine_harvest_dirty(t.m, bm), 0);
+			for (uint64_t p = 0; p < pages; p++)
+				if (!bit(bm, p) && memcmp(shadow + p * 4096, t.m->ram + p * 4096, 4096))
+					fail_msg("cycle %d: page %llu changed, not reported", i,
+						 (unsigned long long)p);
+			memcpy(shadow, t.m->ram, MEM);
+		}
+		machine_resume(t.m);
+	}
+	th_sleep_us(100000);
+	prog1 = last_progress(&t);
+	qsort(lat, 1000, sizeof(uint64_t), cmp_u64);
+	printf("%d vCPU(s): 1000 pause/resume cycles, pause p50 %.1f us p99 %.1f us max %.1f us; "
+	       "guest progress %llu -> %llu pages; %d frozen checks\n", ncpus, lat[500] / 1e3,
+	       lat[990] / 1e3, lat[999] / 1e3, (unsigned long long)prog0,
+	       (unsigned long long)prog1, frozen_checks);
+	assert_true(prog1 > prog0);
+	assert_false(t.stopped);
+	free(shadow);
+	free(bm);
+	free(lat);
+	th_vm_free(&t);
+}
+
+static void test_pause_resume_1000(void **st)
+{
+	(void)st;
+	REQUIRE_KVM();
+	run_pause_resume(1);
+	run_pause_resume(2);
+}
+
+static void test_missing_kvm(void **st)
+{
+	struct machine_config cfg = { .mem_bytes = MEM, .ncpus = 1, .guest = "counter" };
+	struct machine *m = NULL;
+
+	(void)st;
+	setenv("UNDERSTUDY_KVM", "/nonexistent/kvm", 1);
+	assert_int_equal(machine_new(&cfg, NULL, &m), -ENOENT);
+	assert_null(m);
+	unsetenv("UNDERSTUDY_KVM");
+}
+
+static void test_bad_config(void **st)
+{
+	struct machine_config cfg = { .mem_bytes = 0, .ncpus = 1, .guest = "counter" };
+	struct machine *m = NULL;
+	uint64_t v;
+	char err[256];
+
+	(void)st;
+	assert_int_equal(machine_new(&cfg, NULL, &m), -EINVAL);
+	cfg.mem_bytes = MEM;
+	cfg.ncpus = 0;
+	assert_int_equal(machine_new(&cfg, NULL, &m), -EINVAL);
+	cfg.ncpus = 99;
+	assert_int_equal(machine_new(&cfg, NULL, &m), -EINVAL);
+	assert_null(m);
+	assert_int_equal(machine_parse_guest(&cfg, "nosuch", err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "counter"));
+	assert_int_equal(machine_parse_guest(&cfg, "dirty:mb=4", err, sizeof(err)), 0);
+	assert_string_equal(cfg.guest_args, "mb=4");
+	assert_int_equal(machine_parse_size("64M", &v), 0);
+	assert_int_equal(v, 64ull << 20);
+	assert_int_equal(machine_parse_size("1GiB", &v), 0);
+	assert_int_equal(v, 1ull << 30);
+	assert_int_equal(machine_parse_size("12Q", &v), -EINVAL);
+	assert_int_equal(machine_parse_size("-1", &v), -EINVAL);
+	assert_int_equal(machine_parse_size("", &v), -EINVAL);
+}
+
+/* A guest fault is reported and stops the machine, it does not hang. */
+static void test_counter_halt_status(void **st)
+{
+	struct th_vm t;
+
+	(void)st;
+	REQUIRE_KVM();
+	assert_int_equal(th_vm_new(&t, "counter", MEM, 1, true), 0);
+	machine_resume(t.m);
+	th_vm_send(&t, "incr\nbogus\nhalt\n");
+	th_vm_wait_lines(&t, 99, 5000);
+	assert_true(t.stopped);
+	assert_int_equal(t.status, 0);
+	char *o = th_vm_output(&t);
+	assert_non_null(strstr(o, "error unknown request"));
+	free(o);
+	th_vm_free(&t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_config),
+		cmocka_unit_test(test_missing_kvm),
+		cmocka_unit_test(test_counter_halt_status),
+		cmocka_unit_test(test_state_round_trip),
+		cmocka_unit_test(test_dirty_log_exact),
+		cmocka_unit_test(test_pause_resume_1000),
+	};
+
+	return cmocka_run_group_tests_name("machine", tests, setup, NULL);
+}
