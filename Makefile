@@ -36,7 +36,7 @@ PROTO_H    := $(PROTO_C:.c=.h)
 LIB_SRC  := $(filter-out primary/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(PROTO_C:$(BUILD)/%=%)) \
-            $(BUILD)/obj/guest/images.o
+            $(if $(wildcard guest/images.S),$(BUILD)/obj/guest/images.o)
 LIB      := $(BUILD)/libunderstudy.a
 BIN      := $(BUILD)/understudy
 
