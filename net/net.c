@@ -89,7 +89,9 @@ static SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server)
 {
 	SSL_CTX *ctx;
 
-	if (!cfg->cert || !cfg->key || !cfg->ca) {
+	/* A client without a certificate is allowed here so that the server's
+	 * refusal can be tested; the server always requires one. */
+	if (!cfg->ca || (server && (!cfg->cert || !cfg->key)) || (!cfg->cert != !cfg->key)) {
 		log_error(TAG, "TLS needs --tls-cert, --tls-key and --tls-ca (or --insecure)");
 		return NULL;
 	}
@@ -99,10 +101,11 @@ static SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server)
 	if (!SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) ||
 	    !SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION))
 		goto err_ctx;
-	if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1 ||
-	    SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) != 1 ||
-	    SSL_CTX_check_private_key(ctx) != 1 ||
-	    SSL_CTX_load_verify_locations(ctx, cfg->ca, NULL) != 1)
+	if (cfg->cert && (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1 ||
+			  SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) != 1 ||
+			  SSL_CTX_check_private_key(ctx) != 1))
+		goto err_ctx;
+	if (SSL_CTX_load_verify_locations(ctx, cfg->ca, NULL) != 1)
 		goto err_ctx;
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
 			   NULL);
@@ -113,7 +116,7 @@ static SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server)
 err_ctx:
 	SSL_CTX_free(ctx);
 err:
-	log_ssl_errors("TLS setup with", cfg->cert);
+	log_ssl_errors("TLS setup with", cfg->cert ? cfg->cert : cfg->ca);
 	return NULL;
 }
 
@@ -278,6 +281,9 @@ void net_close(struct net_conn *c)
 {
 	if (!c || c->freeing)
 		return;
+	/* Best effort close_notify, so the peer sees a clean close (reason 0). */
+	if (c->ssl && !c->dead && !c->connecting && !c->handshaking)
+		SSL_shutdown(c->ssl);
 	c->dead = true;
 	c->ops = NULL;
 	conn_release(c);
@@ -405,6 +411,12 @@ static int ssl_result(struct net_conn *c, int ret, const char *what)
 			break;
 		return errno ? -errno : -ECONNRESET;
 	default:
+		if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+			log_error(TAG, "%s %s: connection closed without TLS close_notify", what,
+				  c->peer);
+			ERR_clear_error();
+			return -ECONNRESET;
+		}
 		break;
 	}
 	log_ssl_errors(what, c->peer);

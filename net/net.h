@@ -48,7 +48,9 @@ struct net_listener;
 
 struct net_conn_ops {
 	/* net_connect() only: the connection is up (TLS: handshake done and the
-	 * server certificate verified). Sends queued before run now. */
+	 * server certificate verified). Sends queued before run now. With TLS
+	 * 1.3 the server checks the client certificate after the client's
+	 * handshake ends, so a refused client sees connected() then closed(). */
 	void (*connected)(struct net_conn *c, void *ctx);
 	/* A chunk of the byte stream; data is valid only during the call. */
 	void (*recv)(struct net_conn *c, const void *data, size_t len, void *ctx);
