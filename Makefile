@@ -36,7 +36,7 @@ PROTO_H    := $(PROTO_C:.c=.h)
 LIB_SRC  := $(filter-out primary/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(PROTO_C:$(BUILD)/%=%)) \
-            $(BUILD)/obj/guest/images.o
+            $(if $(wildcard guest/images.S),$(BUILD)/obj/guest/images.o)
 LIB      := $(BUILD)/libunderstudy.a
 BIN      := $(BUILD)/understudy
 
@@ -113,11 +113,11 @@ $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 # libFuzzer builds (clang), for fuzzing by hand: make fuzz
-fuzz: $(PROTO_H)
+fuzz: $(PROTO_H) $(filter %/images.o,$(LIB_OBJ))
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -I$(BUILD)/gen -fsanitize=fuzzer,address,undefined \
-	    -o $(BUILD)/fuzz/$$n $$f $(filter-out %.pb-c.c,) $(LIB_SRC) $(PROTO_C) $(BUILD)/obj/guest/images.o \
+	    -o $(BUILD)/fuzz/$$n $$f $(LIB_SRC) $(PROTO_C) $(filter %/images.o,$(LIB_OBJ)) \
 	    $(LDLIBS) || exit 1; done
 
 # ---- test, demo, bench ---------------------------------------------------

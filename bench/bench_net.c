@@ -1,0 +1,487 @@
+/* Checkpoint stream throughput over loopback: page batches through proto/ +
+ * net/ (TCP, TLS; compression off and on), beside a plain blocking socket
+ * blast and memcpy of the same bytes, measured in the same run. Then the
+ * page codec alone on synthetic pages (zero, text-like, random, small edits).
+ * Sender: main thread and its loop; receiver: a second thread and loop that
+ * decodes and stores every page (the real secondary's work). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net/net.h"
+#include "proto/proto.h"
+
+#define PG PROTO_PAGE_BYTES
+#define MEM_PAGES 16384 /* 64 MiB */
+#define ROUNDS 4        /* 256 MiB per run */
+#define BATCH 256
+#define NBUF 16
+#define TOTAL_BYTES ((size_t)MEM_PAGES * PG * ROUNDS)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static double secs(uint64_t t0)
+{
+	return (double)(now_ns() - t0) / 1e9;
+}
+
+/* kind: 0 random, 1 mixture (1/4 zero, 1/4 text, 1/4 random, 1/4 small edits of text) */
+static void fill_pages(uint8_t *mem, size_t npages, int kind)
+{
+	for (size_t g = 0; g < npages; g++) {
+		uint8_t *p = mem + g * PG;
+		int k = kind == 0 ? 2 : (int)(g % 4);
+
+		if (k == 0) {
+			memset(p, 0, PG);
+		} else if (k == 1 || k == 3) {
+			for (int i = 0; i < PG; i++)
+				p[i] = (uint8_t)("checkpoint of epoch 42 dirty page\n"[(i + g * 7) % 34]);
+			for (int i = 0; i < 32; i++)
+				p[rnd() % PG] = (uint8_t)rnd();
+		} else {
+			for (int i = 0; i < PG; i += 8) {
+				uint64_t v = rnd();
+				memcpy(p + i, &v, 8);
+			}
+		}
+	}
+}
+
+/* ---- receiver thread ---------------------------------------------------------- */
+
+struct rx {
+	struct net_config cfg;
+	struct ev_loop *loop;
+	struct net_listener *l;
+	struct net_conn *conn;
+	struct proto_dec dec;
+	uint8_t *mem;
+	uint64_t pages;
+	atomic_int port;
+	atomic_int done;
+	int err;
+};
+
+static const void *rx_base(void *ctx, uint64_t gfn)
+{
+	return ((struct rx *)ctx)->mem + gfn * PG;
+}
+
+static int rx_page(void *ctx, uint64_t gfn, const void *data)
+{
+	struct rx *r = ctx;
+
+	if (data != r->mem + gfn * PG)
+		memcpy(r->mem + gfn * PG, data, PG);
+	r->pages++;
+	return 0;
+}
+
+static int rx_frame(void *ctx, const struct proto_frame *f)
+{
+	static const struct proto_page_sink sink = { rx_base, rx_page };
+	struct rx *r = ctx;
+
+	if (f->type == PROTO_T_PAGES)
+		return proto_pages_decode(f->payload, f->len, MEM_PAGES, &sink, r, NULL);
+	atomic_store(&r->done, 1);
+	ev_break(r->loop, EVBREAK_ALL);
+	return 0;
+}
+
+static void rx_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct rx *r = ctx;
+
+	(void)c;
+	if (proto_dec_feed(&r->dec, data, len, rx_frame, r)) {
+		r->err = 1;
+		ev_break(r->loop, EVBREAK_ALL);
+	}
+}
+
+static void rx_closed(struct net_conn *c, int reason, void *ctx)
+{
+	struct rx *r = ctx;
+
+	(void)c;
+	(void)reason;
+	r->conn = NULL;
+	r->err = !atomic_load(&r->done);
+	ev_break(r->loop, EVBREAK_ALL);
+}
+
+static const struct net_conn_ops rx_ops = { NULL, rx_recv, NULL, rx_closed };
+
+static void rx_accept(struct net_listener *l, struct net_conn *c, void *ctx)
+{
+	struct rx *r = ctx;
+
+	(void)l;
+	r->conn = c;
+	net_conn_set_ops(c, &rx_ops, r);
+}
+
+static void *rx_main(void *arg)
+{
+	struct rx *r = arg;
+
+	r->loop = ev_loop_new(EVFLAG_AUTO);
+	proto_dec_init(&r->dec, 0);
+	if (net_listen(r->loop, &r->cfg, "127.0.0.1:0", rx_accept, r, &r->l)) {
+		atomic_store(&r->port, -1);
+		return NULL;
+	}
+	atomic_store(&r->port, net_listener_port(r->l));
+	ev_run(r->loop, 0);
+	if (r->conn)
+		net_close(r->conn);
+	net_listener_close(r->l);
+	proto_dec_fini(&r->dec);
+	ev_loop_destroy(r->loop);
+	return NULL;
+}
+
+/* ---- sender ------------------------------------------------------------------ */
+
+struct tx {
+	struct net_conn *conn;
+	struct proto_page_enc *enc;
+	struct proto_page_stats st;
+	struct proto_buf bufs[NBUF];
+	bool busy[NBUF];
+	const uint8_t *mem;
+	uint64_t next;
+	bool end_sent, dead;
+};
+
+static void tx_pump(struct tx *t)
+{
+	uint64_t gfns[BATCH];
+	const void *ptrs[BATCH];
+
+	while (!t->end_sent && !t->dead && net_queued_bytes(t->conn) < (8u << 20)) {
+		int b = 0;
+		struct iovec iov;
+
+		while (b < NBUF && t->busy[b])
+			b++;
+		if (b == NBUF)
+			return;
+		proto_buf_reset(&t->bufs[b]);
+		if (t->next == (uint64_t)MEM_PAGES * ROUNDS) {
+			Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
+
+			ee.npages = t->next;
+			if (proto_msg_pack(&t->bufs[b], PROTO_T_EPOCH_END, &ee.base))
+				abort();
+			t->end_sent = true;
+		} else {
+			for (int i = 0; i < BATCH; i++) {
+				gfns[i] = (t->next + (uint64_t)i) % MEM_PAGES;
+				ptrs[i] = t->mem + gfns[i] * PG;
+			}
+			if (proto_pages_encode(t->enc, gfns, ptrs, BATCH, &t->bufs[b], &t->st))
+				abort();
+			t->next += BATCH;
+		}
+		t->busy[b] = true;
+		iov = (struct iovec){ t->bufs[b].data, t->bufs[b].len };
+		if (net_send(t->conn, &iov, 1, &t->busy[b]))
+			abort();
+	}
+}
+
+static void tx_connected(struct net_conn *c, void *ctx)
+{
+	(void)c;
+	tx_pump(ctx);
+}
+
+static void tx_sent(struct net_conn *c, void *cookie, int status, void *ctx)
+{
+	(void)c;
+	(void)status;
+	*(bool *)cookie = false;
+	tx_pump(ctx);
+}
+
+static void tx_closed(struct net_conn *c, int reason, void *ctx)
+{
+	struct tx *t = ctx;
+
+	(void)c;
+	fprintf(stderr, "sender: connection closed (%d)\n", reason);
+	t->dead = true;
+}
+
+static const struct net_conn_ops tx_ops = { tx_connected, NULL, tx_sent, tx_closed };
+
+/* Streams 256 MiB of pages; returns page MiB/s, or 0 on failure. */
+static double run_stream(const struct net_config *scfg, const struct net_config *ccfg,
+			 const uint8_t *mem, unsigned flags, double *wire_ratio)
+{
+	struct rx *r = calloc(1, sizeof(*r));
+	struct tx t = { .mem = mem };
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	char addr[64];
+	pthread_t th;
+	uint64_t t0;
+	double mibs = 0;
+
+	r->cfg = *scfg;
+	r->mem = malloc((size_t)MEM_PAGES * PG);
+	memset(r->mem, 0, (size_t)MEM_PAGES * PG); /* a standby's memory is mapped already */
+	atomic_init(&r->port, 0);
+	atomic_init(&r->done, 0);
+	pthread_create(&th, NULL, rx_main, r);
+	while (!atomic_load(&r->port))
+		usleep(1000);
+	if (atomic_load(&r->port) < 0)
+		goto out;
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", atomic_load(&r->port));
+	t.enc = proto_page_enc_new(0, flags);
+	for (int i = 0; i < NBUF; i++)
+		proto_buf_init(&t.bufs[i]);
+	t0 = now_ns();
+	if (net_connect(loop, ccfg, addr, &tx_ops, &t, &t.conn))
+		goto out_enc;
+	while (!atomic_load(&r->done) && !t.dead && secs(t0) < 20)
+		ev_run(loop, EVRUN_ONCE);
+	pthread_join(th, NULL);
+	th = 0;
+	if (!r->err && r->pages == (uint64_t)MEM_PAGES * ROUNDS &&
+	    !memcmp(r->mem, mem, (size_t)MEM_PAGES * PG))
+		mibs = TOTAL_BYTES / 1048576.0 / secs(t0);
+	else
+		fprintf(stderr, "stream failed: %llu pages, err %d\n",
+			(unsigned long long)r->pages, r->err);
+	if (wire_ratio)
+		*wire_ratio = (double)t.st.bytes_in / (double)t.st.bytes_out;
+	if (!t.dead)
+		net_close(t.conn);
+out_enc:
+	for (int i = 0; i < NBUF; i++)
+		proto_buf_fini(&t.bufs[i]);
+	proto_page_enc_free(t.enc);
+out:
+	if (th) {
+		ev_break(r->loop, EVBREAK_ALL); /* not thread-safe in general; failure path only */
+		pthread_join(th, NULL);
+	}
+	ev_loop_destroy(loop);
+	free(r->mem);
+	free(r);
+	return mibs;
+}
+
+/* ---- references ------------------------------------------------------------- */
+
+struct blast {
+	int lfd;
+	size_t total;
+};
+
+static void *blast_rx(void *arg)
+{
+	struct blast *b = arg;
+	static uint8_t buf[1 << 20];
+	size_t got = 0;
+	ssize_t n;
+	int fd = accept(b->lfd, NULL, NULL);
+
+	while (got < b->total && (n = read(fd, buf, sizeof(buf))) > 0)
+		got += (size_t)n;
+	close(fd);
+	return NULL;
+}
+
+/* Blocking TCP socket, 1 MiB writes of the same pages, reader discards. */
+static double raw_blast(const uint8_t *mem)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	struct blast b = { .total = TOTAL_BYTES };
+	int fd, buf = 4 << 20;
+	pthread_t th;
+	uint64_t t0;
+	size_t sent = 0;
+
+	b.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(b.lfd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	if (bind(b.lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(b.lfd, 1) ||
+	    getsockname(b.lfd, (struct sockaddr *)&sa, &len))
+		return 0;
+	pthread_create(&th, NULL, blast_rx, &b);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	t0 = now_ns();
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		return 0;
+	while (sent < TOTAL_BYTES) {
+		size_t off = sent % ((size_t)MEM_PAGES * PG);
+		ssize_t n = write(fd, mem + off, 1 << 20);
+
+		if (n <= 0)
+			break;
+		sent += (size_t)n;
+	}
+	close(fd);
+	pthread_join(th, NULL);
+	close(b.lfd);
+	return TOTAL_BYTES / 1048576.0 / secs(t0);
+}
+
+static double memcpy_rate(const uint8_t *mem)
+{
+	uint8_t *dst = malloc((size_t)MEM_PAGES * PG);
+	uint64_t t0;
+
+	memset(dst, 0, (size_t)MEM_PAGES * PG); /* fault it in first */
+	t0 = now_ns();
+
+	for (int r = 0; r < ROUNDS; r++)
+		memcpy(dst, mem, (size_t)MEM_PAGES * PG);
+	__asm__ volatile("" : : "r"(dst) : "memory");
+	free(dst);
+	return TOTAL_BYTES / 1048576.0 / secs(t0);
+}
+
+static void codec_bench(uint8_t *mem)
+{
+	struct proto_page_enc *e = proto_page_enc_new(64, 0);
+	struct proto_page_stats st = { 0 };
+	struct proto_buf out;
+	uint64_t gfns[BATCH];
+	const void *ptrs[BATCH];
+	uint64_t t0, enc_ns = 0, dec_ns = 0;
+	uint8_t *dst = calloc(MEM_PAGES, PG);
+	struct rx r = { .mem = dst };
+	static const struct proto_page_sink sink = { rx_base, rx_page };
+
+	proto_buf_init(&out);
+	memset(dst, 1, (size_t)MEM_PAGES * PG); /* fault memory in before timing */
+	for (uint64_t g = 0; g < MEM_PAGES; g += BATCH) { /* and the encoder's cache */
+		for (int i = 0; i < BATCH; i++) {
+			gfns[i] = g + (uint64_t)i;
+			ptrs[i] = dst + gfns[i] * PG;
+		}
+		proto_buf_reset(&out);
+		if (proto_pages_encode(e, gfns, ptrs, BATCH, &out, NULL))
+			abort();
+	}
+	proto_page_enc_reset(e);
+	for (int round = 0; round < 2; round++) {
+		if (round)  /* second pass: small edits, xor against the cache */
+			for (size_t g = 0; g < MEM_PAGES; g++)
+				mem[g * PG + rnd() % PG] ^= 0x5a;
+		for (uint64_t g = 0; g < MEM_PAGES; g += BATCH) {
+			for (int i = 0; i < BATCH; i++) {
+				gfns[i] = g + (uint64_t)i;
+				ptrs[i] = mem + gfns[i] * PG;
+			}
+			proto_buf_reset(&out);
+			t0 = now_ns();
+			if (proto_pages_encode(e, gfns, ptrs, BATCH, &out, round ? &st : NULL))
+				abort();
+			enc_ns += now_ns() - t0;
+			t0 = now_ns();
+			if (proto_pages_decode(out.data + PROTO_HDR_BYTES, out.len - PROTO_HDR_BYTES,
+					       MEM_PAGES, &sink, &r, NULL))
+				abort();
+			dec_ns += now_ns() - t0;
+		}
+		if (!round) {
+			printf("codec, mixture first pass (zero/text/random/text, no cache hits): "
+			       "encode %.0f MiB/s, decode %.0f MiB/s\n",
+			       64 / (enc_ns / 1e9), 64 / (dec_ns / 1e9));
+			enc_ns = dec_ns = 0;
+		}
+	}
+	printf("codec, second pass (one byte changed per page, xor vs 64 MiB cache): "
+	       "ratio %.1fx (%llu xor, %llu zero, %llu raw), encode %.0f MiB/s, decode %.0f MiB/s\n",
+	       (double)st.bytes_in / (double)st.bytes_out, (unsigned long long)st.nxor,
+	       (unsigned long long)st.nzero, (unsigned long long)st.nraw, 64 / (enc_ns / 1e9),
+	       64 / (dec_ns / 1e9));
+	printf("codec check: receiver copy %s\n",
+	       memcmp(dst, mem, (size_t)MEM_PAGES * PG) ? "DIFFERS" : "identical");
+	proto_buf_fini(&out);
+	proto_page_enc_free(e);
+	free(dst);
+}
+
+int main(int argc, char **argv)
+{
+	char dir[] = "/tmp/understudy-bench-XXXXXX", cmd[256], c[4][300];
+	struct net_config tcp = { .transport = NET_TCP, .insecure = true };
+	struct net_config stls = { .transport = NET_TLS }, ctls;
+	uint8_t *mem = malloc((size_t)MEM_PAGES * PG);
+	double raw, mcp, r_tcp, r_tls, r_tcpz, r_tlsz, wz = 0;
+
+	(void)argc;
+	(void)argv;
+	log_set_level(LOG_ERROR);
+	if (!mem || !mkdtemp(dir))
+		return 1;
+	snprintf(cmd, sizeof(cmd), "tests/mkcerts.sh %s >/dev/null", dir);
+	if (system(cmd)) {
+		fprintf(stderr, "tests/mkcerts.sh failed: run from the repository root\n");
+		return 1;
+	}
+	snprintf(c[0], 300, "%s/server.pem", dir);
+	snprintf(c[1], 300, "%s/server.key", dir);
+	snprintf(c[2], 300, "%s/ca.pem", dir);
+	snprintf(c[3], 300, "%s/client.pem", dir);
+	stls.cert = c[0];
+	stls.key = c[1];
+	stls.ca = c[2];
+	ctls = stls;
+	ctls.cert = c[3];
+	snprintf(c[1], 300, "%s/server.key", dir);
+	static char ckey[300];
+	snprintf(ckey, sizeof(ckey), "%s/client.key", dir);
+	ctls.key = ckey;
+
+	printf("loopback page stream, %zu MiB per run, batches of %d pages, 2 threads\n",
+	       TOTAL_BYTES >> 20, BATCH);
+	fill_pages(mem, MEM_PAGES, 0);
+	mcp = memcpy_rate(mem);
+	raw = raw_blast(mem);
+	r_tcp = run_stream(&tcp, &tcp, mem, PROTO_PAGE_NO_COMPRESS, NULL);
+	r_tls = run_stream(&stls, &ctls, mem, PROTO_PAGE_NO_COMPRESS, NULL);
+	printf("memcpy                     %8.0f MiB/s\n", mcp);
+	printf("raw socket blast           %8.0f MiB/s   (reference)\n", raw);
+	printf("net TCP, random pages raw  %8.0f MiB/s   ratio %.2f of raw socket (goal >= 0.70)\n",
+	       r_tcp, r_tcp / raw);
+	printf("net TLS, random pages raw  %8.0f MiB/s   ratio %.2f of raw socket (goal >= 0.50)\n",
+	       r_tls, r_tls / raw);
+	fill_pages(mem, MEM_PAGES, 1);
+	r_tcpz = run_stream(&tcp, &tcp, mem, 0, &wz);
+	r_tlsz = run_stream(&stls, &ctls, mem, 0, NULL);
+	printf("net TCP, mixture, lz4      %8.0f MiB/s of pages, wire ratio %.1fx, %.2f of raw socket\n",
+	       r_tcpz, wz, r_tcpz / raw);
+	printf("net TLS, mixture, lz4      %8.0f MiB/s of pages, %.2f of raw socket\n", r_tlsz,
+	       r_tlsz / raw);
+	codec_bench(mem);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd))
+		return 1;
+	free(mem);
+	return (r_tcp > 0 && r_tls > 0 && r_tcpz > 0 && r_tlsz > 0) ? 0 : 1;
+}

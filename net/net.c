@@ -1,0 +1,790 @@
+/* Socket transports (TCP, TLS 1.3) on a libev loop. See net/net.h. */
+#include "net/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#define TAG "net"
+#define RBUF_BYTES (256 * 1024)
+#define TBUF_BYTES (64 * 1024)
+#define SOCKBUF_DEFAULT (4 * 1024 * 1024)
+#define WRITEV_MAX 64
+
+struct seg {
+	const uint8_t *base;
+	size_t len;
+	void *cookie;
+	bool last; /* last segment of a net_send(): completes the cookie */
+};
+
+struct net_conn {
+	struct ev_loop *loop;
+	ev_io rio, wio;
+	int fd;
+	SSL *ssl;
+	bool connecting, handshaking, dead, freeing;
+	int busy;                     /* callbacks on the stack */
+	struct net_listener *listener; /* set while a server handshake runs */
+	struct net_conn *hs_next, *hs_prev;
+	const struct net_conn_ops *ops;
+	void *ctx;
+	struct seg *q;                /* send queue [qhead, qtail) */
+	size_t qhead, qtail, qcap;
+	size_t queued;
+	uint8_t *rbuf;
+	uint8_t *tbuf;                /* TLS staging: [toff, tlen) not yet taken */
+	size_t toff, tlen;
+	char peer[64];
+};
+
+struct net_listener {
+	struct ev_loop *loop;
+	ev_io io;
+	int fd;
+	int port;
+	struct net_config cfg;
+	SSL_CTX *ssl_ctx;
+	net_accept_fn fn;
+	void *ctx;
+	struct net_conn *hs_head;     /* connections in their handshake */
+};
+
+static void conn_fail(struct net_conn *c, int reason);
+static void conn_flush(struct net_conn *c);
+
+/* ---- TLS contexts ----------------------------------------------------------- */
+
+static void log_ssl_errors(const char *what, const char *peer)
+{
+	unsigned long e;
+	char buf[256];
+	bool any = false;
+
+	while ((e = ERR_get_error())) {
+		ERR_error_string_n(e, buf, sizeof(buf));
+		log_error(TAG, "%s %s: %s", what, peer, buf);
+		any = true;
+	}
+	if (!any)
+		log_error(TAG, "%s %s failed", what, peer);
+}
+
+/* TLS 1.3 only; both sides present a certificate and verify the peer's
+ * against cfg->ca (the server requires one from the client). */
+static SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server)
+{
+	SSL_CTX *ctx;
+
+	/* A client without a certificate is allowed here so that the server's
+	 * refusal can be tested; the server always requires one. */
+	if (!cfg->ca || (server && (!cfg->cert || !cfg->key)) || (!cfg->cert != !cfg->key)) {
+		log_error(TAG, "TLS needs --tls-cert, --tls-key and --tls-ca (or --insecure)");
+		return NULL;
+	}
+	ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+	if (!ctx)
+		goto err;
+	if (!SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) ||
+	    !SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION))
+		goto err_ctx;
+	if (cfg->cert && (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1 ||
+			  SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) != 1 ||
+			  SSL_CTX_check_private_key(ctx) != 1))
+		goto err_ctx;
+	if (SSL_CTX_load_verify_locations(ctx, cfg->ca, NULL) != 1)
+		goto err_ctx;
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
+			   NULL);
+	SSL_CTX_set_num_tickets(ctx, 0);
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE);
+	return ctx;
+
+err_ctx:
+	SSL_CTX_free(ctx);
+err:
+	log_ssl_errors("TLS setup with", cfg->cert ? cfg->cert : cfg->ca);
+	return NULL;
+}
+
+static int check_config(const struct net_config *cfg)
+{
+	switch (cfg->transport) {
+	case NET_TLS:
+		return 0;
+	case NET_TCP:
+		if (!cfg->insecure) {
+			log_error(TAG, "plaintext TCP refused without --insecure");
+			return -EPERM;
+		}
+		log_warn(TAG, "INSECURE: plaintext TCP, no authentication, no encryption");
+		return 0;
+	case NET_RDMA:
+		log_error(TAG, "RDMA transport not implemented in this build");
+		return -ENOTSUP;
+	}
+	return -EINVAL;
+}
+
+/* ---- addresses and sockets -------------------------------------------------- */
+
+static int resolve(const char *host_port, struct sockaddr_storage *ss, socklen_t *sslen)
+{
+	char host[256];
+	const char *colon = strrchr(host_port, ':');
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai;
+	size_t hlen;
+	int r;
+
+	if (!colon || colon == host_port)
+		return -EINVAL;
+	hlen = (size_t)(colon - host_port);
+	if (hlen >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, host_port, hlen);
+	host[hlen] = 0;
+	r = getaddrinfo(host, colon + 1, &hints, &ai);
+	if (r) {
+		log_error(TAG, "cannot resolve %s: %s", host_port, gai_strerror(r));
+		return -EHOSTUNREACH;
+	}
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*sslen = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static void set_sockopts(int fd, const struct net_config *cfg)
+{
+	int one = 1, buf = cfg->sockbuf_bytes ? cfg->sockbuf_bytes : SOCKBUF_DEFAULT;
+
+	/* Best effort: the kernel caps buffers at net.core.[rw]mem_max. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+/* ---- connection objects ----------------------------------------------------- */
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+
+static struct net_conn *conn_new(struct ev_loop *loop, int fd, SSL_CTX *ssl_ctx)
+{
+	struct net_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->loop = loop;
+	c->fd = fd;
+	c->rbuf = malloc(RBUF_BYTES);
+	if (!c->rbuf)
+		goto err_conn;
+	if (ssl_ctx) {
+		c->tbuf = malloc(TBUF_BYTES);
+		c->ssl = SSL_new(ssl_ctx);
+		if (!c->tbuf || !c->ssl || SSL_set_fd(c->ssl, fd) != 1)
+			goto err_ssl;
+		c->handshaking = true;
+	}
+	ev_io_init(&c->rio, on_io, fd, EV_READ);
+	ev_io_init(&c->wio, on_io, fd, EV_WRITE);
+	c->rio.data = c;
+	c->wio.data = c;
+	return c;
+
+err_ssl:
+	SSL_free(c->ssl);
+	free(c->tbuf);
+	free(c->rbuf);
+err_conn:
+	free(c);
+	return NULL;
+}
+
+static void hs_unlink(struct net_conn *c)
+{
+	struct net_listener *l = c->listener;
+
+	if (!l)
+		return;
+	if (c->hs_prev)
+		c->hs_prev->hs_next = c->hs_next;
+	else
+		l->hs_head = c->hs_next;
+	if (c->hs_next)
+		c->hs_next->hs_prev = c->hs_prev;
+	c->listener = NULL;
+	c->hs_next = c->hs_prev = NULL;
+}
+
+static void conn_free(struct net_conn *c)
+{
+	ev_io_stop(c->loop, &c->rio);
+	ev_io_stop(c->loop, &c->wio);
+	hs_unlink(c);
+	SSL_free(c->ssl);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->q);
+	free(c->tbuf);
+	free(c->rbuf);
+	free(c);
+}
+
+/* Frees now, or when the outermost callback on the stack returns. */
+static void conn_release(struct net_conn *c)
+{
+	c->freeing = true;
+	hs_unlink(c);
+	ev_io_stop(c->loop, &c->rio);
+	ev_io_stop(c->loop, &c->wio);
+	if (!c->busy)
+		conn_free(c);
+}
+
+static void conn_fail(struct net_conn *c, int reason)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	c->busy++;
+	ev_io_stop(c->loop, &c->rio);
+	ev_io_stop(c->loop, &c->wio);
+	while (c->qhead < c->qtail) {
+		struct seg s = c->q[c->qhead++];
+
+		if (s.last && c->ops && c->ops->sent)
+			c->ops->sent(c, s.cookie, reason ? reason : -ECONNRESET, c->ctx);
+	}
+	c->queued = 0;
+	if (c->ops && c->ops->closed && !c->freeing)
+		c->ops->closed(c, reason, c->ctx);
+	c->busy--;
+	conn_release(c);
+}
+
+void net_close(struct net_conn *c)
+{
+	if (!c || c->freeing)
+		return;
+	/* Best effort close_notify, so the peer sees a clean close (reason 0). */
+	if (c->ssl && !c->dead && !c->connecting && !c->handshaking)
+		SSL_shutdown(c->ssl);
+	c->dead = true;
+	c->ops = NULL;
+	conn_release(c);
+}
+
+void net_conn_set_ops(struct net_conn *c, const struct net_conn_ops *ops, void *ctx)
+{
+	c->ops = ops;
+	c->ctx = ctx;
+}
+
+size_t net_queued_bytes(const struct net_conn *c)
+{
+	return c->queued;
+}
+
+const char *net_peer_name(const struct net_conn *c)
+{
+	return c->peer;
+}
+
+static bool conn_ready(const struct net_conn *c)
+{
+	return !c->connecting && !c->handshaking && !c->dead;
+}
+
+int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cookie)
+{
+	size_t need, total = 0;
+	int n = 0;
+
+	if (c->dead)
+		return -ENOTCONN;
+	if (iovcnt <= 0)
+		return -EINVAL;
+	if (c->qhead == c->qtail)
+		c->qhead = c->qtail = 0;
+	need = c->qtail + (size_t)iovcnt;
+	if (need > c->qcap) {
+		size_t cap = c->qcap ? c->qcap : 64;
+		struct seg *q;
+
+		while (cap < need)
+			cap *= 2;
+		q = realloc(c->q, cap * sizeof(*q));
+		if (!q)
+			return -ENOMEM;
+		c->q = q;
+		c->qcap = cap;
+	}
+	for (int i = 0; i < iovcnt; i++) {
+		if (!iov[i].iov_len && i != iovcnt - 1)
+			continue;
+		c->q[c->qtail + n] = (struct seg){ iov[i].iov_base, iov[i].iov_len, cookie, false };
+		total += iov[i].iov_len;
+		n++;
+	}
+	c->q[c->qtail + n - 1].last = true;
+	c->qtail += (size_t)n;
+	c->queued += total;
+	/* Written from the loop, so sent() never runs inside net_send(). */
+	if (conn_ready(c))
+		ev_io_start(c->loop, &c->wio);
+	return 0;
+}
+
+/* Consumes n bytes from the head of the queue, completing finished sends. */
+static void queue_consume(struct net_conn *c, size_t n, bool count)
+{
+	while (c->qhead < c->qtail && !c->dead) {
+		struct seg *s = &c->q[c->qhead];
+		size_t take = n < s->len ? n : s->len;
+
+		s->base += take;
+		s->len -= take;
+		n -= take;
+		if (count)
+			c->queued -= take;
+		if (s->len)
+			break;
+		c->qhead++;
+		if (s->last && c->ops && c->ops->sent)
+			c->ops->sent(c, s->cookie, 0, c->ctx); /* may queue more or close */
+		if (!n && (c->qhead == c->qtail || c->q[c->qhead].len))
+			break;
+	}
+}
+
+static int flush_tcp(struct net_conn *c)
+{
+	struct iovec iov[WRITEV_MAX];
+	ssize_t n;
+	int cnt;
+
+	while (c->qhead < c->qtail && !c->dead) {
+		cnt = 0;
+		for (size_t i = c->qhead; i < c->qtail && cnt < WRITEV_MAX; i++) {
+			iov[cnt].iov_base = (void *)c->q[i].base;
+			iov[cnt++].iov_len = c->q[i].len;
+		}
+		n = writev(c->fd, iov, cnt);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return errno == EAGAIN ? -EAGAIN : 0;
+			return -errno;
+		}
+		queue_consume(c, (size_t)n, true);
+	}
+	return 0;
+}
+
+/* Returns 0, -EAGAIN when the socket is full, or a fatal -errno. */
+static int ssl_result(struct net_conn *c, int ret, const char *what)
+{
+	int e = SSL_get_error(c->ssl, ret);
+
+	switch (e) {
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		return -EAGAIN;
+	case SSL_ERROR_ZERO_RETURN:
+		return -EPIPE;
+	case SSL_ERROR_SYSCALL:
+		if (ERR_peek_error())
+			break;
+		return errno ? -errno : -ECONNRESET;
+	default:
+		if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+			log_error(TAG, "%s %s: connection closed without TLS close_notify", what,
+				  c->peer);
+			ERR_clear_error();
+			return -ECONNRESET;
+		}
+		break;
+	}
+	log_ssl_errors(what, c->peer);
+	return -EPROTO;
+}
+
+static int flush_tls(struct net_conn *c)
+{
+	int n;
+
+	for (;;) {
+		if (c->toff == c->tlen) {
+			/* Refill the staging buffer; sends complete as they are copied. */
+			c->toff = c->tlen = 0;
+			while (c->qhead < c->qtail && c->tlen < TBUF_BYTES && !c->dead) {
+				struct seg *s = &c->q[c->qhead];
+				size_t take = TBUF_BYTES - c->tlen;
+
+				if (take > s->len)
+					take = s->len;
+				memcpy(c->tbuf + c->tlen, s->base, take);
+				c->tlen += take;
+				queue_consume(c, take, false);
+			}
+			if (c->dead || !c->tlen)
+				return 0;
+		}
+		ERR_clear_error();
+		n = SSL_write(c->ssl, c->tbuf + c->toff, (int)(c->tlen - c->toff));
+		if (n <= 0)
+			return ssl_result(c, n, "TLS write to");
+		c->toff += (size_t)n;
+		c->queued -= (size_t)n;
+	}
+}
+
+static void conn_flush(struct net_conn *c)
+{
+	int r = c->ssl ? flush_tls(c) : flush_tcp(c);
+
+	if (c->dead)
+		return;
+	if (r == -EAGAIN) {
+		ev_io_start(c->loop, &c->wio);
+	} else if (r) {
+		log_error(TAG, "send to %s: %s", c->peer, strerror(-r));
+		conn_fail(c, r);
+	} else if (!c->queued) {
+		ev_io_stop(c->loop, &c->wio);
+	}
+}
+
+static void conn_read(struct net_conn *c)
+{
+	ssize_t n;
+	int r;
+
+	for (int i = 0; i < 64 && !c->dead; i++) {
+		if (c->ssl) {
+			ERR_clear_error();
+			n = SSL_read(c->ssl, c->rbuf, RBUF_BYTES);
+			if (n <= 0) {
+				r = ssl_result(c, (int)n, "TLS read from");
+				if (r == -EAGAIN)
+					return;
+				conn_fail(c, r == -EPIPE ? 0 : r);
+				return;
+			}
+		} else {
+			n = read(c->fd, c->rbuf, RBUF_BYTES);
+			if (n < 0) {
+				if (errno == EAGAIN || errno == EINTR)
+					return;
+				conn_fail(c, -errno);
+				return;
+			}
+			if (n == 0) {
+				conn_fail(c, 0);
+				return;
+			}
+		}
+		if (c->ops && c->ops->recv)
+			c->ops->recv(c, c->rbuf, (size_t)n, c->ctx);
+		/* TLS: records already decrypted inside OpenSSL raise no event. */
+		if (!c->ssl && (size_t)n < RBUF_BYTES)
+			return;
+	}
+	if (c->ssl && !c->dead && SSL_pending(c->ssl))
+		ev_feed_event(c->loop, &c->rio, EV_READ);
+}
+
+static void conn_established(struct net_conn *c)
+{
+	struct net_listener *l = c->listener;
+
+	if (l) {
+		hs_unlink(c);
+		l->fn(l, c, l->ctx);
+		if (c->freeing)
+			return;
+		if (!c->ops)
+			log_warn(TAG, "accepted %s without callbacks", c->peer);
+	} else if (c->ops && c->ops->connected) {
+		c->ops->connected(c, c->ctx);
+	}
+	if (!c->dead && c->qhead < c->qtail)
+		ev_io_start(c->loop, &c->wio);
+}
+
+static void conn_handshake(struct net_conn *c)
+{
+	int r;
+
+	ERR_clear_error();
+	r = SSL_do_handshake(c->ssl);
+	if (r == 1) {
+		c->handshaking = false;
+		ev_io_stop(c->loop, &c->wio);
+		log_debug(TAG, "TLS 1.3 with %s: %s", c->peer, SSL_get_cipher(c->ssl));
+		conn_established(c);
+		return;
+	}
+	r = ssl_result(c, r, "TLS handshake with");
+	if (r == -EAGAIN) {
+		if (SSL_want_write(c->ssl))
+			ev_io_start(c->loop, &c->wio);
+		else
+			ev_io_stop(c->loop, &c->wio);
+		return;
+	}
+	if (SSL_get_verify_result(c->ssl) != X509_V_OK)
+		log_error(TAG, "TLS peer %s: certificate rejected: %s", c->peer,
+			  X509_verify_cert_error_string(SSL_get_verify_result(c->ssl)));
+	conn_fail(c, r == -EPIPE ? -ECONNRESET : -EPROTO);
+}
+
+static void conn_connecting(struct net_conn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err) {
+		log_error(TAG, "connect to %s: %s", c->peer, strerror(err));
+		conn_fail(c, -err);
+		return;
+	}
+	c->connecting = false;
+	ev_io_start(c->loop, &c->rio);
+	if (c->ssl) {
+		conn_handshake(c);
+		return;
+	}
+	ev_io_stop(c->loop, &c->wio);
+	conn_established(c);
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct net_conn *c = w->data;
+
+	(void)loop;
+	c->busy++;
+	if (c->connecting)
+		conn_connecting(c);
+	else if (c->handshaking)
+		conn_handshake(c);
+	else {
+		if (revents & EV_READ)
+			conn_read(c);
+		if (!c->dead && (revents & EV_WRITE || c->qhead < c->qtail))
+			conn_flush(c);
+	}
+	c->busy--;
+	if (c->freeing && !c->busy)
+		conn_free(c);
+}
+
+/* ---- connect ---------------------------------------------------------------- */
+
+int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
+		const struct net_conn_ops *ops, void *ctx, struct net_conn **out)
+{
+	struct sockaddr_storage ss;
+	SSL_CTX *ssl_ctx = NULL;
+	struct net_conn *c;
+	socklen_t sslen;
+	char host[256];
+	int fd, r;
+
+	r = check_config(cfg);
+	if (r)
+		return r;
+	r = resolve(host_port, &ss, &sslen);
+	if (r)
+		return r;
+	if (cfg->transport == NET_TLS) {
+		ssl_ctx = tls_ctx_new(cfg, false);
+		if (!ssl_ctx)
+			return -EINVAL;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		r = -errno;
+		goto err_ctx;
+	}
+	set_sockopts(fd, cfg);
+	c = conn_new(loop, fd, ssl_ctx);
+	if (!c) {
+		r = -ENOMEM;
+		goto err_fd;
+	}
+	snprintf(c->peer, sizeof(c->peer), "%s", host_port);
+	if (c->ssl) {
+		/* Verify the server's name or address against its certificate. */
+		snprintf(host, sizeof(host), "%.*s", (int)(strrchr(host_port, ':') - host_port),
+			 host_port);
+		X509_VERIFY_PARAM *vp = SSL_get0_param(c->ssl);
+
+		if (X509_VERIFY_PARAM_set1_ip_asc(vp, host) != 1 &&
+		    (X509_VERIFY_PARAM_set1_host(vp, host, 0) != 1 ||
+		     SSL_set_tlsext_host_name(c->ssl, host) != 1)) {
+			r = -EINVAL;
+			goto err_conn;
+		}
+		SSL_set_connect_state(c->ssl);
+	}
+	SSL_CTX_free(ssl_ctx); /* the SSL holds its own reference */
+	ssl_ctx = NULL;
+	c->ops = ops;
+	c->ctx = ctx;
+	c->connecting = true;
+	if (connect(fd, (struct sockaddr *)&ss, sslen) < 0 && errno != EINPROGRESS) {
+		r = -errno;
+		log_error(TAG, "connect to %s: %s", host_port, strerror(-r));
+		goto err_conn;
+	}
+	ev_io_start(loop, &c->wio); /* writable = connect finished */
+	*out = c;
+	return 0;
+
+err_conn:
+	conn_free(c);
+	fd = -1;
+err_fd:
+	if (fd >= 0)
+		close(fd);
+err_ctx:
+	SSL_CTX_free(ssl_ctx);
+	return r;
+}
+
+/* ---- listen ----------------------------------------------------------------- */
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct net_listener *l = w->data;
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss);
+	char addr[INET6_ADDRSTRLEN] = "?";
+	struct net_conn *c;
+	int fd;
+
+	(void)revents;
+	fd = accept4(l->fd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0) {
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			log_error(TAG, "accept: %s", strerror(errno));
+		return;
+	}
+	set_sockopts(fd, &l->cfg);
+	c = conn_new(loop, fd, l->ssl_ctx);
+	if (!c) {
+		log_error(TAG, "accept: out of memory");
+		close(fd);
+		return;
+	}
+	if (ss.ss_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, addr, sizeof(addr));
+	else if (ss.ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, addr, sizeof(addr));
+	snprintf(c->peer, sizeof(c->peer), "%s:%u", addr,
+		 ntohs(((struct sockaddr_in *)&ss)->sin_port));
+	c->listener = l;
+	ev_io_start(loop, &c->rio);
+	if (!c->ssl) {
+		conn_established(c);
+		return;
+	}
+	c->hs_next = l->hs_head;
+	if (l->hs_head)
+		l->hs_head->hs_prev = c;
+	l->hs_head = c;
+	SSL_set_accept_state(c->ssl);
+}
+
+int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
+	       net_accept_fn fn, void *ctx, struct net_listener **out)
+{
+	struct sockaddr_storage ss;
+	struct net_listener *l;
+	socklen_t sslen;
+	int one = 1, r;
+
+	r = check_config(cfg);
+	if (r)
+		return r;
+	r = resolve(host_port, &ss, &sslen);
+	if (r)
+		return r;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->loop = loop;
+	l->cfg = *cfg;
+	l->fn = fn;
+	l->ctx = ctx;
+	if (cfg->transport == NET_TLS) {
+		l->ssl_ctx = tls_ctx_new(cfg, true);
+		if (!l->ssl_ctx) {
+			r = -EINVAL;
+			goto err_l;
+		}
+	}
+	l->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0) {
+		r = -errno;
+		goto err_ctx;
+	}
+	setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	set_sockopts(l->fd, cfg); /* inherited by accepted sockets, before the handshake */
+	if (bind(l->fd, (struct sockaddr *)&ss, sslen) < 0 || listen(l->fd, 16) < 0) {
+		r = -errno;
+		log_error(TAG, "listen on %s: %s", host_port, strerror(-r));
+		goto err_fd;
+	}
+	sslen = sizeof(ss);
+	getsockname(l->fd, (struct sockaddr *)&ss, &sslen);
+	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	ev_io_init(&l->io, on_accept, l->fd, EV_READ);
+	l->io.data = l;
+	ev_io_start(loop, &l->io);
+	*out = l;
+	return 0;
+
+err_fd:
+	close(l->fd);
+err_ctx:
+	SSL_CTX_free(l->ssl_ctx);
+err_l:
+	free(l);
+	return r;
+}
+
+int net_listener_port(const struct net_listener *l)
+{
+	return l->port;
+}
+
+void net_listener_close(struct net_listener *l)
+{
+	if (!l)
+		return;
+	ev_io_stop(l->loop, &l->io);
+	while (l->hs_head)
+		net_close(l->hs_head); /* unlinks itself */
+	close(l->fd);
+	SSL_CTX_free(l->ssl_ctx);
+	free(l);
+}

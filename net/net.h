@@ -1,0 +1,95 @@
+/* net: moves bytes between the two agents on a libev loop. It knows nothing
+ * of frames or checkpoints; the layers above never see a socket.
+ *
+ * Transports: TLS 1.3 with mutual certificate authentication (the default),
+ * plain TCP (only with insecure = true, logged as a warning). RDMA is
+ * declared but not implemented yet: net_listen/net_connect return -ENOTSUP.
+ *
+ * Ownership of sent data: net_send() queues the caller's iovec *bases*
+ * (the iovec array itself is copied). The bytes must stay valid and
+ * unchanged until the sent() callback fires for that cookie:
+ *  - TCP: no copy, the queue is written with writev() straight from the
+ *    caller's buffers; sent() fires once the kernel has taken every byte.
+ *  - TLS: bytes are copied into a 64 KiB staging buffer that SSL_write
+ *    encrypts (one copy, inherent to encryption); sent() fires once copied.
+ * net_queued_bytes() counts bytes not yet taken by the kernel (staging
+ * included): the layer above uses it for backpressure.
+ *
+ * Callbacks run on the loop's thread. From inside any callback the caller
+ * may call net_send() and net_close() on the same connection.
+ */
+#ifndef US_NET_H
+#define US_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+#include <ev.h>
+
+#include "kmod/log.h"
+
+enum net_transport {
+	NET_TLS = 0, /* default */
+	NET_TCP,     /* plaintext: requires insecure = true */
+	NET_RDMA,    /* libfabric; not implemented yet */
+};
+
+struct net_config {
+	enum net_transport transport;
+	const char *cert, *key, *ca; /* PEM files, TLS only */
+	bool insecure;               /* allow plaintext (NET_TCP) */
+	const char *rdma_provider;   /* libfabric provider, e.g. "tcp;ofi_rxm" */
+	int sockbuf_bytes;           /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
+};
+
+struct net_conn;
+struct net_listener;
+
+struct net_conn_ops {
+	/* net_connect() only: the connection is up (TLS: handshake done and the
+	 * server certificate verified). Sends queued before run now. With TLS
+	 * 1.3 the server checks the client certificate after the client's
+	 * handshake ends, so a refused client sees connected() then closed(). */
+	void (*connected)(struct net_conn *c, void *ctx);
+	/* A chunk of the byte stream; data is valid only during the call. */
+	void (*recv)(struct net_conn *c, const void *data, size_t len, void *ctx);
+	/* The buffers of the net_send() with this cookie are released.
+	 * status 0, or -errno when the connection died first. */
+	void (*sent)(struct net_conn *c, void *cookie, int status, void *ctx);
+	/* The connection is gone: reason 0 if the peer closed cleanly, else
+	 * -errno (-ECONNREFUSED, -ECONNRESET, -EPROTO for a TLS failure...).
+	 * Every pending send has been completed first; the conn is freed when
+	 * this returns. Not called after net_close(). */
+	void (*closed)(struct net_conn *c, int reason, void *ctx);
+};
+
+/* An accepted connection (TLS: after the handshake and the client
+ * certificate check). Call net_conn_set_ops() before returning, or
+ * net_close(). */
+typedef void (*net_accept_fn)(struct net_listener *l, struct net_conn *c, void *ctx);
+
+/* host_port: "HOST:PORT", port 0 picks a free port (see net_listener_port). */
+int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
+	       net_accept_fn fn, void *ctx, struct net_listener **out) US_MUST_CHECK;
+int net_listener_port(const struct net_listener *l);
+/* Stops listening; connections still in their handshake are dropped,
+ * accepted ones live on. */
+void net_listener_close(struct net_listener *l);
+
+/* Starts a non-blocking connect; ops->connected or ops->closed follows. */
+int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
+		const struct net_conn_ops *ops, void *ctx, struct net_conn **out) US_MUST_CHECK;
+void net_conn_set_ops(struct net_conn *c, const struct net_conn_ops *ops, void *ctx);
+
+/* Queues iov[0..iovcnt) as one send; cookie comes back in ops->sent.
+ * -ENOTCONN once the connection is dead. */
+int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cookie) US_MUST_CHECK;
+size_t net_queued_bytes(const struct net_conn *c);
+/* "HOST:PORT" of the peer, for log lines. */
+const char *net_peer_name(const struct net_conn *c);
+/* Closes at once: unsent data is dropped without sent() callbacks (the
+ * caller owns its buffers again on return), closed() is not called. */
+void net_close(struct net_conn *c);
+
+#endif

@@ -1,0 +1,194 @@
+/* proto: the only code that knows the byte layout on the wire.
+ *
+ * Frame = 16-byte header + payload, all integers little-endian:
+ *   u32 magic 'USTD' | u16 version | u16 type | u32 payload length | u32 crc32c(payload)
+ * Control frames carry one protobuf-c message (proto/understudy.proto);
+ * PROTO_T_PAGES frames carry a page batch (layout below), not protobuf.
+ *
+ * Page batch payload:
+ *   u32 count | u32 flags (0) | count x { u64 gfn | u8 encoding | u32 length | length bytes }
+ * Encodings per 4 KiB page: ZERO (length 0), RAW (4096), LZ4 (lz4 block of
+ * the page), XOR (lz4 block of page XOR the last copy of that gfn the sender
+ * sent on this connection; the receiver supplies that copy as the base).
+ */
+#ifndef US_PROTO_H
+#define US_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "kmod/log.h"
+#include "proto/understudy.pb-c.h"
+
+#define PROTO_MAGIC       0x44545355u /* "USTD" little-endian */
+#define PROTO_VERSION     1
+#define PROTO_HDR_BYTES   16
+#define PROTO_PAGE_BYTES  4096
+/* Default payload limit of a decoder: a batch of 1024 raw pages + headers. */
+#define PROTO_MAX_PAYLOAD_DEFAULT (1024u * (PROTO_PAGE_BYTES + 13) + 8)
+/* Hard limit on the entries of one page batch. */
+#define PROTO_PAGES_MAX_COUNT 65536u
+
+/* Capability bits carried in Hello.capabilities. */
+#define PROTO_CAP_LZ4   (1ull << 0)
+#define PROTO_CAP_XOR   (1ull << 1)
+#define PROTO_CAP_RDMA  (1ull << 2)
+
+enum proto_type {
+	PROTO_T_HELLO = 1,
+	PROTO_T_EPOCH_BEGIN,
+	PROTO_T_VCPU_STATE,
+	PROTO_T_DEVICE_STATE,
+	PROTO_T_EPOCH_END,
+	PROTO_T_ACK,
+	PROTO_T_HEARTBEAT,
+	PROTO_T_FENCE,
+	PROTO_T_ERROR,
+	PROTO_T_MIGRATION_START,
+	PROTO_T_MIGRATION_DONE,
+	PROTO_T_SECTION,
+	PROTO_T_MSG_LAST = PROTO_T_SECTION,
+	PROTO_T_PAGES = 32,
+};
+
+enum proto_page_encoding {
+	PROTO_PAGE_ZERO = 0,
+	PROTO_PAGE_RAW = 1,
+	PROTO_PAGE_LZ4 = 2,
+	PROTO_PAGE_XOR = 3,
+};
+
+/* ---- crc32c (Castagnoli) ------------------------------------------------ */
+
+/* SSE4.2 crc32 instruction when the CPU has it (checked at run time),
+ * table otherwise. crc is the running value: start with 0. */
+uint32_t proto_crc32c(uint32_t crc, const void *data, size_t len);
+/* The table path whatever the CPU (tests compare both). */
+uint32_t proto_crc32c_sw(uint32_t crc, const void *data, size_t len);
+
+/* ---- growable byte buffer ---------------------------------------------- */
+
+struct proto_buf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+};
+
+void proto_buf_init(struct proto_buf *b);
+void proto_buf_fini(struct proto_buf *b);
+/* Makes room for extra more bytes after len. */
+int proto_buf_reserve(struct proto_buf *b, size_t extra) US_MUST_CHECK;
+int proto_buf_append(struct proto_buf *b, const void *data, size_t len) US_MUST_CHECK;
+static inline void proto_buf_reset(struct proto_buf *b) { b->len = 0; }
+
+/* ---- frames ------------------------------------------------------------- */
+
+struct proto_frame {
+	uint16_t type;
+	uint32_t len;
+	const uint8_t *payload; /* valid only during the callback */
+};
+
+const char *proto_type_name(uint16_t type);
+bool proto_type_known(uint16_t type);
+
+/* Appends a complete frame (header + copy of payload) to out. */
+int proto_frame_append(struct proto_buf *out, uint16_t type, const void *payload,
+		       size_t len) US_MUST_CHECK;
+/* Two-step framing without a copy: begin reserves the header at *hdr_off,
+ * the caller appends the payload to out, end fills in length and crc. */
+int proto_frame_begin(struct proto_buf *out, uint16_t type, size_t *hdr_off) US_MUST_CHECK;
+int proto_frame_end(struct proto_buf *out, size_t hdr_off) US_MUST_CHECK;
+/* Writes a header for a payload the caller holds elsewhere (scatter send). */
+void proto_frame_header(uint8_t hdr[PROTO_HDR_BYTES], uint16_t type, const void *payload,
+			uint32_t len);
+
+/* Appends a frame holding one protobuf-c message of the given type. */
+int proto_msg_pack(struct proto_buf *out, uint16_t type, const ProtobufCMessage *msg) US_MUST_CHECK;
+/* Unpacks the payload of a verified frame; -EBADMSG if it is not a valid
+ * message of that type, -EPROTOTYPE if type is not a message type.
+ * Free *msg with proto_msg_free(). */
+int proto_msg_unpack(uint16_t type, const void *payload, size_t len,
+		     ProtobufCMessage **msg) US_MUST_CHECK;
+void proto_msg_free(ProtobufCMessage *msg);
+
+/* Incremental decoder: feed byte chunks as they arrive, complete verified
+ * frames come out of the callback. A frame is delivered only after its magic,
+ * version, type, length limit and crc32c have been checked; nothing of a bad
+ * frame is delivered. The first error is sticky: every later feed returns it
+ * (the connection must be closed). Errors:
+ *   -EPROTO bad magic, -EPROTONOSUPPORT wrong version, -EPROTOTYPE unknown
+ *   type, -EMSGSIZE length over max_payload, -EBADMSG crc mismatch,
+ *   or what the callback returned (non-zero stops decoding). */
+typedef int (*proto_frame_fn)(void *ctx, const struct proto_frame *f);
+
+struct proto_dec {
+	uint8_t hdr[PROTO_HDR_BYTES];
+	size_t hdr_have;
+	uint8_t *payload;
+	size_t payload_cap;
+	size_t payload_have;
+	uint32_t max_payload;
+	int err;
+	uint64_t nframes;
+};
+
+void proto_dec_init(struct proto_dec *d, uint32_t max_payload);
+void proto_dec_fini(struct proto_dec *d);
+int proto_dec_feed(struct proto_dec *d, const void *data, size_t len, proto_frame_fn fn,
+		   void *ctx) US_MUST_CHECK;
+/* True when the decoder holds part of a frame (a stream ending here is truncated). */
+bool proto_dec_partial(const struct proto_dec *d);
+const char *proto_strerror(int err);
+
+/* ---- page batches -------------------------------------------------------- */
+
+#define PROTO_PAGE_NO_COMPRESS 0x1u /* raw and zero pages only, no cache */
+
+struct proto_page_stats {
+	uint64_t npages;
+	uint64_t nzero, nraw, nlz4, nxor;
+	uint64_t bytes_in;  /* npages * 4096 */
+	uint64_t bytes_out; /* payload bytes produced, headers included */
+};
+
+/* Sender state. The cache of sent pages is direct-mapped by gfn:
+ * cache_mb MiB of page copies plus 8 bytes of tag per 4 KiB slot (0.2%).
+ * Two gfns that share a slot evict each other; a miss costs only ratio
+ * (the page is sent LZ4 or raw). Each encoded page costs one 4 KiB copy into
+ * the cache. cache_mb = 0 disables XOR delta. */
+struct proto_page_enc;
+
+struct proto_page_enc *proto_page_enc_new(size_t cache_mb, unsigned flags);
+void proto_page_enc_free(struct proto_page_enc *e);
+/* Forget every cached page: call at each new connection (the new receiver
+ * knows nothing about what was sent before). */
+void proto_page_enc_reset(struct proto_page_enc *e);
+
+/* Appends one complete PROTO_T_PAGES frame holding n pages to out.
+ * st (may be NULL) is accumulated into. */
+int proto_pages_encode(struct proto_page_enc *e, const uint64_t *gfns, const void *const *pages,
+		       size_t n, struct proto_buf *out, struct proto_page_stats *st) US_MUST_CHECK;
+
+/* Receiver side. base() returns the receiver's latest copy of gfn (what it
+ * last received for it, including earlier pages of this batch), or NULL if it
+ * has none (the batch is then invalid). page() gets each decoded page, in
+ * order; a non-zero return stops decoding and is returned. */
+struct proto_page_sink {
+	const void *(*base)(void *ctx, uint64_t gfn);
+	int (*page)(void *ctx, uint64_t gfn, const void *data);
+};
+
+/* Decodes the payload of a PROTO_T_PAGES frame. Checks the count, every
+ * length, every gfn (< max_gfn) and that each page decompresses to exactly
+ * 4096 bytes. The structure of the whole batch is checked before the first
+ * page is delivered; a decompression error can still stop it part-way, so on
+ * any error (-EBADMSG) the caller discards the whole batch. *npages (may be
+ * NULL) gets the entry count. */
+int proto_pages_decode(const void *payload, size_t len, uint64_t max_gfn,
+		       const struct proto_page_sink *sink, void *ctx, size_t *npages) US_MUST_CHECK;
+
+#endif

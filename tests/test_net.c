@@ -1,0 +1,577 @@
+/* net/: TCP and TLS transports on 127.0.0.1, certificate rejection cases,
+ * and a large verified page transfer (proto/ frames over net/). */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "net/net.h"
+#include "proto/proto.h"
+
+#define PG PROTO_PAGE_BYTES
+
+static char cert_dir[256];
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	uint64_t x = rng_state;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return rng_state = x;
+}
+
+static char *cert(const char *name)
+{
+	static char paths[16][PATH_MAX];
+	static int next;
+	char *p = paths[next++ % 16];
+
+	snprintf(p, PATH_MAX, "%s/%s", cert_dir, name);
+	return p;
+}
+
+static int setup(void **state)
+{
+	const char *env = getenv("TEST_SEED");
+	char cmd[PATH_MAX * 2];
+
+	(void)state;
+	rng_state = env ? strtoull(env, NULL, 0) : (now_ns() | 1);
+	printf("test_net seed: 0x%llx (TEST_SEED to replay)\n", (unsigned long long)rng_state);
+	snprintf(cert_dir, sizeof(cert_dir), "/tmp/understudy-certs-XXXXXX");
+	if (!mkdtemp(cert_dir))
+		return -1;
+	snprintf(cmd, sizeof(cmd), "tests/mkcerts.sh %s >/dev/null", cert_dir);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "tests/mkcerts.sh failed (run from the repository root)\n");
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[PATH_MAX + 16];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", cert_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static struct net_config tls_cfg(const char *crt, const char *key, const char *ca)
+{
+	return (struct net_config){ .transport = NET_TLS, .cert = crt ? cert(crt) : NULL,
+				    .key = key ? cert(key) : NULL, .ca = cert(ca) };
+}
+
+static const struct net_config tcp_cfg = { .transport = NET_TCP, .insecure = true };
+
+/* ---- a small peer: counts events, collects bytes ----------------------------- */
+
+struct peer {
+	struct net_conn *conn;
+	int accepted, connected, closed, sent, sent_err;
+	int close_reason;
+	struct proto_buf rx;
+	const struct net_conn_ops *ops;
+};
+
+static void p_connected(struct net_conn *c, void *ctx)
+{
+	(void)c;
+	((struct peer *)ctx)->connected++;
+}
+
+static void p_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct peer *p = ctx;
+
+	(void)c;
+	assert_int_equal(proto_buf_append(&p->rx, data, len), 0);
+}
+
+static void p_sent(struct net_conn *c, void *cookie, int status, void *ctx)
+{
+	struct peer *p = ctx;
+
+	(void)c;
+	(void)cookie;
+	if (status)
+		p->sent_err++;
+	else
+		p->sent++;
+}
+
+static void p_closed(struct net_conn *c, int reason, void *ctx)
+{
+	struct peer *p = ctx;
+
+	(void)c;
+	p->closed++;
+	p->close_reason = reason;
+	p->conn = NULL;
+}
+
+static const struct net_conn_ops peer_ops = { p_connected, p_recv, p_sent, p_closed };
+
+static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
+{
+	struct peer *p = ctx;
+
+	(void)l;
+	p->accepted++;
+	p->conn = c;
+	net_conn_set_ops(c, p->ops ? p->ops : &peer_ops, p);
+}
+
+/* Runs the loop until *flag becomes non-zero or timeout_ms passes. */
+static void run_until(struct ev_loop *loop, const int *flag, int timeout_ms)
+{
+	uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000;
+
+	while (!*flag && now_ns() < end) {
+		ev_run(loop, EVRUN_NOWAIT);
+		if (!*flag)
+			usleep(100);
+	}
+}
+
+static void run_for(struct ev_loop *loop, int ms)
+{
+	int never = 0;
+
+	run_until(loop, &never, ms);
+}
+
+struct pair {
+	struct ev_loop *loop;
+	struct net_listener *l;
+	struct peer srv, cli;
+	char addr[64];
+};
+
+static void pair_open(struct pair *pr, const struct net_config *scfg, const struct net_config *ccfg)
+{
+	memset(pr, 0, sizeof(*pr));
+	pr->loop = ev_loop_new(EVFLAG_AUTO);
+	assert_non_null(pr->loop);
+	proto_buf_init(&pr->srv.rx);
+	proto_buf_init(&pr->cli.rx);
+	assert_int_equal(net_listen(pr->loop, scfg, "127.0.0.1:0", on_accept, &pr->srv, &pr->l), 0);
+	snprintf(pr->addr, sizeof(pr->addr), "127.0.0.1:%d", net_listener_port(pr->l));
+	assert_int_equal(net_connect(pr->loop, ccfg, pr->addr, &peer_ops, &pr->cli, &pr->cli.conn), 0);
+}
+
+static void pair_close(struct pair *pr)
+{
+	if (pr->cli.conn)
+		net_close(pr->cli.conn);
+	if (pr->srv.conn)
+		net_close(pr->srv.conn);
+	net_listener_close(pr->l);
+	ev_loop_destroy(pr->loop);
+	proto_buf_fini(&pr->srv.rx);
+	proto_buf_fini(&pr->cli.rx);
+}
+
+/* A working connection: bytes both ways, completions, clean close. */
+static void exchange(const struct net_config *scfg, const struct net_config *ccfg)
+{
+	static char big[3 << 20];
+	struct pair pr;
+	struct iovec iov[3];
+
+	pair_open(&pr, scfg, ccfg);
+	/* Queued before the connection is up: sent once it is. */
+	iov[0] = (struct iovec){ "hello ", 6 };
+	iov[1] = (struct iovec){ "", 0 };
+	iov[2] = (struct iovec){ "world", 5 };
+	assert_int_equal(net_send(pr.cli.conn, iov, 3, NULL), 0);
+	assert_int_equal(net_queued_bytes(pr.cli.conn), 11);
+	run_until(pr.loop, &pr.cli.connected, 5000);
+	assert_int_equal(pr.cli.connected, 1);
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (char)rnd();
+	iov[0] = (struct iovec){ big, sizeof(big) };
+	assert_int_equal(net_send(pr.cli.conn, iov, 1, big), 0);
+	for (int i = 0; i < 200 && pr.srv.rx.len < 11 + sizeof(big); i++)
+		run_for(pr.loop, 25);
+	assert_int_equal(pr.srv.accepted, 1);
+	assert_int_equal(pr.srv.rx.len, 11 + sizeof(big));
+	assert_memory_equal(pr.srv.rx.data, "hello world", 11);
+	assert_memory_equal(pr.srv.rx.data + 11, big, sizeof(big));
+	assert_int_equal(pr.cli.sent, 2);
+	assert_int_equal(net_queued_bytes(pr.cli.conn), 0);
+	/* Reply, then the server closes: the client sees reason 0. */
+	iov[0] = (struct iovec){ "bye", 3 };
+	assert_int_equal(net_send(pr.srv.conn, iov, 1, NULL), 0);
+	run_until(pr.loop, &pr.srv.sent, 2000);
+	net_close(pr.srv.conn);
+	pr.srv.conn = NULL;
+	run_until(pr.loop, &pr.cli.closed, 5000);
+	assert_int_equal(pr.cli.closed, 1);
+	assert_int_equal(pr.cli.close_reason, 0);
+	assert_int_equal(pr.cli.rx.len, 3);
+	pair_close(&pr);
+}
+
+static void test_tcp_exchange(void **state)
+{
+	(void)state;
+	exchange(&tcp_cfg, &tcp_cfg);
+}
+
+static void test_tls_exchange(void **state)
+{
+	struct net_config s = tls_cfg("server.pem", "server.key", "ca.pem");
+	struct net_config c = tls_cfg("client.pem", "client.key", "ca.pem");
+
+	(void)state;
+	exchange(&s, &c);
+}
+
+static void test_config_checks(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_config plain = { .transport = NET_TCP };
+	struct net_config rdma = { .transport = NET_RDMA, .insecure = true };
+	struct net_config nocert = { .transport = NET_TLS };
+	struct net_listener *l;
+	struct net_conn *c;
+
+	(void)state;
+	assert_int_equal(net_listen(loop, &plain, "127.0.0.1:0", on_accept, NULL, &l), -EPERM);
+	assert_int_equal(net_connect(loop, &plain, "127.0.0.1:1", &peer_ops, NULL, &c), -EPERM);
+	assert_int_equal(net_listen(loop, &rdma, "127.0.0.1:0", on_accept, NULL, &l), -ENOTSUP);
+	assert_int_equal(net_listen(loop, &nocert, "127.0.0.1:0", on_accept, NULL, &l), -EINVAL);
+	assert_int_equal(net_listen(loop, &tcp_cfg, "nonsense", on_accept, NULL, &l), -EINVAL);
+	ev_loop_destroy(loop);
+}
+
+static void test_connect_refused(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_listener *l;
+	struct peer p = { 0 };
+	char addr[64];
+
+	(void)state;
+	/* Find a free port, then close it. */
+	assert_int_equal(net_listen(loop, &tcp_cfg, "127.0.0.1:0", on_accept, NULL, &l), 0);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+	net_listener_close(l);
+	assert_int_equal(net_connect(loop, &tcp_cfg, addr, &peer_ops, &p, &p.conn), 0);
+	run_until(loop, &p.closed, 5000);
+	assert_int_equal(p.closed, 1);
+	assert_int_equal(p.close_reason, -ECONNREFUSED);
+	assert_int_equal(p.connected, 0);
+	ev_loop_destroy(loop);
+}
+
+/* A connection that must be refused: the server never accepts, the client's
+ * connection dies with an error, no application bytes get through. */
+static void expect_rejected(const struct net_config *scfg, const struct net_config *ccfg)
+{
+	struct pair pr;
+	struct iovec iov = { "secret", 6 };
+
+	pair_open(&pr, scfg, ccfg);
+	assert_int_equal(net_send(pr.cli.conn, &iov, 1, NULL), 0);
+	run_until(pr.loop, &pr.cli.closed, 5000);
+	run_for(pr.loop, 100);
+	assert_int_equal(pr.cli.closed, 1);
+	assert_true(pr.cli.close_reason < 0);
+	assert_int_equal(pr.srv.accepted, 0);
+	assert_int_equal(pr.srv.rx.len, 0);
+	pair_close(&pr);
+}
+
+static void test_tls_rejections(void **state)
+{
+	struct net_config srv = tls_cfg("server.pem", "server.key", "ca.pem");
+	struct net_config cli = tls_cfg("client.pem", "client.key", "ca.pem");
+	struct net_config c, s;
+
+	(void)state;
+	/* Client trusts another CA: server certificate rejected. */
+	c = tls_cfg("client.pem", "client.key", "other-ca.pem");
+	expect_rejected(&srv, &c);
+	/* Client cert from an unrelated CA: rejected by the server. */
+	c = tls_cfg("other.pem", "other.key", "ca.pem");
+	expect_rejected(&srv, &c);
+	/* No client certificate. */
+	c = tls_cfg(NULL, NULL, "ca.pem");
+	expect_rejected(&srv, &c);
+	/* Expired server certificate; expired client certificate. */
+	s = tls_cfg("expired.pem", "expired.key", "ca.pem");
+	expect_rejected(&s, &cli);
+	c = tls_cfg("expired.pem", "expired.key", "ca.pem");
+	expect_rejected(&srv, &c);
+	/* Plaintext client against a TLS listener. */
+	expect_rejected(&srv, &tcp_cfg);
+}
+
+/* TLS client against a plaintext server that talks first: handshake fails. */
+static void test_tls_against_plaintext(void **state)
+{
+	struct net_config cli = tls_cfg("client.pem", "client.key", "ca.pem");
+	struct pair pr;
+	struct iovec iov = { "not a tls server hello, just bytes\n", 35 };
+
+	(void)state;
+	pair_open(&pr, &tcp_cfg, &cli);
+	run_until(pr.loop, &pr.srv.accepted, 5000);
+	assert_int_equal(net_send(pr.srv.conn, &iov, 1, NULL), 0);
+	run_until(pr.loop, &pr.cli.closed, 5000);
+	assert_int_equal(pr.cli.closed, 1);
+	assert_int_equal(pr.cli.connected, 0);
+	assert_true(pr.cli.close_reason < 0);
+	pair_close(&pr);
+}
+
+/* ---- large verified page transfer ----------------------------------------- */
+
+#define MEM_PAGES 16384          /* 64 MiB guest */
+#define ROUNDS 4                 /* 4 x 64 MiB = 256 MiB of pages */
+#define BATCH 256
+#define NBUF 16
+
+struct xfer {
+	struct pair pr;
+	uint8_t *src, *dst;
+	struct proto_page_enc *enc;
+	struct proto_page_stats st;
+	struct proto_buf bufs[NBUF];
+	bool busy[NBUF];
+	int round;
+	uint64_t next_gfn, pages_rx;
+	bool end_sent;
+	int done, failed;
+	struct proto_dec dec;
+	uint64_t max_queued;
+};
+
+static void mutate(uint8_t *src, int round)
+{
+	for (uint64_t g = 0; g < MEM_PAGES; g++) {
+		uint8_t *p = src + g * PG;
+		uint64_t k = (g * 0x9E3779B97F4A7C15ull + (uint64_t)round) >> 60;
+
+		if (k < 3) {
+			memset(p, 0, PG);
+		} else if (k < 7) {
+			for (int i = 0; i < PG; i += 8) {
+				uint64_t v = rnd();
+				memcpy(p + i, &v, 8);
+			}
+		} else if (k < 11) {
+			for (int i = 0; i < PG; i++)
+				p[i] = (uint8_t)("epoch page text "[(i + g) % 16]);
+			p[rnd() % PG] = (uint8_t)round;
+		} else {
+			for (int i = 0; i < 4; i++)
+				p[rnd() % PG] ^= (uint8_t)(1 + rnd() % 255);
+		}
+	}
+}
+
+static void pump(struct xfer *x)
+{
+	uint64_t gfns[BATCH];
+	const void *ptrs[BATCH];
+	struct iovec iov;
+
+	while (!x->end_sent && x->pr.cli.conn && net_queued_bytes(x->pr.cli.conn) < (16u << 20)) {
+		int b = -1;
+
+		for (int i = 0; i < NBUF; i++)
+			if (!x->busy[i]) {
+				b = i;
+				break;
+			}
+		if (b < 0)
+			return;
+		proto_buf_reset(&x->bufs[b]);
+		if (x->round == ROUNDS) {
+			Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
+			uint32_t crc = proto_crc32c(0, x->src, (size_t)MEM_PAGES * PG);
+
+			ee.epoch = ROUNDS;
+			ee.npages = (uint64_t)ROUNDS * MEM_PAGES;
+			ee.digest = (ProtobufCBinaryData){ 4, (uint8_t *)&crc };
+			assert_int_equal(proto_msg_pack(&x->bufs[b], PROTO_T_EPOCH_END, &ee.base), 0);
+			x->end_sent = true;
+		} else {
+			if (x->next_gfn == 0)
+				mutate(x->src, x->round);
+			for (int i = 0; i < BATCH; i++) {
+				gfns[i] = x->next_gfn + (uint64_t)i;
+				ptrs[i] = x->src + gfns[i] * PG;
+			}
+			assert_int_equal(proto_pages_encode(x->enc, gfns, ptrs, BATCH, &x->bufs[b], &x->st), 0);
+			x->next_gfn += BATCH;
+			if (x->next_gfn == MEM_PAGES) {
+				x->next_gfn = 0;
+				x->round++;
+			}
+		}
+		x->busy[b] = true;
+		iov = (struct iovec){ x->bufs[b].data, x->bufs[b].len };
+		assert_int_equal(net_send(x->pr.cli.conn, &iov, 1, &x->busy[b]), 0);
+		if (net_queued_bytes(x->pr.cli.conn) > x->max_queued)
+			x->max_queued = net_queued_bytes(x->pr.cli.conn);
+	}
+}
+
+static void x_connected(struct net_conn *c, void *ctx)
+{
+	struct xfer *x = (struct xfer *)((char *)ctx - offsetof(struct xfer, pr.cli));
+
+	(void)c;
+	x->pr.cli.connected++;
+	pump(x);
+}
+
+static void x_sent(struct net_conn *c, void *cookie, int status, void *ctx)
+{
+	struct xfer *x = (struct xfer *)((char *)ctx - offsetof(struct xfer, pr.cli));
+
+	(void)c;
+	assert_int_equal(status, 0);
+	*(bool *)cookie = false;
+	pump(x);
+}
+
+static const void *x_base(void *ctx, uint64_t gfn)
+{
+	return ((struct xfer *)ctx)->dst + gfn * PG;
+}
+
+static int x_page(void *ctx, uint64_t gfn, const void *data)
+{
+	struct xfer *x = ctx;
+
+	memcpy(x->dst + gfn * PG, data, PG);
+	x->pages_rx++;
+	return 0;
+}
+
+static int x_frame(void *ctx, const struct proto_frame *f)
+{
+	static const struct proto_page_sink sink = { x_base, x_page };
+	struct xfer *x = ctx;
+	ProtobufCMessage *m;
+	Understudy__EpochEnd *ee;
+	uint32_t crc;
+
+	if (f->type == PROTO_T_PAGES)
+		return proto_pages_decode(f->payload, f->len, MEM_PAGES, &sink, x, NULL);
+	assert_int_equal(f->type, PROTO_T_EPOCH_END);
+	assert_int_equal(proto_msg_unpack(f->type, f->payload, f->len, &m), 0);
+	ee = (Understudy__EpochEnd *)m;
+	crc = proto_crc32c(0, x->dst, (size_t)MEM_PAGES * PG);
+	assert_int_equal(ee->npages, x->pages_rx);
+	assert_int_equal(ee->digest.len, 4);
+	assert_memory_equal(ee->digest.data, &crc, 4);
+	proto_msg_free(m);
+	x->done = 1;
+	return 0;
+}
+
+static void x_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct xfer *x = (struct xfer *)((char *)ctx - offsetof(struct xfer, pr.srv));
+
+	(void)c;
+	if (proto_dec_feed(&x->dec, data, len, x_frame, x))
+		x->failed = x->done = 1;
+}
+
+static const struct net_conn_ops x_cli_ops = { x_connected, NULL, x_sent, p_closed };
+static const struct net_conn_ops x_srv_ops = { NULL, x_recv, NULL, p_closed };
+
+static void transfer(const struct net_config *scfg, const struct net_config *ccfg, unsigned flags,
+		     size_t cache_mb, const char *what)
+{
+	struct xfer *x = calloc(1, sizeof(*x));
+	uint64_t t0 = now_ns();
+	double s;
+
+	assert_non_null(x);
+	x->src = calloc(MEM_PAGES, PG);
+	x->dst = calloc(MEM_PAGES, PG);
+	x->enc = proto_page_enc_new(cache_mb, flags);
+	assert_true(x->src && x->dst && x->enc);
+	proto_dec_init(&x->dec, 0);
+	for (int i = 0; i < NBUF; i++)
+		proto_buf_init(&x->bufs[i]);
+	memset(&x->pr, 0, sizeof(x->pr));
+	x->pr.loop = ev_loop_new(EVFLAG_AUTO);
+	x->pr.srv.ops = &x_srv_ops;
+	assert_int_equal(net_listen(x->pr.loop, scfg, "127.0.0.1:0", on_accept, &x->pr.srv, &x->pr.l), 0);
+	snprintf(x->pr.addr, sizeof(x->pr.addr), "127.0.0.1:%d", net_listener_port(x->pr.l));
+	assert_int_equal(net_connect(x->pr.loop, ccfg, x->pr.addr, &x_cli_ops, &x->pr.cli,
+				     &x->pr.cli.conn), 0);
+	while (!x->done && !x->pr.srv.closed && !x->pr.cli.closed && now_ns() - t0 < 40000000000ull)
+		ev_run(x->pr.loop, EVRUN_ONCE);
+	s = (double)(now_ns() - t0) / 1e9;
+	printf("%s: %llu pages (%.0f MiB) in %.2f s, %.0f MiB/s of pages, wire %.0f MiB, "
+	       "zero %llu raw %llu lz4 %llu xor %llu, max queued %.1f MiB\n", what,
+	       (unsigned long long)x->pages_rx, x->pages_rx * 4096.0 / 1048576, s,
+	       x->pages_rx * 4096.0 / 1048576 / s, x->st.bytes_out / 1048576.0,
+	       (unsigned long long)x->st.nzero, (unsigned long long)x->st.nraw,
+	       (unsigned long long)x->st.nlz4, (unsigned long long)x->st.nxor,
+	       x->max_queued / 1048576.0);
+	assert_int_equal(x->failed, 0);
+	assert_int_equal(x->done, 1);
+	assert_int_equal(x->pages_rx, (uint64_t)ROUNDS * MEM_PAGES);
+	assert_memory_equal(x->src, x->dst, (size_t)MEM_PAGES * PG);
+	pair_close(&x->pr);
+	for (int i = 0; i < NBUF; i++)
+		proto_buf_fini(&x->bufs[i]);
+	proto_dec_fini(&x->dec);
+	proto_page_enc_free(x->enc);
+	free(x->src);
+	free(x->dst);
+	free(x);
+}
+
+static void test_transfer_tcp(void **state)
+{
+	(void)state;
+	transfer(&tcp_cfg, &tcp_cfg, PROTO_PAGE_NO_COMPRESS, 0, "tcp raw");
+}
+
+static void test_transfer_tls(void **state)
+{
+	struct net_config s = tls_cfg("server.pem", "server.key", "ca.pem");
+	struct net_config c = tls_cfg("client.pem", "client.key", "ca.pem");
+
+	(void)state;
+	transfer(&s, &c, 0, 64, "tls lz4+xor");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_config_checks),
+		cmocka_unit_test(test_connect_refused),
+		cmocka_unit_test(test_tcp_exchange),
+		cmocka_unit_test(test_tls_exchange),
+		cmocka_unit_test(test_tls_rejections),
+		cmocka_unit_test(test_tls_against_plaintext),
+		cmocka_unit_test(test_transfer_tcp),
+		cmocka_unit_test(test_transfer_tls),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,488 @@
+/* proto/: crc32c, frames, message round trips, decoder errors, page batches. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "proto/proto.h"
+
+#define PG PROTO_PAGE_BYTES
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	uint64_t x = rng_state;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return rng_state = x;
+}
+
+static void fill_random(void *p, size_t len)
+{
+	uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)rnd();
+}
+
+static int setup_seed(void **state)
+{
+	const char *env = getenv("TEST_SEED");
+
+	(void)state;
+	rng_state = env ? strtoull(env, NULL, 0) : (now_ns() | 1);
+	printf("test_proto seed: 0x%llx (TEST_SEED to replay)\n", (unsigned long long)rng_state);
+	return 0;
+}
+
+/* ---- crc32c -------------------------------------------------------------- */
+
+static void test_crc32c(void **state)
+{
+	uint8_t buf[1000];
+
+	(void)state;
+	/* RFC 3720 B.4 check value. */
+	assert_int_equal(proto_crc32c(0, "123456789", 9), 0xe3069283);
+	assert_int_equal(proto_crc32c_sw(0, "123456789", 9), 0xe3069283);
+	memset(buf, 0, 32);
+	assert_int_equal(proto_crc32c(0, buf, 32), 0x8a9136aa);
+	fill_random(buf, sizeof(buf));
+	for (size_t off = 0; off < 9; off++)
+		for (size_t len = 0; len < 300; len += 7)
+			assert_int_equal(proto_crc32c(0, buf + off, len),
+					 proto_crc32c_sw(0, buf + off, len));
+	/* Incremental == one shot. */
+	assert_int_equal(proto_crc32c(proto_crc32c(0, buf, 333), buf + 333, 667),
+			 proto_crc32c(0, buf, 1000));
+}
+
+/* ---- frames and messages ------------------------------------------------- */
+
+struct collect {
+	int n;
+	uint16_t types[64];
+	struct proto_buf payloads[64];
+};
+
+static int collect_frame(void *ctx, const struct proto_frame *f)
+{
+	struct collect *c = ctx;
+
+	assert_true(c->n < 64);
+	c->types[c->n] = f->type;
+	proto_buf_init(&c->payloads[c->n]);
+	assert_int_equal(proto_buf_append(&c->payloads[c->n], f->payload, f->len), 0);
+	c->n++;
+	return 0;
+}
+
+static void collect_free(struct collect *c)
+{
+	for (int i = 0; i < c->n; i++)
+		proto_buf_fini(&c->payloads[i]);
+	c->n = 0;
+}
+
+/* Feeds buf to a fresh decoder in random chunk sizes. */
+static int feed_chunked(const uint8_t *buf, size_t len, struct collect *c, uint32_t max)
+{
+	struct proto_dec d;
+	size_t off = 0, chunk;
+	int r = 0;
+
+	proto_dec_init(&d, max);
+	while (off < len && !r) {
+		chunk = 1 + rnd() % 97;
+		if (rnd() % 4 == 0)
+			chunk = len - off;
+		if (chunk > len - off)
+			chunk = len - off;
+		r = proto_dec_feed(&d, buf + off, chunk, collect_frame, c);
+		off += chunk;
+	}
+	if (!r && proto_dec_partial(&d))
+		r = -EPIPE;
+	proto_dec_fini(&d);
+	return r;
+}
+
+static void test_msg_roundtrip(void **state)
+{
+	uint8_t digest[32], blob[3000];
+	Understudy__Hello hello = UNDERSTUDY__HELLO__INIT;
+	Understudy__EpochBegin eb = UNDERSTUDY__EPOCH_BEGIN__INIT;
+	Understudy__VcpuState vs = UNDERSTUDY__VCPU_STATE__INIT;
+	Understudy__DeviceState ds = UNDERSTUDY__DEVICE_STATE__INIT;
+	Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
+	Understudy__Ack ack = UNDERSTUDY__ACK__INIT;
+	Understudy__Heartbeat hb = UNDERSTUDY__HEARTBEAT__INIT;
+	Understudy__Fence fence = UNDERSTUDY__FENCE__INIT;
+	Understudy__Error error = UNDERSTUDY__ERROR__INIT;
+	Understudy__MigrationStart ms = UNDERSTUDY__MIGRATION_START__INIT;
+	Understudy__MigrationDone md = UNDERSTUDY__MIGRATION_DONE__INIT;
+	Understudy__Section sec = UNDERSTUDY__SECTION__INIT;
+	const ProtobufCMessage *msgs[] = {
+		&hello.base, &eb.base, &vs.base, &ds.base, &ee.base, &ack.base,
+		&hb.base, &fence.base, &error.base, &ms.base, &md.base, &sec.base,
+	};
+	struct proto_buf out;
+	struct collect c = { 0 };
+
+	(void)state;
+	fill_random(digest, sizeof(digest));
+	fill_random(blob, sizeof(blob));
+	hello.protocol_version = PROTO_VERSION;
+	hello.role = UNDERSTUDY__ROLE__ROLE_PRIMARY;
+	hello.config_digest = (ProtobufCBinaryData){ sizeof(digest), digest };
+	hello.config_digest64 = rnd();
+	hello.capabilities = PROTO_CAP_LZ4 | PROTO_CAP_XOR;
+	eb.epoch = rnd();
+	vs.epoch = eb.epoch;
+	vs.id = 3;
+	vs.state = (ProtobufCBinaryData){ sizeof(blob), blob };
+	ds.id = 7;
+	ds.name = "serial0";
+	ds.state = (ProtobufCBinaryData){ 100, blob + 5 };
+	ee.epoch = eb.epoch;
+	ee.npages = 12345;
+	ee.digest = (ProtobufCBinaryData){ sizeof(digest), digest };
+	ack.epoch = eb.epoch;
+	hb.seq = 42;
+	hb.time_ns = now_ns();
+	fence.epoch = 9;
+	fence.reason = "peer silent";
+	error.code = -EBADMSG;
+	error.text = "bad frame";
+	ms.mem_bytes = 1ull << 30;
+	ms.rounds_max = 30;
+	md.epoch = 77;
+	md.round = 5;
+	md.digest = (ProtobufCBinaryData){ 16, digest };
+	sec.name = "pit";
+	sec.version = 2;
+	sec.data = (ProtobufCBinaryData){ 64, blob };
+
+	proto_buf_init(&out);
+	for (int t = 1; t <= PROTO_T_MSG_LAST; t++)
+		assert_int_equal(proto_msg_pack(&out, (uint16_t)t, msgs[t - 1]), 0);
+	/* Wrong type for a message is refused. */
+	assert_int_equal(proto_msg_pack(&out, PROTO_T_ACK, &hello.base), -EINVAL);
+	assert_int_equal(feed_chunked(out.data, out.len, &c, 0), 0);
+	assert_int_equal(c.n, PROTO_T_MSG_LAST);
+	for (int t = 1; t <= PROTO_T_MSG_LAST; t++) {
+		ProtobufCMessage *m;
+		uint8_t a[4096], b[4096];
+
+		assert_int_equal(c.types[t - 1], t);
+		assert_int_equal(proto_msg_unpack((uint16_t)t, c.payloads[t - 1].data,
+						  c.payloads[t - 1].len, &m), 0);
+		assert_ptr_equal(m->descriptor, msgs[t - 1]->descriptor);
+		/* Re-packing gives the same bytes: every field survived. */
+		assert_int_equal(protobuf_c_message_pack(m, a), protobuf_c_message_pack(msgs[t - 1], b));
+		assert_memory_equal(a, b, protobuf_c_message_get_packed_size(m));
+		proto_msg_free(m);
+	}
+	{
+		Understudy__Hello *h;
+		ProtobufCMessage *m;
+
+		assert_int_equal(proto_msg_unpack(PROTO_T_HELLO, c.payloads[0].data, c.payloads[0].len, &m), 0);
+		h = (Understudy__Hello *)m;
+		assert_int_equal(h->config_digest64, hello.config_digest64);
+		assert_memory_equal(h->config_digest.data, digest, sizeof(digest));
+		proto_msg_free(m);
+	}
+	/* Garbage is -EBADMSG (0xff... is an invalid varint/tag stream). */
+	{
+		uint8_t junk[16];
+		ProtobufCMessage *m;
+
+		memset(junk, 0xff, sizeof(junk));
+		assert_int_equal(proto_msg_unpack(PROTO_T_HELLO, junk, sizeof(junk), &m), -EBADMSG);
+		assert_null(m);
+		assert_int_equal(proto_msg_unpack(PROTO_T_PAGES, junk, 1, &m), -EPROTOTYPE);
+	}
+	collect_free(&c);
+	proto_buf_fini(&out);
+}
+
+static void build_two_frames(struct proto_buf *out)
+{
+	uint8_t payload[300];
+
+	fill_random(payload, sizeof(payload));
+	proto_buf_init(out);
+	assert_int_equal(proto_frame_append(out, PROTO_T_SECTION, payload, sizeof(payload)), 0);
+	assert_int_equal(proto_frame_append(out, PROTO_T_ACK, payload, 10), 0);
+}
+
+/* Corrupts the second frame and checks only the first is delivered. */
+static void expect_error(void (*corrupt)(uint8_t *hdr, uint8_t *payload), int err, uint32_t max)
+{
+	struct proto_buf out;
+	struct collect c = { 0 };
+	size_t second = PROTO_HDR_BYTES + 300;
+
+	build_two_frames(&out);
+	corrupt(out.data + second, out.data + second + PROTO_HDR_BYTES);
+	assert_int_equal(feed_chunked(out.data, out.len, &c, max), err);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(c.types[0], PROTO_T_SECTION);
+	collect_free(&c);
+	proto_buf_fini(&out);
+}
+
+static void bad_magic(uint8_t *h, uint8_t *p) { (void)p; h[0] ^= 1; }
+static void bad_version(uint8_t *h, uint8_t *p) { (void)p; h[4] = 9; }
+static void bad_type(uint8_t *h, uint8_t *p) { (void)p; h[6] = 200; }
+static void bad_len(uint8_t *h, uint8_t *p) { (void)p; h[11] = 0x7f; }
+static void bad_crc(uint8_t *h, uint8_t *p) { (void)h; p[3] ^= 0x10; }
+
+static void test_frame_errors(void **state)
+{
+	struct proto_buf out;
+	struct collect c = { 0 };
+	struct proto_dec d;
+
+	(void)state;
+	expect_error(bad_magic, -EPROTO, 0);
+	expect_error(bad_version, -EPROTONOSUPPORT, 0);
+	expect_error(bad_type, -EPROTOTYPE, 0);
+	expect_error(bad_len, -EMSGSIZE, 0);
+	expect_error(bad_crc, -EBADMSG, 0);
+
+	/* A limit below the first frame's size: nothing at all delivered. */
+	build_two_frames(&out);
+	assert_int_equal(feed_chunked(out.data, out.len, &c, 299), -EMSGSIZE);
+	assert_int_equal(c.n, 0);
+
+	/* Truncated stream: the partial frame is held, never delivered. */
+	proto_dec_init(&d, 0);
+	assert_int_equal(proto_dec_feed(&d, out.data, out.len - 1, collect_frame, &c), 0);
+	assert_int_equal(c.n, 1);
+	assert_true(proto_dec_partial(&d));
+	/* Errors are sticky. */
+	proto_dec_fini(&d);
+	proto_dec_init(&d, 0);
+	out.data[0] ^= 0xff;
+	assert_int_equal(proto_dec_feed(&d, out.data, 4, collect_frame, &c), 0);
+	assert_int_equal(proto_dec_feed(&d, out.data + 4, 12, collect_frame, &c), -EPROTO);
+	out.data[0] ^= 0xff;
+	assert_int_equal(proto_dec_feed(&d, out.data, out.len, collect_frame, &c), -EPROTO);
+	assert_int_equal(c.n, 1);
+	proto_dec_fini(&d);
+	collect_free(&c);
+	proto_buf_fini(&out);
+}
+
+/* ---- pages ---------------------------------------------------------------- */
+
+#define NGFN 512
+
+struct mem {
+	uint8_t *pages; /* receiver's copy, NGFN pages */
+	uint64_t max_gfn;
+	int delivered;
+};
+
+static const void *mem_base(void *ctx, uint64_t gfn)
+{
+	struct mem *m = ctx;
+
+	return m->pages + gfn * PG;
+}
+
+static int mem_page(void *ctx, uint64_t gfn, const void *data)
+{
+	struct mem *m = ctx;
+
+	assert_true(gfn < m->max_gfn);
+	memcpy(m->pages + gfn * PG, data, PG);
+	m->delivered++;
+	return 0;
+}
+
+static const struct proto_page_sink mem_sink = { mem_base, mem_page };
+
+/* Decodes the single PAGES frame in out into m. */
+static int decode_frame(const struct proto_buf *out, struct mem *m)
+{
+	struct collect c = { 0 };
+	int r;
+
+	assert_int_equal(feed_chunked(out->data, out->len, &c, 64u << 20), 0);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(c.types[0], PROTO_T_PAGES);
+	r = proto_pages_decode(c.payloads[0].data, c.payloads[0].len, m->max_gfn, &mem_sink, m, NULL);
+	collect_free(&c);
+	return r;
+}
+
+static void text_page(uint8_t *p)
+{
+	static const char *const words[] = { "checkpoint ", "epoch ", "the ", "guest ", "page ", "\n" };
+	size_t off = 0;
+
+	while (off < PG) {
+		const char *w = words[rnd() % 6];
+		size_t n = strlen(w);
+
+		if (n > PG - off)
+			n = PG - off;
+		memcpy(p + off, w, n);
+		off += n;
+	}
+}
+
+static void run_pages(unsigned flags, size_t cache_mb)
+{
+	uint8_t *src = calloc(NGFN, PG);
+	struct mem m = { calloc(NGFN, PG), NGFN, 0 };
+	struct proto_page_enc *e = proto_page_enc_new(cache_mb, flags);
+	struct proto_page_stats st = { 0 };
+	uint64_t gfns[64];
+	const void *ptrs[64];
+	struct proto_buf out;
+
+	assert_non_null(e);
+	proto_buf_init(&out);
+	for (int round = 0; round < 6; round++) {
+		for (int i = 0; i < 64; i++) {
+			uint64_t gfn = rnd() % NGFN;
+			uint8_t *p = src + gfn * PG;
+
+			switch (rnd() % 5) {
+			case 0: memset(p, 0, PG); break;                 /* zero */
+			case 1: fill_random(p, PG); break;               /* incompressible */
+			case 2: text_page(p); break;                      /* compressible */
+			default:                                          /* small change */
+				for (int k = 0; k < 3; k++)
+					p[rnd() % PG] ^= (uint8_t)(1 + rnd() % 255);
+			}
+			gfns[i] = gfn;
+			ptrs[i] = p; /* duplicates in one batch exercise in-batch bases */
+		}
+		proto_buf_reset(&out);
+		assert_int_equal(proto_pages_encode(e, gfns, ptrs, 64, &out, &st), 0);
+		m.delivered = 0;
+		assert_int_equal(decode_frame(&out, &m), 0);
+		assert_int_equal(m.delivered, 64);
+		for (int i = 0; i < 64; i++)
+			assert_memory_equal(m.pages + gfns[i] * PG, src + gfns[i] * PG, PG);
+	}
+	assert_int_equal(st.npages, 6 * 64);
+	assert_true(st.nzero > 0);
+	assert_true(st.nraw > 0);
+	if (flags & PROTO_PAGE_NO_COMPRESS) {
+		assert_int_equal(st.nlz4 + st.nxor, 0);
+	} else {
+		assert_true(st.nlz4 > 0);
+		if (cache_mb)
+			assert_true(st.nxor > 0);
+	}
+	printf("pages flags %u cache %zu MiB: zero %llu raw %llu lz4 %llu xor %llu, %llu -> %llu bytes\n",
+	       flags, cache_mb, (unsigned long long)st.nzero, (unsigned long long)st.nraw,
+	       (unsigned long long)st.nlz4, (unsigned long long)st.nxor,
+	       (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out);
+	proto_buf_fini(&out);
+	proto_page_enc_free(e);
+	free(m.pages);
+	free(src);
+}
+
+static void test_pages_roundtrip(void **state)
+{
+	(void)state;
+	run_pages(0, 4);                       /* cache covers all gfns */
+	run_pages(0, 1);                       /* 256 slots for 512 gfns: collisions */
+	run_pages(0, 0);                       /* no xor */
+	run_pages(PROTO_PAGE_NO_COMPRESS, 4);
+}
+
+/* Builds a batch of 3 pages (text, xor against zero base, raw). */
+static void bad_batch(struct proto_buf *payload)
+{
+	static uint8_t pages[3][PG];
+	const void *ptrs[3] = { pages[0], pages[1], pages[2] };
+	uint64_t gfns[3] = { 1, 2, 3 };
+	struct proto_page_enc *e = proto_page_enc_new(1, 0);
+	struct proto_buf out;
+
+	text_page(pages[0]);
+	fill_random(pages[2], PG);
+	proto_buf_init(&out);
+	assert_int_equal(proto_pages_encode(e, gfns, ptrs, 3, &out, NULL), 0);
+	pages[1][100] = 1; /* gfn 2 cached as zero: now sent as xor */
+	proto_buf_reset(&out);
+	assert_int_equal(proto_pages_encode(e, gfns, ptrs, 3, &out, NULL), 0);
+	proto_buf_init(payload);
+	assert_int_equal(proto_buf_append(payload, out.data + PROTO_HDR_BYTES,
+					  out.len - PROTO_HDR_BYTES), 0);
+	proto_buf_fini(&out);
+	proto_page_enc_free(e);
+}
+
+static void test_pages_malformed(void **state)
+{
+	struct mem m = { calloc(NGFN, PG), NGFN, 0 };
+	struct proto_buf p;
+	/* entry offsets: 8 | gfn(8) enc(1) len(4) */
+	size_t e0 = 8;
+
+	(void)state;
+	bad_batch(&p);
+	assert_int_equal(p.data[e0 + 8], PROTO_PAGE_XOR); /* gfn 1 was sent before: xor */
+	assert_int_equal(proto_pages_decode(p.data, p.len, NGFN, &mem_sink, &m, NULL), 0);
+	assert_int_equal(m.delivered, 3);
+
+	/* gfn beyond memory: nothing delivered (structure checked first). */
+	m.delivered = 0;
+	assert_int_equal(proto_pages_decode(p.data, p.len, 3, &mem_sink, &m, NULL), -EBADMSG);
+	assert_int_equal(m.delivered, 0);
+	/* Truncated, extra trailing byte, count too large, count too small. */
+	assert_int_equal(proto_pages_decode(p.data, p.len - 1, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	assert_int_equal(proto_pages_decode(p.data, 5, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	assert_int_equal(proto_buf_append(&p, "x", 1), 0);
+	assert_int_equal(proto_pages_decode(p.data, p.len, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	p.len--;
+	p.data[0] = 4;
+	assert_int_equal(proto_pages_decode(p.data, p.len, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	p.data[0] = 2;
+	assert_int_equal(proto_pages_decode(p.data, p.len, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	p.data[0] = 3;
+	/* Unknown encoding; raw with a wrong length. */
+	p.data[e0 + 8] = 9;
+	assert_int_equal(proto_pages_decode(p.data, p.len, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	p.data[e0 + 8] = PROTO_PAGE_RAW;
+	assert_int_equal(proto_pages_decode(p.data, p.len, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	p.data[e0 + 8] = PROTO_PAGE_XOR;
+	assert_int_equal(m.delivered, 0);
+	/* Corrupt lz4 data of the first entry: stops before any page. */
+	p.data[e0 + 13] ^= 0xff;
+	p.data[e0 + 14] ^= 0xff;
+	assert_int_equal(proto_pages_decode(p.data, p.len, NGFN, &mem_sink, &m, NULL), -EBADMSG);
+	assert_int_equal(m.delivered, 0);
+	proto_buf_fini(&p);
+	free(m.pages);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_crc32c),
+		cmocka_unit_test(test_msg_roundtrip),
+		cmocka_unit_test(test_frame_errors),
+		cmocka_unit_test(test_pages_roundtrip),
+		cmocka_unit_test(test_pages_malformed),
+	};
+
+	return cmocka_run_group_tests(tests, setup_seed, NULL);
+}
