@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "machine/machine.h"
+#include "net/net.h"
 
 struct vm_options {
 	struct machine_config cfg;
@@ -29,13 +30,38 @@ struct vm_options {
 	"  --cpus N              vCPUs (default 1)\n" \
 	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n"
 
+/* Transport options of the agents, ids from 1100 up. */
+#define NET_OPTIONS_LONG \
+	{ "tls-cert", required_argument, NULL, 1100 }, \
+	{ "tls-key", required_argument, NULL, 1101 }, \
+	{ "tls-ca", required_argument, NULL, 1102 }, \
+	{ "insecure", no_argument, NULL, 1103 }, \
+	{ "transport", required_argument, NULL, 1104 }, \
+	{ "rdma-provider", required_argument, NULL, 1105 }
+
+#define NET_OPTIONS_HELP \
+	"link options (TLS 1.3 with mutual certificates is the default):\n" \
+	"  --tls-cert F --tls-key F --tls-ca F   this host's certificate, key, and the CA of the peer\n" \
+	"  --insecure            plaintext TCP (logged as a warning)\n" \
+	"  --transport tls|tcp|rdma   (tcp and rdma need --insecure)\n" \
+	"  --rdma-provider NAME  libfabric provider (default: verbs, else tcp;ofi_rxm)\n"
+
 void vm_options_init(struct vm_options *o);
 /* Handles one VM option; 0, or 2 after printing why the value is bad. */
 int vm_options_parse(struct vm_options *o, int opt, const char *arg);
 /* Checks the options are complete; 0 or 2 after printing why. */
 int vm_options_check(const struct vm_options *o);
 void agent_print_guests(FILE *f);
+/* Handles one link option; 0 or 2 after printing why. */
+int net_options_parse(struct net_config *n, int opt, const char *arg);
+/* Checks the options fit together; 0 or 2 after printing why. */
+int net_options_check(struct net_config *n);
+/* Parses "--flag N" milliseconds; 0 or 2 after printing why. */
+int parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out);
 
 int agent_cmd_run(int argc, char **argv);
+int agent_cmd_primary(int argc, char **argv);
+int agent_cmd_secondary(int argc, char **argv);
+int agent_cmd_status(int argc, char **argv);
 
 #endif

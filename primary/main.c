@@ -14,6 +14,9 @@ static const struct {
 	const char *summary;
 } commands[] = {
 	{ "run", agent_cmd_run, "run a VM, unprotected" },
+	{ "primary", agent_cmd_primary, "run a VM protected by a secondary" },
+	{ "secondary", agent_cmd_secondary, "keep a hot standby; take over on failure" },
+	{ "status", agent_cmd_status, "epochs, dirty rate, pause times, lag of a running agent" },
 };
 
 static void usage(FILE *f)

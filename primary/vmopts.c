@@ -77,3 +77,56 @@ int vm_options_check(const struct vm_options *o)
 	}
 	return 0;
 }
+
+int net_options_parse(struct net_config *n, int opt, const char *arg)
+{
+	switch (opt) {
+	case 1100: n->cert = arg; return 0;
+	case 1101: n->key = arg; return 0;
+	case 1102: n->ca = arg; return 0;
+	case 1103: n->insecure = true; return 0;
+	case 1104:
+		if (!strcmp(arg, "tls"))
+			n->transport = NET_TLS;
+		else if (!strcmp(arg, "tcp"))
+			n->transport = NET_TCP;
+		else if (!strcmp(arg, "rdma"))
+			n->transport = NET_RDMA;
+		else {
+			fprintf(stderr, "understudy: --transport '%s': use tls, tcp or rdma\n", arg);
+			return 2;
+		}
+		return 0;
+	case 1105: n->rdma_provider = arg; return 0;
+	default: return 2;
+	}
+}
+
+int net_options_check(struct net_config *n)
+{
+	if (n->insecure && n->transport == NET_TLS && !n->cert)
+		n->transport = NET_TCP;
+	if (n->transport == NET_TLS && (!n->cert || !n->key || !n->ca)) {
+		fprintf(stderr, "understudy: the link is TLS by default: give --tls-cert, --tls-key and "
+				"--tls-ca (or --insecure for plaintext)\n");
+		return 2;
+	}
+	if (n->transport != NET_TLS && !n->insecure) {
+		fprintf(stderr, "understudy: --transport tcp/rdma is not encrypted: add --insecure\n");
+		return 2;
+	}
+	return 0;
+}
+
+int parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out)
+{
+	char *end;
+	unsigned long v = strtoul(arg, &end, 10);
+
+	if (*end || end == arg || v < min || v > 3600000) {
+		fprintf(stderr, "understudy: %s '%s': need milliseconds, at least %u\n", flag, arg, min);
+		return 2;
+	}
+	*out = (unsigned)v;
+	return 0;
+}

@@ -95,7 +95,8 @@ void repl_vm_release(struct repl_vm *v, uint64_t upto)
 		upto = v->produced;
 	n = upto > v->released ? (size_t)(upto - v->released) : 0;
 	if (n) {
-		console_write(v->con, v->out, n);
+		if (v->con)
+			console_write(v->con, v->out, n);
 		memmove(v->out, v->out + n, v->out_len - n);
 		v->out_len -= n;
 		v->released += n;
@@ -118,7 +119,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 	(void)revents;
 	if (!v->gated)
 		repl_vm_release(v, UINT64_MAX);
-	if (atomic_exchange(&v->room, false))
+	if (atomic_exchange(&v->room, false) && v->con)
 		console_input_resume(v->con);
 	if (atomic_load(&v->stopped) && v->on_stopped) {
 		void (*cb)(void *, int) = v->on_stopped;
@@ -132,7 +133,6 @@ int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const ch
 		struct repl_vm **out)
 {
 	struct machine_ops mops;
-	struct console_ops cops;
 	struct repl_vm *v;
 	int r;
 
@@ -149,9 +149,7 @@ int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const ch
 	r = machine_new(cfg, &mops, &v->m);
 	if (r < 0)
 		goto err;
-	cops = (struct console_ops){ .input = on_input, .hangup = on_hangup, .ctx = v };
-	r = console_open(loop, console, &cops, &v->con);
-	if (r < 0)
+	if (console && (r = repl_vm_open_console(v, console)) < 0)
 		goto err_machine;
 	*out = v;
 	return 0;
@@ -165,6 +163,31 @@ err:
 	return r;
 }
 
+int repl_vm_open_console(struct repl_vm *v, const char *console)
+{
+	struct console_ops cops = { .input = on_input, .hangup = on_hangup, .ctx = v };
+
+	return console_open(v->loop, console, &cops, &v->con);
+}
+
+size_t repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to, struct proto_buf *out)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&v->out_lock);
+	if (from < v->released)
+		from = v->released;
+	if (to > v->produced)
+		to = v->produced;
+	if (to > from) {
+		n = (size_t)(to - from);
+		if (proto_buf_append(out, v->out + (from - v->released), n) < 0)
+			n = 0;
+	}
+	pthread_mutex_unlock(&v->out_lock);
+	return n;
+}
+
 void repl_vm_free(struct repl_vm *v)
 {
 	if (!v)
@@ -172,8 +195,10 @@ void repl_vm_free(struct repl_vm *v)
 	machine_free(v->m);
 	if (!v->gated)
 		repl_vm_release(v, UINT64_MAX);
-	console_flush(v->con);
-	console_free(v->con);
+	if (v->con) {
+		console_flush(v->con);
+		console_free(v->con);
+	}
 	ev_async_stop(v->loop, &v->wake);
 	pthread_mutex_destroy(&v->out_lock);
 	free(v->out);

@@ -1,0 +1,43 @@
+/* understudy status: ask a running agent through its control socket. */
+#include <string.h>
+
+#include "net/control.h"
+#include "primary/agent.h"
+
+int agent_cmd_status(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "control", required_argument, NULL, 'c' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *path = NULL;
+	char reply[8192];
+	int opt, json = 0, n;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c': path = optarg; break;
+		case 'j': json = 1; break;
+		case 'h':
+			puts("usage: understudy status --control PATH [--json]\n"
+			     "Role, epoch, last acknowledged epoch, pause p50/p99, dirty pages per epoch,\n"
+			     "bytes sent, replication lag, time since the last heartbeat.");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (!path || optind < argc) {
+		fprintf(stderr, "understudy status: --control PATH is required\n");
+		return 2;
+	}
+	n = control_request(path, json ? "status json" : "status", reply, sizeof(reply));
+	if (n < 0) {
+		fprintf(stderr, "understudy status: %s: %s\n", path, strerror(-n));
+		return 1;
+	}
+	fputs(reply, stdout);
+	return 0;
+}

@@ -1,0 +1,226 @@
+/* Pieces of the replication protocol both sides share: the link (a
+ * connection with its frame decoder and liveness clock), small control
+ * messages, the Hello exchange and the machine configuration section. */
+#include "replication/replication.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "repl"
+
+/* A control message owns its bytes until net says they were sent. */
+struct small_tx {
+	int kind;
+	struct proto_buf buf;
+};
+
+void repl_link_init(struct repl_link *l, uint32_t max_payload)
+{
+	memset(l, 0, sizeof(*l));
+	proto_dec_init(&l->dec, max_payload);
+	l->last_rx_ns = now_ns();
+}
+
+void repl_link_fini(struct repl_link *l)
+{
+	if (l->conn)
+		net_close(l->conn);
+	l->conn = NULL;
+	proto_dec_fini(&l->dec);
+}
+
+void repl_link_close(struct repl_link *l)
+{
+	if (l->conn)
+		net_close(l->conn);
+	l->conn = NULL;
+}
+
+int repl_link_send_buf(struct repl_link *l, const void *data, size_t len, void *cookie)
+{
+	struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
+
+	if (!l->conn)
+		return -ENOTCONN;
+	l->bytes_sent += len;
+	return net_send(l->conn, &iov, 1, cookie);
+}
+
+int repl_link_send_msg(struct repl_link *l, uint16_t type, const ProtobufCMessage *msg)
+{
+	struct small_tx *tx = calloc(1, sizeof(*tx));
+	int r;
+
+	if (!tx)
+		return -ENOMEM;
+	tx->kind = REPL_TX_SMALL;
+	proto_buf_init(&tx->buf);
+	r = proto_msg_pack(&tx->buf, type, msg);
+	if (r == 0)
+		r = repl_link_send_buf(l, tx->buf.data, tx->buf.len, tx);
+	if (r < 0) {
+		proto_buf_fini(&tx->buf);
+		free(tx);
+	}
+	return r;
+}
+
+int repl_link_send_section(struct repl_link *l, const char *name, const void *data, size_t len)
+{
+	Understudy__Section s = UNDERSTUDY__SECTION__INIT;
+
+	s.name = (char *)name;
+	s.version = 1;
+	s.data.data = (uint8_t *)data;
+	s.data.len = len;
+	return repl_link_send_msg(l, PROTO_T_SECTION, &s.base);
+}
+
+/* Frees what repl_link_send_msg allocated; true if the cookie was one. */
+bool repl_link_sent_small(void *cookie)
+{
+	struct small_tx *tx = cookie;
+
+	if (!tx || tx->kind != REPL_TX_SMALL)
+		return false;
+	proto_buf_fini(&tx->buf);
+	free(tx);
+	return true;
+}
+
+int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_frame_fn fn, void *ctx)
+{
+	l->last_rx_ns = now_ns();
+	l->bytes_rcvd += len;
+	return proto_dec_feed(&l->dec, data, len, fn, ctx);
+}
+
+int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg)
+{
+	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
+	uint64_t digest = machine_config_digest(cfg);
+
+	h.protocol_version = PROTO_VERSION;
+	h.role = role;
+	h.config_digest64 = digest;
+	h.config_digest.data = (uint8_t *)&digest;
+	h.config_digest.len = sizeof(digest);
+	h.capabilities = PROTO_CAP_LZ4 | PROTO_CAP_XOR;
+	h.mem_bytes = cfg->mem_bytes;
+	h.vcpus = (uint32_t)cfg->ncpus;
+	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
+}
+
+int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen)
+{
+	if (h->protocol_version != PROTO_VERSION) {
+		snprintf(err, errlen, "protocol version %u, this side speaks %u", h->protocol_version,
+			 PROTO_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	if (h->role != want) {
+		snprintf(err, errlen, "peer has role %d, expected %d", h->role, want);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "mem=%llu;cpus=%d;guest=%s;args=%s",
+			 (unsigned long long)cfg->mem_bytes, cfg->ncpus, cfg->guest, cfg->guest_args);
+
+	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+}
+
+int repl_config_decode(const void *data, size_t len, struct machine_config *cfg)
+{
+	char text[512], *p, *save = NULL;
+	int have = 0;
+
+	if (len >= sizeof(text) || memchr(data, 0, len))
+		return -EBADMSG;
+	memcpy(text, data, len);
+	text[len] = 0;
+	memset(cfg, 0, sizeof(*cfg));
+	for (p = strtok_r(text, ";", &save); p; p = strtok_r(NULL, ";", &save)) {
+		char *end;
+
+		if (!strncmp(p, "mem=", 4)) {
+			cfg->mem_bytes = strtoull(p + 4, &end, 10);
+			have |= *end ? 0 : 1;
+		} else if (!strncmp(p, "cpus=", 5)) {
+			cfg->ncpus = (int)strtol(p + 5, &end, 10);
+			have |= *end ? 0 : 2;
+		} else if (!strncmp(p, "guest=", 6) && strlen(p + 6) < sizeof(cfg->guest)) {
+			strcpy(cfg->guest, p + 6);
+			have |= 4;
+		} else if (!strncmp(p, "args=", 5) && strlen(p + 5) < sizeof(cfg->guest_args)) {
+			strcpy(cfg->guest_args, p + 5);
+		} else {
+			return -EBADMSG;
+		}
+	}
+	if (have != 7 || cfg->ncpus < 1 || cfg->ncpus > KVM_MAX_VCPUS ||
+	    cfg->mem_bytes < (8ull << 20) || cfg->mem_bytes > MACHINE_MAX_MEM ||
+	    cfg->mem_bytes % (2ull << 20))
+		return -EBADMSG;
+	return 0;
+}
+
+int repl_send_error(struct repl_link *l, int code, const char *text)
+{
+	Understudy__Error e = UNDERSTUDY__ERROR__INIT;
+
+	e.code = code;
+	e.text = (char *)text;
+	return repl_link_send_msg(l, PROTO_T_ERROR, &e.base);
+}
+
+int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch)
+{
+	Understudy__Ack a = UNDERSTUDY__ACK__INIT;
+	Understudy__Heartbeat hb = UNDERSTUDY__HEARTBEAT__INIT;
+
+	switch (type) {
+	case PROTO_T_ACK:
+		a.epoch = epoch;
+		return repl_link_send_msg(l, type, &a.base);
+	case PROTO_T_HEARTBEAT:
+		hb.seq = epoch;
+		hb.time_ns = now_ns();
+		return repl_link_send_msg(l, type, &hb.base);
+	default:
+		return -EINVAL;
+	}
+}
+
+/* ---- statistics ----------------------------------------------------------- */
+
+void repl_stats_add_pause(struct repl_stats *s, uint64_t ns)
+{
+	s->pause_ns[s->npause++ % REPL_STATS_WINDOW] = ns;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p99)
+{
+	uint64_t tmp[REPL_STATS_WINDOW];
+	size_t n = s->npause < REPL_STATS_WINDOW ? s->npause : REPL_STATS_WINDOW;
+
+	*p50 = *p99 = 0;
+	if (!n)
+		return;
+	memcpy(tmp, s->pause_ns, n * sizeof(uint64_t));
+	qsort(tmp, n, sizeof(uint64_t), cmp_u64);
+	*p50 = tmp[n / 2];
+	*p99 = tmp[n * 99 / 100];
+}
