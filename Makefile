@@ -23,7 +23,7 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm -pthread
 LDFLAGS  := $(SANFLAGS)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
-GUESTS       := counter dirty
+GUESTS       := counter dirty stress
 GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -ffreestanding -nostdlib -fno-pic -fno-pie \
                 -mno-red-zone -mcmodel=small -fno-stack-protector -fno-asynchronous-unwind-tables \
                 -mgeneral-regs-only -fcf-protection=none -Iguest/src

@@ -4,6 +4,7 @@
 
 extern const uint8_t guest_counter_start[], guest_counter_end[];
 extern const uint8_t guest_dirty_start[], guest_dirty_end[];
+extern const uint8_t guest_stress_start[], guest_stress_end[];
 
 #define IMAGE(n, s) { #n, s, guest_##n##_start, 0 }
 
@@ -12,11 +13,13 @@ const struct guest_image *guest_list(void)
 	static struct guest_image images[] = {
 		IMAGE(counter, "request/response counter over the serial console (failover oracle)"),
 		IMAGE(dirty, "dirties a working set at a set rate: dirty:mb=N,rate_mb=N,report_ms=N"),
+		IMAGE(stress, "exercises all machine state (timer, SSE/AVX, own mappings, 2 vCPUs); 'check' self-tests"),
 		{ NULL, NULL, NULL, 0 },
 	};
 	/* Sizes are link-time differences; fill them on first use (idempotent). */
 	images[0].size = guest_counter_end - guest_counter_start;
 	images[1].size = guest_dirty_end - guest_dirty_start;
+	images[2].size = guest_stress_end - guest_stress_start;
 	return images;
 }
 

@@ -10,4 +10,9 @@ guest_counter_end:
 guest_dirty_start:
 	.incbin "dirty.bin"
 guest_dirty_end:
+	.balign 4096
+	.globl guest_stress_start, guest_stress_end
+guest_stress_start:
+	.incbin "stress.bin"
+guest_stress_end:
 	.section .note.GNU-stack, "", @progbits

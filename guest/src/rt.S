@@ -15,7 +15,8 @@
 	.section .text.entry, "ax"
 	.code64
 /* rdi = cpu, rsi = bootinfo, rdx = user stack, rcx = user entry */
-	.globl guest_cpl0_entry
+/* Weak: a guest that must set up more at CPL0 (stress) brings its own. */
+	.weak guest_cpl0_entry
 guest_cpl0_entry:
 	pushq $GUEST_SEL_UDATA
 	pushq %rdx

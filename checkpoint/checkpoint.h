@@ -1,0 +1,158 @@
+/* checkpoint: whole-machine checkpoints, full and incremental, and snapshot
+ * files.
+ *
+ * A checkpoint is the unit everything else moves: memory pages (every page,
+ * or exactly the pages dirtied since the previous capture), each with its
+ * guest frame number, plus the serialized state of every vCPU, of the VM
+ * (PIC, IOAPIC, PIT, kvmclock) and of every device (UART), tagged with the
+ * digest of the machine configuration.
+ *
+ * The state is a sequence of named, versioned sections, each with its own
+ * CRC32C; the section table lives in checkpoint/sections.c, so adding a
+ * device adds a table entry and leaves this core alone.
+ *
+ * Capture happens on a paused machine and costs: harvest (get + clear the
+ * dirty log, clear before copy), copy of the dirty pages into the epoch
+ * buffer (reused, never allocated per page), reading the state. Apply
+ * validates everything first and touches the target only once the whole
+ * checkpoint is known good. */
+#ifndef US_CHECKPOINT_H
+#define US_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "machine/machine.h"
+
+#define CKPT_PAGE_SIZE 4096u
+
+struct ckpt_image;
+
+/* Version of the serialized state blob (header + sections). */
+#define CKPT_STATE_VERSION 1u
+
+struct ckpt_stats {
+	uint64_t harvest_ns;   /* get + clear of the dirty log */
+	uint64_t copy_ns;      /* copy of the dirty pages */
+	uint64_t state_ns;     /* reading and serializing vCPU, VM, device state */
+	uint64_t pause_ns;     /* ckpt_take: pause .. resume, all of it */
+	uint64_t stop_ns;      /* ckpt_take: time to stop the vCPUs */
+};
+
+struct ckpt {
+	uint64_t config_digest;
+	bool full;
+	size_t npages;
+	uint64_t *gfns;
+	uint8_t *pages;          /* npages * CKPT_PAGE_SIZE, contiguous */
+	uint8_t *state;          /* serialized sections: vCPUs, VM, devices */
+	size_t state_len;
+
+	/* Capacities, kept across ckpt_reset so epochs reuse the buffers. */
+	size_t cap_pages;        /* pages (and gfns) allocated */
+	size_t cap_state;
+
+	/* The last harvest (one bit per RAM page), for ckpt_requeue. */
+	uint64_t *harvest;
+	size_t harvest_words;
+
+	struct ckpt_image *image;  /* scratch for capture, allocated once */
+
+	struct ckpt_stats stats;
+};
+
+void ckpt_init(struct ckpt *c);
+void ckpt_fini(struct ckpt *c);
+/* Empties the checkpoint, keeps its buffers. */
+void ckpt_reset(struct ckpt *c);
+/* Makes room for npages pages, the memory prefaulted (so the first copy into
+ * it does not pay page faults inside the pause). */
+int ckpt_reserve(struct ckpt *c, size_t npages) US_MUST_CHECK;
+
+/* On a paused machine: harvests the dirty log (clearing it), copies the
+ * dirty pages (all pages if full) and captures the state. Replaces c. */
+int ckpt_capture(struct machine *m, struct ckpt *c, bool full) US_MUST_CHECK;
+/* machine_pause + ckpt_capture + machine_resume, timed into c->stats.
+ * The machine must be running (or parked by its owner in a resumable way). */
+int ckpt_take(struct machine *m, struct ckpt *c, bool full) US_MUST_CHECK;
+/* After a capture that could not be delivered (e.g. a snapshot write that
+ * failed): marks the harvested pages dirty again, so the next incremental
+ * checkpoint still carries them. */
+void ckpt_requeue(struct machine *m, const struct ckpt *c);
+
+/* Receiver side: builds a checkpoint from parts. */
+int ckpt_add_page(struct ckpt *c, uint64_t gfn, const void *data) US_MUST_CHECK;
+int ckpt_set_state(struct ckpt *c, const void *blob, size_t len) US_MUST_CHECK;
+
+/* Full check of c against m: config digest, every gfn within RAM, every
+ * section present, sized, versioned and checksummed right. Touches nothing. */
+int ckpt_validate(struct machine *m, const struct ckpt *c) US_MUST_CHECK;
+/* On a paused machine of the same configuration: validates, then writes
+ * memory, then VM and device state, then every vCPU (kvm_vcpu_set_state
+ * documents the order inside a vCPU). A checkpoint that fails validation
+ * leaves m as it was; after validation only a KVM refusal can fail (-EIO
+ * then, and the target must be discarded). */
+int ckpt_apply(struct machine *m, const struct ckpt *c) US_MUST_CHECK;
+
+/* Access to the decoded state (tests, diagnostics, tools). */
+int ckpt_get_vcpu_state(const struct ckpt *c, int cpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
+/* Replaces vCPU cpu's state in c, re-encoding the blob with fresh checksums. */
+int ckpt_put_vcpu_state(struct ckpt *c, int cpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
+int ckpt_get_machine_state(const struct ckpt *c, struct machine_state *st) US_MUST_CHECK;
+
+/* ---- state sections (state.c) ----
+ * The decoded form of a checkpoint's state: what the sections hold. */
+struct ckpt_image {
+	int ncpus;
+	struct machine_state ms;
+	struct kvm_vcpu_state vcpus[KVM_MAX_VCPUS];
+};
+
+/* One kind of section. Instances: one per vCPU, or one. save writes exactly
+ * size() bytes; load decodes and checks (touching only img). Restoring the
+ * decoded image to a machine, and the device post-load that rebuilds
+ * derived state (e.g. the UART's IRQ line), happen in machine_set_state. */
+struct ckpt_section_ops {
+	const char *name;
+	uint32_t version;
+	int (*count)(const struct ckpt_image *img);
+	size_t (*size)(const struct ckpt_image *img, int inst);
+	void (*save)(const struct ckpt_image *img, int inst, uint8_t *out);
+	int (*load)(struct ckpt_image *img, int inst, const uint8_t *in, size_t len);
+};
+
+/* Reads the image of a paused machine. */
+int ckpt_image_read(struct machine *m, struct ckpt_image *img) US_MUST_CHECK;
+/* Serializes img into c->state (growing it if needed). */
+int ckpt_state_encode(struct ckpt *c, const struct ckpt_image *img) US_MUST_CHECK;
+/* Verifies and decodes a state blob: header, digest, every section present
+ * once, known version, right size, right CRC. */
+int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpus,
+		      struct ckpt_image *img) US_MUST_CHECK;
+
+/* CRC32C (Castagnoli), hardware-assisted where the CPU has SSE4.2. */
+uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* ---- snapshot files (file.c) ----
+ * header (magic, format version, config digest, machine config, snapshot id,
+ * parent id), sections (gfns, pages, state) each with a CRC32C, and a
+ * trailer with the CRC32C of everything before it. Written to a temporary
+ * name, fsynced, renamed, directory fsynced: a failed write leaves the
+ * previous file at path untouched. */
+struct ckpt_file_info {
+	uint64_t id;         /* random, unique per file */
+	uint64_t parent_id;  /* 0 for a full snapshot, else the id it is a diff against */
+};
+
+int ckpt_file_write(const char *path, const struct ckpt *c, const struct machine_config *cfg)
+	US_MUST_CHECK;
+/* The same, with explicit chain ids. */
+int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct machine_config *cfg,
+		       const struct ckpt_file_info *info) US_MUST_CHECK;
+/* Reads and verifies the whole file (every checksum) into c and cfg. */
+int ckpt_file_read(const char *path, struct ckpt *c, struct machine_config *cfg) US_MUST_CHECK;
+int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *cfg,
+		      struct ckpt_file_info *info) US_MUST_CHECK;
+
+#endif

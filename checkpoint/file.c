@@ -1,0 +1,366 @@
+/* Snapshot files: one checkpoint with its machine configuration.
+ *
+ *   header   magic "USSNAP01", format version, config digest, snapshot id,
+ *            parent id, flags, the machine config, counts, header CRC32C
+ *   section  "gfns"  npages * 8 bytes
+ *   section  "pages" npages * 4096 bytes
+ *   section  "state" the serialized state blob (itself self-checking)
+ *   trailer  magic "USSNAPND", file length, CRC32C over the header and every
+ *            section header (which carry their data's CRC32C)
+ *
+ * Each section header is { tag[8], len, crc32c of the data }. Integers are
+ * little-endian (the byte order of every host this runs on). */
+#include "checkpoint/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TAG "snapshot"
+#define FILE_MAGIC "USSNAP01"
+#define TRAILER_MAGIC "USSNAPND"
+#define FILE_VERSION 1u
+#define FLAG_FULL 1u
+#define MAX_STATE_LEN (64u << 20)
+
+struct file_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t hdr_len;
+	uint64_t config_digest;
+	uint64_t id;
+	uint64_t parent_id;
+	uint32_t flags;
+	int32_t ncpus;
+	uint64_t mem_bytes;
+	char guest[32];
+	char guest_args[256];
+	uint64_t npages;
+	uint64_t state_len;
+	uint32_t hdr_crc;
+	uint32_t pad;
+};
+
+struct file_sec {
+	char tag[8];
+	uint64_t len;
+	uint32_t crc;
+	uint32_t pad;
+};
+
+struct file_trailer {
+	char magic[8];
+	uint64_t file_len;
+	uint32_t file_crc;
+	uint32_t pad;
+};
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = read(fd, p, len > (1u << 30) ? (1u << 30) : len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ENODATA;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static uint32_t hdr_crc(const struct file_hdr *h)
+{
+	return ckpt_crc32c(0, h, offsetof(struct file_hdr, hdr_crc));
+}
+
+/* Writes one section; folds its header into *file_crc. */
+static int write_section(int fd, const char *tag, const void *data, size_t len, uint32_t *file_crc)
+{
+	struct file_sec s;
+	int r;
+
+	memset(&s, 0, sizeof(s));
+	memcpy(s.tag, tag, strlen(tag) < sizeof(s.tag) ? strlen(tag) : sizeof(s.tag));
+	s.len = len;
+	s.crc = ckpt_crc32c(0, data, len);
+	*file_crc = ckpt_crc32c(*file_crc, &s, sizeof(s));
+	if ((r = write_all(fd, &s, sizeof(s))) < 0)
+		return r;
+	return len ? write_all(fd, data, len) : 0;
+}
+
+static int fsync_dir(const char *path)
+{
+	char *copy = strdup(path);
+	int fd, r = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		r = -errno;
+	if (fd >= 0)
+		close(fd);
+	free(copy);
+	return r;
+}
+
+int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct machine_config *cfg,
+		       const struct ckpt_file_info *info)
+{
+	struct file_hdr h;
+	struct file_trailer t;
+	uint32_t file_crc;
+	char tmp[4096];
+	int fd, r;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, FILE_MAGIC, 8);
+	h.version = FILE_VERSION;
+	h.hdr_len = sizeof(h);
+	h.config_digest = c->config_digest;
+	h.id = info->id;
+	h.parent_id = info->parent_id;
+	h.flags = c->full ? FLAG_FULL : 0;
+	h.ncpus = cfg->ncpus;
+	h.mem_bytes = cfg->mem_bytes;
+	memcpy(h.guest, cfg->guest, sizeof(h.guest));
+	memcpy(h.guest_args, cfg->guest_args, sizeof(h.guest_args));
+	h.guest[sizeof(h.guest) - 1] = 0;
+	h.guest_args[sizeof(h.guest_args) - 1] = 0;
+	h.npages = c->npages;
+	h.state_len = c->state_len;
+	h.hdr_crc = hdr_crc(&h);
+	file_crc = ckpt_crc32c(0, &h, sizeof(h));
+
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		r = -errno;
+		log_error(TAG, "%s: %s", tmp, strerror(-r));
+		return r;
+	}
+	if ((r = write_all(fd, &h, sizeof(h))) < 0 ||
+	    (r = write_section(fd, "gfns", c->gfns, c->npages * sizeof(uint64_t), &file_crc)) < 0 ||
+	    (r = write_section(fd, "pages", c->pages, c->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
+	    (r = write_section(fd, "state", c->state, c->state_len, &file_crc)) < 0)
+		goto err_file;
+	memset(&t, 0, sizeof(t));
+	memcpy(t.magic, TRAILER_MAGIC, 8);
+	t.file_len = sizeof(h) + 3 * sizeof(struct file_sec) + c->npages * (8 + CKPT_PAGE_SIZE) +
+		     c->state_len + sizeof(t);
+	t.file_crc = file_crc;
+	if ((r = write_all(fd, &t, sizeof(t))) < 0)
+		goto err_file;
+	if (fsync(fd) < 0) {
+		r = -errno;
+		goto err_file;
+	}
+	if (close(fd) < 0) {
+		r = -errno;
+		goto err_tmp;
+	}
+	if (rename(tmp, path) < 0) {
+		r = -errno;
+		goto err_tmp;
+	}
+	if ((r = fsync_dir(path)) < 0)
+		log_warn(TAG, "%s: syncing the directory: %s", path, strerror(-r));
+	return 0;
+
+err_file:
+	close(fd);
+err_tmp:
+	unlink(tmp);
+	log_error(TAG, "writing %s: %s (any previous file there is untouched)", path, strerror(-r));
+	return r;
+}
+
+int ckpt_file_write(const char *path, const struct ckpt *c, const struct machine_config *cfg)
+{
+	struct ckpt_file_info info = { 0 };
+
+	if (getrandom(&info.id, sizeof(info.id), 0) != sizeof(info.id))
+		info.id = now_ns() ^ ((uint64_t)getpid() << 40);
+	return ckpt_file_write_ex(path, c, cfg, &info);
+}
+
+static int read_section(int fd, const char *tag, void *data, size_t len, uint32_t *file_crc)
+{
+	struct file_sec s;
+	int r;
+
+	if ((r = read_all(fd, &s, sizeof(s))) < 0)
+		return r;
+	*file_crc = ckpt_crc32c(*file_crc, &s, sizeof(s));
+	if (strncmp(s.tag, tag, sizeof(s.tag)) || s.len != len) {
+		log_error(TAG, "section '%s' missing or of the wrong size", tag);
+		return -EBADMSG;
+	}
+	if (len && (r = read_all(fd, data, len)) < 0)
+		return r;
+	if (ckpt_crc32c(0, data, len) != s.crc) {
+		log_error(TAG, "section '%s': checksum mismatch", tag);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+static int check_header(const struct file_hdr *h, off_t size)
+{
+	uint64_t expect;
+
+	if (memcmp(h->magic, FILE_MAGIC, 8)) {
+		log_error(TAG, "not an understudy snapshot (bad magic)");
+		return -EBADMSG;
+	}
+	if (h->version != FILE_VERSION || h->hdr_len != sizeof(*h)) {
+		log_error(TAG, "snapshot format version %u, this build reads %u", h->version,
+			  FILE_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	if (h->hdr_crc != hdr_crc(h)) {
+		log_error(TAG, "header checksum mismatch");
+		return -EBADMSG;
+	}
+	if (h->mem_bytes > MACHINE_MAX_MEM || h->npages > h->mem_bytes / CKPT_PAGE_SIZE ||
+	    h->state_len > MAX_STATE_LEN || h->ncpus < 1 || h->ncpus > KVM_MAX_VCPUS ||
+	    ((h->flags & FLAG_FULL) && h->npages != h->mem_bytes / CKPT_PAGE_SIZE)) {
+		log_error(TAG, "header values out of range");
+		return -EBADMSG;
+	}
+	expect = sizeof(*h) + 3 * sizeof(struct file_sec) + h->npages * (8 + CKPT_PAGE_SIZE) +
+		 h->state_len + sizeof(struct file_trailer);
+	if ((uint64_t)size != expect) {
+		log_error(TAG, "file is %lld bytes, its header says %llu: truncated or damaged",
+			  (long long)size, (unsigned long long)expect);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *cfg,
+		      struct ckpt_file_info *info)
+{
+	struct file_hdr h;
+	struct file_trailer t;
+	struct machine_config fcfg;
+	struct stat st;
+	uint32_t file_crc;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		log_error(TAG, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto err;
+	}
+	if ((size_t)st.st_size < sizeof(h)) {
+		log_error(TAG, "file too short to be a snapshot");
+		r = -EBADMSG;
+		goto err;
+	}
+	if ((r = read_all(fd, &h, sizeof(h))) < 0 || (r = check_header(&h, st.st_size)) < 0)
+		goto err;
+	memset(&fcfg, 0, sizeof(fcfg));
+	fcfg.mem_bytes = h.mem_bytes;
+	fcfg.ncpus = h.ncpus;
+	memcpy(fcfg.guest, h.guest, sizeof(fcfg.guest));
+	memcpy(fcfg.guest_args, h.guest_args, sizeof(fcfg.guest_args));
+	fcfg.guest[sizeof(fcfg.guest) - 1] = 0;
+	fcfg.guest_args[sizeof(fcfg.guest_args) - 1] = 0;
+	if (machine_config_digest(&fcfg) != h.config_digest) {
+		log_error(TAG, "configuration and digest disagree");
+		r = -EBADMSG;
+		goto err;
+	}
+	file_crc = ckpt_crc32c(0, &h, sizeof(h));
+	ckpt_reset(c);
+	if ((r = ckpt_reserve(c, (size_t)h.npages)) < 0 ||
+	    (r = ckpt_set_state(c, "", 0)) < 0)
+		goto err;
+	if (h.state_len > c->cap_state) {
+		uint8_t *n = realloc(c->state, h.state_len);
+
+		if (!n) {
+			r = -ENOMEM;
+			goto err;
+		}
+		c->state = n;
+		c->cap_state = h.state_len;
+	}
+	if ((r = read_section(fd, "gfns", c->gfns, h.npages * 8, &file_crc)) < 0 ||
+	    (r = read_section(fd, "pages", c->pages, h.npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
+	    (r = read_section(fd, "state", c->state, h.state_len, &file_crc)) < 0 ||
+	    (r = read_all(fd, &t, sizeof(t))) < 0)
+		goto err;
+	if (memcmp(t.magic, TRAILER_MAGIC, 8) || t.file_len != (uint64_t)st.st_size ||
+	    t.file_crc != file_crc || t.pad) {
+		log_error(TAG, "file checksum mismatch");
+		r = -EBADMSG;
+		goto err;
+	}
+	c->npages = (size_t)h.npages;
+	c->state_len = (size_t)h.state_len;
+	c->full = h.flags & FLAG_FULL;
+	c->config_digest = h.config_digest;
+	*cfg = fcfg;
+	if (info) {
+		info->id = h.id;
+		info->parent_id = h.parent_id;
+	}
+	close(fd);
+	return 0;
+err:
+	if (r == -ENODATA)
+		log_error(TAG, "%s: truncated", path);
+	else
+		log_error(TAG, "%s: not a usable snapshot (%s)", path, strerror(-r));
+	ckpt_reset(c);
+	close(fd);
+	return r == -ENODATA ? -EBADMSG : r;
+}
+
+int ckpt_file_read(const char *path, struct ckpt *c, struct machine_config *cfg)
+{
+	return ckpt_file_read_ex(path, c, cfg, NULL);
+}

@@ -1,0 +1,572 @@
+/* checkpoint/: capture and apply on real KVM, incremental chains, snapshot
+ * files, and the stress guest that notices any missing piece of state.
+ * Seeded tests print their seed; CKPT_SEED=N replays one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "checkpoint/checkpoint.h"
+
+/* ---- a machine with its console collected -------------------------------- */
+
+struct vmh {
+	struct machine *m;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	char *out;
+	size_t len, cap;
+};
+
+static void on_out(void *ctx, const uint8_t *buf, size_t len)
+{
+	struct vmh *h = ctx;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->len + len + 1 > h->cap) {
+		h->cap = (h->len + len + 1) * 2;
+		h->out = realloc(h->out, h->cap);
+		assert_non_null(h->out);
+	}
+	memcpy(h->out + h->len, buf, len);
+	h->len += len;
+	h->out[h->len] = 0;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+}
+
+static struct machine_config config(const char *guest, const char *args, uint64_t mem_mb, int ncpus)
+{
+	struct machine_config cfg;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.mem_bytes = mem_mb << 20;
+	cfg.ncpus = ncpus;
+	snprintf(cfg.guest, sizeof(cfg.guest), "%s", guest);
+	snprintf(cfg.guest_args, sizeof(cfg.guest_args), "%s", args);
+	return cfg;
+}
+
+/* A machine (booted when boot is set), parked. */
+static struct vmh *vmh_new(const struct machine_config *cfg, bool boot)
+{
+	struct vmh *h = calloc(1, sizeof(*h));
+	struct machine_ops ops = { .console_out = on_out };
+
+	assert_non_null(h);
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	ops.ctx = h;
+	assert_int_equal(machine_new(cfg, &ops, &h->m), 0);
+	if (boot)
+		assert_int_equal(machine_boot(h->m), 0);
+	return h;
+}
+
+static void vmh_free(struct vmh *h)
+{
+	machine_free(h->m);
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+	free(h->out);
+	free(h);
+}
+
+static size_t vmh_len(struct vmh *h)
+{
+	size_t n;
+
+	pthread_mutex_lock(&h->lock);
+	n = h->len;
+	pthread_mutex_unlock(&h->lock);
+	return n;
+}
+
+/* Waits until the output holds at least len bytes; false on timeout. */
+static bool vmh_wait_len(struct vmh *h, size_t len, int timeout_ms)
+{
+	struct timespec until;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&h->lock);
+	while (h->len < len)
+		if (pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT)
+			break;
+	ok = h->len >= len;
+	pthread_mutex_unlock(&h->lock);
+	return ok;
+}
+
+static size_t count_lines(struct vmh *h)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&h->lock);
+	for (size_t i = 0; i < h->len; i++)
+		n += h->out[i] == '\n';
+	pthread_mutex_unlock(&h->lock);
+	return n;
+}
+
+static bool vmh_wait_lines(struct vmh *h, size_t lines, int timeout_ms)
+{
+	uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000;
+
+	while (count_lines(h) < lines) {
+		if (now_ns() > end)
+			return false;
+		vmh_wait_len(h, vmh_len(h) + 1, 20);
+	}
+	return true;
+}
+
+static void vmh_send(struct vmh *h, const char *s)
+{
+	size_t len = strlen(s), off = 0;
+
+	while (off < len) {
+		off += machine_console_input(h->m, (const uint8_t *)s + off, len - off);
+		if (off < len)
+			usleep(1000);
+	}
+}
+
+static void sleep_us(unsigned us)
+{
+	struct timespec d = { us / 1000000, (long)(us % 1000000) * 1000 };
+
+	nanosleep(&d, NULL);
+}
+
+static unsigned test_seed(const char *name)
+{
+	const char *e = getenv("CKPT_SEED");
+	unsigned seed = e ? (unsigned)strtoul(e, NULL, 0) : (unsigned)(now_ns() ^ (uint64_t)getpid());
+
+	printf("%s: seed %u (CKPT_SEED=%u replays it)\n", name, seed, seed);
+	return seed;
+}
+
+static uint64_t ram_hash(struct machine *m)
+{
+	return ckpt_crc32c(0, m->ram, m->ram_pages * KVM_PAGE_SIZE);
+}
+
+
+/* ---- counter: random checkpoints, restored conversations equal the original */
+
+#define COUNTER_REQS 36
+#define COUNTER_CKPTS 4
+
+struct saved {
+	struct ckpt c;
+	size_t next_req;   /* requests pushed before the capture */
+	size_t out_mark;   /* output bytes produced before the capture */
+};
+
+static void counter_restore(void **state)
+{
+	unsigned seed = test_seed("counter_restore");
+	struct machine_config cfg = config("counter", "area_mb=4", 16, 1);
+	const char *reqs[COUNTER_REQS];
+	struct saved saved[COUNTER_CKPTS];
+	int nsaved = 0;
+	struct vmh *a;
+
+	(void)state;
+	srand(seed);
+	for (int i = 0; i < COUNTER_REQS; i++)
+		reqs[i] = rand() % 4 ? "incr\n" : "get\n";
+	a = vmh_new(&cfg, true);
+	machine_resume(a->m);
+	for (int i = 0; i < COUNTER_REQS; i++) {
+		vmh_send(a, reqs[i]);
+		if (nsaved < COUNTER_CKPTS && rand() % (COUNTER_REQS / COUNTER_CKPTS) == 0) {
+			struct saved *s = &saved[nsaved++];
+
+			/* Anywhere: before, during or after the request's work. */
+			sleep_us((unsigned)(rand() % 3000));
+			ckpt_init(&s->c);
+			machine_pause(a->m);
+			assert_int_equal(ckpt_capture(a->m, &s->c, true), 0);
+			s->out_mark = vmh_len(a);
+			s->next_req = (size_t)i + 1;
+			machine_resume(a->m);
+		}
+		assert_true(vmh_wait_lines(a, (size_t)i + 1, 10000));
+	}
+	printf("counter_restore: %d checkpoints, reference output %zu bytes\n", nsaved, a->len);
+	for (int k = 0; k < nsaved; k++) {
+		struct vmh *b = vmh_new(&cfg, false);
+		size_t want = a->len - saved[k].out_mark;
+
+		assert_int_equal(ckpt_apply(b->m, &saved[k].c), 0);
+		machine_resume(b->m);
+		for (size_t i = saved[k].next_req; i < COUNTER_REQS; i++)
+			vmh_send(b, reqs[i]);
+		if (!vmh_wait_len(b, want, 20000))
+			fail_msg("restore %d: %zu of %zu bytes of output", k, b->len, want);
+		sleep_us(20000);   /* nothing more may come */
+		assert_int_equal(vmh_len(b), want);
+		assert_memory_equal(b->out, a->out + saved[k].out_mark, want);
+		vmh_free(b);
+		ckpt_fini(&saved[k].c);
+	}
+	vmh_free(a);
+}
+
+/* ---- incremental chain: base + diffs == full capture ------------------------ */
+
+static void compare_vcpu(const struct kvm_vcpu_state *x, const struct kvm_vcpu_state *y)
+{
+	assert_memory_equal(&x->regs, &y->regs, sizeof(x->regs));
+	assert_int_equal(x->sregs.cr0, y->sregs.cr0);
+	assert_int_equal(x->sregs.cr3, y->sregs.cr3);
+	assert_int_equal(x->sregs.cr4, y->sregs.cr4);
+	assert_int_equal(x->sregs.efer, y->sregs.efer);
+	assert_memory_equal(&x->sregs.cs, &y->sregs.cs, sizeof(x->sregs.cs));
+	assert_int_equal(x->xsave_size, y->xsave_size);
+	/* legacy region + header + AVX: what the guests use */
+	assert_memory_equal(x->xsave + 160, y->xsave + 160, 256);
+	assert_memory_equal(x->xsave + 576, y->xsave + 576, 256);
+	assert_int_equal(x->mp_state.mp_state, y->mp_state.mp_state);
+}
+
+static void incremental_chain(void **state)
+{
+	unsigned seed = test_seed("incremental_chain");
+	struct machine_config cfg = config("dirty", "mb=8,report_ms=1000", 16, 1);
+	enum { NDIFFS = 6 };
+	struct ckpt chain[NDIFFS + 1], full;
+	struct kvm_vcpu_state *sa = malloc(sizeof(*sa)), *sb = malloc(sizeof(*sb));
+	struct vmh *a, *b;
+	size_t total = 0;
+
+	(void)state;
+	srand(seed);
+	a = vmh_new(&cfg, true);
+	machine_resume(a->m);
+	sleep_us(20000);
+	for (int i = 0; i <= NDIFFS; i++) {
+		ckpt_init(&chain[i]);
+		if (i)
+			sleep_us(1000 + (unsigned)(rand() % 15000));
+		if (i < NDIFFS)
+			assert_int_equal(ckpt_take(a->m, &chain[i], i == 0), 0);
+		total += chain[i].npages;
+	}
+	/* The last diff and a full capture at the same moment. */
+	ckpt_init(&full);
+	machine_pause(a->m);
+	assert_int_equal(ckpt_capture(a->m, &chain[NDIFFS], false), 0);
+	assert_int_equal(ckpt_capture(a->m, &full, true), 0);
+	assert_true(chain[NDIFFS].npages > 0);
+	printf("incremental_chain: base %zu pages, diffs %zu pages in all\n", chain[0].npages,
+	       total + chain[NDIFFS].npages - chain[0].npages);
+
+	b = vmh_new(&cfg, false);
+	for (int i = 0; i <= NDIFFS; i++)
+		assert_int_equal(ckpt_apply(b->m, &chain[i]), 0);
+	assert_int_equal(full.npages, b->m->ram_pages);
+	for (size_t i = 0; i < full.npages; i++) {
+		int64_t p = machine_gfn_page(b->m, full.gfns[i]);
+
+		assert_true(p >= 0);
+		if (memcmp(machine_page_hva(b->m, (uint64_t)p), full.pages + i * CKPT_PAGE_SIZE,
+			   CKPT_PAGE_SIZE))
+			fail_msg("page gfn 0x%llx differs after base + %d diffs",
+				 (unsigned long long)full.gfns[i], NDIFFS);
+	}
+	assert_memory_equal(b->m->ram, a->m->ram, a->m->ram_pages * KVM_PAGE_SIZE);
+	assert_int_equal(machine_get_vcpu_state(a->m, 0, sa), 0);
+	assert_int_equal(machine_get_vcpu_state(b->m, 0, sb), 0);
+	compare_vcpu(sa, sb);
+	/* and the restored guest runs on */
+	machine_resume(b->m);
+	assert_true(vmh_wait_lines(b, 1, 10000));
+	assert_non_null(strstr(b->out, "pages "));
+	vmh_free(b);
+	vmh_free(a);
+	for (int i = 0; i <= NDIFFS; i++)
+		ckpt_fini(&chain[i]);
+	ckpt_fini(&full);
+	free(sa);
+	free(sb);
+}
+
+/* ---- no lost write: a standby fed with diffs equals the primary, byte for byte,
+ * with the guest writing at full speed and a host thread writing pages
+ * concurrently with every harvest and copy. */
+
+struct writer {
+	struct machine *m;
+	atomic_bool stop;
+	uint64_t writes;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	uint64_t page0 = (32ull << 20) / KVM_PAGE_SIZE / 2, n = 0;
+
+	while (!atomic_load(&w->stop)) {
+		uint64_t page = page0 + (n * 7919) % 1024;
+		uint64_t *p = machine_page_hva(w->m, page);
+
+		p[n % 512] = n;
+		machine_mark_dirty(w->m, page * KVM_PAGE_SIZE + (n % 512) * 8, 8);
+		n++;
+	}
+	w->writes = n;
+	return NULL;
+}
+
+static void standby_no_lost_write(void **state)
+{
+	unsigned seed = test_seed("standby_no_lost_write");
+	struct machine_config cfg = config("dirty", "mb=8,report_ms=1000", 32, 1);
+	struct writer w = { 0 };
+	struct ckpt c;
+	struct vmh *a, *b;
+	pthread_t t;
+	uint64_t pages = 0;
+
+	(void)state;
+	srand(seed);
+	a = vmh_new(&cfg, true);
+	b = vmh_new(&cfg, false);
+	ckpt_init(&c);
+	machine_resume(a->m);
+	w.m = a->m;
+	assert_int_equal(pthread_create(&t, NULL, writer_main, &w), 0);
+	assert_int_equal(ckpt_take(a->m, &c, true), 0);
+	assert_int_equal(ckpt_apply(b->m, &c), 0);
+	for (int e = 0; e < 40; e++) {
+		sleep_us(500 + (unsigned)(rand() % 4000));
+		assert_int_equal(ckpt_take(a->m, &c, false), 0);
+		pages += c.npages;
+		assert_int_equal(ckpt_apply(b->m, &c), 0);
+	}
+	atomic_store(&w.stop, true);
+	pthread_join(t, NULL);
+	machine_pause(a->m);
+	assert_int_equal(ckpt_capture(a->m, &c, false), 0);
+	assert_int_equal(ckpt_apply(b->m, &c), 0);
+	printf("standby_no_lost_write: 41 epochs, %llu pages, %llu host writes\n",
+	       (unsigned long long)pages, (unsigned long long)w.writes);
+	assert_true(w.writes > 0);
+	for (uint64_t p = 0; p < a->m->ram_pages; p++)
+		if (memcmp(machine_page_hva(a->m, p), machine_page_hva(b->m, p), KVM_PAGE_SIZE))
+			fail_msg("page %llu lost between checkpoints", (unsigned long long)p);
+	ckpt_fini(&c);
+	vmh_free(b);
+	vmh_free(a);
+}
+
+/* ---- validation: a bad checkpoint leaves the target as it was ---------------- */
+
+static void expect_untouched(struct vmh *b, const struct ckpt *c, int want)
+{
+	struct kvm_vcpu_state *before = malloc(sizeof(*before)), *after = malloc(sizeof(*after));
+	uint64_t h = ram_hash(b->m);
+
+	assert_int_equal(machine_get_vcpu_state(b->m, 0, before), 0);
+	assert_int_equal(ckpt_validate(b->m, c), want);
+	assert_int_equal(ckpt_apply(b->m, c), want);
+	assert_int_equal(machine_get_vcpu_state(b->m, 0, after), 0);
+	assert_memory_equal(&before->regs, &after->regs, sizeof(before->regs));
+	assert_memory_equal(&before->sregs, &after->sregs, sizeof(before->sregs));
+	assert_int_equal(ram_hash(b->m), h);
+	free(before);
+	free(after);
+}
+
+static void copy_ckpt(struct ckpt *dst, const struct ckpt *src)
+{
+	ckpt_init(dst);
+	dst->config_digest = src->config_digest;
+	dst->full = src->full;
+	for (size_t i = 0; i < src->npages; i++)
+		assert_int_equal(ckpt_add_page(dst, src->gfns[i], src->pages + i * CKPT_PAGE_SIZE), 0);
+	assert_int_equal(ckpt_set_state(dst, src->state, src->state_len), 0);
+}
+
+static void apply_rejects_bad(void **state)
+{
+	struct machine_config cfg = config("counter", "", 16, 1);
+	struct machine_config other = config("counter", "", 18, 1);
+	struct ckpt good, bad;
+	struct vmh *a, *b, *c;
+
+	(void)state;
+	a = vmh_new(&cfg, true);
+	b = vmh_new(&cfg, true);   /* a target with a state of its own */
+	c = vmh_new(&other, true);
+	machine_resume(a->m);
+	vmh_send(a, "incr\n");
+	assert_true(vmh_wait_lines(a, 1, 5000));
+	ckpt_init(&good);
+	assert_int_equal(ckpt_take(a->m, &good, false), 0);
+	assert_true(good.npages > 0);
+	assert_int_equal(ckpt_validate(b->m, &good), 0);
+
+	expect_untouched(c, &good, -ESTALE);                 /* another machine */
+	copy_ckpt(&bad, &good);
+	bad.gfns[bad.npages - 1] = 0x7fffffffull;            /* outside RAM */
+	expect_untouched(b, &bad, -ERANGE);
+	ckpt_fini(&bad);
+	copy_ckpt(&bad, &good);
+	bad.state[bad.state_len / 2] ^= 0x40;                /* a flipped bit */
+	expect_untouched(b, &bad, -EBADMSG);
+	ckpt_fini(&bad);
+	copy_ckpt(&bad, &good);
+	bad.state_len -= 64;                                 /* a truncated section */
+	expect_untouched(b, &bad, -EBADMSG);
+	ckpt_fini(&bad);
+	copy_ckpt(&bad, &good);
+	bad.full = true;                                     /* claims every page */
+	expect_untouched(b, &bad, -EBADMSG);
+	ckpt_fini(&bad);
+	copy_ckpt(&bad, &good);
+	bad.state_len = 0;                                   /* no state at all */
+	expect_untouched(b, &bad, -EBADMSG);
+	ckpt_fini(&bad);
+
+	ckpt_fini(&good);
+	vmh_free(c);
+	vmh_free(b);
+	vmh_free(a);
+}
+
+/* ---- snapshot files ------------------------------------------------------------ */
+
+static void corrupt_at(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, off), 1);
+	b ^= 0x01;
+	assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+static void files(void **state)
+{
+	struct machine_config cfg = config("counter", "area_mb=1", 16, 1), rcfg;
+	char dir[] = "/tmp/ckpt-test-XXXXXX", path[64], bad[64];
+	struct ckpt c, r;
+	struct vmh *a, *b;
+	struct stat st;
+	char cmd[600], mnt[64];
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/snap", dir);
+	snprintf(bad, sizeof(bad), "%s/bad", dir);
+	a = vmh_new(&cfg, true);
+	machine_resume(a->m);
+	vmh_send(a, "incr\nincr\n");
+	assert_true(vmh_wait_lines(a, 2, 5000));
+	ckpt_init(&c);
+	ckpt_init(&r);
+	assert_int_equal(ckpt_take(a->m, &c, true), 0);
+	assert_int_equal(ckpt_file_write(path, &c, &cfg), 0);
+	assert_int_equal(ckpt_file_read(path, &r, &rcfg), 0);
+	assert_int_equal(rcfg.mem_bytes, cfg.mem_bytes);
+	assert_string_equal(rcfg.guest_args, cfg.guest_args);
+	assert_int_equal(r.npages, c.npages);
+	assert_memory_equal(r.pages, c.pages, c.npages * CKPT_PAGE_SIZE);
+	assert_memory_equal(r.state, c.state, c.state_len);
+
+	/* restored from the file, it answers as the original would */
+	b = vmh_new(&rcfg, false);
+	assert_int_equal(ckpt_apply(b->m, &r), 0);
+	machine_resume(b->m);
+	vmh_send(b, "get\n");
+	assert_true(vmh_wait_lines(b, 1, 5000));
+	assert_int_equal(strncmp(b->out, "2 ", 2), 0);
+	vmh_free(b);
+
+	/* damaged anywhere: a clear error, nothing read */
+	assert_int_equal(stat(path, &st), 0);
+	{
+		off_t offs[] = { 3, 100, 500, st.st_size / 2, st.st_size - 100, st.st_size - 4 };
+
+		for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+			snprintf(cmd, sizeof(cmd), "cp %s %s", path, bad);
+			assert_int_equal(system(cmd), 0);
+			corrupt_at(bad, offs[i]);
+			assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EBADMSG);
+			assert_int_equal(r.npages, 0);
+		}
+	}
+	snprintf(cmd, sizeof(cmd), "cp %s %s && truncate -s -4096 %s", path, bad, bad);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EBADMSG);
+
+	/* ENOSPC: a small tmpfs that holds one snapshot and not two */
+	snprintf(mnt, sizeof(mnt), "%s/small", dir);
+	mkdir(mnt, 0700);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=20m") < 0) {
+		printf("SKIP files ENOSPC part: cannot mount tmpfs (%s)\n", strerror(errno));
+	} else {
+		char small[100], second[100];
+
+		snprintf(small, sizeof(small), "%s/snap", mnt);
+		snprintf(second, sizeof(second), "%s/snap2", mnt);
+		assert_int_equal(ckpt_file_write(small, &c, &cfg), 0);
+		assert_int_equal(ckpt_file_write(second, &c, &cfg), -ENOSPC);
+		assert_int_equal(ckpt_file_write(small, &c, &cfg), -ENOSPC);   /* replacing it too */
+		assert_int_equal(ckpt_file_read(small, &r, &rcfg), 0);       /* the old one intact */
+		assert_int_equal(stat(second, &st), -1);
+		unlink(small);
+		assert_int_equal(ckpt_file_write(second, &c, &cfg), 0);      /* with space: complete */
+		assert_int_equal(ckpt_file_read(second, &r, &rcfg), 0);
+		assert_memory_equal(r.pages, c.pages, c.npages * CKPT_PAGE_SIZE);
+		umount2(mnt, MNT_DETACH);
+	}
+	rmdir(mnt);
+	ckpt_fini(&c);
+	ckpt_fini(&r);
+	vmh_free(a);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(apply_rejects_bad),
+		cmocka_unit_test(files),
+		cmocka_unit_test(counter_restore),
+		cmocka_unit_test(incremental_chain),
+		cmocka_unit_test(standby_no_lost_write),
+	};
+
+	if (access("/dev/kvm", R_OK | W_OK) != 0) {
+		printf("SKIP test_checkpoint: /dev/kvm not usable\n");
+		return 0;
+	}
+	log_set_level(LOG_WARN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
