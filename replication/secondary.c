@@ -36,6 +36,7 @@ struct repl_secondary {
 	struct repl_link link;
 	enum sstate state;
 	bool got_hello;
+	uint64_t hello_digest;           /* the primary's machine configuration digest */
 	struct machine_config cfg;
 	struct repl_vm *vm;
 	uint64_t max_gfn;
@@ -134,6 +135,7 @@ static void take_over(struct repl_secondary *s)
 	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
 		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
 		  (unsigned long long)s->applied, (now_ns() - t0) / 1e6, s->held_out.len);
+	log_debug(TAG, "held output from offset %llu", (unsigned long long)s->held_from);
 }
 
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
@@ -193,12 +195,16 @@ static int page_staged(void *ctx, uint64_t gfn, const void *data)
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
 {
 	const struct machine_config *pin = &s->o->pin;
-	char err[160];
+	char err[256];
 	int r;
 
 	if (strcmp(sec->name, "machine-config") || repl_config_decode(sec->data.data, sec->data.len,
 								     &s->cfg) < 0) {
 		log_error(TAG, "refusing primary: bad machine configuration section");
+		return -EBADMSG;
+	}
+	if (machine_config_digest(&s->cfg) != s->hello_digest) {
+		log_error(TAG, "refusing primary: its configuration does not match its digest");
 		return -EBADMSG;
 	}
 	if (pin->guest[0] && (pin->mem_bytes != s->cfg.mem_bytes || pin->ncpus != s->cfg.ncpus ||
@@ -319,6 +325,7 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 			return -ECONNREFUSED;
 		}
 		s->got_hello = true;
+		s->hello_digest = ((Understudy__Hello *)msg)->config_digest64;
 		return 0;
 	}
 	if (!s->got_hello)
@@ -336,6 +343,7 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 		s->stage_released = 0;
 		proto_buf_reset(&s->stage_out);
 		ckpt_reset(&s->stage);
+		s->stage.config_digest = s->hello_digest;
 		return 0;
 	case PROTO_T_SECTION:
 		return on_section(s, (Understudy__Section *)msg);
