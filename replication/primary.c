@@ -68,6 +68,8 @@ struct repl_primary {
 	uint64_t epoch;            /* last captured */
 	uint64_t acked;
 	uint64_t out_mark_prev;
+	bool verify;               /* test mode: digest of all RAM in every epoch */
+	uint32_t verify_crc;
 	struct epoch_tx tx[MAX_INFLIGHT];
 	bool finishing;            /* guest stopped: last epoch in flight */
 	uint64_t final_epoch;
@@ -173,6 +175,9 @@ static int encode_epoch(struct repl_primary *p, struct epoch_tx *tx)
 	}
 	if ((r = append_section(&tx->buf, "state", p->cap.state, p->cap.state_len)) < 0)
 		return r;
+	if (p->verify &&
+	    (r = append_section(&tx->buf, "verify", &p->verify_crc, sizeof(p->verify_crc))) < 0)
+		return r;
 	ee.epoch = tx->epoch;
 	ee.npages = p->cap.npages;
 	ee.digest.data = (uint8_t *)&crc;
@@ -195,6 +200,8 @@ static int run_epoch(struct repl_primary *p)
 	machine_pause(p->vm->m);
 	r = ckpt_capture(p->vm->m, &p->cap, false);
 	tx->out_mark = repl_vm_output_mark(p->vm);
+	if (p->verify)
+		p->verify_crc = proto_crc32c(0, p->vm->m->ram, p->vm->m->cfg.mem_bytes);
 	if (!p->finishing)
 		machine_resume(p->vm->m);
 	pause_ns = now_ns() - t0;
@@ -633,6 +640,7 @@ int repl_primary_run(const struct repl_primary_opts *o)
 	p->o = o;
 	p->loop = ev_default_loop(0);
 	p->state = P_CONNECTING;
+	p->verify = getenv("UNDERSTUDY_VERIFY") != NULL;
 	ev_timer_init(&p->epoch_w, on_epoch_timer, o->epoch_ms / 1e3, o->epoch_ms / 1e3);
 	ev_timer_init(&p->hb_w, on_hb, 0.01, o->timeout_ms / 4e3 > 0.005 ? o->timeout_ms / 4e3 : 0.005);
 	ev_timer_init(&p->finish_w, on_finish_timeout, 2.0, 0);

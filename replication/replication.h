@@ -29,6 +29,7 @@ struct repl_vm {
 	uint64_t produced;      /* total bytes the guest wrote */
 	uint64_t released;      /* total bytes handed to the console */
 	bool gated;
+	int tail_holds;         /* releases an unfinished line has waited */
 
 	atomic_bool room;
 	atomic_bool stopped;

@@ -48,6 +48,9 @@ struct repl_secondary {
 	struct ckpt stage;
 	uint32_t crc;
 	bool stage_state;
+	bool stage_verify;
+	uint32_t verify_crc;
+	uint64_t verify_ok, verify_failed;
 	struct proto_buf stage_out;      /* console output of the epoch in flight */
 	uint64_t stage_released;
 	struct proto_buf held_out;       /* output of applied epochs, maybe unreleased */
@@ -135,7 +138,9 @@ static void take_over(struct repl_secondary *s)
 	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
 		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
 		  (unsigned long long)s->applied, (now_ns() - t0) / 1e6, s->held_out.len);
-	log_debug(TAG, "held output from offset %llu", (unsigned long long)s->held_from);
+	if (s->verify_ok || s->verify_failed)
+		log_info(TAG, "test mode: %llu epochs verified equal to the primary, %llu differed",
+			 (unsigned long long)s->verify_ok, (unsigned long long)s->verify_failed);
 }
 
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
@@ -241,6 +246,13 @@ static int on_section(struct repl_secondary *s, const Understudy__Section *sec)
 		memcpy(&s->stage_released, sec->data.data, sizeof(uint64_t));
 		return 0;
 	}
+	if (!strcmp(sec->name, "verify")) {
+		if (sec->data.len != sizeof(uint32_t))
+			return -EBADMSG;
+		memcpy(&s->verify_crc, sec->data.data, sizeof(uint32_t));
+		s->stage_verify = true;
+		return 0;
+	}
 	if (!strcmp(sec->name, "state")) {
 		s->stage_state = true;
 		return ckpt_set_state(&s->stage, sec->data.data, sec->data.len);
@@ -270,6 +282,32 @@ static int hold_output(struct repl_secondary *s)
 	return 0;
 }
 
+/* Test mode: the standby's memory and vCPU registers equal the primary's at
+ * this acknowledged epoch. */
+static void verify_applied(struct repl_secondary *s)
+{
+	struct machine *m = s->vm->m;
+	struct kvm_vcpu_state *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+	uint32_t crc = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
+	bool regs_ok = a && b;
+
+	for (int i = 0; regs_ok && i < m->ncpus; i++)
+		regs_ok = ckpt_get_vcpu_state(&s->stage, i, a) == 0 &&
+			  machine_get_vcpu_state(m, i, b) == 0 &&
+			  !memcmp(&a->regs, &b->regs, sizeof(a->regs)) &&
+			  !memcmp(&a->sregs, &b->sregs, sizeof(a->sregs));
+	free(a);
+	free(b);
+	if (crc == s->verify_crc && regs_ok) {
+		s->verify_ok++;
+		return;
+	}
+	s->verify_failed++;
+	log_error(TAG, "VERIFY FAILED at epoch %llu: memory %s, vCPU registers %s",
+		  (unsigned long long)s->cur, crc == s->verify_crc ? "equal" : "DIFFER",
+		  regs_ok ? "equal" : "DIFFER");
+}
+
 static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 {
 	uint32_t digest;
@@ -294,6 +332,8 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 			  strerror(-r));
 		return r;
 	}
+	if (s->stage_verify)
+		verify_applied(s);
 	if ((r = hold_output(s)) < 0)
 		return r;
 	s->applied = s->cur;
@@ -339,7 +379,7 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 		s->in_epoch = true;
 		s->cur = s->applied + 1;
 		s->crc = 0;
-		s->stage_state = false;
+		s->stage_state = s->stage_verify = false;
 		s->stage_released = 0;
 		proto_buf_reset(&s->stage_out);
 		ckpt_reset(&s->stage);
@@ -455,14 +495,16 @@ static int status_text(void *ctx, const char *req, char *out, size_t len)
 	return snprintf(out, len, json ?
 			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
-			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f}\n" :
+			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
+			"\"verify_failed\":%llu}\n" :
 			"role secondary\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
-			"since heartbeat %.1f ms\n",
+			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n",
 			sstate_names[s->state], (unsigned long long)s->applied,
 			(unsigned long long)s->applied, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)s->st.last_dirty_pages,
-			(unsigned long long)s->link.bytes_rcvd, hb_ms);
+			(unsigned long long)s->link.bytes_rcvd, hb_ms,
+			(unsigned long long)s->verify_ok, (unsigned long long)s->verify_failed);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)

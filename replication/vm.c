@@ -86,20 +86,33 @@ uint64_t repl_vm_output_mark(struct repl_vm *v)
 	return mark;
 }
 
+/* Output leaves in whole lines: a release stops after the last newline in
+ * range, so a client never holds half a line that a takeover could replay
+ * differently. A line still open after two releases leaves anyway (a prompt
+ * without a newline must not wait forever). */
 void repl_vm_release(struct repl_vm *v, uint64_t upto)
 {
-	size_t n;
+	size_t n, cut;
 
 	pthread_mutex_lock(&v->out_lock);
 	if (upto > v->produced)
 		upto = v->produced;
 	n = upto > v->released ? (size_t)(upto - v->released) : 0;
+	cut = n;
+	if (v->gated && upto != UINT64_MAX) {
+		while (cut && v->out[cut - 1] != '\n')
+			cut--;
+		if (cut < n && ++v->tail_holds < 3)
+			n = cut;
+	}
 	if (n) {
 		if (v->con)
 			console_write(v->con, v->out, n);
 		memmove(v->out, v->out + n, v->out_len - n);
 		v->out_len -= n;
 		v->released += n;
+		if (n == cut)
+			v->tail_holds = 0;
 	}
 	pthread_mutex_unlock(&v->out_lock);
 }
