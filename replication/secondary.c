@@ -36,6 +36,7 @@ struct repl_secondary {
 	struct repl_link link;
 	enum sstate state;
 	bool got_hello;
+	bool refusing;                   /* an Error is on its way, then we close */
 	uint64_t hello_digest;           /* the primary's machine configuration digest */
 	struct machine_config cfg;
 	struct repl_vm *vm;
@@ -434,9 +435,16 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 {
 	struct repl_secondary *s = ctx;
-	int r = repl_link_feed(&s->link, data, len, on_frame, s);
+	int r;
 
 	(void)c;
+	if (s->refusing)
+		return;
+	r = repl_link_feed(&s->link, data, len, on_frame, s);
+	if (r == -ECONNREFUSED && s->link.conn && net_queued_bytes(s->link.conn)) {
+		s->refusing = true;      /* close once the Error has left */
+		return;
+	}
 	if (r < 0 && r != -ECANCELED && s->state != S_DONE) {
 		if (r != -ECONNREFUSED)
 			log_error(TAG, "bad data from the primary (%s): closing, nothing of it applied",
@@ -447,10 +455,14 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 
 static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 {
-	(void)c;
+	struct repl_secondary *s = ctx;
+
 	(void)status;
-	(void)ctx;
 	repl_link_sent_small(cookie);
+	if (s->refusing && !net_queued_bytes(c)) {
+		s->refusing = false;
+		end_link(s, true);
+	}
 }
 
 static void on_closed(struct net_conn *c, int reason, void *ctx)
@@ -479,6 +491,7 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 	}
 	log_info(TAG, "primary %s connected", net_peer_name(c));
 	s->link.conn = c;
+	s->refusing = false;
 	s->link.last_rx_ns = now_ns();
 	s->state = S_HELLO;
 	net_conn_set_ops(c, &conn_ops, s);

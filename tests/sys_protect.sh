@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# A protected pair beyond the primary's death: the secondary dying or hanging
+# leaves the primary running unprotected with the guest unharmed; bad peers
+# (other machine configuration, wrong protocol version, garbage, unknown
+# certificate) are refused before anything is applied; status reports.
+set -u
+cd "$(dirname "$0")/.." && . tests/lib.sh
+need_kvm
+tmp=$(mktemp -d)
+cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+start_pair() {   # $1: extra secondary args; sets sp pp sport scon pcon
+	sport=$(free_port); scon=$(free_port); pcon=$(free_port)
+	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
+		--failover-timeout-ms 300 --control "$tmp/sec.ctl" $1 2>"$tmp/sec.log" &
+	sp=$!
+	wait_port $sport || fail "secondary did not listen"
+	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
+		--insecure --timeout-ms 300 --control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
+	pp=$!
+	[ -n "$2" ] || wait_port $pcon || fail "primary console did not open"
+}
+wait_log() {   # file pattern seconds
+	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
+	return 1
+}
+
+# 1. The secondary dies: the primary goes on unprotected, the guest is unharmed.
+for sig in KILL STOP; do
+	start_pair "" ""
+	wait_log "$tmp/pri.log" "protected: secondary holds" 10 || fail "never protected"
+	out=$(python3 tests/counter_client.py $pcon incr incr) || fail "client"
+	"$BIN" status --control "$tmp/pri.ctl" | grep -q "state protected" || fail "status not protected"
+	kill -$sig $sp
+	wait_log "$tmp/pri.log" "UNPROTECTED" 5 || fail "primary did not notice the secondary's SIG$sig"
+	out2=$(python3 tests/counter_client.py $pcon incr get) || fail "client after the secondary died"
+	[ "$(echo "$out2" | head -1 | cut -d' ' -f1)" = 3 ] || fail "guest state harmed: $out2"
+	"$BIN" status --control "$tmp/pri.ctl" | grep -q "state unprotected" || fail "status after loss"
+	kill -9 $pp $sp 2>/dev/null; kill -CONT $sp 2>/dev/null; wait 2>/dev/null
+	ok "secondary SIG$sig: primary runs on unprotected, counter continued at 3"
+done
+
+# 2. status reports on both sides, text and JSON.
+start_pair "" ""
+wait_log "$tmp/pri.log" "protected: secondary holds" 10 || fail "never protected"
+python3 tests/counter_client.py $pcon incr >/dev/null
+sleep 0.3
+j=$("$BIN" status --control "$tmp/pri.ctl" --json)
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["role"]=="primary" and d["acked"]>0 and d["epoch"]>=d["acked"], d' "$j" || fail "primary status: $j"
+j=$("$BIN" status --control "$tmp/sec.ctl" --json)
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["role"]=="secondary" and d["state"]=="standby" and d["epoch"]>0, d' "$j" || fail "secondary status: $j"
+ok "status: $j"
+
+# 3. Guest powers off on the primary: the secondary does not take over.
+python3 tests/counter_client.py $pcon halt
+wait $pp; rc=$?
+[ $rc = 0 ] || fail "primary exit $rc after halt"
+wait_log "$tmp/sec.log" "no takeover" 5 || fail "secondary did not hear the primary stop"
+wait $sp
+grep -q "TOOK OVER" "$tmp/sec.log" && fail "secondary took over after a clean stop"
+ok "clean power-off: primary exits 0, secondary stands down"
+
+# 4. A secondary pinned to another machine configuration refuses the primary.
+start_pair "--guest dirty --mem 128M" refused
+wait $pp; rc=$?
+[ $rc = 1 ] || fail "primary exit $rc against a mismatched secondary"
+grep -q "machine configuration differs" "$tmp/sec.log" || fail "no clear refusal: $(cat "$tmp/sec.log")"
+grep -q "machine configuration differs" "$tmp/pri.log" || fail "primary did not report why"
+kill -0 $sp || fail "secondary died"
+ok "mismatched configuration refused: $(grep -o 'machine configuration differs.*' "$tmp/pri.log" | head -1 | cut -c1-80)"
+
+# 5. Wrong protocol version and garbage frames: refused, secondary stays up and waiting.
+python3 - $sport <<'PY' || fail "raw peer"
+import socket, struct, sys
+def crc32c(b):
+    c = 0xffffffff
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82f63b78 if c & 1 else 0)
+    return c ^ 0xffffffff
+def frame(t, payload, version=1):
+    return struct.pack("<IHHII", 0x44545355, version, t, len(payload), crc32c(payload)) + payload
+hello99 = bytes([0x08, 99, 0x10, 1])           # Hello{protocol_version=99, role=PRIMARY}
+for data in (frame(1, hello99), frame(1, hello99, version=7), b"GET / HTTP/1.0\r\n\r\n" * 4):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    s.sendall(data)
+    s.settimeout(5)
+    try:
+        while s.recv(4096):
+            pass
+    except OSError:
+        pass
+    s.close()
+PY
+grep -q "protocol version 99" "$tmp/sec.log" || fail "version 99 not reported"
+grep -qi "version" "$tmp/sec.log" || fail "frame version not reported"
+grep -q "bad data from the primary" "$tmp/sec.log" || fail "garbage not reported"
+"$BIN" status --control "$tmp/sec.ctl" | grep -q "state waiting" || fail "secondary not waiting after bad peers"
+ok "wrong protocol version, wrong frame version and garbage refused; secondary still waiting"
+kill -9 $sp 2>/dev/null; wait 2>/dev/null
+
+# 6. TLS: a primary whose certificate another CA signed is refused.
+bash tests/mkcerts.sh "$tmp/certs" >/dev/null 2>&1 || fail "mkcerts"
+c=$tmp/certs
+sport=$(free_port); scon=$(free_port); pcon=$(free_port)
+"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --tls-cert $c/server.pem \
+	--tls-key $c/server.key --tls-ca $c/ca.pem 2>"$tmp/sec.log" &
+sp=$!
+wait_port $sport || fail "tls secondary"
+"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
+	--tls-cert $c/other.pem --tls-key $c/other.key --tls-ca $c/ca.pem 2>"$tmp/pri.log"
+rc=$?
+[ $rc = 1 ] || fail "unauthenticated primary exit $rc"
+grep -q "TOOK OVER\|standby built" "$tmp/sec.log" && fail "an unauthenticated primary got a standby"
+ok "unauthenticated primary refused (exit $rc)"
+# ...and the right certificate works.
+"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
+	--tls-cert $c/client.pem --tls-key $c/client.key --tls-ca $c/ca.pem 2>"$tmp/pri.log" &
+pp=$!
+wait_log "$tmp/pri.log" "protected: secondary holds" 10 || fail "TLS pair never protected: $(tail -3 "$tmp/pri.log")"
+ok "TLS pair protected"
