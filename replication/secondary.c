@@ -270,6 +270,7 @@ static int hold_output(struct repl_secondary *s)
 	if (r < 0)
 		return r;
 	end += s->stage_out.len;
+	log_debug(TAG, "epoch %llu: output +%zu, released %llu, held from %llu len %zu", (unsigned long long)s->cur, s->stage_out.len, (unsigned long long)s->stage_released, (unsigned long long)s->held_from, s->held_out.len);
 	if (s->stage_released > s->held_from) {
 		uint64_t drop = s->stage_released - s->held_from;
 
