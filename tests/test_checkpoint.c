@@ -553,6 +553,130 @@ static void files(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* ---- stress: every piece of state matters ----------------------------------- */
+
+/* Restores c into a fresh machine, lets it run, asks "check"; returns the reply. */
+static char *restore_and_check(const struct machine_config *cfg, const struct ckpt *c)
+{
+	struct vmh *b = vmh_new(cfg, false);
+	char *line;
+	int st;
+
+	assert_int_equal(ckpt_apply(b->m, c), 0);
+	machine_resume(b->m);
+	sleep_us(100000);
+	vmh_send(b, "check\n");
+	if (!vmh_wait_lines(b, 1, 15000)) {
+		if (machine_stopped(b->m, &st))
+			line = strdup("FAIL (machine stopped)");
+		else
+			line = strdup("FAIL (no answer)");
+	} else {
+		line = strndup(b->out, strcspn(b->out, "\n"));
+	}
+	vmh_free(b);
+	return line;
+}
+
+static void stress_restore(int ncpus)
+{
+	unsigned seed = test_seed(ncpus == 1 ? "stress_restore_1cpu" : "stress_restore_2cpu");
+	struct machine_config cfg = config("stress", "", 16, ncpus);
+	struct vmh *a;
+	struct ckpt c;
+
+	srand(seed);
+	a = vmh_new(&cfg, true);
+	ckpt_init(&c);
+	machine_resume(a->m);
+	sleep_us(50000);
+	for (int k = 0; k < 4; k++) {
+		char *reply;
+
+		sleep_us(5000 + (unsigned)(rand() % 100000));
+		assert_int_equal(ckpt_take(a->m, &c, true), 0);
+		machine_pause(a->m);   /* the host has two CPUs: one VM at a time */
+		reply = restore_and_check(&cfg, &c);
+		printf("stress %d vCPU, restore %d: %s\n", ncpus, k, reply);
+		assert_int_equal(strncmp(reply, "ok ", 3), 0);
+		free(reply);
+		machine_resume(a->m);
+	}
+	vmh_send(a, "check\n");
+	assert_true(vmh_wait_lines(a, 1, 15000));
+	assert_int_equal(strncmp(a->out, "ok ", 3), 0);
+	ckpt_fini(&c);
+	vmh_free(a);
+}
+
+static void stress_restore_1cpu(void **state)
+{
+	(void)state;
+	stress_restore(1);
+}
+
+static void stress_restore_2cpu(void **state)
+{
+	(void)state;
+	stress_restore(2);
+}
+
+/* The test can fail: with a piece of state dropped, the guest says FAIL. */
+static void stress_detects_missing_state(void **state)
+{
+	struct machine_config cfg = config("stress", "", 16, 2);
+	struct kvm_vcpu_state *st = malloc(sizeof(*st)), *fresh = malloc(sizeof(*fresh));
+	const char *what[] = { "xsave zeroed", "LAPIC of a fresh vCPU", "vCPU 1 not runnable" };
+	struct vmh *a, *f;
+	struct ckpt c, bad;
+
+	(void)state;
+	f = vmh_new(&cfg, false);
+	assert_int_equal(machine_get_vcpu_state(f->m, 1, fresh), 0);
+	vmh_free(f);
+	a = vmh_new(&cfg, true);
+	ckpt_init(&c);
+	machine_resume(a->m);
+	sleep_us(150000);
+	assert_int_equal(ckpt_take(a->m, &c, true), 0);
+	machine_pause(a->m);
+	for (int v = 0; v < 3; v++) {
+		char *reply;
+		int cpu = v == 0 ? 0 : 1, end = cpu + 1;
+
+		copy_ckpt(&bad, &c);
+		for (; cpu < end; cpu++) {
+			assert_int_equal(ckpt_get_vcpu_state(&bad, cpu, st), 0);
+			if (v == 0) {
+				memset(st->xsave + 160, 0, 256);   /* xmm0..15 */
+				memset(st->xsave + 576, 0, 256);   /* ymm0..15 upper halves */
+			} else if (v == 1) {
+				st->lapic = fresh->lapic;
+			} else {   /* the AP waits for INIT/SIPI: never runs */
+				st->mp_state.mp_state = KVM_MP_STATE_UNINITIALIZED;
+			}
+			assert_int_equal(ckpt_put_vcpu_state(&bad, cpu, st), 0);
+		}
+		reply = restore_and_check(&cfg, &bad);
+		printf("stress with %s: %s\n", what[v], reply);
+		assert_int_equal(strncmp(reply, "FAIL", 4), 0);
+		free(reply);
+		ckpt_fini(&bad);
+	}
+	/* and the intact checkpoint passes */
+	{
+		char *reply = restore_and_check(&cfg, &c);
+
+		printf("stress intact: %s\n", reply);
+		assert_int_equal(strncmp(reply, "ok ", 3), 0);
+		free(reply);
+	}
+	ckpt_fini(&c);
+	vmh_free(a);
+	free(st);
+	free(fresh);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -561,6 +685,9 @@ int main(void)
 		cmocka_unit_test(counter_restore),
 		cmocka_unit_test(incremental_chain),
 		cmocka_unit_test(standby_no_lost_write),
+		cmocka_unit_test(stress_restore_1cpu),
+		cmocka_unit_test(stress_restore_2cpu),
+		cmocka_unit_test(stress_detects_missing_state),
 	};
 
 	if (access("/dev/kvm", R_OK | W_OK) != 0) {
