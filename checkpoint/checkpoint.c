@@ -244,9 +244,13 @@ out:
 
 int ckpt_take(struct machine *m, struct ckpt *c, bool full)
 {
-	uint64_t t0 = now_ns(), t1;
+	uint64_t t0, t1;
 	int r;
 
+	/* A full capture's buffer is allocated and faulted in before the pause. */
+	if (full && (r = ckpt_reserve(c, m->ram_pages)) < 0)
+		return r;
+	t0 = now_ns();
 	machine_pause(m);
 	t1 = now_ns();
 	r = ckpt_capture(m, c, full);

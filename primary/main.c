@@ -14,6 +14,8 @@ static const struct {
 	const char *summary;
 } commands[] = {
 	{ "run", agent_cmd_run, "run a VM, unprotected" },
+	{ "snapshot", agent_cmd_snapshot, "ask a running VM to write a snapshot file" },
+	{ "restore", agent_cmd_restore, "rebuild a VM from snapshot files and run it" },
 };
 
 static void usage(FILE *f)
