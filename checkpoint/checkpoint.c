@@ -369,6 +369,8 @@ int ckpt_apply(struct machine *m, const struct ckpt *c)
 	for (int i = 0; i < m->ncpus; i++)
 		if ((r = machine_set_vcpu_state(m, i, &img->vcpus[i])) < 0)
 			goto err_kvm;
+	if ((r = ckpt_state_post_load(m, img)) < 0)
+		goto err_kvm;
 	r = 0;
 	goto out;
 err_kvm:

@@ -183,9 +183,10 @@ static int uart_load(struct ckpt_image *img, int i, const uint8_t *in, size_t le
 }
 
 static const struct ckpt_section_ops sections[] = {
-	{ "vcpu", 1, vcpu_count, vcpu_size, vcpu_save, vcpu_load },
-	{ "vm", 1, one, vm_size, vm_save, vm_load },
-	{ "uart", 1, one, uart_size, uart_save, uart_load },
+	{ "vcpu", 1, vcpu_count, vcpu_size, vcpu_save, vcpu_load, NULL },
+	{ "vm", 1, one, vm_size, vm_save, vm_load, NULL },
+	/* the UART's IRQ line is re-driven by machine_set_state (uart_post_load) */
+	{ "uart", 1, one, uart_size, uart_save, uart_load, NULL },
 };
 #define NSECTION_KINDS (sizeof(sections) / sizeof(sections[0]))
 
@@ -201,6 +202,18 @@ int ckpt_image_read(struct machine *m, struct ckpt_image *img)
 	for (int i = 0; i < m->ncpus; i++)
 		if ((r = machine_get_vcpu_state(m, i, &img->vcpus[i])) < 0)
 			return r;
+	return 0;
+}
+
+int ckpt_state_post_load(struct machine *m, const struct ckpt_image *img)
+{
+	int r;
+
+	for (size_t k = 0; k < NSECTION_KINDS; k++)
+		if (sections[k].post_load && (r = sections[k].post_load(m, img)) < 0) {
+			log_error(TAG, "post-load of '%s': %s", sections[k].name, strerror(-r));
+			return r;
+		}
 	return 0;
 }
 
