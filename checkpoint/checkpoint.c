@@ -244,9 +244,13 @@ out:
 
 int ckpt_take(struct machine *m, struct ckpt *c, bool full)
 {
-	uint64_t t0 = now_ns(), t1;
+	uint64_t t0, t1;
 	int r;
 
+	/* A full capture's buffer is allocated and faulted in before the pause. */
+	if (full && (r = ckpt_reserve(c, m->ram_pages)) < 0)
+		return r;
+	t0 = now_ns();
 	machine_pause(m);
 	t1 = now_ns();
 	r = ckpt_capture(m, c, full);
@@ -365,6 +369,8 @@ int ckpt_apply(struct machine *m, const struct ckpt *c)
 	for (int i = 0; i < m->ncpus; i++)
 		if ((r = machine_set_vcpu_state(m, i, &img->vcpus[i])) < 0)
 			goto err_kvm;
+	if ((r = ckpt_state_post_load(m, img)) < 0)
+		goto err_kvm;
 	r = 0;
 	goto out;
 err_kvm:

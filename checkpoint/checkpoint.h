@@ -110,9 +110,11 @@ struct ckpt_image {
 };
 
 /* One kind of section. Instances: one per vCPU, or one. save writes exactly
- * size() bytes; load decodes and checks (touching only img). Restoring the
- * decoded image to a machine, and the device post-load that rebuilds
- * derived state (e.g. the UART's IRQ line), happen in machine_set_state. */
+ * size() bytes; load decodes and checks (touching only img). The decoded
+ * image goes to the machine through machine_set_state / set_vcpu_state
+ * (which already re-drives the UART's IRQ line); post_load, if set, runs
+ * after every section is in place, to rebuild derived state a device keeps
+ * outside its plain-data state. */
 struct ckpt_section_ops {
 	const char *name;
 	uint32_t version;
@@ -120,12 +122,15 @@ struct ckpt_section_ops {
 	size_t (*size)(const struct ckpt_image *img, int inst);
 	void (*save)(const struct ckpt_image *img, int inst, uint8_t *out);
 	int (*load)(struct ckpt_image *img, int inst, const uint8_t *in, size_t len);
+	int (*post_load)(struct machine *m, const struct ckpt_image *img);
 };
 
 /* Reads the image of a paused machine. */
 int ckpt_image_read(struct machine *m, struct ckpt_image *img) US_MUST_CHECK;
 /* Serializes img into c->state (growing it if needed). */
 int ckpt_state_encode(struct ckpt *c, const struct ckpt_image *img) US_MUST_CHECK;
+/* Runs every section's post_load on m (ckpt_apply does, last). */
+int ckpt_state_post_load(struct machine *m, const struct ckpt_image *img) US_MUST_CHECK;
 /* Verifies and decodes a state blob: header, digest, every section present
  * once, known version, right size, right CRC. */
 int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpus,

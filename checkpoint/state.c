@@ -3,6 +3,9 @@
  *
  *   header  { magic, version, digest, nsections, ncpus, total_len, hdr_crc }
  *   section { name[16], version, instance, len, crc, pad } data (padded to 8)
+ * The header CRC covers the header; a section's CRC covers its header (crc
+ * taken as zero), data and padding; pad fields must be zero: every byte of
+ * the blob is checked.
  *
  * Sections are described by the table below; a device adds one entry. */
 #include "checkpoint/checkpoint.h"
@@ -180,9 +183,10 @@ static int uart_load(struct ckpt_image *img, int i, const uint8_t *in, size_t le
 }
 
 static const struct ckpt_section_ops sections[] = {
-	{ "vcpu", 1, vcpu_count, vcpu_size, vcpu_save, vcpu_load },
-	{ "vm", 1, one, vm_size, vm_save, vm_load },
-	{ "uart", 1, one, uart_size, uart_save, uart_load },
+	{ "vcpu", 1, vcpu_count, vcpu_size, vcpu_save, vcpu_load, NULL },
+	{ "vm", 1, one, vm_size, vm_save, vm_load, NULL },
+	/* the UART's IRQ line is re-driven by machine_set_state (uart_post_load) */
+	{ "uart", 1, one, uart_size, uart_save, uart_load, NULL },
 };
 #define NSECTION_KINDS (sizeof(sections) / sizeof(sections[0]))
 
@@ -201,9 +205,30 @@ int ckpt_image_read(struct machine *m, struct ckpt_image *img)
 	return 0;
 }
 
+int ckpt_state_post_load(struct machine *m, const struct ckpt_image *img)
+{
+	int r;
+
+	for (size_t k = 0; k < NSECTION_KINDS; k++)
+		if (sections[k].post_load && (r = sections[k].post_load(m, img)) < 0) {
+			log_error(TAG, "post-load of '%s': %s", sections[k].name, strerror(-r));
+			return r;
+		}
+	return 0;
+}
+
 static uint32_t hdr_crc(const struct state_hdr *h)
 {
 	return ckpt_crc32c(0, h, offsetof(struct state_hdr, hdr_crc));
+}
+
+/* Covers the section header (crc field as zero), the data and its padding. */
+static uint32_t section_crc(const struct section_hdr *s, const uint8_t *data)
+{
+	struct section_hdr h = *s;
+
+	h.crc = 0;
+	return ckpt_crc32c(ckpt_crc32c(0, &h, sizeof(h)), data, pad8(s->len));
 }
 
 int ckpt_state_encode(struct ckpt *c, const struct ckpt_image *img)
@@ -237,7 +262,7 @@ int ckpt_state_encode(struct ckpt *c, const struct ckpt_image *img)
 			s.len = len;
 			memset(p + sizeof(s) + len, 0, pad8(len) - len);
 			sections[k].save(img, i, p + sizeof(s));
-			s.crc = ckpt_crc32c(0, p + sizeof(s), len);
+			s.crc = section_crc(&s, p + sizeof(s));
 			memcpy(p, &s, sizeof(s));
 			p += sizeof(s) + pad8(len);
 		}
@@ -279,7 +304,7 @@ int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpu
 		return -EBADMSG;
 	}
 	memcpy(&h, blob, sizeof(h));
-	if (h.magic != STATE_MAGIC || h.hdr_crc != hdr_crc(&h)) {
+	if (h.magic != STATE_MAGIC || h.hdr_crc != hdr_crc(&h) || h.pad) {
 		log_error(TAG, "state: bad header (magic or checksum)");
 		return -EBADMSG;
 	}
@@ -308,7 +333,10 @@ int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpu
 		}
 		memcpy(&s, blob + off, sizeof(s));
 		off += sizeof(s);
-		s.name[NAME_LEN - 1] = 0;
+		if (s.name[NAME_LEN - 1]) {
+			log_error(TAG, "state: section %u has a malformed name", n);
+			return -EBADMSG;
+		}
 		ops = find_kind(s.name, &kind);
 		if (!ops) {
 			log_error(TAG, "state: unknown section '%s'", s.name);
@@ -328,7 +356,7 @@ int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpu
 			log_error(TAG, "state: section '%s' runs past the end", s.name);
 			return -EBADMSG;
 		}
-		if (ckpt_crc32c(0, blob + off, s.len) != s.crc) {
+		if (section_crc(&s, blob + off) != s.crc || s.pad) {
 			log_error(TAG, "state: section '%s' %u checksum mismatch", s.name, s.instance);
 			return -EBADMSG;
 		}

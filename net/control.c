@@ -1,123 +1,194 @@
-/* Control socket: one request line in, one reply out, per connection.
- * Requests are small and answered at once, so a connection is served
- * synchronously on accept with a short receive timeout. */
+/* Control socket: accept on the loop, read one line, reply, close. */
 #include "net/control.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "kmod/log.h"
 
 #define TAG "control"
-#define REQ_MAX 256
-#define REPLY_MAX 8192
+
+struct conn {
+	struct control *ctl;
+	struct conn *next;
+	int fd;
+	ev_io w;
+	char *out;
+	size_t out_len, out_off;
+	size_t in_len;
+	char in[CONTROL_MAX_REQUEST];
+};
 
 struct control {
 	struct ev_loop *loop;
-	ev_io io;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int fd;
-	char path[108];
-	control_fn fn;
+	ev_io accept_w;
+	control_handler handler;
 	void *ctx;
+	struct conn *conns;
 };
 
-static int make_addr(const char *path, struct sockaddr_un *a)
+static void conn_free(struct conn *k)
 {
-	memset(a, 0, sizeof(*a));
-	a->sun_family = AF_UNIX;
-	if (strlen(path) >= sizeof(a->sun_path))
-		return -ENAMETOOLONG;
-	strcpy(a->sun_path, path);
-	return 0;
+	struct conn **p = &k->ctl->conns;
+
+	while (*p && *p != k)
+		p = &(*p)->next;
+	if (*p)
+		*p = k->next;
+	ev_io_stop(k->ctl->loop, &k->w);
+	close(k->fd);
+	free(k->out);
+	free(k);
 }
 
-static void serve(struct control *c, int fd)
+static void on_conn_write(struct ev_loop *loop, ev_io *w, int revents)
 {
-	struct timeval tv = { 1, 0 };
-	char req[REQ_MAX], *reply;
-	size_t have = 0;
-	int n;
+	struct conn *k = w->data;
+	ssize_t n;
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	while (have < sizeof(req) - 1) {
-		ssize_t r = read(fd, req + have, sizeof(req) - 1 - have);
-
-		if (r <= 0)
+	(void)loop;
+	(void)revents;
+	while (k->out_off < k->out_len) {
+		n = write(k->fd, k->out + k->out_off, k->out_len - k->out_off);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (n <= 0)
 			break;
-		have += (size_t)r;
-		if (memchr(req, '\n', have))
-			break;
+		k->out_off += (size_t)n;
 	}
-	req[have] = 0;
-	req[strcspn(req, "\r\n")] = 0;
-	reply = malloc(REPLY_MAX);
-	if (!reply)
+	conn_free(k);
+}
+
+static void reply(struct conn *k, char *text)
+{
+	size_t len;
+
+	if (!text)
+		text = strdup("error\n");
+	len = text ? strlen(text) : 0;
+	/* Every reply ends with a newline, so line-reading clients know. */
+	if (text && (len == 0 || text[len - 1] != '\n')) {
+		char *t = realloc(text, len + 2);
+
+		if (t) {
+			text = t;
+			text[len++] = '\n';
+			text[len] = 0;
+		}
+	}
+	k->out = text;
+	k->out_len = text ? len : 0;
+	ev_io_stop(k->ctl->loop, &k->w);
+	ev_io_init(&k->w, on_conn_write, k->fd, EV_WRITE);
+	k->w.data = k;
+	ev_io_start(k->ctl->loop, &k->w);
+}
+
+static void on_conn_read(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct conn *k = w->data;
+	char *nl;
+	ssize_t n;
+
+	(void)loop;
+	(void)revents;
+	n = read(k->fd, k->in + k->in_len, sizeof(k->in) - 1 - k->in_len);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
-	n = c->fn(c->ctx, req, reply, REPLY_MAX);
-	if (n < 0)
-		n = snprintf(reply, REPLY_MAX, "error %s\n", strerror(-n));
-	if (n > REPLY_MAX - 1)
-		n = REPLY_MAX - 1;
-	if (write(fd, reply, (size_t)n) < 0)
-		log_debug(TAG, "reply not delivered: %s", strerror(errno));
-	free(reply);
+	if (n <= 0) {
+		conn_free(k);
+		return;
+	}
+	k->in_len += (size_t)n;
+	k->in[k->in_len] = 0;
+	nl = strchr(k->in, '\n');
+	if (!nl) {
+		if (k->in_len == sizeof(k->in) - 1) {
+			log_warn(TAG, "request longer than %d bytes dropped", CONTROL_MAX_REQUEST);
+			reply(k, strdup("error request too long"));
+		}
+		return;
+	}
+	*nl = 0;
+	if (nl > k->in && nl[-1] == '\r')
+		nl[-1] = 0;
+	reply(k, k->ctl->handler(k->ctl->ctx, k->in));
 }
 
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct control *c = w->data;
-	int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC);
+	struct conn *k;
+	int fd;
 
-	(void)loop;
 	(void)revents;
+	fd = accept4(c->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0)
 		return;
-	serve(c, fd);
-	close(fd);
+	k = calloc(1, sizeof(*k));
+	if (!k) {
+		close(fd);
+		return;
+	}
+	k->ctl = c;
+	k->fd = fd;
+	k->next = c->conns;
+	c->conns = k;
+	ev_io_init(&k->w, on_conn_read, fd, EV_READ);
+	k->w.data = k;
+	ev_io_start(loop, &k->w);
 }
 
-int control_open(struct ev_loop *loop, const char *path, control_fn fn, void *ctx,
+int control_open(struct ev_loop *loop, const char *path, control_handler handler, void *ctx,
 		 struct control **out)
 {
-	struct sockaddr_un a;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct control *c;
 	int r;
 
-	if ((r = make_addr(path, &a)) < 0) {
-		log_error(TAG, "control socket path too long: %s", path);
-		return r;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		log_error(TAG, "socket path too long: %s", path);
+		return -ENAMETOOLONG;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	c->loop = loop;
+	c->handler = handler;
+	c->ctx = ctx;
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	memcpy(sa.sun_path, path, strlen(path));
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		r = -errno;
 		goto err;
 	}
 	unlink(path);
-	if (bind(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(c->fd, 8) < 0) {
+	if (bind(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(c->fd, 8) < 0) {
 		r = -errno;
-		log_error(TAG, "control socket %s: %s", path, strerror(errno));
-		close(c->fd);
-		goto err;
+		goto err_fd;
 	}
-	c->loop = loop;
-	c->fn = fn;
-	c->ctx = ctx;
-	snprintf(c->path, sizeof(c->path), "%s", path);
-	ev_io_init(&c->io, on_accept, c->fd, EV_READ);
-	c->io.data = c;
-	ev_io_start(loop, &c->io);
+	chmod(path, 0600);
+	ev_io_init(&c->accept_w, on_accept, c->fd, EV_READ);
+	c->accept_w.data = c;
+	ev_io_start(loop, &c->accept_w);
 	*out = c;
 	return 0;
+
+err_fd:
+	close(c->fd);
 err:
+	log_error(TAG, "control socket %s: %s", path, strerror(-r));
 	free(c);
 	return r;
 }
@@ -126,39 +197,100 @@ void control_free(struct control *c)
 {
 	if (!c)
 		return;
-	ev_io_stop(c->loop, &c->io);
+	while (c->conns)
+		conn_free(c->conns);
+	ev_io_stop(c->loop, &c->accept_w);
 	close(c->fd);
 	unlink(c->path);
 	free(c);
 }
 
-int control_request(const char *path, const char *req, char *out, size_t len)
+/* Waits for fd to become ready for events until deadline (ms since epoch of now_ns). */
+static int wait_fd(int fd, short events, uint64_t deadline_ns)
 {
-	struct sockaddr_un a;
-	struct timeval tv = { 5, 0 };
-	size_t have = 0;
+	struct pollfd p = { .fd = fd, .events = events };
+	uint64_t now = now_ns();
+	int r;
+
+	if (now >= deadline_ns)
+		return -ETIMEDOUT;
+	r = poll(&p, 1, (int)((deadline_ns - now) / 1000000) + 1);
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	return r == 0 ? -ETIMEDOUT : 0;
+}
+
+int control_request(const char *path, const char *request, int timeout_ms, char **reply_out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000;
+	size_t len = 0, cap = 256, off = 0, reqlen = strlen(request);
+	char *buf = NULL, *line = NULL;
 	int fd, r;
 
-	if ((r = make_addr(path, &a)) < 0)
-		return r;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path));
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    write(fd, req, strlen(req)) < 0 || write(fd, "\n", 1) < 0) {
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = -errno;
-		close(fd);
-		return r;
+		goto out;
 	}
-	while (have < len - 1) {
-		ssize_t n = read(fd, out + have, len - 1 - have);
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	line = malloc(reqlen + 2);
+	buf = malloc(cap);
+	if (!line || !buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	memcpy(line, request, reqlen);
+	line[reqlen] = '\n';
+	while (off < reqlen + 1) {
+		ssize_t n = write(fd, line + off, reqlen + 1 - off);
 
-		if (n <= 0)
-			break;
-		have += (size_t)n;
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			r = -errno;
+			goto out;
+		}
+		if (n > 0)
+			off += (size_t)n;
+		else if ((r = wait_fd(fd, POLLOUT, deadline)) < 0)
+			goto out;
 	}
-	out[have] = 0;
+	for (;;) {
+		ssize_t n;
+
+		if (len + 1 >= cap) {
+			char *b = realloc(buf, cap * 2);
+
+			if (!b) {
+				r = -ENOMEM;
+				goto out;
+			}
+			buf = b;
+			cap *= 2;
+		}
+		n = read(fd, buf + len, cap - 1 - len);
+		if (n == 0)
+			break;
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			r = -errno;
+			goto out;
+		}
+		if (n > 0)
+			len += (size_t)n;
+		else if ((r = wait_fd(fd, POLLIN, deadline)) < 0)
+			goto out;
+	}
+	buf[len] = 0;
+	*reply_out = buf;
+	buf = NULL;
+	r = 0;
+out:
+	free(line);
+	free(buf);
 	close(fd);
-	return (int)have;
+	return r;
 }

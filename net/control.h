@@ -1,22 +1,30 @@
-/* The control socket of an agent: a unix socket on the agent's libev loop.
- * A client sends one request line, gets the handler's reply text, and the
- * connection closes. */
+/* The control socket of an agent: a unix stream socket on the agent's libev
+ * loop. A client connects, sends one request line, gets one reply text, and
+ * the connection closes. What requests mean is the owner's business: the
+ * handler maps a request string to a reply string. */
 #ifndef US_NET_CONTROL_H
 #define US_NET_CONTROL_H
 
 #include <ev.h>
 #include <stddef.h>
 
+#define CONTROL_MAX_REQUEST 4096
+
 struct control;
 
-/* Writes the reply to req into out (len bytes); returns its length or -errno. */
-typedef int (*control_fn)(void *ctx, const char *req, char *out, size_t len);
+/* Called on the loop thread with the request line (no '\n'). Returns the
+ * reply, malloc'd (the control socket frees it), or NULL for "error". */
+typedef char *(*control_handler)(void *ctx, const char *request);
 
-int control_open(struct ev_loop *loop, const char *path, control_fn fn, void *ctx,
+/* Listens at path (a stale socket file there is replaced). */
+int control_open(struct ev_loop *loop, const char *path, control_handler handler, void *ctx,
 		 struct control **out) __attribute__((warn_unused_result));
+/* Stops listening, drops open connections, removes the socket file. */
 void control_free(struct control *c);
-/* Client side: sends req to the socket at path, reply into out. */
-int control_request(const char *path, const char *req, char *out, size_t len)
+
+/* Client side, blocking: sends request to the socket at path and returns the
+ * whole reply (malloc'd) in *reply; gives up after timeout_ms. */
+int control_request(const char *path, const char *request, int timeout_ms, char **reply)
 	__attribute__((warn_unused_result));
 
 #endif

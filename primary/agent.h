@@ -59,9 +59,30 @@ int net_options_check(struct net_config *n);
 /* Parses "--flag N" milliseconds; 0 or 2 after printing why. */
 int parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out);
 
+struct repl_vm;
+struct ev_loop;
+
+/* The snapshots a running VM writes on request (primary/snapshot.c). */
+struct agent_snapshots {
+	struct machine *m;
+	struct ckpt *ckpt;        /* reused buffers */
+	uint64_t last_id;         /* id of the last snapshot written, 0 if none */
+	uint64_t count;
+};
+void agent_snapshots_init(struct agent_snapshots *s, struct machine *m);
+void agent_snapshots_fini(struct agent_snapshots *s);
+/* Control request "snapshot full|incremental FILE" -> reply text (malloc'd). */
+char *agent_snapshot_request(struct agent_snapshots *s, const char *request);
+
+/* Runs vm (booted or restored) on loop until it stops or a signal, with the
+ * control socket at control_path if set; frees vm. Returns the exit status. */
+int agent_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path);
+
 int agent_cmd_run(int argc, char **argv);
 int agent_cmd_primary(int argc, char **argv);
 int agent_cmd_secondary(int argc, char **argv);
 int agent_cmd_status(int argc, char **argv);
+int agent_cmd_snapshot(int argc, char **argv);
+int agent_cmd_restore(int argc, char **argv);
 
 #endif

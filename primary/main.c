@@ -17,6 +17,8 @@ static const struct {
 	{ "primary", agent_cmd_primary, "run a VM protected by a secondary" },
 	{ "secondary", agent_cmd_secondary, "keep a hot standby; take over on failure" },
 	{ "status", agent_cmd_status, "epochs, dirty rate, pause times, lag of a running agent" },
+	{ "snapshot", agent_cmd_snapshot, "ask a running VM to write a snapshot file" },
+	{ "restore", agent_cmd_restore, "rebuild a VM from snapshot files and run it" },
 };
 
 static void usage(FILE *f)

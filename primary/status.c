@@ -1,4 +1,5 @@
 /* understudy status: ask a running agent through its control socket. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "net/control.h"
@@ -13,7 +14,7 @@ int agent_cmd_status(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = NULL;
-	char reply[8192];
+	char *reply = NULL;
 	int opt, json = 0, n;
 
 	optind = 1;
@@ -33,11 +34,12 @@ int agent_cmd_status(int argc, char **argv)
 		fprintf(stderr, "understudy status: --control PATH is required\n");
 		return 2;
 	}
-	n = control_request(path, json ? "status json" : "status", reply, sizeof(reply));
+	n = control_request(path, json ? "status json" : "status", 5000, &reply);
 	if (n < 0) {
 		fprintf(stderr, "understudy status: %s: %s\n", path, strerror(-n));
 		return 1;
 	}
 	fputs(reply, stdout);
+	free(reply);
 	return 0;
 }

@@ -570,7 +570,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	machine_stop(p->vm->m, 0);
 }
 
-static int status_text(void *ctx, const char *req, char *out, size_t len)
+static int status_format(void *ctx, const char *req, char *out, size_t len)
 {
 	struct repl_primary *p = ctx;
 	uint64_t p50, p99;
@@ -593,6 +593,17 @@ static int status_text(void *ctx, const char *req, char *out, size_t len)
 			p->st.epochs ? (double)p->st.dirty_pages_total / (double)p->st.epochs : 0.0,
 			(unsigned long long)p->link.bytes_sent, p->st.lag_ns / 1e6,
 			(unsigned long long)p->st.stretched, hb_ms);
+}
+
+static char *status_text(void *ctx, const char *req)
+{
+	char *out = malloc(4096);
+
+	if (out && status_format(ctx, req, out, 4096) < 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
 }
 
 /* ---- setup ------------------------------------------------------------------ */

@@ -498,7 +498,7 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 	net_conn_set_ops(c, &conn_ops, s);
 }
 
-static int status_text(void *ctx, const char *req, char *out, size_t len)
+static int status_format(void *ctx, const char *req, char *out, size_t len)
 {
 	struct repl_secondary *s = ctx;
 	uint64_t p50, p99;
@@ -519,6 +519,17 @@ static int status_text(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)s->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
 			(unsigned long long)s->verify_ok, (unsigned long long)s->verify_failed);
+}
+
+static char *status_text(void *ctx, const char *req)
+{
+	char *out = malloc(4096);
+
+	if (out && status_format(ctx, req, out, 4096) < 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)

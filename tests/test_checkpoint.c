@@ -171,7 +171,9 @@ static uint64_t ram_hash(struct machine *m)
 }
 
 
-/* ---- counter: random checkpoints, restored conversations equal the original */
+/* ---- counter: random checkpoints (a full one, then diffs), each restored into a
+ * fresh machine as the chain up to it: the conversation goes on exactly as the
+ * uninterrupted one did. */
 
 #define COUNTER_REQS 36
 #define COUNTER_CKPTS 4
@@ -206,7 +208,8 @@ static void counter_restore(void **state)
 			sleep_us((unsigned)(rand() % 3000));
 			ckpt_init(&s->c);
 			machine_pause(a->m);
-			assert_int_equal(ckpt_capture(a->m, &s->c, true), 0);
+			/* the first full, the others diffs against the one before */
+			assert_int_equal(ckpt_capture(a->m, &s->c, nsaved == 1), 0);
 			s->out_mark = vmh_len(a);
 			s->next_req = (size_t)i + 1;
 			machine_resume(a->m);
@@ -218,7 +221,8 @@ static void counter_restore(void **state)
 		struct vmh *b = vmh_new(&cfg, false);
 		size_t want = a->len - saved[k].out_mark;
 
-		assert_int_equal(ckpt_apply(b->m, &saved[k].c), 0);
+		for (int j = 0; j <= k; j++)
+			assert_int_equal(ckpt_apply(b->m, &saved[j].c), 0);
 		machine_resume(b->m);
 		for (size_t i = saved[k].next_req; i < COUNTER_REQS; i++)
 			vmh_send(b, reqs[i]);
@@ -228,8 +232,9 @@ static void counter_restore(void **state)
 		assert_int_equal(vmh_len(b), want);
 		assert_memory_equal(b->out, a->out + saved[k].out_mark, want);
 		vmh_free(b);
-		ckpt_fini(&saved[k].c);
 	}
+	for (int k = 0; k < nsaved; k++)
+		ckpt_fini(&saved[k].c);
 	vmh_free(a);
 }
 
@@ -450,6 +455,27 @@ static void apply_rejects_bad(void **state)
 	expect_untouched(b, &bad, -EBADMSG);
 	ckpt_fini(&bad);
 
+	/* any single flipped byte of the state, anywhere: refused, nothing touched */
+	{
+		unsigned seed = test_seed("apply_rejects_bad flips");
+		uint64_t h = ram_hash(b->m);
+
+		srand(seed);
+		copy_ckpt(&bad, &good);
+		for (int i = 0; i < 300; i++) {
+			size_t off = (size_t)rand() % bad.state_len;
+			uint8_t bit = (uint8_t)(1u << (rand() % 8));
+
+			bad.state[off] ^= bit;
+			if (ckpt_apply(b->m, &bad) >= 0)
+				fail_msg("state byte %zu ^ 0x%x was accepted", off, bit);
+			bad.state[off] ^= bit;
+		}
+		assert_int_equal(ram_hash(b->m), h);
+		assert_int_equal(ckpt_validate(b->m, &bad), 0);
+		ckpt_fini(&bad);
+	}
+
 	ckpt_fini(&good);
 	vmh_free(c);
 	vmh_free(b);
@@ -510,13 +536,19 @@ static void files(void **state)
 	/* damaged anywhere: a clear error, nothing read */
 	assert_int_equal(stat(path, &st), 0);
 	{
-		off_t offs[] = { 3, 100, 500, st.st_size / 2, st.st_size - 100, st.st_size - 4 };
+		off_t offs[40] = { 3, 100, 500, st.st_size / 2, st.st_size - 100, st.st_size - 4 };
+		unsigned seed = test_seed("files flips");
 
+		srand(seed);
+		for (size_t i = 6; i < 40; i++)   /* the first 4 KiB (headers, gfns) and anywhere */
+			offs[i] = i % 2 ? rand() % 4096 : (off_t)(((uint64_t)rand() << 16 ^ (uint64_t)rand()) %
+								  (uint64_t)st.st_size);
 		for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 			snprintf(cmd, sizeof(cmd), "cp %s %s", path, bad);
 			assert_int_equal(system(cmd), 0);
 			corrupt_at(bad, offs[i]);
-			assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EBADMSG);
+			if (ckpt_file_read(bad, &r, &rcfg) != -EBADMSG)
+				fail_msg("a flipped bit at offset %lld was not noticed", (long long)offs[i]);
 			assert_int_equal(r.npages, 0);
 		}
 	}
@@ -553,6 +585,152 @@ static void files(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* ---- stress: every piece of state matters ----------------------------------- */
+
+/* Restores c into a fresh machine, lets it run, asks "check"; returns the reply. */
+static char *restore_and_check(const struct machine_config *cfg, const struct ckpt *c)
+{
+	struct vmh *b = vmh_new(cfg, false);
+	char *line;
+	int st;
+
+	assert_int_equal(ckpt_apply(b->m, c), 0);
+	machine_resume(b->m);
+	sleep_us(100000);
+	vmh_send(b, "check\n");
+	if (!vmh_wait_lines(b, 1, 15000)) {
+		if (machine_stopped(b->m, &st))
+			line = strdup("FAIL (machine stopped)");
+		else
+			line = strdup("FAIL (no answer)");
+	} else {
+		line = strndup(b->out, strcspn(b->out, "\n"));
+	}
+	vmh_free(b);
+	return line;
+}
+
+static void stress_restore(int ncpus)
+{
+	unsigned seed = test_seed(ncpus == 1 ? "stress_restore_1cpu" : "stress_restore_2cpu");
+	struct machine_config cfg = config("stress", "", 16, ncpus);
+	struct vmh *a;
+	struct ckpt c;
+
+	struct ckpt d;
+	struct vmh *standby;
+
+	srand(seed);
+	a = vmh_new(&cfg, true);
+	standby = vmh_new(&cfg, false);
+	ckpt_init(&c);
+	ckpt_init(&d);
+	machine_resume(a->m);
+	sleep_us(50000);
+	assert_int_equal(ckpt_take(a->m, &d, true), 0);
+	assert_int_equal(ckpt_apply(standby->m, &d), 0);
+	for (int k = 0; k < 4; k++) {
+		char *reply;
+
+		sleep_us(5000 + (unsigned)(rand() % 100000));
+		assert_int_equal(ckpt_take(a->m, &c, true), 0);
+		machine_pause(a->m);   /* the host has two CPUs: one VM at a time */
+		reply = restore_and_check(&cfg, &c);
+		printf("stress %d vCPU, restore %d: %s\n", ncpus, k, reply);
+		assert_int_equal(strncmp(reply, "ok ", 3), 0);
+		free(reply);
+		machine_resume(a->m);
+		for (int e = 0; e < 5; e++) {   /* the standby follows in diffs */
+			sleep_us(2000 + (unsigned)(rand() % 20000));
+			assert_int_equal(ckpt_take(a->m, &d, false), 0);
+			assert_int_equal(ckpt_apply(standby->m, &d), 0);
+		}
+	}
+	vmh_send(a, "check\n");
+	assert_true(vmh_wait_lines(a, 1, 15000));
+	assert_int_equal(strncmp(a->out, "ok ", 3), 0);
+	/* the primary stops; the standby, fed only diffs since its base, takes over */
+	machine_pause(a->m);
+	machine_resume(standby->m);
+	sleep_us(100000);
+	vmh_send(standby, "check\n");
+	assert_true(vmh_wait_lines(standby, 1, 15000));
+	printf("stress %d vCPU, standby after 1 full + 20 diffs: %s", ncpus, standby->out);
+	assert_int_equal(strncmp(standby->out, "ok ", 3), 0);
+	ckpt_fini(&c);
+	ckpt_fini(&d);
+	vmh_free(standby);
+	vmh_free(a);
+}
+
+static void stress_restore_1cpu(void **state)
+{
+	(void)state;
+	stress_restore(1);
+}
+
+static void stress_restore_2cpu(void **state)
+{
+	(void)state;
+	stress_restore(2);
+}
+
+/* The test can fail: with a piece of state dropped, the guest says FAIL. */
+static void stress_detects_missing_state(void **state)
+{
+	struct machine_config cfg = config("stress", "", 16, 2);
+	struct kvm_vcpu_state *st = malloc(sizeof(*st)), *fresh = malloc(sizeof(*fresh));
+	const char *what[] = { "xsave zeroed", "LAPIC of a fresh vCPU", "vCPU 1 not runnable" };
+	struct vmh *a, *f;
+	struct ckpt c, bad;
+
+	(void)state;
+	f = vmh_new(&cfg, false);
+	assert_int_equal(machine_get_vcpu_state(f->m, 1, fresh), 0);
+	vmh_free(f);
+	a = vmh_new(&cfg, true);
+	ckpt_init(&c);
+	machine_resume(a->m);
+	sleep_us(150000);
+	assert_int_equal(ckpt_take(a->m, &c, true), 0);
+	machine_pause(a->m);
+	for (int v = 0; v < 3; v++) {
+		char *reply;
+		int cpu = v == 0 ? 0 : 1, end = cpu + 1;
+
+		copy_ckpt(&bad, &c);
+		for (; cpu < end; cpu++) {
+			assert_int_equal(ckpt_get_vcpu_state(&bad, cpu, st), 0);
+			if (v == 0) {
+				memset(st->xsave + 160, 0, 256);   /* xmm0..15 */
+				memset(st->xsave + 576, 0, 256);   /* ymm0..15 upper halves */
+			} else if (v == 1) {
+				st->lapic = fresh->lapic;
+			} else {   /* the AP waits for INIT/SIPI: never runs */
+				st->mp_state.mp_state = KVM_MP_STATE_UNINITIALIZED;
+			}
+			assert_int_equal(ckpt_put_vcpu_state(&bad, cpu, st), 0);
+		}
+		reply = restore_and_check(&cfg, &bad);
+		printf("stress with %s: %s\n", what[v], reply);
+		assert_int_equal(strncmp(reply, "FAIL", 4), 0);
+		free(reply);
+		ckpt_fini(&bad);
+	}
+	/* and the intact checkpoint passes */
+	{
+		char *reply = restore_and_check(&cfg, &c);
+
+		printf("stress intact: %s\n", reply);
+		assert_int_equal(strncmp(reply, "ok ", 3), 0);
+		free(reply);
+	}
+	ckpt_fini(&c);
+	vmh_free(a);
+	free(st);
+	free(fresh);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -561,6 +739,9 @@ int main(void)
 		cmocka_unit_test(counter_restore),
 		cmocka_unit_test(incremental_chain),
 		cmocka_unit_test(standby_no_lost_write),
+		cmocka_unit_test(stress_restore_1cpu),
+		cmocka_unit_test(stress_restore_2cpu),
+		cmocka_unit_test(stress_detects_missing_state),
 	};
 
 	if (access("/dev/kvm", R_OK | W_OK) != 0) {
