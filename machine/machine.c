@@ -279,6 +279,9 @@ static void *vcpu_thread(void *arg)
 				break;
 			continue;
 		}
+		/* A vCPU waiting for INIT/SIPI was woken without becoming runnable. */
+		if (r == -EAGAIN)
+			continue;
 		if (r < 0) {
 			log_error(TAG, "vCPU %d: KVM_RUN: %s", vc->kvm.index, strerror(-r));
 			machine_stop(vc->m, r);

@@ -627,6 +627,9 @@ static int setup(struct repl_primary *p)
 	if (!p->enc || !p->todo || !p->snap)
 		return -ENOMEM;
 	ckpt_init(&p->cap);
+	/* Epoch buffers are allocated and touched now, not inside a pause. */
+	if ((r = ckpt_reserve(&p->cap, m->ram_pages < 8192 ? m->ram_pages : 8192)) < 0)
+		return r;
 	for (int i = 0; i < MAX_INFLIGHT; i++) {
 		p->tx[i].kind = REPL_TX_EPOCH;
 		proto_buf_init(&p->tx[i].buf);
