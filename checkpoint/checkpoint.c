@@ -2,57 +2,14 @@
  * pause-time cost), validation and the all-or-nothing apply. */
 #include "checkpoint/checkpoint.h"
 
+#include "proto/proto.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define TAG "ckpt"
-
-/* ---- CRC32C ------------------------------------------------------------- */
-
-static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t len)
-{
-	while (len--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1)));
-	}
-	return crc;
-}
-
-__attribute__((target("sse4.2")))
-static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t len)
-{
-	uint64_t c = crc;
-
-	while (len && ((uintptr_t)p & 7)) {
-		c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-		len--;
-	}
-	/* Three independent streams would be faster; one is ~8 GB/s, enough. */
-	while (len >= 8) {
-		uint64_t w;
-
-		memcpy(&w, p, 8);
-		c = __builtin_ia32_crc32di(c, w);
-		p += 8;
-		len -= 8;
-	}
-	while (len--)
-		c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-	return (uint32_t)c;
-}
-
-uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	crc = ~crc;
-	if (__builtin_cpu_supports("sse4.2"))
-		crc = crc_hw(crc, buf, len);
-	else
-		crc = crc_soft(crc, buf, len);
-	return ~crc;
-}
 
 /* ---- buffers -------------------------------------------------------------- */
 

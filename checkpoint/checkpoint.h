@@ -136,8 +136,6 @@ int ckpt_state_post_load(struct machine *m, const struct ckpt_image *img) US_MUS
 int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpus,
 		      struct ckpt_image *img) US_MUST_CHECK;
 
-/* CRC32C (Castagnoli), hardware-assisted where the CPU has SSE4.2. */
-uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* ---- snapshot files (file.c) ----
  * header (magic, format version, config digest, machine config, snapshot id,

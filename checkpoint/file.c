@@ -11,6 +11,7 @@
  * Each section header is { tag[8], len, crc32c of the data }. Integers are
  * little-endian (the byte order of every host this runs on). */
 #include "checkpoint/checkpoint.h"
+#include "proto/proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,7 +105,7 @@ static int read_all(int fd, void *buf, size_t len)
 
 static uint32_t hdr_crc(const struct file_hdr *h)
 {
-	return ckpt_crc32c(0, h, offsetof(struct file_hdr, hdr_crc));
+	return proto_crc32c(0, h, offsetof(struct file_hdr, hdr_crc));
 }
 
 /* Writes one section; folds its header into *file_crc. */
@@ -116,8 +117,8 @@ static int write_section(int fd, const char *tag, const void *data, size_t len, 
 	memset(&s, 0, sizeof(s));
 	memcpy(s.tag, tag, strlen(tag) < sizeof(s.tag) ? strlen(tag) : sizeof(s.tag));
 	s.len = len;
-	s.crc = ckpt_crc32c(0, data, len);
-	*file_crc = ckpt_crc32c(*file_crc, &s, sizeof(s));
+	s.crc = proto_crc32c(0, data, len);
+	*file_crc = proto_crc32c(*file_crc, &s, sizeof(s));
 	if ((r = write_all(fd, &s, sizeof(s))) < 0)
 		return r;
 	return len ? write_all(fd, data, len) : 0;
@@ -167,7 +168,7 @@ int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct mach
 	h.npages = c->npages;
 	h.state_len = c->state_len;
 	h.hdr_crc = hdr_crc(&h);
-	file_crc = ckpt_crc32c(0, &h, sizeof(h));
+	file_crc = proto_crc32c(0, &h, sizeof(h));
 
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
@@ -227,14 +228,14 @@ static int read_section(int fd, const char *tag, void *data, size_t len, uint32_
 
 	if ((r = read_all(fd, &s, sizeof(s))) < 0)
 		return r;
-	*file_crc = ckpt_crc32c(*file_crc, &s, sizeof(s));
+	*file_crc = proto_crc32c(*file_crc, &s, sizeof(s));
 	if (strncmp(s.tag, tag, sizeof(s.tag)) || s.len != len) {
 		log_error(TAG, "section '%s' missing or of the wrong size", tag);
 		return -EBADMSG;
 	}
 	if (len && (r = read_all(fd, data, len)) < 0)
 		return r;
-	if (ckpt_crc32c(0, data, len) != s.crc) {
+	if (proto_crc32c(0, data, len) != s.crc) {
 		log_error(TAG, "section '%s': checksum mismatch", tag);
 		return -EBADMSG;
 	}
@@ -313,7 +314,7 @@ int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *c
 		r = -EBADMSG;
 		goto err;
 	}
-	file_crc = ckpt_crc32c(0, &h, sizeof(h));
+	file_crc = proto_crc32c(0, &h, sizeof(h));
 	ckpt_reset(c);
 	if ((r = ckpt_reserve(c, (size_t)h.npages)) < 0 ||
 	    (r = ckpt_set_state(c, "", 0)) < 0)

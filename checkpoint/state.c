@@ -9,6 +9,7 @@
  *
  * Sections are described by the table below; a device adds one entry. */
 #include "checkpoint/checkpoint.h"
+#include "proto/proto.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -219,7 +220,7 @@ int ckpt_state_post_load(struct machine *m, const struct ckpt_image *img)
 
 static uint32_t hdr_crc(const struct state_hdr *h)
 {
-	return ckpt_crc32c(0, h, offsetof(struct state_hdr, hdr_crc));
+	return proto_crc32c(0, h, offsetof(struct state_hdr, hdr_crc));
 }
 
 /* Covers the section header (crc field as zero), the data and its padding. */
@@ -228,7 +229,7 @@ static uint32_t section_crc(const struct section_hdr *s, const uint8_t *data)
 	struct section_hdr h = *s;
 
 	h.crc = 0;
-	return ckpt_crc32c(ckpt_crc32c(0, &h, sizeof(h)), data, pad8(s->len));
+	return proto_crc32c(proto_crc32c(0, &h, sizeof(h)), data, pad8(s->len));
 }
 
 int ckpt_state_encode(struct ckpt *c, const struct ckpt_image *img)

@@ -123,22 +123,6 @@ static struct epoch_tx *free_slot(struct repl_primary *p)
 	return NULL;
 }
 
-static int append_msg(struct proto_buf *b, uint16_t type, const ProtobufCMessage *m)
-{
-	return proto_msg_pack(b, type, m);
-}
-
-static int append_section(struct proto_buf *b, const char *name, const void *data, size_t len)
-{
-	Understudy__Section s = UNDERSTUDY__SECTION__INIT;
-
-	s.name = (char *)name;
-	s.version = 1;
-	s.data.data = (uint8_t *)data;
-	s.data.len = len;
-	return append_msg(b, PROTO_T_SECTION, &s.base);
-}
-
 /* Encodes the captured checkpoint as one epoch: EpochBegin, console output
  * of the epoch, page batches, state, EpochEnd (page count + crc32c of every
  * gfn and page, checked by the secondary after decoding). */
@@ -154,13 +138,13 @@ static int encode_epoch(struct repl_primary *p, struct epoch_tx *tx)
 
 	proto_buf_reset(&tx->buf);
 	eb.epoch = tx->epoch;
-	if ((r = append_msg(&tx->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0)
+	if ((r = proto_msg_pack(&tx->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0)
 		return r;
 	proto_buf_init(&out);
 	repl_vm_output_copy(p->vm, p->out_mark_prev, tx->out_mark, &out);
-	r = append_section(&tx->buf, "console", out.data, out.len);
+	r = repl_section_pack(&tx->buf, "console", out.data, out.len);
 	proto_buf_fini(&out);
-	if (r < 0 || (r = append_section(&tx->buf, "released", &released, sizeof(released))) < 0)
+	if (r < 0 || (r = repl_section_pack(&tx->buf, "released", &released, sizeof(released))) < 0)
 		return r;
 	for (size_t i = 0; i < p->cap.npages; i += BATCH_PAGES) {
 		size_t n = p->cap.npages - i < BATCH_PAGES ? p->cap.npages - i : BATCH_PAGES;
@@ -173,16 +157,16 @@ static int encode_epoch(struct repl_primary *p, struct epoch_tx *tx)
 		if ((r = proto_pages_encode(p->enc, p->cap.gfns + i, ptrs, n, &tx->buf, NULL)) < 0)
 			return r;
 	}
-	if ((r = append_section(&tx->buf, "state", p->cap.state, p->cap.state_len)) < 0)
+	if ((r = repl_section_pack(&tx->buf, "state", p->cap.state, p->cap.state_len)) < 0)
 		return r;
 	if (p->verify &&
-	    (r = append_section(&tx->buf, "verify", &p->verify_crc, sizeof(p->verify_crc))) < 0)
+	    (r = repl_section_pack(&tx->buf, "verify", &p->verify_crc, sizeof(p->verify_crc))) < 0)
 		return r;
 	ee.epoch = tx->epoch;
 	ee.npages = p->cap.npages;
 	ee.digest.data = (uint8_t *)&crc;
 	ee.digest.len = sizeof(crc);
-	return append_msg(&tx->buf, PROTO_T_EPOCH_END, &ee.base);
+	return proto_msg_pack(&tx->buf, PROTO_T_EPOCH_END, &ee.base);
 }
 
 /* One epoch: the guest is paused only for the capture. */
@@ -597,13 +581,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 
 static char *status_text(void *ctx, const char *req)
 {
-	char *out = malloc(4096);
-
-	if (out && status_format(ctx, req, out, 4096) < 0) {
-		free(out);
-		return NULL;
-	}
-	return out;
+	return repl_status_reply(status_format, ctx, req);
 }
 
 /* ---- setup ------------------------------------------------------------------ */

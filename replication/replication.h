@@ -75,6 +75,12 @@ int repl_link_send_msg(struct repl_link *l, uint16_t type, const ProtobufCMessag
 int repl_link_send_section(struct repl_link *l, const char *name, const void *data,
 			   size_t len) US_MUST_CHECK;
 bool repl_link_sent_small(void *cookie);
+/* Appends a Section frame to b (epochs are framed into one buffer). */
+int repl_section_pack(struct proto_buf *b, const char *name, const void *data,
+		      size_t len) US_MUST_CHECK;
+/* A control-socket reply (malloc'd) from a formatter writing into a buffer. */
+char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, size_t len),
+			void *ctx, const char *req);
 int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_frame_fn fn,
 		   void *ctx) US_MUST_CHECK;
 int repl_send_hello(struct repl_link *l, Understudy__Role role,

@@ -523,13 +523,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 
 static char *status_text(void *ctx, const char *req)
 {
-	char *out = malloc(4096);
-
-	if (out && status_format(ctx, req, out, 4096) < 0) {
-		free(out);
-		return NULL;
-	}
-	return out;
+	return repl_status_reply(status_format, ctx, req);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)

@@ -67,15 +67,41 @@ int repl_link_send_msg(struct repl_link *l, uint16_t type, const ProtobufCMessag
 	return r;
 }
 
+static void section_init(Understudy__Section *s, const char *name, const void *data, size_t len)
+{
+	understudy__section__init(s);
+	s->name = (char *)name;
+	s->version = 1;
+	s->data.data = (uint8_t *)data;
+	s->data.len = len;
+}
+
+int repl_section_pack(struct proto_buf *b, const char *name, const void *data, size_t len)
+{
+	Understudy__Section s;
+
+	section_init(&s, name, data, len);
+	return proto_msg_pack(b, PROTO_T_SECTION, &s.base);
+}
+
 int repl_link_send_section(struct repl_link *l, const char *name, const void *data, size_t len)
 {
-	Understudy__Section s = UNDERSTUDY__SECTION__INIT;
+	Understudy__Section s;
 
-	s.name = (char *)name;
-	s.version = 1;
-	s.data.data = (uint8_t *)data;
-	s.data.len = len;
+	section_init(&s, name, data, len);
 	return repl_link_send_msg(l, PROTO_T_SECTION, &s.base);
+}
+
+char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, size_t len),
+			void *ctx, const char *req)
+{
+	char *out = malloc(4096);
+
+	if (out && format(ctx, req, out, 4096) < 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
 }
 
 /* Frees what repl_link_send_msg allocated; true if the cookie was one. */

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "checkpoint/checkpoint.h"
+#include "proto/proto.h"
 
 /* ---- a machine with its console collected -------------------------------- */
 
@@ -167,7 +168,7 @@ static unsigned test_seed(const char *name)
 
 static uint64_t ram_hash(struct machine *m)
 {
-	return ckpt_crc32c(0, m->ram, m->ram_pages * KVM_PAGE_SIZE);
+	return proto_crc32c(0, m->ram, m->ram_pages * KVM_PAGE_SIZE);
 }
 
 
