@@ -33,8 +33,16 @@ for sig in KILL STOP; do
 	out=$(python3 tests/counter_client.py $pcon incr incr) || fail "client"
 	"$BIN" status --control "$tmp/pri.ctl" | grep -q "state protected" || fail "status not protected"
 	kill -$sig $sp
-	wait_log "$tmp/pri.log" "UNPROTECTED" 5 || fail "primary did not notice the secondary's SIG$sig"
+	t0=$(date +%s%N)
+	# Output commit: with the secondary hung, no reply may leave before the
+	# primary gives it up (300 ms of silence): nothing unacknowledged is seen.
 	out2=$(python3 tests/counter_client.py $pcon incr get) || fail "client after the secondary died"
+	held_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	wait_log "$tmp/pri.log" "UNPROTECTED" 5 || fail "primary did not notice the secondary's SIG$sig"
+	if [ $sig = STOP ] && [ $held_ms -lt 200 ]; then
+		fail "a reply left after $held_ms ms, before the hung secondary could have acknowledged it"
+	fi
+	echo "   reply after SIG$sig of the secondary: $held_ms ms"
 	[ "$(echo "$out2" | head -1 | cut -d' ' -f1)" = 3 ] || fail "guest state harmed: $out2"
 	"$BIN" status --control "$tmp/pri.ctl" | grep -q "state unprotected" || fail "status after loss"
 	kill -9 $pp $sp 2>/dev/null; kill -CONT $sp 2>/dev/null; wait 2>/dev/null

@@ -1,7 +1,9 @@
 /* dirty: the load for the benchmarks. Writes one word into each page of a
  * working set of mb MiB, page after page, round and round, at rate_mb MiB/s
- * (0: as fast as it can), and every report_ms prints "pages <total written>
- * <tsc>" so the host can measure its throughput. Extra vCPUs idle. */
+ * (0: as fast as it can); the time left over goes to a compute loop that
+ * touches no memory. Every report_ms it prints "pages <total written> <tsc>
+ * work <compute units done>", so the host can measure both its dirty rate
+ * and how much CPU it got. Extra vCPUs idle. */
 #include "glib.h"
 
 void guest_main(int cpu, struct guest_bootinfo *bi)
@@ -10,7 +12,7 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 	uint64_t rate_mb = arg_u64(bi->args, "rate_mb", 0);
 	uint64_t report_ms = arg_u64(bi->args, "report_ms", 100);
 	uint64_t tsc_per_ms = bi->tsc_khz ? bi->tsc_khz : 1000000;
-	uint64_t npages, written = 0, p = 0;
+	uint64_t npages, written = 0, p = 0, work = 0, acc = 1;
 	volatile uint64_t *base;
 	uint64_t t0, next_report;
 
@@ -35,18 +37,22 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 		}
 		uint64_t now = rdtsc();
 
-		if (rate_mb) {
-			/* pages allowed by now = elapsed_ms * rate_mb * 256 / 1000 */
-			uint64_t allowed = (now - t0) / tsc_per_ms * rate_mb * 256 / 1000;
-
-			if (written > allowed + 64)
-				guest_idle(500);
+		/* Ahead of the rate: compute until the clock allows more pages.
+		 * pages allowed by now = elapsed_ms * rate_mb * 256 / 1000 */
+		while (rate_mb && written > (now - t0) / tsc_per_ms * rate_mb * 256 / 1000 &&
+		       now < next_report) {
+			for (int k = 0; k < 1000; k++)
+				acc = acc * 6364136223846793005ull + 1442695040888963407ull;
+			work++;
+			now = rdtsc();
 		}
 		if (now >= next_report) {
 			con_puts("pages ");
 			con_put_u64(written);
 			con_putc(' ');
 			con_put_u64(now);
+			con_puts(" work ");
+			con_put_u64(work + (acc & 1) * 0);
 			con_putc('\n');
 			next_report = now + report_ms * tsc_per_ms;
 		}
