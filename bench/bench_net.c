@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "net/net.h"
@@ -33,6 +34,14 @@ static uint64_t rnd(void)
 	rng ^= rng >> 7;
 	rng ^= rng << 17;
 	return rng;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static double secs(uint64_t t0)
@@ -75,6 +84,8 @@ struct rx {
 	uint64_t pages;
 	atomic_int port;
 	atomic_int done;
+	uint64_t done_ns; /* when the last frame was decoded */
+	uint64_t cpu_ns;  /* receiver thread CPU time until then */
 	int err;
 };
 
@@ -100,6 +111,8 @@ static int rx_frame(void *ctx, const struct proto_frame *f)
 
 	if (f->type == PROTO_T_PAGES)
 		return proto_pages_decode(f->payload, f->len, MEM_PAGES, &sink, r, NULL);
+	r->done_ns = now_ns();
+	r->cpu_ns = thread_cpu_ns();
 	atomic_store(&r->done, 1);
 	ev_break(r->loop, EVBREAK_ALL);
 	return 0;
@@ -127,7 +140,13 @@ static void rx_closed(struct net_conn *c, int reason, void *ctx)
 	ev_break(r->loop, EVBREAK_ALL);
 }
 
-static const struct net_conn_ops rx_ops = { NULL, rx_recv, NULL, rx_closed };
+static void *rx_buf(struct net_conn *c, size_t *len, void *ctx)
+{
+	(void)c;
+	return proto_dec_rbuf(&((struct rx *)ctx)->dec, 16384, len);
+}
+
+static const struct net_conn_ops rx_ops = { NULL, rx_recv, NULL, rx_closed, rx_buf };
 
 static void rx_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 {
@@ -142,6 +161,7 @@ static void *rx_main(void *arg)
 {
 	struct rx *r = arg;
 
+	pthread_setname_np(pthread_self(), "bench-rx");
 	r->loop = ev_loop_new(EVFLAG_AUTO);
 	proto_dec_init(&r->dec, 0);
 	if (net_listen(r->loop, &r->cfg, "127.0.0.1:0", rx_accept, r, &r->l)) {
@@ -166,6 +186,7 @@ struct tx {
 	struct proto_page_stats st;
 	struct proto_buf bufs[NBUF];
 	bool busy[NBUF];
+	bool scatter; /* raw pages sent from mem through iovecs */
 	const uint8_t *mem;
 	uint64_t next;
 	bool end_sent, dead;
@@ -175,10 +196,11 @@ static void tx_pump(struct tx *t)
 {
 	uint64_t gfns[BATCH];
 	const void *ptrs[BATCH];
+	struct iovec iov[2 * BATCH + 1];
+	int cnt;
 
 	while (!t->end_sent && !t->dead && net_queued_bytes(t->conn) < (8u << 20)) {
 		int b = 0;
-		struct iovec iov;
 
 		while (b < NBUF && t->busy[b])
 			b++;
@@ -197,13 +219,21 @@ static void tx_pump(struct tx *t)
 				gfns[i] = (t->next + (uint64_t)i) % MEM_PAGES;
 				ptrs[i] = t->mem + gfns[i] * PG;
 			}
-			if (proto_pages_encode(t->enc, gfns, ptrs, BATCH, &t->bufs[b], &t->st))
+			if (t->scatter) {
+				if (proto_pages_encode_iov(t->enc, gfns, ptrs, BATCH, &t->bufs[b], iov,
+							   &cnt, &t->st))
+					abort();
+			} else if (proto_pages_encode(t->enc, gfns, ptrs, BATCH, &t->bufs[b], &t->st)) {
 				abort();
+			}
 			t->next += BATCH;
 		}
 		t->busy[b] = true;
-		iov = (struct iovec){ t->bufs[b].data, t->bufs[b].len };
-		if (net_send(t->conn, &iov, 1, &t->busy[b]))
+		if (!t->scatter || t->end_sent) {
+			iov[0] = (struct iovec){ t->bufs[b].data, t->bufs[b].len };
+			cnt = 1;
+		}
+		if (net_send(t->conn, iov, cnt, &t->busy[b]))
 			abort();
 	}
 }
@@ -227,7 +257,8 @@ static void tx_closed(struct net_conn *c, int reason, void *ctx)
 	struct tx *t = ctx;
 
 	(void)c;
-	fprintf(stderr, "sender: connection closed (%d)\n", reason);
+	if (reason)
+		fprintf(stderr, "sender: connection closed (%d)\n", reason);
 	t->dead = true;
 }
 
@@ -238,11 +269,11 @@ static double run_stream(const struct net_config *scfg, const struct net_config 
 			 const uint8_t *mem, unsigned flags, double *wire_ratio)
 {
 	struct rx *r = calloc(1, sizeof(*r));
-	struct tx t = { .mem = mem };
+	struct tx t = { .mem = mem, .scatter = scfg->transport != NET_TLS };
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	char addr[64];
 	pthread_t th;
-	uint64_t t0;
+	uint64_t t0, cpu0;
 	double mibs = 0;
 
 	r->cfg = *scfg;
@@ -260,6 +291,7 @@ static double run_stream(const struct net_config *scfg, const struct net_config 
 	for (int i = 0; i < NBUF; i++)
 		proto_buf_init(&t.bufs[i]);
 	t0 = now_ns();
+	cpu0 = thread_cpu_ns();
 	if (net_connect(loop, ccfg, addr, &tx_ops, &t, &t.conn))
 		goto out_enc;
 	while (!atomic_load(&r->done) && !t.dead && secs(t0) < 20)
@@ -268,7 +300,11 @@ static double run_stream(const struct net_config *scfg, const struct net_config 
 	th = 0;
 	if (!r->err && r->pages == (uint64_t)MEM_PAGES * ROUNDS &&
 	    !memcmp(r->mem, mem, (size_t)MEM_PAGES * PG))
-		mibs = TOTAL_BYTES / 1048576.0 / secs(t0);
+		mibs = TOTAL_BYTES / 1048576.0 / ((double)(r->done_ns - t0) / 1e9);
+	if (mibs > 0 && getenv("BENCH_VERBOSE"))
+		printf("  run %.0f MiB/s: sender cpu %.0f%%, receiver cpu %.0f%%\n", mibs,
+		       100.0 * (double)(thread_cpu_ns() - cpu0) / (double)(now_ns() - t0),
+		       100.0 * (double)r->cpu_ns / (double)(r->done_ns - t0));
 	else
 		fprintf(stderr, "stream failed: %llu pages, err %d\n",
 			(unsigned long long)r->pages, r->err);
@@ -289,6 +325,24 @@ out:
 	free(r->mem);
 	free(r);
 	return mibs;
+}
+
+/* Best of REPEAT runs (the machine is shared and noisy); 0 if any run failed. */
+#define REPEAT 3
+
+static double best_stream(const struct net_config *scfg, const struct net_config *ccfg,
+			  const uint8_t *mem, unsigned flags, double *wire_ratio)
+{
+	double best = 0, v;
+
+	for (int i = 0; i < REPEAT; i++) {
+		v = run_stream(scfg, ccfg, mem, flags, wire_ratio);
+		if (v <= 0)
+			return 0;
+		if (v > best)
+			best = v;
+	}
+	return best;
 }
 
 /* ---- references ------------------------------------------------------------- */
@@ -458,22 +512,29 @@ int main(int argc, char **argv)
 	snprintf(ckey, sizeof(ckey), "%s/client.key", dir);
 	ctls.key = ckey;
 
-	printf("loopback page stream, %zu MiB per run, batches of %d pages, 2 threads\n",
-	       TOTAL_BYTES >> 20, BATCH);
+	printf("loopback page stream, %zu MiB per run, batches of %d pages, 2 threads, "
+	       "best of %d runs each\n", TOTAL_BYTES >> 20, BATCH, REPEAT);
 	fill_pages(mem, MEM_PAGES, 0);
 	mcp = memcpy_rate(mem);
-	raw = raw_blast(mem);
-	r_tcp = run_stream(&tcp, &tcp, mem, PROTO_PAGE_NO_COMPRESS, NULL);
-	r_tls = run_stream(&stls, &ctls, mem, PROTO_PAGE_NO_COMPRESS, NULL);
+	raw = 0;
+	for (int i = 0; i < REPEAT; i++) {
+		double v = raw_blast(mem);
+
+		raw = v > raw ? v : raw;
+	}
+	r_tcp = best_stream(&tcp, &tcp, mem, PROTO_PAGE_NO_COMPRESS, NULL);
+	r_tls = best_stream(&stls, &ctls, mem, PROTO_PAGE_NO_COMPRESS, NULL);
 	printf("memcpy                     %8.0f MiB/s\n", mcp);
 	printf("raw socket blast           %8.0f MiB/s   (reference)\n", raw);
 	printf("net TCP, random pages raw  %8.0f MiB/s   ratio %.2f of raw socket (goal >= 0.70)\n",
 	       r_tcp, r_tcp / raw);
 	printf("net TLS, random pages raw  %8.0f MiB/s   ratio %.2f of raw socket (goal >= 0.50)\n",
 	       r_tls, r_tls / raw);
+	if (getenv("BENCH_RAW_ONLY"))
+		return 0;
 	fill_pages(mem, MEM_PAGES, 1);
-	r_tcpz = run_stream(&tcp, &tcp, mem, 0, &wz);
-	r_tlsz = run_stream(&stls, &ctls, mem, 0, NULL);
+	r_tcpz = best_stream(&tcp, &tcp, mem, 0, &wz);
+	r_tlsz = best_stream(&stls, &ctls, mem, 0, NULL);
 	printf("net TCP, mixture, lz4      %8.0f MiB/s of pages, wire ratio %.1fx, %.2f of raw socket\n",
 	       r_tcpz, wz, r_tcpz / raw);
 	printf("net TLS, mixture, lz4      %8.0f MiB/s of pages, %.2f of raw socket\n", r_tlsz,

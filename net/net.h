@@ -10,8 +10,10 @@
  * unchanged until the sent() callback fires for that cookie:
  *  - TCP: no copy, the queue is written with writev() straight from the
  *    caller's buffers; sent() fires once the kernel has taken every byte.
- *  - TLS: bytes are copied into a 64 KiB staging buffer that SSL_write
- *    encrypts (one copy, inherent to encryption); sent() fires once copied.
+ *  - TLS: segments of 16 KiB or more are encrypted straight from the
+ *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
+ *    ones are gathered into a 64 KiB staging buffer first (sent() fires
+ *    once copied). Cipher preference: AES-128-GCM (AES-NI), then the rest.
  * net_queued_bytes() counts bytes not yet taken by the kernel (staging
  * included): the layer above uses it for backpressure.
  *
@@ -62,6 +64,10 @@ struct net_conn_ops {
 	 * Every pending send has been completed first; the conn is freed when
 	 * this returns. Not called after net_close(). */
 	void (*closed)(struct net_conn *c, int reason, void *ctx);
+	/* Optional: where the next received bytes should go, to read them in
+	 * place (e.g. proto_dec_rbuf()). Return a buffer of *len bytes, or NULL
+	 * for net's own buffer; recv() then gets data pointing into it. */
+	void *(*recv_buf)(struct net_conn *c, size_t *len, void *ctx);
 };
 
 /* An accepted connection (TLS: after the handshake and the client
