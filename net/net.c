@@ -27,6 +27,7 @@
 #define TLS_DIRECT_MIN (16 * 1024)   /* segments this large skip the staging copy */
 #define TLS_WRITE_MAX (1024 * 1024)  /* most bytes per SSL_write */
 #define TLS_READ_AHEAD_BYTES (256 * 1024)
+#define WOUT_BYTES (256 * 1024)      /* TLS records gathered for one write() */
 #define TLS_SUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
 struct seg {
@@ -53,6 +54,9 @@ struct net_conn {
 	uint8_t *rbuf;
 	uint8_t *tbuf;                /* TLS staging: [toff, tlen) not yet taken */
 	size_t toff, tlen;
+	uint8_t *wout;                /* TLS records: [woff, wlen) not yet written */
+	size_t woff, wlen;
+	BIO_METHOD *wmeth;
 	char peer[64];
 };
 
@@ -195,6 +199,106 @@ static void set_sockopts(int fd, const struct net_config *cfg)
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 
+/* ---- TLS output: records gathered into large writes ----------------------------
+ * Through a socket BIO OpenSSL write()s every 16 KiB record on its own. This
+ * write BIO gathers records in wout and hands them to the kernel in writes
+ * of up to 256 KiB: one memcpy of cache-warm ciphertext against 15 of 16
+ * syscalls and TCP pushes saved. Reads still go through a socket BIO. */
+
+/* Writes wout out: 0 when empty, -EAGAIN, or a fatal -errno. */
+static int wout_flush(struct net_conn *c)
+{
+	ssize_t n;
+
+	while (c->woff < c->wlen) {
+		n = write(c->fd, c->wout + c->woff, c->wlen - c->woff);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN ? -EAGAIN : -errno;
+		}
+		c->woff += (size_t)n;
+	}
+	c->woff = c->wlen = 0;
+	return 0;
+}
+
+static bool wout_pending(const struct net_conn *c)
+{
+	return c->wlen > c->woff;
+}
+
+static int wbio_write(BIO *b, const char *data, int len)
+{
+	struct net_conn *c = BIO_get_data(b);
+	size_t take;
+	int r;
+
+	BIO_clear_retry_flags(b);
+	if (len <= 0)
+		return 0;
+	if (WOUT_BYTES - c->wlen < (size_t)len) {
+		r = wout_flush(c);
+		if (r && r != -EAGAIN) {
+			errno = -r;
+			return -1;
+		}
+		if (c->woff) {
+			memmove(c->wout, c->wout + c->woff, c->wlen - c->woff);
+			c->wlen -= c->woff;
+			c->woff = 0;
+		}
+	}
+	take = WOUT_BYTES - c->wlen;
+	if (!take) {
+		BIO_set_retry_write(b); /* SSL_write gives WANT_WRITE */
+		return -1;
+	}
+	if (take > (size_t)len)
+		take = (size_t)len;
+	memcpy(c->wout + c->wlen, data, take);
+	c->wlen += take;
+	return (int)take;
+}
+
+static long wbio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	struct net_conn *c = BIO_get_data(b);
+
+	(void)num;
+	(void)ptr;
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1; /* written after every SSL call, by the caller */
+	case BIO_CTRL_WPENDING:
+		return (long)(c->wlen - c->woff);
+	default:
+		return 0;
+	}
+}
+
+static int tls_attach(struct net_conn *c)
+{
+	BIO *rb, *wb;
+
+	c->wout = malloc(WOUT_BYTES);
+	c->wmeth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "understudy-wout");
+	if (!c->wout || !c->wmeth || !BIO_meth_set_write(c->wmeth, wbio_write) ||
+	    !BIO_meth_set_ctrl(c->wmeth, wbio_ctrl))
+		return -ENOMEM;
+	rb = BIO_new_socket(c->fd, BIO_NOCLOSE);
+	wb = BIO_new(c->wmeth);
+	if (!rb || !wb) {
+		BIO_free(rb);
+		BIO_free(wb);
+		return -ENOMEM;
+	}
+	BIO_set_data(wb, c);
+	BIO_set_init(wb, 1);
+	SSL_set_bio(c->ssl, rb, wb); /* the SSL owns both */
+	return 0;
+}
+
 static struct net_conn *conn_new(struct ev_loop *loop, int fd, SSL_CTX *ssl_ctx)
 {
 	struct net_conn *c = calloc(1, sizeof(*c));
@@ -209,7 +313,7 @@ static struct net_conn *conn_new(struct ev_loop *loop, int fd, SSL_CTX *ssl_ctx)
 	if (ssl_ctx) {
 		c->tbuf = malloc(TBUF_BYTES);
 		c->ssl = SSL_new(ssl_ctx);
-		if (!c->tbuf || !c->ssl || SSL_set_fd(c->ssl, fd) != 1)
+		if (!c->tbuf || !c->ssl || tls_attach(c))
 			goto err_ssl;
 		c->handshaking = true;
 	}
@@ -221,6 +325,8 @@ static struct net_conn *conn_new(struct ev_loop *loop, int fd, SSL_CTX *ssl_ctx)
 
 err_ssl:
 	SSL_free(c->ssl);
+	BIO_meth_free(c->wmeth);
+	free(c->wout);
 	free(c->tbuf);
 	free(c->rbuf);
 err_conn:
@@ -250,6 +356,8 @@ static void conn_free(struct net_conn *c)
 	ev_io_stop(c->loop, &c->wio);
 	hs_unlink(c);
 	SSL_free(c->ssl);
+	BIO_meth_free(c->wmeth);
+	free(c->wout);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->q);
@@ -295,8 +403,10 @@ void net_close(struct net_conn *c)
 	if (!c || c->freeing)
 		return;
 	/* Best effort close_notify, so the peer sees a clean close (reason 0). */
-	if (c->ssl && !c->dead && !c->connecting && !c->handshaking)
+	if (c->ssl && !c->dead && !c->connecting && !c->handshaking) {
 		SSL_shutdown(c->ssl);
+		(void)wout_flush(c);
+	}
 	c->dead = true;
 	c->ops = NULL;
 	conn_release(c);
@@ -456,11 +566,16 @@ static int flush_tls(struct net_conn *c)
 {
 	int n, r;
 
+	r = wout_flush(c);
+	if (r && r != -EAGAIN)
+		return r;
 	for (;;) {
 		if (c->toff == c->tlen) {
 			c->toff = c->tlen = 0;
-			if (c->dead || c->qhead == c->qtail)
+			if (c->dead)
 				return 0;
+			if (c->qhead == c->qtail)
+				return wout_flush(c);
 			if (c->q[c->qhead].len >= TLS_DIRECT_MIN) {
 				r = write_direct(c);
 				if (r)
@@ -479,8 +594,10 @@ static int flush_tls(struct net_conn *c)
 				c->tlen += take;
 				queue_consume(c, take, false);
 			}
-			if (c->dead || !c->tlen)
+			if (c->dead)
 				return 0;
+			if (!c->tlen)
+				return wout_flush(c);
 		}
 		ERR_clear_error();
 		n = SSL_write(c->ssl, c->tbuf + c->toff, (int)(c->tlen - c->toff));
@@ -502,7 +619,7 @@ static void conn_flush(struct net_conn *c)
 	} else if (r) {
 		log_error(TAG, "send to %s: %s", c->peer, strerror(-r));
 		conn_fail(c, r);
-	} else if (!c->queued) {
+	} else if (!c->queued && !wout_pending(c)) {
 		ev_io_stop(c->loop, &c->wio);
 	}
 }
@@ -563,6 +680,9 @@ static void conn_read(struct net_conn *c)
 	}
 	if (c->ssl && !c->dead && SSL_has_pending(c->ssl))
 		ev_feed_event(c->loop, &c->rio, EV_READ);
+	/* Reading can produce records to send (alerts, key updates). */
+	if (c->ssl && !c->dead && wout_pending(c))
+		ev_io_start(c->loop, &c->wio);
 }
 
 static void conn_established(struct net_conn *c)
@@ -579,16 +699,22 @@ static void conn_established(struct net_conn *c)
 	} else if (c->ops && c->ops->connected) {
 		c->ops->connected(c, c->ctx);
 	}
-	if (!c->dead && c->qhead < c->qtail)
+	if (!c->dead && (c->qhead < c->qtail || wout_pending(c)))
 		ev_io_start(c->loop, &c->wio);
 }
 
 static void conn_handshake(struct net_conn *c)
 {
-	int r;
+	int r, w;
 
 	ERR_clear_error();
 	r = SSL_do_handshake(c->ssl);
+	w = wout_flush(c);
+	if (w && w != -EAGAIN) {
+		log_error(TAG, "TLS handshake with %s: %s", c->peer, strerror(-w));
+		conn_fail(c, w);
+		return;
+	}
 	if (r == 1) {
 		c->handshaking = false;
 		ev_io_stop(c->loop, &c->wio);
@@ -598,7 +724,7 @@ static void conn_handshake(struct net_conn *c)
 	}
 	r = ssl_result(c, r, "TLS handshake with");
 	if (r == -EAGAIN) {
-		if (SSL_want_write(c->ssl))
+		if (SSL_want_write(c->ssl) || wout_pending(c))
 			ev_io_start(c->loop, &c->wio);
 		else
 			ev_io_stop(c->loop, &c->wio);
