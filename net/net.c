@@ -1,5 +1,6 @@
 /* Socket transports (TCP, TLS 1.3) on a libev loop. See net/net.h. */
 #include "net/net.h"
+#include "net/conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,36 +31,6 @@
 #define WOUT_BYTES (256 * 1024)      /* TLS records gathered for one write() */
 #define TLS_SUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
-struct seg {
-	const uint8_t *base;
-	size_t len;
-	void *cookie;
-	bool last; /* last segment of a net_send(): completes the cookie */
-};
-
-struct net_conn {
-	struct ev_loop *loop;
-	ev_io rio, wio;
-	int fd;
-	SSL *ssl;
-	bool connecting, handshaking, dead, freeing;
-	int busy;                     /* callbacks on the stack */
-	struct net_listener *listener; /* set while a server handshake runs */
-	struct net_conn *hs_next, *hs_prev;
-	const struct net_conn_ops *ops;
-	void *ctx;
-	struct seg *q;                /* send queue [qhead, qtail) */
-	size_t qhead, qtail, qcap;
-	size_t queued;
-	uint8_t *rbuf;
-	uint8_t *tbuf;                /* TLS staging: [toff, tlen) not yet taken */
-	size_t toff, tlen;
-	uint8_t *wout;                /* TLS records: [woff, wlen) not yet written */
-	size_t woff, wlen;
-	BIO_METHOD *wmeth;
-	char peer[64];
-};
-
 struct net_listener {
 	struct ev_loop *loop;
 	ev_io io;
@@ -67,6 +38,7 @@ struct net_listener {
 	int port;
 	struct net_config cfg;
 	SSL_CTX *ssl_ctx;
+	char *rdma_provider;
 	net_accept_fn fn;
 	void *ctx;
 	struct net_conn *hs_head;     /* connections in their handshake */
@@ -150,8 +122,13 @@ static int check_config(const struct net_config *cfg)
 		log_warn(TAG, "INSECURE: plaintext TCP, no authentication, no encryption");
 		return 0;
 	case NET_RDMA:
-		log_error(TAG, "RDMA transport not implemented in this build");
-		return -ENOTSUP;
+		if (!cfg->insecure) {
+			log_error(TAG, "RDMA refused without --insecure (no encryption on the fabric)");
+			return -EPERM;
+		}
+		log_warn(TAG, "INSECURE: RDMA link, no authentication, no encryption: trusted "
+			 "fabric only");
+		return 0;
 	}
 	return -EINVAL;
 }
@@ -358,6 +335,8 @@ static void conn_free(struct net_conn *c)
 	SSL_free(c->ssl);
 	BIO_meth_free(c->wmeth);
 	free(c->wout);
+	rdma_free(c->rdma);
+	free(c->rdma_provider);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->q);
@@ -442,8 +421,11 @@ int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cook
 		return -ENOTCONN;
 	if (iovcnt <= 0)
 		return -EINVAL;
-	if (c->qhead == c->qtail)
+	if (c->qhead == c->qtail) {
 		c->qhead = c->qtail = 0;
+		c->issue_idx = 0;
+		c->issue_ptr = NULL;
+	}
 	need = c->qtail + (size_t)iovcnt;
 	if (need > c->qcap) {
 		size_t cap = c->qcap ? c->qcap : 64;
@@ -468,8 +450,12 @@ int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cook
 	c->qtail += (size_t)n;
 	c->queued += total;
 	/* Written from the loop, so sent() never runs inside net_send(). */
-	if (conn_ready(c))
-		ev_io_start(c->loop, &c->wio);
+	if (conn_ready(c)) {
+		if (c->rdma)
+			rdma_kick(c);
+		else
+			ev_io_start(c->loop, &c->wio);
+	}
 	return 0;
 }
 
@@ -610,7 +596,15 @@ static int flush_tls(struct net_conn *c)
 
 static void conn_flush(struct net_conn *c)
 {
-	int r = c->ssl ? flush_tls(c) : flush_tcp(c);
+	int r;
+
+	if (c->want_rdma) {
+		ev_io_stop(c->loop, &c->wio); /* the socket only carries the setup */
+		if (c->rdma && conn_ready(c))
+			rdma_kick(c);
+		return;
+	}
+	r = c->ssl ? flush_tls(c) : flush_tcp(c);
 
 	if (c->dead)
 		return;
@@ -668,11 +662,15 @@ static void conn_read(struct net_conn *c)
 				return;
 			}
 			if (n == 0) {
-				conn_fail(c, 0);
+				if (c->rdma && !c->handshaking)
+					rdma_drain(c); /* what the peer wrote before closing */
+				conn_fail(c, c->want_rdma && c->handshaking ? -ECONNRESET : 0);
 				return;
 			}
 		}
-		if (c->ops && c->ops->recv)
+		if (c->want_rdma)
+			rdma_ctl_recv(c, buf, (size_t)n);
+		else if (c->ops && c->ops->recv)
 			c->ops->recv(c, buf, (size_t)n, c->ctx);
 		/* TLS: records already decrypted inside OpenSSL raise no event. */
 		if (!c->ssl && (size_t)n < cap)
@@ -685,10 +683,11 @@ static void conn_read(struct net_conn *c)
 		ev_io_start(c->loop, &c->wio);
 }
 
-static void conn_established(struct net_conn *c)
+void net_conn_up(struct net_conn *c)
 {
 	struct net_listener *l = c->listener;
 
+	c->handshaking = false;
 	if (l) {
 		hs_unlink(c);
 		l->fn(l, c, l->ctx);
@@ -699,8 +698,51 @@ static void conn_established(struct net_conn *c)
 	} else if (c->ops && c->ops->connected) {
 		c->ops->connected(c, c->ctx);
 	}
-	if (!c->dead && (c->qhead < c->qtail || wout_pending(c)))
+	if (c->dead || c->freeing)
+		return;
+	if (c->rdma)
+		rdma_kick(c);
+	else if (c->qhead < c->qtail || wout_pending(c))
 		ev_io_start(c->loop, &c->wio);
+}
+
+/* The byte stream is up: RDMA still has its own setup over it. */
+static void conn_established(struct net_conn *c)
+{
+	int r;
+
+	if (!c->want_rdma) {
+		net_conn_up(c);
+		return;
+	}
+	c->handshaking = true;
+	r = rdma_start(c);
+	if (r) {
+		log_error(TAG, "RDMA link with %s: %s", c->peer, strerror(-r));
+		conn_fail(c, r);
+	}
+}
+
+void net_conn_consume(struct net_conn *c, size_t n)
+{
+	queue_consume(c, n, true);
+}
+
+void net_conn_fail(struct net_conn *c, int reason)
+{
+	conn_fail(c, reason);
+}
+
+void net_conn_enter(struct net_conn *c)
+{
+	c->busy++;
+}
+
+void net_conn_leave(struct net_conn *c)
+{
+	c->busy--;
+	if (c->freeing && !c->busy)
+		conn_free(c);
 }
 
 static void conn_handshake(struct net_conn *c)
@@ -719,7 +761,7 @@ static void conn_handshake(struct net_conn *c)
 		c->handshaking = false;
 		ev_io_stop(c->loop, &c->wio);
 		log_debug(TAG, "TLS 1.3 with %s: %s", c->peer, SSL_get_cipher(c->ssl));
-		conn_established(c);
+		net_conn_up(c);
 		return;
 	}
 	r = ssl_result(c, r, "TLS handshake with");
@@ -769,7 +811,7 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 	c->busy++;
 	if (c->connecting)
 		conn_connecting(c);
-	else if (c->handshaking)
+	else if (c->handshaking && c->ssl)
 		conn_handshake(c);
 	else {
 		if (revents & EV_READ)
@@ -833,6 +875,13 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 	}
 	SSL_CTX_free(ssl_ctx); /* the SSL holds its own reference */
 	ssl_ctx = NULL;
+	if (cfg->transport == NET_RDMA) {
+		c->want_rdma = true;
+		if (cfg->rdma_provider && !(c->rdma_provider = strdup(cfg->rdma_provider))) {
+			r = -ENOMEM;
+			goto err_conn;
+		}
+	}
 	c->ops = ops;
 	c->ctx = ctx;
 	c->connecting = true;
@@ -889,7 +938,14 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 		 ntohs(((struct sockaddr_in *)&ss)->sin_port));
 	c->listener = l;
 	ev_io_start(loop, &c->rio);
-	if (!c->ssl) {
+	if (l->cfg.transport == NET_RDMA) {
+		c->want_rdma = true;
+		if (l->rdma_provider && !(c->rdma_provider = strdup(l->rdma_provider))) {
+			conn_free(c);
+			return;
+		}
+	}
+	if (!c->ssl && !c->want_rdma) {
 		conn_established(c);
 		return;
 	}
@@ -897,7 +953,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	if (l->hs_head)
 		l->hs_head->hs_prev = c;
 	l->hs_head = c;
-	SSL_set_accept_state(c->ssl);
+	if (c->ssl)
+		SSL_set_accept_state(c->ssl);
+	else
+		conn_established(c); /* RDMA setup; the conn stays on the list until up */
 }
 
 int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
@@ -919,6 +978,11 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 		return -ENOMEM;
 	l->loop = loop;
 	l->cfg = *cfg;
+	if (cfg->transport == NET_RDMA && cfg->rdma_provider &&
+	    !(l->rdma_provider = strdup(cfg->rdma_provider))) {
+		free(l);
+		return -ENOMEM;
+	}
 	l->fn = fn;
 	l->ctx = ctx;
 	if (cfg->transport == NET_TLS) {
@@ -954,6 +1018,7 @@ err_fd:
 err_ctx:
 	SSL_CTX_free(l->ssl_ctx);
 err_l:
+	free(l->rdma_provider);
 	free(l);
 	return r;
 }
@@ -972,5 +1037,6 @@ void net_listener_close(struct net_listener *l)
 		net_close(l->hs_head); /* unlinks itself */
 	close(l->fd);
 	SSL_CTX_free(l->ssl_ctx);
+	free(l->rdma_provider);
 	free(l);
 }

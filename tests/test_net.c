@@ -74,6 +74,9 @@ static struct net_config tls_cfg(const char *crt, const char *key, const char *c
 }
 
 static const struct net_config tcp_cfg = { .transport = NET_TCP, .insecure = true };
+/* libfabric's tcp;ofi_rxm: the RDMA code path without an RDMA device. */
+static const struct net_config rdma_cfg = { .transport = NET_RDMA, .insecure = true,
+					    .rdma_provider = "tcp;ofi_rxm" };
 
 /* ---- a small peer: counts events, collects bytes ----------------------------- */
 
@@ -243,7 +246,10 @@ static void test_config_checks(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct net_config plain = { .transport = NET_TCP };
-	struct net_config rdma = { .transport = NET_RDMA, .insecure = true };
+	struct net_config rdma = { .transport = NET_RDMA };
+	struct net_config badprov = { .transport = NET_RDMA, .insecure = true,
+				      .rdma_provider = "no-such-provider" };
+	struct pair pr;
 	struct net_config nocert = { .transport = NET_TLS };
 	struct net_listener *l;
 	struct net_conn *c;
@@ -251,30 +257,56 @@ static void test_config_checks(void **state)
 	(void)state;
 	assert_int_equal(net_listen(loop, &plain, "127.0.0.1:0", on_accept, NULL, &l), -EPERM);
 	assert_int_equal(net_connect(loop, &plain, "127.0.0.1:1", &peer_ops, NULL, &c), -EPERM);
-	assert_int_equal(net_listen(loop, &rdma, "127.0.0.1:0", on_accept, NULL, &l), -ENOTSUP);
+	assert_int_equal(net_listen(loop, &rdma, "127.0.0.1:0", on_accept, NULL, &l), -EPERM);
+	assert_int_equal(net_connect(loop, &rdma, "127.0.0.1:1", &peer_ops, NULL, &c), -EPERM);
 	assert_int_equal(net_listen(loop, &nocert, "127.0.0.1:0", on_accept, NULL, &l), -EINVAL);
 	assert_int_equal(net_listen(loop, &tcp_cfg, "nonsense", on_accept, NULL, &l), -EINVAL);
 	ev_loop_destroy(loop);
+	/* An unknown libfabric provider: the client's link fails with an error. */
+	pair_open(&pr, &badprov, &badprov);
+	run_until(pr.loop, &pr.cli.closed, 5000);
+	assert_int_equal(pr.cli.closed, 1);
+	assert_true(pr.cli.close_reason < 0);
+	assert_int_equal(pr.cli.connected, 0);
+	assert_int_equal(pr.srv.accepted, 0);
+	pair_close(&pr);
 }
 
-static void test_connect_refused(void **state)
+static void connect_refused(const struct net_config *cfg)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct net_listener *l;
 	struct peer p = { 0 };
 	char addr[64];
 
-	(void)state;
 	/* Find a free port, then close it. */
-	assert_int_equal(net_listen(loop, &tcp_cfg, "127.0.0.1:0", on_accept, NULL, &l), 0);
+	assert_int_equal(net_listen(loop, cfg, "127.0.0.1:0", on_accept, NULL, &l), 0);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
 	net_listener_close(l);
-	assert_int_equal(net_connect(loop, &tcp_cfg, addr, &peer_ops, &p, &p.conn), 0);
+	assert_int_equal(net_connect(loop, cfg, addr, &peer_ops, &p, &p.conn), 0);
 	run_until(loop, &p.closed, 5000);
 	assert_int_equal(p.closed, 1);
 	assert_int_equal(p.close_reason, -ECONNREFUSED);
 	assert_int_equal(p.connected, 0);
 	ev_loop_destroy(loop);
+}
+
+static void test_connect_refused(void **state)
+{
+	(void)state;
+	connect_refused(&tcp_cfg);
+}
+
+static void test_rdma_connect_refused(void **state)
+{
+	(void)state;
+	connect_refused(&rdma_cfg);
+}
+
+static void test_rdma_exchange(void **state)
+{
+	(void)state;
+	exchange(&rdma_cfg, &rdma_cfg);
 }
 
 /* A connection that must be refused: the server never accepts, the client's
@@ -578,6 +610,12 @@ static void test_transfer_tcp(void **state)
 	transfer(&tcp_cfg, &tcp_cfg, PROTO_PAGE_NO_COMPRESS, 0, true, "tcp raw, scatter");
 }
 
+static void test_transfer_rdma(void **state)
+{
+	(void)state;
+	transfer(&rdma_cfg, &rdma_cfg, PROTO_PAGE_NO_COMPRESS, 0, true, "rdma raw, scatter");
+}
+
 static void test_transfer_tls(void **state)
 {
 	struct net_config s = tls_cfg("server.pem", "server.key", "ca.pem");
@@ -598,6 +636,9 @@ int main(void)
 		cmocka_unit_test(test_tls_against_plaintext),
 		cmocka_unit_test(test_transfer_tcp),
 		cmocka_unit_test(test_transfer_tls),
+		cmocka_unit_test(test_rdma_connect_refused),
+		cmocka_unit_test(test_rdma_exchange),
+		cmocka_unit_test(test_transfer_rdma),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
