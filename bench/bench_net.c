@@ -269,6 +269,7 @@ static double run_stream(const struct net_config *scfg, const struct net_config 
 			 const uint8_t *mem, unsigned flags, double *wire_ratio)
 {
 	struct rx *r = calloc(1, sizeof(*r));
+	/* TLS encrypts from one contiguous buffer; the others send raw pages in place. */
 	struct tx t = { .mem = mem, .scatter = scfg->transport != NET_TLS };
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	char addr[64];
@@ -485,8 +486,10 @@ int main(int argc, char **argv)
 	char dir[] = "/tmp/understudy-bench-XXXXXX", cmd[256], c[4][300];
 	struct net_config tcp = { .transport = NET_TCP, .insecure = true };
 	struct net_config stls = { .transport = NET_TLS }, ctls;
+	struct net_config rdma = { .transport = NET_RDMA, .insecure = true,
+				   .rdma_provider = "tcp;ofi_rxm" };
 	uint8_t *mem = malloc((size_t)MEM_PAGES * PG);
-	double raw, mcp, r_tcp, r_tls, r_tcpz, r_tlsz, wz = 0;
+	double raw, mcp, r_tcp, r_tls, r_rdma, r_tcpz, r_tlsz, wz = 0;
 
 	(void)argc;
 	(void)argv;
@@ -524,12 +527,15 @@ int main(int argc, char **argv)
 	}
 	r_tcp = getenv("BENCH_TLS_ONLY") ? 1 : best_stream(&tcp, &tcp, mem, PROTO_PAGE_NO_COMPRESS, NULL);
 	r_tls = best_stream(&stls, &ctls, mem, PROTO_PAGE_NO_COMPRESS, NULL);
+	r_rdma = best_stream(&rdma, &rdma, mem, PROTO_PAGE_NO_COMPRESS, NULL);
 	printf("memcpy                     %8.0f MiB/s\n", mcp);
 	printf("raw socket blast           %8.0f MiB/s   (reference)\n", raw);
 	printf("net TCP, random pages raw  %8.0f MiB/s   ratio %.2f of raw socket (goal >= 0.70)\n",
 	       r_tcp, r_tcp / raw);
 	printf("net TLS, random pages raw  %8.0f MiB/s   ratio %.2f of raw socket (goal >= 0.50)\n",
 	       r_tls, r_tls / raw);
+	printf("net RDMA (tcp;ofi_rxm), raw %8.0f MiB/s   ratio %.2f of raw socket "
+	       "(libfabric's fi_pingpong: ~450 MiB/s, PLATFORM.md)\n", r_rdma, r_rdma / raw);
 	if (getenv("BENCH_RAW_ONLY"))
 		return 0;
 	fill_pages(mem, MEM_PAGES, 1);
@@ -544,5 +550,5 @@ int main(int argc, char **argv)
 	if (system(cmd))
 		return 1;
 	free(mem);
-	return (r_tcp > 0 && r_tls > 0 && r_tcpz > 0 && r_tlsz > 0) ? 0 : 1;
+	return (r_tcp > 0 && r_tls > 0 && r_rdma > 0 && r_tcpz > 0 && r_tlsz > 0) ? 0 : 1;
 }

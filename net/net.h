@@ -2,14 +2,19 @@
  * of frames or checkpoints; the layers above never see a socket.
  *
  * Transports: TLS 1.3 with mutual certificate authentication (the default),
- * plain TCP (only with insecure = true, logged as a warning). RDMA is
- * declared but not implemented yet: net_listen/net_connect return -ENOTSUP.
+ * plain TCP (only with insecure = true, logged as a warning), and RDMA over
+ * libfabric (net/rdma.c; also only with insecure = true: RDMA links carry no
+ * encryption and belong on a trusted fabric). RDMA uses a TCP connection to
+ * the same host:port for setup and liveness, so refusals, clean closes and
+ * resets are reported as for TCP; the bytes go by one-sided RDMA writes.
  *
  * Ownership of sent data: net_send() queues the caller's iovec *bases*
  * (the iovec array itself is copied). The bytes must stay valid and
  * unchanged until the sent() callback fires for that cookie:
  *  - TCP: no copy, the queue is written with writev() straight from the
  *    caller's buffers; sent() fires once the kernel has taken every byte.
+ *  - RDMA: no copy either, written from the caller's buffers into the
+ *    peer's registered ring; sent() fires once the write has completed.
  *  - TLS: segments of 16 KiB or more are encrypted straight from the
  *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
  *    ones are gathered into a 64 KiB staging buffer first (sent() fires
@@ -34,14 +39,16 @@
 enum net_transport {
 	NET_TLS = 0, /* default */
 	NET_TCP,     /* plaintext: requires insecure = true */
-	NET_RDMA,    /* libfabric; not implemented yet */
+	NET_RDMA,    /* libfabric RDM endpoint: requires insecure = true */
 };
 
 struct net_config {
 	enum net_transport transport;
 	const char *cert, *key, *ca; /* PEM files, TLS only */
-	bool insecure;               /* allow plaintext (NET_TCP) */
-	const char *rdma_provider;   /* libfabric provider, e.g. "tcp;ofi_rxm" */
+	bool insecure;               /* allow plaintext (NET_TCP, NET_RDMA) */
+	/* libfabric provider; NULL: "verbs;ofi_rxm", falling back to
+	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */
+	const char *rdma_provider;
 	int sockbuf_bytes;           /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
 };
 
