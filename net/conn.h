@@ -24,6 +24,7 @@ struct net_conn {
 	int fd;                       /* TCP; for RDMA the bootstrap and liveness socket */
 	SSL *ssl;
 	bool connecting, handshaking, dead, freeing;
+	bool closing;                 /* net_close_flush(): close once flushed */
 	int busy;                     /* callbacks on the stack */
 	struct net_listener *listener; /* set while a server handshake runs */
 	struct net_conn *hs_next, *hs_prev;
@@ -52,6 +53,7 @@ void net_conn_fail(struct net_conn *c, int reason);    /* closed(reason), then f
 void net_conn_up(struct net_conn *c);                  /* handshake done: accept/connected */
 void net_conn_enter(struct net_conn *c);               /* around callbacks from a watcher */
 void net_conn_leave(struct net_conn *c);
+void net_conn_finish_close(struct net_conn *c);        /* closing and flushed */
 
 /* net/rdma.c. rdma_start() runs on the established bootstrap socket: opens
  * the endpoint and sends the setup message; rdma_ctl_recv() takes the bytes

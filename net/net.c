@@ -419,6 +419,8 @@ int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cook
 
 	if (c->dead)
 		return -ENOTCONN;
+	if (c->closing)
+		return -ESHUTDOWN;
 	if (iovcnt <= 0)
 		return -EINVAL;
 	if (c->qhead == c->qtail) {
@@ -615,7 +617,33 @@ static void conn_flush(struct net_conn *c)
 		conn_fail(c, r);
 	} else if (!c->queued && !wout_pending(c)) {
 		ev_io_stop(c->loop, &c->wio);
+		if (c->closing)
+			net_conn_finish_close(c);
 	}
+}
+
+void net_conn_finish_close(struct net_conn *c)
+{
+	if (c->ssl) {
+		SSL_shutdown(c->ssl);
+		(void)wout_flush(c);
+	}
+	shutdown(c->fd, SHUT_WR);
+	conn_fail(c, 0);
+}
+
+void net_close_flush(struct net_conn *c)
+{
+	if (!c || c->freeing || c->dead || c->closing)
+		return;
+	c->closing = true;
+	/* Completion runs from the loop, never inside this call. */
+	if (!conn_ready(c))
+		return;
+	if (c->rdma)
+		rdma_kick(c);
+	else
+		ev_io_start(c->loop, &c->wio);
 }
 
 /* Where to read next: the consumer's buffer if it offers one. */
@@ -702,7 +730,7 @@ void net_conn_up(struct net_conn *c)
 		return;
 	if (c->rdma)
 		rdma_kick(c);
-	else if (c->qhead < c->qtail || wout_pending(c))
+	else if (c->qhead < c->qtail || wout_pending(c) || c->closing)
 		ev_io_start(c->loop, &c->wio);
 }
 

@@ -104,5 +104,11 @@ const char *net_peer_name(const struct net_conn *c);
 /* Closes at once: unsent data is dropped without sent() callbacks (the
  * caller owns its buffers again on return), closed() is not called. */
 void net_close(struct net_conn *c);
+/* Drain, then close: every send already queued still goes out and completes
+ * through sent(); then the connection closes cleanly (the peer sees reason 0)
+ * and closed(c, 0) is called, or closed(c, -errno) if it died first.
+ * net_send() returns -ESHUTDOWN from now on. Works before the connection is
+ * up (it is flushed once up). net_close() may still be called meanwhile. */
+void net_close_flush(struct net_conn *c);
 
 #endif

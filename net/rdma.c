@@ -418,6 +418,10 @@ static void pump(struct rdma_link *r)
 		net_conn_fail(c, rc < 0 ? rc : -EIO);
 		return;
 	}
+	if (c->closing && !r->wr_count && c->qhead == c->qtail) {
+		net_conn_finish_close(c); /* every write completed: close the socket */
+		return;
+	}
 	if (busy(r) || r->wait_fd < 0 || fi_trywait(r->fabric, (struct fid **)&r->cq, 1))
 		ev_idle_start(r->loop, &r->idle);
 	else

@@ -227,6 +227,59 @@ static void exchange(const struct net_config *scfg, const struct net_config *ccf
 	pair_close(&pr);
 }
 
+/* net_close_flush() right after queuing: everything still arrives, every
+ * send completes, both sides see a clean close. Once from the client before
+ * the connection is up, once from the accepted side. */
+static void close_flush(const struct net_config *scfg, const struct net_config *ccfg)
+{
+	static char big[5 << 20];
+	struct pair pr;
+	struct iovec iov[2];
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (char)rnd();
+	for (int server_side = 0; server_side < 2; server_side++) {
+		struct peer *from, *to;
+
+		pair_open(&pr, scfg, ccfg);
+		from = server_side ? &pr.srv : &pr.cli;
+		to = server_side ? &pr.cli : &pr.srv;
+		if (server_side)
+			run_until(pr.loop, &pr.srv.accepted, 5000);
+		assert_non_null(from->conn);
+		iov[0] = (struct iovec){ big, sizeof(big) };
+		iov[1] = (struct iovec){ "tail", 4 };
+		assert_int_equal(net_send(from->conn, iov, 2, big), 0);
+		assert_int_equal(net_send(from->conn, iov + 1, 1, NULL), 0);
+		net_close_flush(from->conn);
+		assert_int_equal(net_send(from->conn, iov, 1, NULL), -ESHUTDOWN);
+		assert_int_equal(from->closed, 0);
+		run_until(pr.loop, &to->closed, 10000);
+		run_until(pr.loop, &from->closed, 5000);
+		assert_int_equal(from->closed, 1);
+		assert_int_equal(from->close_reason, 0);
+		assert_int_equal(from->sent, 2);
+		assert_int_equal(from->sent_err, 0);
+		assert_int_equal(to->closed, 1);
+		assert_int_equal(to->close_reason, 0);
+		assert_int_equal(to->rx.len, sizeof(big) + 8);
+		assert_memory_equal(to->rx.data, big, sizeof(big));
+		assert_memory_equal(to->rx.data + sizeof(big), "tailtail", 8);
+		pair_close(&pr);
+	}
+}
+
+static void test_close_flush(void **state)
+{
+	struct net_config s = tls_cfg("server.pem", "server.key", "ca.pem");
+	struct net_config c = tls_cfg("client.pem", "client.key", "ca.pem");
+
+	(void)state;
+	close_flush(&tcp_cfg, &tcp_cfg);
+	close_flush(&s, &c);
+	close_flush(&rdma_cfg, &rdma_cfg);
+}
+
 static void test_tcp_exchange(void **state)
 {
 	(void)state;
@@ -639,6 +692,7 @@ int main(void)
 		cmocka_unit_test(test_rdma_connect_refused),
 		cmocka_unit_test(test_rdma_exchange),
 		cmocka_unit_test(test_transfer_rdma),
+		cmocka_unit_test(test_close_flush),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
