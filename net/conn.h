@@ -16,6 +16,8 @@ struct seg {
 	bool last; /* last segment of a net_send(): completes the cookie */
 };
 
+#define NET_TBUF_BYTES (64 * 1024) /* TLS staging for small segments */
+
 struct rdma_link;
 
 struct net_conn {
@@ -48,12 +50,23 @@ struct net_conn {
 };
 
 /* net/net.c */
-void net_conn_consume(struct net_conn *c, size_t n);   /* n bytes taken: sent() as due */
+/* n bytes taken from the queue head, sent() as due; count: and from queued. */
+void net_conn_consume(struct net_conn *c, size_t n, bool count);
 void net_conn_fail(struct net_conn *c, int reason);    /* closed(reason), then freed */
 void net_conn_up(struct net_conn *c);                  /* handshake done: accept/connected */
 void net_conn_enter(struct net_conn *c);               /* around callbacks from a watcher */
 void net_conn_leave(struct net_conn *c);
 void net_conn_finish_close(struct net_conn *c);        /* closing and flushed */
+
+/* net/tls.c */
+SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server);
+int tls_attach(struct net_conn *c);            /* SSL_new'ed c->ssl onto c->fd */
+void tls_handshake(struct net_conn *c);        /* a step; net_conn_up() when done */
+int tls_flush(struct net_conn *c);             /* 0, -EAGAIN or fatal -errno */
+int tls_result(struct net_conn *c, int ret, const char *what);
+int tls_wout_flush(struct net_conn *c);
+bool tls_wout_pending(const struct net_conn *c);
+void tls_log_errors(const char *what, const char *peer);
 
 /* net/rdma.c. rdma_start() runs on the established bootstrap socket: opens
  * the endpoint and sends the setup message; rdma_ctl_recv() takes the bytes

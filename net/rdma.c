@@ -284,7 +284,7 @@ static void complete_writes(struct rdma_link *r)
 		len = r->wr[r->wr_head].len;
 		r->wr_head = (r->wr_head + 1) % MAX_WR;
 		r->wr_count--;
-		net_conn_consume(c, len);
+		net_conn_consume(c, len, true);
 	}
 }
 
@@ -393,7 +393,7 @@ static int issue(struct rdma_link *r)
 	}
 	/* A send of zero bytes with nothing before it in flight is done. */
 	if (!c->dead && !r->wr_count && c->qhead < c->qtail && !c->q[c->qhead].len)
-		net_conn_consume(c, 0);
+		net_conn_consume(c, 0, true);
 	return 0;
 }
 
