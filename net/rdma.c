@@ -5,7 +5,12 @@
  * as its liveness channel: connection refused, peer closed and peer reset
  * are seen there exactly as on NET_TCP. Over it each side sends one setup
  * message (its endpoint address from fi_getname and the address, key and
- * size of its receive ring) and inserts the peer's address into its AV.
+ * size of its receive ring) and inserts the peer's address into its AV. The
+ * message is checked like any network input; a peer that sends none within
+ * 10 s is dropped. Its layout is private to this transport (like TLS
+ * handshake bytes), little-endian:
+ *   u32 magic "URDM" | u32 address length | u64 ring address (0 unless the
+ *   provider uses virtual addresses) | u64 ring key | u64 ring bytes | address
  *
  * Data: each side registers an 8 MiB receive ring for remote writes. net_send
  * bytes go out as one-sided fi_writedata()s straight from the caller's
@@ -55,6 +60,7 @@
 #define SETUP_MAGIC 0x4d445255u /* "URDM" */
 #define SETUP_HDR 32
 #define ADDR_MAX 128
+#define SETUP_TIMEOUT_NS (10 * 1000000000ull) /* a peer silent this long is dropped */
 #define DEFAULT_PROVIDER "verbs;ofi_rxm"
 #define FALLBACK_PROVIDER "tcp;ofi_rxm"
 
@@ -86,6 +92,7 @@ struct rdma_link {
 	uint64_t rbuf[NRECV];
 	struct fi_context rctx[NRECV];
 	uint64_t nevents;
+	uint64_t start_ns;
 	int wait_fd;
 	ev_io cq_io;
 	ev_idle idle;
@@ -452,8 +459,19 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
+	struct rdma_link *r = w->data;
+
 	(void)revents;
-	on_event(loop, w->data);
+	if (r->c->handshaking) {
+		if (now_ns() - r->start_ns > SETUP_TIMEOUT_NS) {
+			log_error(TAG, "RDMA link with %s: no setup message in time", r->c->peer);
+			net_conn_enter(r->c);
+			net_conn_fail(r->c, -ETIMEDOUT);
+			net_conn_leave(r->c);
+		}
+		return;
+	}
+	on_event(loop, r);
 }
 
 void rdma_kick(struct net_conn *c)
@@ -550,6 +568,8 @@ int rdma_start(struct net_conn *c)
 	r->idle.data = r;
 	ev_timer_init(&r->tick, on_tick, 0.01, r->wait_fd >= 0 ? 0.01 : 0.001);
 	r->tick.data = r;
+	r->start_ns = now_ns();
+	ev_timer_start(r->loop, &r->tick); /* also bounds the wait for the setup */
 	log_info(TAG, "RDMA link with %s via %s, %s", c->peer, r->info->fabric_attr->prov_name,
 		 r->wait_fd >= 0 ? "CQ wait fd" : "polled every 1 ms");
 	return 0;
@@ -607,7 +627,6 @@ void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len)
 	}
 	if (r->wait_fd >= 0)
 		ev_io_start(r->loop, &r->cq_io);
-	ev_timer_start(r->loop, &r->tick);
 	net_conn_up(c);
 	if (!c->dead)
 		rdma_kick(c);

@@ -356,6 +356,40 @@ static void test_rdma_connect_refused(void **state)
 	connect_refused(&rdma_cfg);
 }
 
+/* The RDMA setup message is untrusted input: a plaintext client sending
+ * garbage (or a valid-looking header with a bad address length) is dropped
+ * without being accepted, and the listener keeps working. */
+static void test_rdma_bad_setup(void **state)
+{
+	static const struct {
+		const char *bytes;
+		size_t len;
+	} junk[] = {
+		{ "GET / HTTP/1.0\r\n\r\nand then more bytes to fill a header", 52 },
+		/* Right magic, address length over the limit. */
+		{ "URDM\x00\x10\x00\x00................................", 40 },
+		/* Right magic and address length, ring size 0. */
+		{ "URDM\x10\x00\x00\x00................\0\0\0\0\0\0\0\0"
+		  "0123456789abcdef", 48 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		struct pair pr;
+		struct iovec iov = { (void *)junk[i].bytes, junk[i].len };
+
+		pair_open(&pr, &rdma_cfg, &tcp_cfg);
+		assert_int_equal(net_send(pr.cli.conn, &iov, 1, NULL), 0);
+		run_until(pr.loop, &pr.cli.closed, 5000);
+		run_for(pr.loop, 50);
+		assert_int_equal(pr.cli.closed, 1);
+		assert_int_equal(pr.srv.accepted, 0);
+		pair_close(&pr);
+	}
+	/* Still a working RDMA link afterwards. */
+	exchange(&rdma_cfg, &rdma_cfg);
+}
+
 static void test_rdma_exchange(void **state)
 {
 	(void)state;
@@ -691,6 +725,7 @@ int main(void)
 		cmocka_unit_test(test_transfer_tls),
 		cmocka_unit_test(test_rdma_connect_refused),
 		cmocka_unit_test(test_rdma_exchange),
+		cmocka_unit_test(test_rdma_bad_setup),
 		cmocka_unit_test(test_transfer_rdma),
 		cmocka_unit_test(test_close_flush),
 	};
