@@ -302,13 +302,13 @@ static double run_stream(const struct net_config *scfg, const struct net_config 
 	if (!r->err && r->pages == (uint64_t)MEM_PAGES * ROUNDS &&
 	    !memcmp(r->mem, mem, (size_t)MEM_PAGES * PG))
 		mibs = TOTAL_BYTES / 1048576.0 / ((double)(r->done_ns - t0) / 1e9);
+	else
+		fprintf(stderr, "stream failed: %llu pages, err %d\n",
+			(unsigned long long)r->pages, r->err);
 	if (mibs > 0 && getenv("BENCH_VERBOSE"))
 		printf("  run %.0f MiB/s: sender cpu %.0f%%, receiver cpu %.0f%%\n", mibs,
 		       100.0 * (double)(thread_cpu_ns() - cpu0) / (double)(now_ns() - t0),
 		       100.0 * (double)r->cpu_ns / (double)(r->done_ns - t0));
-	else
-		fprintf(stderr, "stream failed: %llu pages, err %d\n",
-			(unsigned long long)r->pages, r->err);
 	if (wire_ratio)
 		*wire_ratio = (double)t.st.bytes_in / (double)t.st.bytes_out;
 	if (!t.dead)
