@@ -19,8 +19,10 @@
  *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
  *    ones are gathered into a 64 KiB staging buffer first (sent() fires
  *    once copied). Cipher preference: AES-128-GCM (AES-NI), then the rest.
- * net_queued_bytes() counts bytes not yet taken by the kernel (staging
- * included): the layer above uses it for backpressure.
+ * net_queued_bytes() counts bytes of net_send()s not yet released (TCP:
+ * taken by the kernel; TLS: taken by OpenSSL, after which up to 256 KiB of
+ * records wait in net's own output buffer; RDMA: writes completed): the
+ * layer above uses it for backpressure.
  *
  * Callbacks run on the loop's thread. From inside any callback the caller
  * may call net_send() and net_close() on the same connection.
