@@ -75,6 +75,7 @@ int rdma_start(struct net_conn *c);
 void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len);
 void rdma_kick(struct net_conn *c);    /* sends queued: write them */
 void rdma_drain(struct net_conn *c);   /* bootstrap closed: deliver what arrived */
+void rdma_fin(struct net_conn *c);     /* closing: tell the peer how much to expect */
 void rdma_free(struct rdma_link *r);
 
 #endif

@@ -219,6 +219,8 @@ void net_close(struct net_conn *c)
 		SSL_shutdown(c->ssl);
 		(void)tls_wout_flush(c);
 	}
+	if (c->rdma && !c->dead && !c->handshaking)
+		rdma_fin(c);
 	c->dead = true;
 	c->ops = NULL;
 	conn_release(c);
@@ -371,6 +373,8 @@ void net_conn_finish_close(struct net_conn *c)
 		SSL_shutdown(c->ssl);
 		(void)tls_wout_flush(c);
 	}
+	if (c->rdma)
+		rdma_fin(c);
 	shutdown(c->fd, SHUT_WR);
 	conn_fail(c, 0);
 }

@@ -19,9 +19,12 @@
  * data carries the length. Writes are ordered (FI_ORDER_WAW is asked for),
  * so the receiver delivers each completion at its running offset through
  * ops->recv and returns ring credit (total bytes consumed, 8 bytes) with
- * fi_inject(). sent() fires when a write has completed locally. A peer that
- * closes cleanly closes the socket after its last write completed; the
- * receiver then drains its CQ for a moment before reporting closed(0).
+ * fi_inject(). sent() fires when a write has completed locally. A side that
+ * closes first sends, on the socket, the count of bytes whose writes had
+ * completed (8 bytes, little-endian), then closes it; at the end of the
+ * socket the receiver progresses its CQ until that many bytes have arrived
+ * (at most 2 s) before reporting closed(0). Without that count (the peer
+ * died) it drains until the CQ has been quiet for 5 ms.
  *
  * Event loop: the providers here use manual progress, so the CQ must be
  * read for anything to move. The CQ is opened with FI_WAIT_FD and its fd
@@ -84,6 +87,7 @@ struct rdma_link {
 	uint64_t peer_base, peer_key, peer_ring;
 	uint64_t tx_written;      /* bytes written into the peer's ring */
 	uint64_t tx_acked;        /* of which the peer has consumed */
+	uint64_t tx_done;         /* of which the writes have completed */
 	struct wr wr[MAX_WR];     /* in flight, in issue order from wr_head */
 	struct fi_context wctx[MAX_WR];
 	unsigned wr_head, wr_count;
@@ -99,6 +103,8 @@ struct rdma_link {
 	ev_timer tick;
 	uint8_t setup[SETUP_HDR + ADDR_MAX];
 	size_t setup_have;
+	uint8_t fin[8];           /* the peer's closing count, once 8 bytes are in */
+	size_t fin_have;
 };
 
 static void put_le64(uint8_t *p, uint64_t v)
@@ -291,6 +297,7 @@ static void complete_writes(struct rdma_link *r)
 		len = r->wr[r->wr_head].len;
 		r->wr_head = (r->wr_head + 1) % MAX_WR;
 		r->wr_count--;
+		r->tx_done += len;
 		net_conn_consume(c, len, true);
 	}
 }
@@ -483,11 +490,16 @@ void rdma_kick(struct net_conn *c)
 void rdma_drain(struct net_conn *c)
 {
 	struct rdma_link *r = c->rdma;
-	uint64_t end = now_ns() + 200000000ull, quiet = now_ns(), seen = r->nevents;
+	bool counted = r->fin_have == sizeof(r->fin);
+	uint64_t expect = get_le64(r->fin), start = now_ns(), quiet = start, seen = r->nevents;
 
-	/* Writes the peer saw complete before it closed are in our provider
-	 * already; a few milliseconds without events means they are through. */
-	while (!c->dead && now_ns() < end && now_ns() - quiet < 5000000ull) {
+	/* The ring bounds what can still be on its way; more is nonsense. */
+	if (counted && expect > r->rx_done + RING_BYTES)
+		counted = false;
+	while (!c->dead) {
+		if (counted ? r->rx_done >= expect || now_ns() - start > 2000000000ull
+			    : now_ns() - quiet > 5000000ull || now_ns() - start > 200000000ull)
+			break;
 		if (progress(r))
 			return;
 		if (r->nevents != seen) {
@@ -495,6 +507,18 @@ void rdma_drain(struct net_conn *c)
 			quiet = now_ns();
 		}
 	}
+	if (counted && r->rx_done < expect && !c->dead)
+		log_warn(TAG, "RDMA link with %s: closed with %llu bytes still missing", c->peer,
+			 (unsigned long long)(expect - r->rx_done));
+}
+
+void rdma_fin(struct net_conn *c)
+{
+	uint8_t msg[8];
+
+	put_le64(msg, c->rdma->tx_done);
+	/* Best effort, like TLS close_notify; MSG_NOSIGNAL: the peer may be gone. */
+	(void)send(c->fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* ---- setup over the bootstrap socket ------------------------------------------- */
@@ -581,8 +605,17 @@ void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len)
 	size_t need, take;
 	uint64_t w;
 
-	if (!r || !c->handshaking) {
-		log_error(TAG, "RDMA link with %s: bytes after setup", c->peer);
+	if (r && !c->handshaking) {
+		/* After the setup only the closing count comes this way. */
+		if (len > sizeof(r->fin) - r->fin_have) {
+			net_conn_fail(c, fail_proto(r, "bytes after setup"));
+			return;
+		}
+		memcpy(r->fin + r->fin_have, data, len);
+		r->fin_have += len;
+		return;
+	}
+	if (!r) {
 		net_conn_fail(c, -EPROTO);
 		return;
 	}
