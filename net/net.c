@@ -1,9 +1,12 @@
-/* Socket transports (TCP, TLS 1.3) on a libev loop. See net/net.h. */
+/* Connections on a libev loop: TCP sockets, with the TLS layer (net/tls.c)
+ * or the RDMA link (net/rdma.c) on top. See net/net.h. */
 #include "net/net.h"
+#include "net/conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,36 +23,8 @@
 
 #define TAG "net"
 #define RBUF_BYTES (256 * 1024)
-#define TBUF_BYTES (64 * 1024)
 #define SOCKBUF_DEFAULT (4 * 1024 * 1024)
-#define WRITEV_MAX 64
-
-struct seg {
-	const uint8_t *base;
-	size_t len;
-	void *cookie;
-	bool last; /* last segment of a net_send(): completes the cookie */
-};
-
-struct net_conn {
-	struct ev_loop *loop;
-	ev_io rio, wio;
-	int fd;
-	SSL *ssl;
-	bool connecting, handshaking, dead, freeing;
-	int busy;                     /* callbacks on the stack */
-	struct net_listener *listener; /* set while a server handshake runs */
-	struct net_conn *hs_next, *hs_prev;
-	const struct net_conn_ops *ops;
-	void *ctx;
-	struct seg *q;                /* send queue [qhead, qtail) */
-	size_t qhead, qtail, qcap;
-	size_t queued;
-	uint8_t *rbuf;
-	uint8_t *tbuf;                /* TLS staging: [toff, tlen) not yet taken */
-	size_t toff, tlen;
-	char peer[64];
-};
+#define WRITEV_MAX 1024 /* IOV_MAX */
 
 struct net_listener {
 	struct ev_loop *loop;
@@ -58,6 +33,7 @@ struct net_listener {
 	int port;
 	struct net_config cfg;
 	SSL_CTX *ssl_ctx;
+	char *rdma_provider;
 	net_accept_fn fn;
 	void *ctx;
 	struct net_conn *hs_head;     /* connections in their handshake */
@@ -65,60 +41,6 @@ struct net_listener {
 
 static void conn_fail(struct net_conn *c, int reason);
 static void conn_flush(struct net_conn *c);
-
-/* ---- TLS contexts ----------------------------------------------------------- */
-
-static void log_ssl_errors(const char *what, const char *peer)
-{
-	unsigned long e;
-	char buf[256];
-	bool any = false;
-
-	while ((e = ERR_get_error())) {
-		ERR_error_string_n(e, buf, sizeof(buf));
-		log_error(TAG, "%s %s: %s", what, peer, buf);
-		any = true;
-	}
-	if (!any)
-		log_error(TAG, "%s %s failed", what, peer);
-}
-
-/* TLS 1.3 only; both sides present a certificate and verify the peer's
- * against cfg->ca (the server requires one from the client). */
-static SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server)
-{
-	SSL_CTX *ctx;
-
-	/* A client without a certificate is allowed here so that the server's
-	 * refusal can be tested; the server always requires one. */
-	if (!cfg->ca || (server && (!cfg->cert || !cfg->key)) || (!cfg->cert != !cfg->key)) {
-		log_error(TAG, "TLS needs --tls-cert, --tls-key and --tls-ca (or --insecure)");
-		return NULL;
-	}
-	ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-	if (!ctx)
-		goto err;
-	if (!SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) ||
-	    !SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION))
-		goto err_ctx;
-	if (cfg->cert && (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1 ||
-			  SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) != 1 ||
-			  SSL_CTX_check_private_key(ctx) != 1))
-		goto err_ctx;
-	if (SSL_CTX_load_verify_locations(ctx, cfg->ca, NULL) != 1)
-		goto err_ctx;
-	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
-			   NULL);
-	SSL_CTX_set_num_tickets(ctx, 0);
-	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE);
-	return ctx;
-
-err_ctx:
-	SSL_CTX_free(ctx);
-err:
-	log_ssl_errors("TLS setup with", cfg->cert ? cfg->cert : cfg->ca);
-	return NULL;
-}
 
 static int check_config(const struct net_config *cfg)
 {
@@ -133,8 +55,13 @@ static int check_config(const struct net_config *cfg)
 		log_warn(TAG, "INSECURE: plaintext TCP, no authentication, no encryption");
 		return 0;
 	case NET_RDMA:
-		log_error(TAG, "RDMA transport not implemented in this build");
-		return -ENOTSUP;
+		if (!cfg->insecure) {
+			log_error(TAG, "RDMA refused without --insecure (no encryption on the fabric)");
+			return -EPERM;
+		}
+		log_warn(TAG, "INSECURE: RDMA link, no authentication, no encryption: trusted "
+			 "fabric only");
+		return 0;
 	}
 	return -EINVAL;
 }
@@ -194,9 +121,9 @@ static struct net_conn *conn_new(struct ev_loop *loop, int fd, SSL_CTX *ssl_ctx)
 	if (!c->rbuf)
 		goto err_conn;
 	if (ssl_ctx) {
-		c->tbuf = malloc(TBUF_BYTES);
+		c->tbuf = malloc(NET_TBUF_BYTES);
 		c->ssl = SSL_new(ssl_ctx);
-		if (!c->tbuf || !c->ssl || SSL_set_fd(c->ssl, fd) != 1)
+		if (!c->tbuf || !c->ssl || tls_attach(c))
 			goto err_ssl;
 		c->handshaking = true;
 	}
@@ -208,6 +135,8 @@ static struct net_conn *conn_new(struct ev_loop *loop, int fd, SSL_CTX *ssl_ctx)
 
 err_ssl:
 	SSL_free(c->ssl);
+	BIO_meth_free(c->wmeth);
+	free(c->wout);
 	free(c->tbuf);
 	free(c->rbuf);
 err_conn:
@@ -237,6 +166,10 @@ static void conn_free(struct net_conn *c)
 	ev_io_stop(c->loop, &c->wio);
 	hs_unlink(c);
 	SSL_free(c->ssl);
+	BIO_meth_free(c->wmeth);
+	free(c->wout);
+	rdma_free(c->rdma);
+	free(c->rdma_provider);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->q);
@@ -282,8 +215,12 @@ void net_close(struct net_conn *c)
 	if (!c || c->freeing)
 		return;
 	/* Best effort close_notify, so the peer sees a clean close (reason 0). */
-	if (c->ssl && !c->dead && !c->connecting && !c->handshaking)
+	if (c->ssl && !c->dead && !c->connecting && !c->handshaking) {
 		SSL_shutdown(c->ssl);
+		(void)tls_wout_flush(c);
+	}
+	if (c->rdma && !c->dead && !c->handshaking)
+		rdma_fin(c);
 	c->dead = true;
 	c->ops = NULL;
 	conn_release(c);
@@ -317,10 +254,15 @@ int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cook
 
 	if (c->dead)
 		return -ENOTCONN;
+	if (c->closing)
+		return -ESHUTDOWN;
 	if (iovcnt <= 0)
 		return -EINVAL;
-	if (c->qhead == c->qtail)
+	if (c->qhead == c->qtail) {
 		c->qhead = c->qtail = 0;
+		c->issue_idx = 0;
+		c->issue_ptr = NULL;
+	}
 	need = c->qtail + (size_t)iovcnt;
 	if (need > c->qcap) {
 		size_t cap = c->qcap ? c->qcap : 64;
@@ -345,8 +287,12 @@ int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cook
 	c->qtail += (size_t)n;
 	c->queued += total;
 	/* Written from the loop, so sent() never runs inside net_send(). */
-	if (conn_ready(c))
-		ev_io_start(c->loop, &c->wio);
+	if (conn_ready(c)) {
+		if (c->rdma)
+			rdma_kick(c);
+		else
+			ev_io_start(c->loop, &c->wio);
+	}
 	return 0;
 }
 
@@ -395,67 +341,17 @@ static int flush_tcp(struct net_conn *c)
 	return 0;
 }
 
-/* Returns 0, -EAGAIN when the socket is full, or a fatal -errno. */
-static int ssl_result(struct net_conn *c, int ret, const char *what)
-{
-	int e = SSL_get_error(c->ssl, ret);
-
-	switch (e) {
-	case SSL_ERROR_WANT_READ:
-	case SSL_ERROR_WANT_WRITE:
-		return -EAGAIN;
-	case SSL_ERROR_ZERO_RETURN:
-		return -EPIPE;
-	case SSL_ERROR_SYSCALL:
-		if (ERR_peek_error())
-			break;
-		return errno ? -errno : -ECONNRESET;
-	default:
-		if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
-			log_error(TAG, "%s %s: connection closed without TLS close_notify", what,
-				  c->peer);
-			ERR_clear_error();
-			return -ECONNRESET;
-		}
-		break;
-	}
-	log_ssl_errors(what, c->peer);
-	return -EPROTO;
-}
-
-static int flush_tls(struct net_conn *c)
-{
-	int n;
-
-	for (;;) {
-		if (c->toff == c->tlen) {
-			/* Refill the staging buffer; sends complete as they are copied. */
-			c->toff = c->tlen = 0;
-			while (c->qhead < c->qtail && c->tlen < TBUF_BYTES && !c->dead) {
-				struct seg *s = &c->q[c->qhead];
-				size_t take = TBUF_BYTES - c->tlen;
-
-				if (take > s->len)
-					take = s->len;
-				memcpy(c->tbuf + c->tlen, s->base, take);
-				c->tlen += take;
-				queue_consume(c, take, false);
-			}
-			if (c->dead || !c->tlen)
-				return 0;
-		}
-		ERR_clear_error();
-		n = SSL_write(c->ssl, c->tbuf + c->toff, (int)(c->tlen - c->toff));
-		if (n <= 0)
-			return ssl_result(c, n, "TLS write to");
-		c->toff += (size_t)n;
-		c->queued -= (size_t)n;
-	}
-}
-
 static void conn_flush(struct net_conn *c)
 {
-	int r = c->ssl ? flush_tls(c) : flush_tcp(c);
+	int r;
+
+	if (c->want_rdma) {
+		ev_io_stop(c->loop, &c->wio); /* the socket only carries the setup */
+		if (c->rdma && conn_ready(c))
+			rdma_kick(c);
+		return;
+	}
+	r = c->ssl ? tls_flush(c) : flush_tcp(c);
 
 	if (c->dead)
 		return;
@@ -464,29 +360,76 @@ static void conn_flush(struct net_conn *c)
 	} else if (r) {
 		log_error(TAG, "send to %s: %s", c->peer, strerror(-r));
 		conn_fail(c, r);
-	} else if (!c->queued) {
+	} else if (!c->queued && !tls_wout_pending(c)) {
 		ev_io_stop(c->loop, &c->wio);
+		if (c->closing)
+			net_conn_finish_close(c);
 	}
+}
+
+void net_conn_finish_close(struct net_conn *c)
+{
+	if (c->ssl) {
+		SSL_shutdown(c->ssl);
+		(void)tls_wout_flush(c);
+	}
+	if (c->rdma)
+		rdma_fin(c);
+	shutdown(c->fd, SHUT_WR);
+	conn_fail(c, 0);
+}
+
+void net_close_flush(struct net_conn *c)
+{
+	if (!c || c->freeing || c->dead || c->closing)
+		return;
+	c->closing = true;
+	/* Completion runs from the loop, never inside this call. */
+	if (!conn_ready(c))
+		return;
+	if (c->rdma)
+		rdma_kick(c);
+	else
+		ev_io_start(c->loop, &c->wio);
+}
+
+/* Where to read next: the consumer's buffer if it offers one. */
+static uint8_t *read_target(struct net_conn *c, size_t *cap)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+
+	if (c->ops && c->ops->recv_buf)
+		buf = c->ops->recv_buf(c, &len, c->ctx);
+	if (!buf || !len) {
+		buf = c->rbuf;
+		len = RBUF_BYTES;
+	}
+	*cap = len < INT_MAX ? len : INT_MAX;
+	return buf;
 }
 
 static void conn_read(struct net_conn *c)
 {
+	uint8_t *buf;
+	size_t cap;
 	ssize_t n;
 	int r;
 
 	for (int i = 0; i < 64 && !c->dead; i++) {
+		buf = read_target(c, &cap);
 		if (c->ssl) {
 			ERR_clear_error();
-			n = SSL_read(c->ssl, c->rbuf, RBUF_BYTES);
+			n = SSL_read(c->ssl, buf, (int)cap);
 			if (n <= 0) {
-				r = ssl_result(c, (int)n, "TLS read from");
+				r = tls_result(c, (int)n, "TLS read from");
 				if (r == -EAGAIN)
 					return;
 				conn_fail(c, r == -EPIPE ? 0 : r);
 				return;
 			}
 		} else {
-			n = read(c->fd, c->rbuf, RBUF_BYTES);
+			n = read(c->fd, buf, cap);
 			if (n < 0) {
 				if (errno == EAGAIN || errno == EINTR)
 					return;
@@ -494,24 +437,32 @@ static void conn_read(struct net_conn *c)
 				return;
 			}
 			if (n == 0) {
-				conn_fail(c, 0);
+				if (c->rdma && !c->handshaking)
+					rdma_drain(c); /* what the peer wrote before closing */
+				conn_fail(c, c->want_rdma && c->handshaking ? -ECONNRESET : 0);
 				return;
 			}
 		}
-		if (c->ops && c->ops->recv)
-			c->ops->recv(c, c->rbuf, (size_t)n, c->ctx);
+		if (c->want_rdma)
+			rdma_ctl_recv(c, buf, (size_t)n);
+		else if (c->ops && c->ops->recv)
+			c->ops->recv(c, buf, (size_t)n, c->ctx);
 		/* TLS: records already decrypted inside OpenSSL raise no event. */
-		if (!c->ssl && (size_t)n < RBUF_BYTES)
+		if (!c->ssl && (size_t)n < cap)
 			return;
 	}
-	if (c->ssl && !c->dead && SSL_pending(c->ssl))
+	if (c->ssl && !c->dead && SSL_has_pending(c->ssl))
 		ev_feed_event(c->loop, &c->rio, EV_READ);
+	/* Reading can produce records to send (alerts, key updates). */
+	if (c->ssl && !c->dead && tls_wout_pending(c))
+		ev_io_start(c->loop, &c->wio);
 }
 
-static void conn_established(struct net_conn *c)
+void net_conn_up(struct net_conn *c)
 {
 	struct net_listener *l = c->listener;
 
+	c->handshaking = false;
 	if (l) {
 		hs_unlink(c);
 		l->fn(l, c, l->ctx);
@@ -522,35 +473,51 @@ static void conn_established(struct net_conn *c)
 	} else if (c->ops && c->ops->connected) {
 		c->ops->connected(c, c->ctx);
 	}
-	if (!c->dead && c->qhead < c->qtail)
+	if (c->dead || c->freeing)
+		return;
+	if (c->rdma)
+		rdma_kick(c);
+	else if (c->qhead < c->qtail || tls_wout_pending(c) || c->closing)
 		ev_io_start(c->loop, &c->wio);
 }
 
-static void conn_handshake(struct net_conn *c)
+/* The byte stream is up: RDMA still has its own setup over it. */
+static void conn_established(struct net_conn *c)
 {
 	int r;
 
-	ERR_clear_error();
-	r = SSL_do_handshake(c->ssl);
-	if (r == 1) {
-		c->handshaking = false;
-		ev_io_stop(c->loop, &c->wio);
-		log_debug(TAG, "TLS 1.3 with %s: %s", c->peer, SSL_get_cipher(c->ssl));
-		conn_established(c);
+	if (!c->want_rdma) {
+		net_conn_up(c);
 		return;
 	}
-	r = ssl_result(c, r, "TLS handshake with");
-	if (r == -EAGAIN) {
-		if (SSL_want_write(c->ssl))
-			ev_io_start(c->loop, &c->wio);
-		else
-			ev_io_stop(c->loop, &c->wio);
-		return;
+	c->handshaking = true;
+	r = rdma_start(c);
+	if (r) {
+		log_error(TAG, "RDMA link with %s: %s", c->peer, strerror(-r));
+		conn_fail(c, r);
 	}
-	if (SSL_get_verify_result(c->ssl) != X509_V_OK)
-		log_error(TAG, "TLS peer %s: certificate rejected: %s", c->peer,
-			  X509_verify_cert_error_string(SSL_get_verify_result(c->ssl)));
-	conn_fail(c, r == -EPIPE ? -ECONNRESET : -EPROTO);
+}
+
+void net_conn_consume(struct net_conn *c, size_t n, bool count)
+{
+	queue_consume(c, n, count);
+}
+
+void net_conn_fail(struct net_conn *c, int reason)
+{
+	conn_fail(c, reason);
+}
+
+void net_conn_enter(struct net_conn *c)
+{
+	c->busy++;
+}
+
+void net_conn_leave(struct net_conn *c)
+{
+	c->busy--;
+	if (c->freeing && !c->busy)
+		conn_free(c);
 }
 
 static void conn_connecting(struct net_conn *c)
@@ -568,7 +535,7 @@ static void conn_connecting(struct net_conn *c)
 	c->connecting = false;
 	ev_io_start(c->loop, &c->rio);
 	if (c->ssl) {
-		conn_handshake(c);
+		tls_handshake(c);
 		return;
 	}
 	ev_io_stop(c->loop, &c->wio);
@@ -583,8 +550,8 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 	c->busy++;
 	if (c->connecting)
 		conn_connecting(c);
-	else if (c->handshaking)
-		conn_handshake(c);
+	else if (c->handshaking && c->ssl)
+		tls_handshake(c);
 	else {
 		if (revents & EV_READ)
 			conn_read(c);
@@ -647,6 +614,13 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 	}
 	SSL_CTX_free(ssl_ctx); /* the SSL holds its own reference */
 	ssl_ctx = NULL;
+	if (cfg->transport == NET_RDMA) {
+		c->want_rdma = true;
+		if (cfg->rdma_provider && !(c->rdma_provider = strdup(cfg->rdma_provider))) {
+			r = -ENOMEM;
+			goto err_conn;
+		}
+	}
 	c->ops = ops;
 	c->ctx = ctx;
 	c->connecting = true;
@@ -703,7 +677,14 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 		 ntohs(((struct sockaddr_in *)&ss)->sin_port));
 	c->listener = l;
 	ev_io_start(loop, &c->rio);
-	if (!c->ssl) {
+	if (l->cfg.transport == NET_RDMA) {
+		c->want_rdma = true;
+		if (l->rdma_provider && !(c->rdma_provider = strdup(l->rdma_provider))) {
+			conn_free(c);
+			return;
+		}
+	}
+	if (!c->ssl && !c->want_rdma) {
 		conn_established(c);
 		return;
 	}
@@ -711,7 +692,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	if (l->hs_head)
 		l->hs_head->hs_prev = c;
 	l->hs_head = c;
-	SSL_set_accept_state(c->ssl);
+	if (c->ssl)
+		SSL_set_accept_state(c->ssl);
+	else
+		conn_established(c); /* RDMA setup; the conn stays on the list until up */
 }
 
 int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
@@ -733,6 +717,11 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 		return -ENOMEM;
 	l->loop = loop;
 	l->cfg = *cfg;
+	if (cfg->transport == NET_RDMA && cfg->rdma_provider &&
+	    !(l->rdma_provider = strdup(cfg->rdma_provider))) {
+		free(l);
+		return -ENOMEM;
+	}
 	l->fn = fn;
 	l->ctx = ctx;
 	if (cfg->transport == NET_TLS) {
@@ -768,6 +757,7 @@ err_fd:
 err_ctx:
 	SSL_CTX_free(l->ssl_ctx);
 err_l:
+	free(l->rdma_provider);
 	free(l);
 	return r;
 }
@@ -786,5 +776,6 @@ void net_listener_close(struct net_listener *l)
 		net_close(l->hs_head); /* unlinks itself */
 	close(l->fd);
 	SSL_CTX_free(l->ssl_ctx);
+	free(l->rdma_provider);
 	free(l);
 }

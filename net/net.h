@@ -2,18 +2,27 @@
  * of frames or checkpoints; the layers above never see a socket.
  *
  * Transports: TLS 1.3 with mutual certificate authentication (the default),
- * plain TCP (only with insecure = true, logged as a warning). RDMA is
- * declared but not implemented yet: net_listen/net_connect return -ENOTSUP.
+ * plain TCP (only with insecure = true, logged as a warning), and RDMA over
+ * libfabric (net/rdma.c; also only with insecure = true: RDMA links carry no
+ * encryption and belong on a trusted fabric). RDMA uses a TCP connection to
+ * the same host:port for setup and liveness, so refusals, clean closes and
+ * resets are reported as for TCP; the bytes go by one-sided RDMA writes.
  *
  * Ownership of sent data: net_send() queues the caller's iovec *bases*
  * (the iovec array itself is copied). The bytes must stay valid and
  * unchanged until the sent() callback fires for that cookie:
  *  - TCP: no copy, the queue is written with writev() straight from the
  *    caller's buffers; sent() fires once the kernel has taken every byte.
- *  - TLS: bytes are copied into a 64 KiB staging buffer that SSL_write
- *    encrypts (one copy, inherent to encryption); sent() fires once copied.
- * net_queued_bytes() counts bytes not yet taken by the kernel (staging
- * included): the layer above uses it for backpressure.
+ *  - RDMA: no copy either, written from the caller's buffers into the
+ *    peer's registered ring; sent() fires once the write has completed.
+ *  - TLS: segments of 16 KiB or more are encrypted straight from the
+ *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
+ *    ones are gathered into a 64 KiB staging buffer first (sent() fires
+ *    once copied). Cipher preference: AES-128-GCM (AES-NI), then the rest.
+ * net_queued_bytes() counts bytes of net_send()s not yet released (TCP:
+ * taken by the kernel; TLS: taken by OpenSSL, after which up to 256 KiB of
+ * records wait in net's own output buffer; RDMA: writes completed): the
+ * layer above uses it for backpressure.
  *
  * Callbacks run on the loop's thread. From inside any callback the caller
  * may call net_send() and net_close() on the same connection.
@@ -32,14 +41,16 @@
 enum net_transport {
 	NET_TLS = 0, /* default */
 	NET_TCP,     /* plaintext: requires insecure = true */
-	NET_RDMA,    /* libfabric; not implemented yet */
+	NET_RDMA,    /* libfabric RDM endpoint: requires insecure = true */
 };
 
 struct net_config {
 	enum net_transport transport;
 	const char *cert, *key, *ca; /* PEM files, TLS only */
-	bool insecure;               /* allow plaintext (NET_TCP) */
-	const char *rdma_provider;   /* libfabric provider, e.g. "tcp;ofi_rxm" */
+	bool insecure;               /* allow plaintext (NET_TCP, NET_RDMA) */
+	/* libfabric provider; NULL: "verbs;ofi_rxm", falling back to
+	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */
+	const char *rdma_provider;
 	int sockbuf_bytes;           /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
 };
 
@@ -62,6 +73,10 @@ struct net_conn_ops {
 	 * Every pending send has been completed first; the conn is freed when
 	 * this returns. Not called after net_close(). */
 	void (*closed)(struct net_conn *c, int reason, void *ctx);
+	/* Optional: where the next received bytes should go, to read them in
+	 * place (e.g. proto_dec_rbuf()). Return a buffer of *len bytes, or NULL
+	 * for net's own buffer; recv() then gets data pointing into it. */
+	void *(*recv_buf)(struct net_conn *c, size_t *len, void *ctx);
 };
 
 /* An accepted connection (TLS: after the handshake and the client
@@ -91,5 +106,11 @@ const char *net_peer_name(const struct net_conn *c);
 /* Closes at once: unsent data is dropped without sent() callbacks (the
  * caller owns its buffers again on return), closed() is not called. */
 void net_close(struct net_conn *c);
+/* Drain, then close: every send already queued still goes out and completes
+ * through sent(); then the connection closes cleanly (the peer sees reason 0)
+ * and closed(c, 0) is called, or closed(c, -errno) if it died first.
+ * net_send() returns -ESHUTDOWN from now on. Works before the connection is
+ * up (it is flushed once up). net_close() may still be called meanwhile. */
+void net_close_flush(struct net_conn *c);
 
 #endif

@@ -297,6 +297,27 @@ static int deliver(struct proto_dec *d, const uint8_t *payload, proto_frame_fn f
 	return fn(ctx, &f);
 }
 
+void *proto_dec_rbuf(struct proto_dec *d, size_t min_bytes, size_t *len)
+{
+	uint32_t plen;
+
+	if (d->err || d->hdr_have < PROTO_HDR_BYTES)
+		return NULL;
+	plen = get_le32(d->hdr + 8);
+	if (plen - d->payload_have < min_bytes || plen - d->payload_have == 0)
+		return NULL;
+	if (d->payload_cap < plen) {
+		uint8_t *np = realloc(d->payload, plen);
+
+		if (!np)
+			return NULL;
+		d->payload = np;
+		d->payload_cap = plen;
+	}
+	*len = plen - d->payload_have;
+	return d->payload + d->payload_have;
+}
+
 int proto_dec_feed(struct proto_dec *d, const void *data, size_t len, proto_frame_fn fn, void *ctx)
 {
 	const uint8_t *p = data;
@@ -344,7 +365,9 @@ int proto_dec_feed(struct proto_dec *d, const void *data, size_t len, proto_fram
 		take = plen - d->payload_have;
 		if (take > len)
 			take = len;
-		memcpy(d->payload + d->payload_have, p, take);
+		/* Bytes read in place through proto_dec_rbuf() need no copy. */
+		if (p != d->payload + d->payload_have)
+			memcpy(d->payload + d->payload_have, p, take);
 		d->payload_have += take;
 		p += take;
 		len -= take;

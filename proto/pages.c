@@ -172,11 +172,24 @@ static size_t encode_page(struct proto_page_enc *e, uint64_t gfn, const uint8_t 
 	return ENTRY_BYTES + (size_t)n;
 }
 
-int proto_pages_encode(struct proto_page_enc *e, const uint64_t *gfns, const void *const *pages,
-		       size_t n, struct proto_buf *out, struct proto_page_stats *st)
+static void stats_add(struct proto_page_stats *st, const struct proto_page_stats *local, size_t n,
+		      size_t bytes_out)
 {
-	struct proto_page_stats local = { 0 };
-	size_t off, start;
+	if (!st)
+		return;
+	st->npages += n;
+	st->nzero += local->nzero;
+	st->nraw += local->nraw;
+	st->nlz4 += local->nlz4;
+	st->nxor += local->nxor;
+	st->bytes_in += n * PROTO_PAGE_BYTES;
+	st->bytes_out += bytes_out;
+}
+
+/* Reserves the worst case (so out->data does not move while encoding),
+ * begins the frame and writes the batch header. */
+static int batch_begin(struct proto_buf *out, size_t n, size_t *hdr_off)
+{
 	uint8_t *p;
 	int r;
 
@@ -186,28 +199,85 @@ int proto_pages_encode(struct proto_page_enc *e, const uint64_t *gfns, const voi
 				   n * (ENTRY_BYTES + PROTO_PAGE_BYTES));
 	if (r)
 		return r;
-	start = out->len;
-	r = proto_frame_begin(out, PROTO_T_PAGES, &off);
+	r = proto_frame_begin(out, PROTO_T_PAGES, hdr_off);
 	if (r)
 		return r;
 	p = out->data + out->len;
 	put_le32(p, (uint32_t)n);
 	put_le32(p + 4, 0);
 	out->len += BATCH_HDR_BYTES;
+	return 0;
+}
+
+int proto_pages_encode(struct proto_page_enc *e, const uint64_t *gfns, const void *const *pages,
+		       size_t n, struct proto_buf *out, struct proto_page_stats *st)
+{
+	struct proto_page_stats local = { 0 };
+	size_t off, start = out->len;
+	int r;
+
+	r = batch_begin(out, n, &off);
+	if (r)
+		return r;
 	for (size_t i = 0; i < n; i++)
 		out->len += encode_page(e, gfns[i], pages[i], out->data + out->len, &local);
 	r = proto_frame_end(out, off);
 	if (r)
 		return r;
-	if (st) {
-		st->npages += n;
-		st->nzero += local.nzero;
-		st->nraw += local.nraw;
-		st->nlz4 += local.nlz4;
-		st->nxor += local.nxor;
-		st->bytes_in += n * PROTO_PAGE_BYTES;
-		st->bytes_out += out->len - start;
+	stats_add(st, &local, n, out->len - start);
+	return 0;
+}
+
+size_t proto_pages_iov_max(size_t n)
+{
+	return 2 * n + 1;
+}
+
+int proto_pages_encode_iov(struct proto_page_enc *e, const uint64_t *gfns,
+			   const void *const *pages, size_t n, struct proto_buf *out,
+			   struct iovec *iov, int *iovcnt, struct proto_page_stats *st)
+{
+	struct proto_page_stats local = { 0 };
+	size_t off, piece, total;
+	uint32_t crc = 0;
+	int cnt = 0, r;
+
+	r = batch_begin(out, n, &off);
+	if (r)
+		return r;
+	piece = off; /* first piece: frame header + batch header + entries so far */
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *dst = out->data + out->len;
+		size_t used = encode_page(e, gfns[i], pages[i], dst, &local);
+
+		if (dst[8] != PROTO_PAGE_RAW) {
+			out->len += used;
+			continue;
+		}
+		/* Keep the entry header, send the data from the caller's page. */
+		out->len += ENTRY_BYTES;
+		iov[cnt++] = (struct iovec){ out->data + piece, out->len - piece };
+		iov[cnt++] = (struct iovec){ (void *)pages[i], PROTO_PAGE_BYTES };
+		piece = out->len;
 	}
+	if (out->len > piece || !cnt)
+		iov[cnt++] = (struct iovec){ out->data + piece, out->len - piece };
+	/* The payload starts after the frame header in the first piece. */
+	total = 0;
+	for (int i = 0; i < cnt; i++) {
+		const uint8_t *b = iov[i].iov_base;
+		size_t skip = i ? 0 : PROTO_HDR_BYTES;
+
+		crc = proto_crc32c(crc, b + skip, iov[i].iov_len - skip);
+		total += iov[i].iov_len - skip;
+	}
+	if (total > UINT32_MAX)
+		return -EMSGSIZE;
+	proto_frame_header(out->data + off, PROTO_T_PAGES, NULL, 0);
+	put_le32(out->data + off + 8, (uint32_t)total);
+	put_le32(out->data + off + 12, crc);
+	*iovcnt = cnt;
+	stats_add(st, &local, n, PROTO_HDR_BYTES + total);
 	return 0;
 }
 

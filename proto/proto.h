@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -63,7 +64,7 @@ enum proto_page_encoding {
 
 /* ---- crc32c (Castagnoli) ------------------------------------------------ */
 
-/* SSE4.2 crc32 instruction when the CPU has it (checked at run time),
+/* SSE4.2 crc32 + PCLMUL when the CPU has them (checked at run time),
  * table otherwise. crc is the running value: start with 0. */
 uint32_t proto_crc32c(uint32_t crc, const void *data, size_t len);
 /* The table path whatever the CPU (tests compare both). */
@@ -140,6 +141,13 @@ void proto_dec_init(struct proto_dec *d, uint32_t max_payload);
 void proto_dec_fini(struct proto_dec *d);
 int proto_dec_feed(struct proto_dec *d, const void *data, size_t len, proto_frame_fn fn,
 		   void *ctx) US_MUST_CHECK;
+/* Read-in-place: when the decoder is inside a payload with at least
+ * min_bytes still missing, returns where the next *len (the rest of that
+ * payload) bytes belong; NULL otherwise (read into any buffer and feed it).
+ * Bytes read there are then passed to proto_dec_feed() with data pointing at
+ * that same place, which skips the copy. Nothing is delivered or checked
+ * before the feed; the buffer is valid until the next feed. */
+void *proto_dec_rbuf(struct proto_dec *d, size_t min_bytes, size_t *len);
 /* True when the decoder holds part of a frame (a stream ending here is truncated). */
 bool proto_dec_partial(const struct proto_dec *d);
 const char *proto_strerror(int err);
@@ -172,6 +180,17 @@ void proto_page_enc_reset(struct proto_page_enc *e);
  * st (may be NULL) is accumulated into. */
 int proto_pages_encode(struct proto_page_enc *e, const uint64_t *gfns, const void *const *pages,
 		       size_t n, struct proto_buf *out, struct proto_page_stats *st) US_MUST_CHECK;
+
+/* The same frame without copying RAW pages: the frame goes out as iov[0..
+ * *iovcnt), pieces of out (headers, compressed pages) alternating with the
+ * caller's own page memory for RAW pages. iov needs proto_pages_iov_max(n)
+ * entries. out is reset by the caller; it must not be touched and the raw
+ * pages must not change until the iovecs have been sent (the crc covers
+ * them as they are now). Same bytes on the wire as proto_pages_encode(). */
+size_t proto_pages_iov_max(size_t n);
+int proto_pages_encode_iov(struct proto_page_enc *e, const uint64_t *gfns,
+			   const void *const *pages, size_t n, struct proto_buf *out,
+			   struct iovec *iov, int *iovcnt, struct proto_page_stats *st) US_MUST_CHECK;
 
 /* Receiver side. base() returns the receiver's latest copy of gfn (what it
  * last received for it, including earlier pages of this batch), or NULL if it

@@ -74,6 +74,9 @@ static struct net_config tls_cfg(const char *crt, const char *key, const char *c
 }
 
 static const struct net_config tcp_cfg = { .transport = NET_TCP, .insecure = true };
+/* libfabric's tcp;ofi_rxm: the RDMA code path without an RDMA device. */
+static const struct net_config rdma_cfg = { .transport = NET_RDMA, .insecure = true,
+					    .rdma_provider = "tcp;ofi_rxm" };
 
 /* ---- a small peer: counts events, collects bytes ----------------------------- */
 
@@ -224,6 +227,59 @@ static void exchange(const struct net_config *scfg, const struct net_config *ccf
 	pair_close(&pr);
 }
 
+/* net_close_flush() right after queuing: everything still arrives, every
+ * send completes, both sides see a clean close. Once from the client before
+ * the connection is up, once from the accepted side. */
+static void close_flush(const struct net_config *scfg, const struct net_config *ccfg)
+{
+	static char big[5 << 20];
+	struct pair pr;
+	struct iovec iov[2];
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (char)rnd();
+	for (int server_side = 0; server_side < 2; server_side++) {
+		struct peer *from, *to;
+
+		pair_open(&pr, scfg, ccfg);
+		from = server_side ? &pr.srv : &pr.cli;
+		to = server_side ? &pr.cli : &pr.srv;
+		if (server_side)
+			run_until(pr.loop, &pr.srv.accepted, 5000);
+		assert_non_null(from->conn);
+		iov[0] = (struct iovec){ big, sizeof(big) };
+		iov[1] = (struct iovec){ "tail", 4 };
+		assert_int_equal(net_send(from->conn, iov, 2, big), 0);
+		assert_int_equal(net_send(from->conn, iov + 1, 1, NULL), 0);
+		net_close_flush(from->conn);
+		assert_int_equal(net_send(from->conn, iov, 1, NULL), -ESHUTDOWN);
+		assert_int_equal(from->closed, 0);
+		run_until(pr.loop, &to->closed, 10000);
+		run_until(pr.loop, &from->closed, 5000);
+		assert_int_equal(from->closed, 1);
+		assert_int_equal(from->close_reason, 0);
+		assert_int_equal(from->sent, 2);
+		assert_int_equal(from->sent_err, 0);
+		assert_int_equal(to->closed, 1);
+		assert_int_equal(to->close_reason, 0);
+		assert_int_equal(to->rx.len, sizeof(big) + 8);
+		assert_memory_equal(to->rx.data, big, sizeof(big));
+		assert_memory_equal(to->rx.data + sizeof(big), "tailtail", 8);
+		pair_close(&pr);
+	}
+}
+
+static void test_close_flush(void **state)
+{
+	struct net_config s = tls_cfg("server.pem", "server.key", "ca.pem");
+	struct net_config c = tls_cfg("client.pem", "client.key", "ca.pem");
+
+	(void)state;
+	close_flush(&tcp_cfg, &tcp_cfg);
+	close_flush(&s, &c);
+	close_flush(&rdma_cfg, &rdma_cfg);
+}
+
 static void test_tcp_exchange(void **state)
 {
 	(void)state;
@@ -243,7 +299,10 @@ static void test_config_checks(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct net_config plain = { .transport = NET_TCP };
-	struct net_config rdma = { .transport = NET_RDMA, .insecure = true };
+	struct net_config rdma = { .transport = NET_RDMA };
+	struct net_config badprov = { .transport = NET_RDMA, .insecure = true,
+				      .rdma_provider = "no-such-provider" };
+	struct pair pr;
 	struct net_config nocert = { .transport = NET_TLS };
 	struct net_listener *l;
 	struct net_conn *c;
@@ -251,30 +310,95 @@ static void test_config_checks(void **state)
 	(void)state;
 	assert_int_equal(net_listen(loop, &plain, "127.0.0.1:0", on_accept, NULL, &l), -EPERM);
 	assert_int_equal(net_connect(loop, &plain, "127.0.0.1:1", &peer_ops, NULL, &c), -EPERM);
-	assert_int_equal(net_listen(loop, &rdma, "127.0.0.1:0", on_accept, NULL, &l), -ENOTSUP);
+	assert_int_equal(net_listen(loop, &rdma, "127.0.0.1:0", on_accept, NULL, &l), -EPERM);
+	assert_int_equal(net_connect(loop, &rdma, "127.0.0.1:1", &peer_ops, NULL, &c), -EPERM);
 	assert_int_equal(net_listen(loop, &nocert, "127.0.0.1:0", on_accept, NULL, &l), -EINVAL);
 	assert_int_equal(net_listen(loop, &tcp_cfg, "nonsense", on_accept, NULL, &l), -EINVAL);
 	ev_loop_destroy(loop);
+	/* An unknown libfabric provider: the client's link fails with an error. */
+	pair_open(&pr, &badprov, &badprov);
+	run_until(pr.loop, &pr.cli.closed, 5000);
+	assert_int_equal(pr.cli.closed, 1);
+	assert_true(pr.cli.close_reason < 0);
+	assert_int_equal(pr.cli.connected, 0);
+	assert_int_equal(pr.srv.accepted, 0);
+	pair_close(&pr);
 }
 
-static void test_connect_refused(void **state)
+static void connect_refused(const struct net_config *cfg)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct net_listener *l;
 	struct peer p = { 0 };
 	char addr[64];
 
-	(void)state;
 	/* Find a free port, then close it. */
-	assert_int_equal(net_listen(loop, &tcp_cfg, "127.0.0.1:0", on_accept, NULL, &l), 0);
+	assert_int_equal(net_listen(loop, cfg, "127.0.0.1:0", on_accept, NULL, &l), 0);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
 	net_listener_close(l);
-	assert_int_equal(net_connect(loop, &tcp_cfg, addr, &peer_ops, &p, &p.conn), 0);
+	assert_int_equal(net_connect(loop, cfg, addr, &peer_ops, &p, &p.conn), 0);
 	run_until(loop, &p.closed, 5000);
 	assert_int_equal(p.closed, 1);
 	assert_int_equal(p.close_reason, -ECONNREFUSED);
 	assert_int_equal(p.connected, 0);
 	ev_loop_destroy(loop);
+}
+
+static void test_connect_refused(void **state)
+{
+	(void)state;
+	connect_refused(&tcp_cfg);
+}
+
+static void test_rdma_connect_refused(void **state)
+{
+	(void)state;
+	connect_refused(&rdma_cfg);
+}
+
+/* The RDMA setup message is untrusted input: a plaintext client sending
+ * garbage (or a valid-looking header with a bad address length) is dropped
+ * without being accepted, and the listener keeps working. */
+static void test_rdma_bad_setup(void **state)
+{
+	static const struct {
+		const char *bytes;
+		size_t len;
+	} junk[] = {
+		{ "GET / HTTP/1.0\r\n\r\nand then more bytes to fill a header", 52 },
+		/* Right magic, address length over the limit. */
+		{ "URDM\x00\x10\x00\x00................................", 40 },
+		/* Right magic and address length, ring size 0. */
+		{ "URDM\x10\x00\x00\x00................\0\0\0\0\0\0\0\0"
+		  "0123456789abcdef", 48 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		struct pair pr;
+		struct iovec iov = { (void *)junk[i].bytes, junk[i].len };
+
+		pair_open(&pr, &rdma_cfg, &tcp_cfg);
+		assert_int_equal(net_send(pr.cli.conn, &iov, 1, NULL), 0);
+		run_until(pr.loop, &pr.cli.closed, 5000);
+		run_for(pr.loop, 50);
+		assert_int_equal(pr.cli.closed, 1);
+		assert_int_equal(pr.srv.accepted, 0);
+		pair_close(&pr);
+	}
+	/* Still a working RDMA link afterwards. */
+	exchange(&rdma_cfg, &rdma_cfg);
+}
+
+static void test_rdma_exchange(void **state)
+{
+	/* No provider named: verbs;ofi_rxm, or tcp;ofi_rxm where there is no
+	 * verbs device (here), with an info line saying so. */
+	struct net_config dflt = { .transport = NET_RDMA, .insecure = true };
+
+	(void)state;
+	exchange(&rdma_cfg, &rdma_cfg);
+	exchange(&dflt, &dflt);
 }
 
 /* A connection that must be refused: the server never accepts, the client's
@@ -354,7 +478,7 @@ struct xfer {
 	bool busy[NBUF];
 	int round;
 	uint64_t next_gfn, pages_rx;
-	bool end_sent;
+	bool end_sent, scatter;
 	int done, failed;
 	struct proto_dec dec;
 	uint64_t max_queued;
@@ -388,7 +512,8 @@ static void pump(struct xfer *x)
 {
 	uint64_t gfns[BATCH];
 	const void *ptrs[BATCH];
-	struct iovec iov;
+	struct iovec iov[2 * BATCH + 1];
+	int cnt;
 
 	while (!x->end_sent && x->pr.cli.conn && net_queued_bytes(x->pr.cli.conn) < (16u << 20)) {
 		int b = -1;
@@ -410,14 +535,31 @@ static void pump(struct xfer *x)
 			ee.digest = (ProtobufCBinaryData){ 4, (uint8_t *)&crc };
 			assert_int_equal(proto_msg_pack(&x->bufs[b], PROTO_T_EPOCH_END, &ee.base), 0);
 			x->end_sent = true;
+			iov[0] = (struct iovec){ x->bufs[b].data, x->bufs[b].len };
+			cnt = 1;
 		} else {
-			if (x->next_gfn == 0)
+			if (x->next_gfn == 0) {
+				for (int i = 0; i < NBUF; i++)
+					if (x->busy[i])
+						return; /* x_sent() pumps again */
 				mutate(x->src, x->round);
+			}
 			for (int i = 0; i < BATCH; i++) {
 				gfns[i] = x->next_gfn + (uint64_t)i;
 				ptrs[i] = x->src + gfns[i] * PG;
 			}
-			assert_int_equal(proto_pages_encode(x->enc, gfns, ptrs, BATCH, &x->bufs[b], &x->st), 0);
+			if (x->scatter) {
+				/* Raw pages straight from src: src must not change until
+				 * sent, so mutate() waits for every buffer to come back. */
+				assert_int_equal(proto_pages_encode_iov(x->enc, gfns, ptrs, BATCH,
+									&x->bufs[b], iov, &cnt,
+									&x->st), 0);
+			} else {
+				assert_int_equal(proto_pages_encode(x->enc, gfns, ptrs, BATCH,
+								    &x->bufs[b], &x->st), 0);
+				iov[0] = (struct iovec){ x->bufs[b].data, x->bufs[b].len };
+				cnt = 1;
+			}
 			x->next_gfn += BATCH;
 			if (x->next_gfn == MEM_PAGES) {
 				x->next_gfn = 0;
@@ -425,8 +567,7 @@ static void pump(struct xfer *x)
 			}
 		}
 		x->busy[b] = true;
-		iov = (struct iovec){ x->bufs[b].data, x->bufs[b].len };
-		assert_int_equal(net_send(x->pr.cli.conn, &iov, 1, &x->busy[b]), 0);
+		assert_int_equal(net_send(x->pr.cli.conn, iov, cnt, &x->busy[b]), 0);
 		if (net_queued_bytes(x->pr.cli.conn) > x->max_queued)
 			x->max_queued = net_queued_bytes(x->pr.cli.conn);
 	}
@@ -496,17 +637,27 @@ static void x_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 		x->failed = x->done = 1;
 }
 
+/* Reads payloads in place (proto_dec_rbuf), as a secondary would. */
+static void *x_recv_buf(struct net_conn *c, size_t *len, void *ctx)
+{
+	struct xfer *x = (struct xfer *)((char *)ctx - offsetof(struct xfer, pr.srv));
+
+	(void)c;
+	return proto_dec_rbuf(&x->dec, 16384, len);
+}
+
 static const struct net_conn_ops x_cli_ops = { x_connected, NULL, x_sent, p_closed };
-static const struct net_conn_ops x_srv_ops = { NULL, x_recv, NULL, p_closed };
+static const struct net_conn_ops x_srv_ops = { NULL, x_recv, NULL, p_closed, x_recv_buf };
 
 static void transfer(const struct net_config *scfg, const struct net_config *ccfg, unsigned flags,
-		     size_t cache_mb, const char *what)
+		     size_t cache_mb, bool scatter, const char *what)
 {
 	struct xfer *x = calloc(1, sizeof(*x));
 	uint64_t t0 = now_ns();
 	double s;
 
 	assert_non_null(x);
+	x->scatter = scatter;
 	x->src = calloc(MEM_PAGES, PG);
 	x->dst = calloc(MEM_PAGES, PG);
 	x->enc = proto_page_enc_new(cache_mb, flags);
@@ -548,7 +699,13 @@ static void transfer(const struct net_config *scfg, const struct net_config *ccf
 static void test_transfer_tcp(void **state)
 {
 	(void)state;
-	transfer(&tcp_cfg, &tcp_cfg, PROTO_PAGE_NO_COMPRESS, 0, "tcp raw");
+	transfer(&tcp_cfg, &tcp_cfg, PROTO_PAGE_NO_COMPRESS, 0, true, "tcp raw, scatter");
+}
+
+static void test_transfer_rdma(void **state)
+{
+	(void)state;
+	transfer(&rdma_cfg, &rdma_cfg, PROTO_PAGE_NO_COMPRESS, 0, true, "rdma raw, scatter");
 }
 
 static void test_transfer_tls(void **state)
@@ -557,7 +714,7 @@ static void test_transfer_tls(void **state)
 	struct net_config c = tls_cfg("client.pem", "client.key", "ca.pem");
 
 	(void)state;
-	transfer(&s, &c, 0, 64, "tls lz4+xor");
+	transfer(&s, &c, 0, 64, false, "tls lz4+xor");
 }
 
 int main(void)
@@ -571,6 +728,11 @@ int main(void)
 		cmocka_unit_test(test_tls_against_plaintext),
 		cmocka_unit_test(test_transfer_tcp),
 		cmocka_unit_test(test_transfer_tls),
+		cmocka_unit_test(test_rdma_connect_refused),
+		cmocka_unit_test(test_rdma_exchange),
+		cmocka_unit_test(test_rdma_bad_setup),
+		cmocka_unit_test(test_transfer_rdma),
+		cmocka_unit_test(test_close_flush),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

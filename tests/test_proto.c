@@ -59,6 +59,16 @@ static void test_crc32c(void **state)
 		for (size_t len = 0; len < 300; len += 7)
 			assert_int_equal(proto_crc32c(0, buf + off, len),
 					 proto_crc32c_sw(0, buf + off, len));
+	/* The three-stream path (runs of 3 x 1360 bytes), page-sized and larger. */
+	{
+		static uint8_t big[20000];
+
+		fill_random(big, sizeof(big));
+		for (size_t len = 4000; len < sizeof(big); len += 997)
+			assert_int_equal(proto_crc32c(0, big + (len & 7), len - 8),
+					 proto_crc32c_sw(0, big + (len & 7), len - 8));
+		assert_int_equal(proto_crc32c(0, big, 4096), proto_crc32c_sw(0, big, 4096));
+	}
 	/* Incremental == one shot. */
 	assert_int_equal(proto_crc32c(proto_crc32c(0, buf, 333), buf + 333, 667),
 			 proto_crc32c(0, buf, 1000));
@@ -474,6 +484,77 @@ static void test_pages_malformed(void **state)
 	free(m.pages);
 }
 
+/* The scatter encoder puts the same bytes on the wire as the copying one,
+ * and a decoder reading in place through proto_dec_rbuf() gets the frames. */
+static void test_pages_scatter_and_read_in_place(void **state)
+{
+	enum { N = 40 };
+	static uint8_t pages[N][PROTO_PAGE_BYTES];
+	const void *ptrs[N];
+	uint64_t gfns[N];
+	struct iovec iov[2 * N + 1];
+	struct proto_buf a, b, flat;
+	struct collect c = { 0 };
+	struct proto_dec d;
+	int cnt;
+
+	(void)state;
+	assert_int_equal(proto_pages_iov_max(N), 2 * N + 1);
+	for (int i = 0; i < N; i++) {
+		gfns[i] = (uint64_t)i * 3;
+		ptrs[i] = pages[i];
+		if (i % 3 == 0)
+			memset(pages[i], 0, PROTO_PAGE_BYTES);
+		else if (i % 3 == 1)
+			fill_random(pages[i], PROTO_PAGE_BYTES);
+		else
+			memset(pages[i], 'a' + i, PROTO_PAGE_BYTES);
+	}
+	for (unsigned flags = 0; flags <= PROTO_PAGE_NO_COMPRESS; flags++) {
+		struct proto_page_enc *e1 = proto_page_enc_new(1, flags);
+		struct proto_page_enc *e2 = proto_page_enc_new(1, flags);
+		struct proto_page_stats s1 = { 0 }, s2 = { 0 };
+
+		proto_buf_init(&a);
+		proto_buf_init(&b);
+		proto_buf_init(&flat);
+		assert_int_equal(proto_pages_encode(e1, gfns, ptrs, N, &a, &s1), 0);
+		assert_int_equal(proto_pages_encode_iov(e2, gfns, ptrs, N, &b, iov, &cnt, &s2), 0);
+		assert_true(cnt >= 1 && cnt <= 2 * N + 1);
+		for (int i = 0; i < cnt; i++)
+			assert_int_equal(proto_buf_append(&flat, iov[i].iov_base, iov[i].iov_len), 0);
+		assert_int_equal(flat.len, a.len);
+		assert_memory_equal(flat.data, a.data, a.len);
+		assert_int_equal(s1.bytes_out, s2.bytes_out);
+		assert_int_equal(s1.nraw, s2.nraw);
+		/* Read in place: header and a few bytes fed, the rest lands in rbuf. */
+		proto_dec_init(&d, 0);
+		assert_null(proto_dec_rbuf(&d, 1, &(size_t){ 0 }));
+		assert_int_equal(proto_dec_feed(&d, flat.data, 100, collect_frame, &c), 0);
+		{
+			size_t len = 0;
+			uint8_t *dst = proto_dec_rbuf(&d, 1, &len);
+
+			assert_non_null(dst);
+			assert_int_equal(len, flat.len - 100);
+			assert_null(proto_dec_rbuf(&d, len + 1, &(size_t){ 0 }));
+			memcpy(dst, flat.data + 100, len);
+			assert_int_equal(proto_dec_feed(&d, dst, len, collect_frame, &c), 0);
+		}
+		assert_int_equal(c.n, 1);
+		assert_int_equal(c.payloads[0].len, a.len - PROTO_HDR_BYTES);
+		assert_memory_equal(c.payloads[0].data, a.data + PROTO_HDR_BYTES, c.payloads[0].len);
+		assert_false(proto_dec_partial(&d));
+		proto_dec_fini(&d);
+		collect_free(&c);
+		proto_buf_fini(&a);
+		proto_buf_fini(&b);
+		proto_buf_fini(&flat);
+		proto_page_enc_free(e1);
+		proto_page_enc_free(e2);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -482,6 +563,7 @@ int main(void)
 		cmocka_unit_test(test_frame_errors),
 		cmocka_unit_test(test_pages_roundtrip),
 		cmocka_unit_test(test_pages_malformed),
+		cmocka_unit_test(test_pages_scatter_and_read_in_place),
 	};
 
 	return cmocka_run_group_tests(tests, setup_seed, NULL);

@@ -1,6 +1,7 @@
 /* Fuzz target: the incremental frame decoder, fed the input in chunks whose
- * sizes come from the input's first byte, then every delivered message
+ * sizes come from the input's first byte (in place or copied), then every delivered message
  * frame through protobuf unpack and every PAGES frame through the page decoder. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,17 +46,30 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct proto_dec d;
-	size_t chunk, off = 1;
+	size_t chunk, off = 1, want;
+	bool in_place;
+	uint8_t *dst;
 
 	if (size < 1)
 		return 0;
-	(void)0;
-	chunk = 1 + data[0];
+	/* Low 7 bits: chunk size; top bit: read payloads in place, as net/
+	 * does through proto_dec_rbuf() (what a receiver reads goes straight
+	 * into the decoder's buffer, then is fed from there). */
+	chunk = 1 + (data[0] & 0x7f);
+	in_place = data[0] & 0x80;
 	proto_dec_init(&d, 1u << 20);
 	while (off < size) {
 		size_t n = size - off < chunk ? size - off : chunk;
+		const uint8_t *src = data + off;
 
-		if (proto_dec_feed(&d, data + off, n, on_frame, NULL))
+		dst = in_place ? proto_dec_rbuf(&d, 1, &want) : NULL;
+		if (dst) {
+			if (n > want)
+				n = want;
+			memcpy(dst, src, n);
+			src = dst;
+		}
+		if (proto_dec_feed(&d, src, n, on_frame, NULL))
 			break;
 		off += n;
 	}

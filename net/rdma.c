@@ -1,0 +1,666 @@
+/* RDMA transport (NET_RDMA) over libfabric reliable-datagram endpoints
+ * (FI_EP_RDM with FI_MSG | FI_RMA), e.g. "verbs;ofi_rxm" or "tcp;ofi_rxm".
+ *
+ * A plain TCP socket to host:port bootstraps the link and then stays open
+ * as its liveness channel: connection refused, peer closed and peer reset
+ * are seen there exactly as on NET_TCP. Over it each side sends one setup
+ * message (its endpoint address from fi_getname and the address, key and
+ * size of its receive ring) and inserts the peer's address into its AV. The
+ * message is checked like any network input; a peer that sends none within
+ * 10 s is dropped. Its layout is private to this transport (like TLS
+ * handshake bytes), little-endian:
+ *   u32 magic "URDM" | u32 address length | u64 ring address (0 unless the
+ *   provider uses virtual addresses) | u64 ring key | u64 ring bytes | address
+ *
+ * Data: each side registers an 8 MiB receive ring for remote writes. net_send
+ * bytes go out as one-sided fi_writedata()s straight from the caller's
+ * buffers into the peer's ring (the send queue of net/net.c, no copy), at
+ * most 1 MiB each, never across the ring's end, in ring order; the remote CQ
+ * data carries the length. Writes are ordered (FI_ORDER_WAW is asked for),
+ * so the receiver delivers each completion at its running offset through
+ * ops->recv and returns ring credit (total bytes consumed, 8 bytes) with
+ * fi_inject(). sent() fires when a write has completed locally. A side that
+ * closes first sends, on the socket, the count of bytes whose writes had
+ * completed (8 bytes, little-endian), then closes it; at the end of the
+ * socket the receiver progresses its CQ until that many bytes have arrived
+ * (at most 2 s) before reporting closed(0). Without that count (the peer
+ * died) it drains until the CQ has been quiet for 5 ms.
+ *
+ * Event loop: the providers here use manual progress, so the CQ must be
+ * read for anything to move. The CQ is opened with FI_WAIT_FD and its fd
+ * watched with an ev_io, after fi_trywait() says it is safe to sleep; while
+ * writes are in flight (or trywait refuses) an ev_idle keeps progressing,
+ * since a sender's progress does not always raise the fd. A 10 ms ev_timer
+ * is a safety net. Without a wait fd the timer runs at 1 ms instead.
+ *
+ * No encryption and no authentication: RDMA links belong on a trusted
+ * fabric; NET_RDMA needs insecure = true, like NET_TCP. */
+#include "net/conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#define TAG "net"
+#define FI_API FI_VERSION(1, 9)
+#define RING_BYTES (8u << 20)
+#define WRITE_MAX (1u << 20)
+#define MAX_WR 64            /* writes in flight */
+#define NRECV 16             /* posted credit buffers */
+#define CQ_BATCH 32
+#define SETUP_MAGIC 0x4d445255u /* "URDM" */
+#define SETUP_HDR 32
+#define ADDR_MAX 128
+#define SETUP_TIMEOUT_NS (10 * 1000000000ull) /* a peer silent this long is dropped */
+#define DEFAULT_PROVIDER "verbs;ofi_rxm"
+#define FALLBACK_PROVIDER "tcp;ofi_rxm"
+
+struct wr {
+	size_t len;
+	bool done;
+};
+
+struct rdma_link {
+	struct net_conn *c;
+	struct ev_loop *loop;
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fid_ep *ep;
+	struct fid_mr *mr;
+	uint8_t *ring;            /* the peer writes here */
+	fi_addr_t peer;
+	uint64_t peer_base, peer_key, peer_ring;
+	uint64_t tx_written;      /* bytes written into the peer's ring */
+	uint64_t tx_acked;        /* of which the peer has consumed */
+	uint64_t tx_done;         /* of which the writes have completed */
+	struct wr wr[MAX_WR];     /* in flight, in issue order from wr_head */
+	struct fi_context wctx[MAX_WR];
+	unsigned wr_head, wr_count;
+	uint64_t rx_done;         /* bytes delivered from our ring */
+	uint64_t rx_credited;     /* rx_done as last told to the peer */
+	uint64_t rbuf[NRECV];
+	struct fi_context rctx[NRECV];
+	uint64_t nevents;
+	uint64_t start_ns;
+	int wait_fd;
+	ev_io cq_io;
+	ev_idle idle;
+	ev_timer tick;
+	uint8_t setup[SETUP_HDR + ADDR_MAX];
+	size_t setup_have;
+	uint8_t fin[8];           /* the peer's closing count, once 8 bytes are in */
+	size_t fin_have;
+};
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* ---- endpoint setup ----------------------------------------------------------- */
+
+static struct fi_info *get_info(const char *prov, const char *node)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	int r;
+
+	if (!hints)
+		return NULL;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_MSG | FI_RMA;
+	hints->mode = FI_CONTEXT;
+	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				      FI_MR_ENDPOINT;
+	hints->tx_attr->msg_order = FI_ORDER_WAW;
+	hints->rx_attr->msg_order = FI_ORDER_WAW;
+	hints->fabric_attr->prov_name = strdup(prov);
+	r = fi_getinfo(FI_API, node, NULL, FI_SOURCE, hints, &info);
+	if (r == -FI_ENODATA && node)
+		r = fi_getinfo(FI_API, NULL, NULL, 0, hints, &info);
+	fi_freeinfo(hints);
+	if (r) {
+		log_debug(TAG, "RDMA provider %s: %s", prov, fi_strerror(-r));
+		return NULL;
+	}
+	if (info->domain_attr->cq_data_size < 4) {
+		log_error(TAG, "RDMA provider %s: no remote CQ data", prov);
+		fi_freeinfo(info);
+		return NULL;
+	}
+	return info;
+}
+
+static int post_recv(struct rdma_link *r, int i)
+{
+	ssize_t n;
+
+	do
+		n = fi_recv(r->ep, &r->rbuf[i], sizeof(r->rbuf[i]), NULL, FI_ADDR_UNSPEC, &r->rctx[i]);
+	while (n == -FI_EAGAIN && fi_cq_read(r->cq, NULL, 0) != -FI_EAVAIL);
+	return (int)n;
+}
+
+static int open_cq(struct rdma_link *r)
+{
+	struct fi_cq_attr attr = { .size = 4 * MAX_WR + NRECV, .format = FI_CQ_FORMAT_DATA,
+				   .wait_obj = FI_WAIT_FD };
+	int rc;
+
+	r->wait_fd = -1;
+	rc = fi_cq_open(r->domain, &attr, &r->cq, NULL);
+	if (!rc && fi_control(&r->cq->fid, FI_GETWAIT, &r->wait_fd) == 0)
+		return 0;
+	if (!rc)
+		fi_close(&r->cq->fid);
+	r->wait_fd = -1;
+	attr.wait_obj = FI_WAIT_NONE;
+	return fi_cq_open(r->domain, &attr, &r->cq, NULL);
+}
+
+/* Fabric, domain, AV, CQ, endpoint and the registered ring. */
+static int open_link(struct rdma_link *r)
+{
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	uint64_t mr_mode = r->info->domain_attr->mr_mode;
+	int rc;
+
+	rc = fi_fabric(r->info->fabric_attr, &r->fabric, NULL);
+	if (!rc)
+		rc = fi_domain(r->fabric, r->info, &r->domain, NULL);
+	if (!rc)
+		rc = fi_av_open(r->domain, &av_attr, &r->av, NULL);
+	if (!rc)
+		rc = open_cq(r);
+	if (!rc)
+		rc = fi_endpoint(r->domain, r->info, &r->ep, NULL);
+	if (!rc)
+		rc = fi_ep_bind(r->ep, &r->av->fid, 0);
+	if (!rc)
+		rc = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!rc)
+		rc = fi_enable(r->ep);
+	if (rc)
+		return rc;
+	if (posix_memalign((void **)&r->ring, 4096, RING_BYTES))
+		return -FI_ENOMEM;
+	rc = fi_mr_reg(r->domain, r->ring, RING_BYTES, FI_REMOTE_WRITE, 0, 0, 0, &r->mr, NULL);
+	if (!rc && (mr_mode & FI_MR_ENDPOINT)) {
+		rc = fi_mr_bind(r->mr, &r->ep->fid, 0);
+		if (!rc)
+			rc = fi_mr_enable(r->mr);
+	}
+	for (int i = 0; i < NRECV && !rc; i++)
+		rc = post_recv(r, i);
+	return rc;
+}
+
+void rdma_free(struct rdma_link *r)
+{
+	if (!r)
+		return;
+	ev_io_stop(r->loop, &r->cq_io);
+	ev_idle_stop(r->loop, &r->idle);
+	ev_timer_stop(r->loop, &r->tick);
+	if (r->ep)
+		fi_close(&r->ep->fid);
+	if (r->mr)
+		fi_close(&r->mr->fid);
+	if (r->cq)
+		fi_close(&r->cq->fid);
+	if (r->av)
+		fi_close(&r->av->fid);
+	if (r->domain)
+		fi_close(&r->domain->fid);
+	if (r->fabric)
+		fi_close(&r->fabric->fid);
+	fi_freeinfo(r->info);
+	free(r->ring);
+	free(r);
+}
+
+/* ---- data path ------------------------------------------------------------------ */
+
+static bool busy(const struct rdma_link *r)
+{
+	const struct net_conn *c = r->c;
+
+	return r->wr_count || r->rx_done != r->rx_credited ||
+	       (c->issue_idx < c->qtail && r->tx_written - r->tx_acked < r->peer_ring);
+}
+
+static int fail_proto(struct rdma_link *r, const char *what)
+{
+	log_error(TAG, "RDMA link with %s: %s", r->c->peer, what);
+	return -EPROTO;
+}
+
+/* Tells the peer how much of its data we consumed; retried while the
+ * provider is short of resources. */
+static void send_credit(struct rdma_link *r)
+{
+	uint64_t v;
+
+	if (r->rx_done == r->rx_credited)
+		return;
+	v = r->rx_done;
+	if (fi_inject(r->ep, &v, sizeof(v), r->peer) == 0)
+		r->rx_credited = v;
+}
+
+static int deliver(struct rdma_link *r, uint64_t len)
+{
+	struct net_conn *c = r->c;
+	size_t off = (size_t)(r->rx_done % RING_BYTES);
+
+	if (!len || len > WRITE_MAX || off + len > RING_BYTES)
+		return fail_proto(r, "write outside the ring");
+	r->rx_done += len;
+	if (c->ops && c->ops->recv)
+		c->ops->recv(c, r->ring + off, (size_t)len, c->ctx);
+	if (r->rx_done - r->rx_credited >= RING_BYTES / 4)
+		send_credit(r);
+	return 0;
+}
+
+/* Completed writes release their bytes in issue order. */
+static void complete_writes(struct rdma_link *r)
+{
+	struct net_conn *c = r->c;
+	size_t len;
+
+	while (r->wr_count && r->wr[r->wr_head].done && !c->dead) {
+		len = r->wr[r->wr_head].len;
+		r->wr_head = (r->wr_head + 1) % MAX_WR;
+		r->wr_count--;
+		r->tx_done += len;
+		net_conn_consume(c, len, true);
+	}
+}
+
+static int handle(struct rdma_link *r, const struct fi_cq_data_entry *e)
+{
+	struct fi_context *ctx = e->op_context;
+	int rc = 0;
+
+	r->nevents++;
+	if (e->flags & FI_REMOTE_CQ_DATA)
+		rc = deliver(r, e->data);
+	if (ctx >= r->rctx && ctx < r->rctx + NRECV) {
+		int i = (int)(ctx - r->rctx);
+
+		if (!(e->flags & FI_REMOTE_CQ_DATA)) {
+			if (e->len != sizeof(uint64_t))
+				return fail_proto(r, "bad credit message");
+			if (r->rbuf[i] > r->tx_written || r->rbuf[i] < r->tx_acked)
+				return fail_proto(r, "credit beyond what was written");
+			r->tx_acked = r->rbuf[i];
+		}
+		if (!rc && !r->c->dead)
+			rc = post_recv(r, i);
+	} else if (ctx >= r->wctx && ctx < r->wctx + MAX_WR) {
+		r->wr[ctx - r->wctx].done = true;
+		complete_writes(r);
+	}
+	return rc;
+}
+
+static int progress(struct rdma_link *r)
+{
+	struct fi_cq_data_entry ev[CQ_BATCH];
+	struct fi_cq_err_entry err;
+	ssize_t n;
+	int rc;
+
+	while (!r->c->dead) {
+		n = fi_cq_read(r->cq, ev, CQ_BATCH);
+		if (n == -FI_EAGAIN)
+			break;
+		if (n == -FI_EAVAIL) {
+			memset(&err, 0, sizeof(err));
+			fi_cq_readerr(r->cq, &err, 0);
+			log_error(TAG, "RDMA link with %s: %s", r->c->peer,
+				  fi_cq_strerror(r->cq, err.prov_errno, err.err_data, NULL, 0));
+			return -(err.err ? err.err : EIO);
+		}
+		if (n < 0)
+			return (int)n;
+		for (ssize_t i = 0; i < n && !r->c->dead; i++) {
+			rc = handle(r, &ev[i]);
+			if (rc)
+				return rc;
+		}
+	}
+	if (!r->c->dead)
+		send_credit(r);
+	return 0;
+}
+
+/* Writes queued bytes into the peer's ring while there is room. */
+static int issue(struct rdma_link *r)
+{
+	struct net_conn *c = r->c;
+	const uint8_t *p;
+	size_t rem, len, off;
+	unsigned slot;
+	ssize_t n;
+
+	if (c->issue_idx < c->qhead) {
+		c->issue_idx = c->qhead;
+		c->issue_ptr = NULL;
+	}
+	while (!c->dead && r->wr_count < MAX_WR && c->issue_idx < c->qtail) {
+		struct seg *s = &c->q[c->issue_idx];
+
+		p = c->issue_ptr ? c->issue_ptr : s->base;
+		rem = (size_t)(s->base + s->len - p);
+		if (!rem) {
+			c->issue_idx++;
+			c->issue_ptr = NULL;
+			continue;
+		}
+		len = r->peer_ring - (r->tx_written - r->tx_acked);
+		off = (size_t)(r->tx_written % r->peer_ring);
+		if (len > r->peer_ring - off)
+			len = r->peer_ring - off;
+		if (len > rem)
+			len = rem;
+		if (len > WRITE_MAX)
+			len = WRITE_MAX;
+		if (!len)
+			break; /* ring full: credit comes through the CQ */
+		slot = (r->wr_head + r->wr_count) % MAX_WR;
+		n = fi_writedata(r->ep, p, len, NULL, len, r->peer, r->peer_base + off, r->peer_key,
+				 &r->wctx[slot]);
+		if (n == -FI_EAGAIN)
+			break;
+		if (n)
+			return (int)n;
+		r->wr[slot] = (struct wr){ len, false };
+		r->wr_count++;
+		r->tx_written += len;
+		c->issue_ptr = p + len;
+	}
+	/* A send of zero bytes with nothing before it in flight is done. */
+	if (!c->dead && !r->wr_count && c->qhead < c->qtail && !c->q[c->qhead].len)
+		net_conn_consume(c, 0, true);
+	return 0;
+}
+
+/* One round: progress, write more, then pick how to wait. */
+static void pump(struct rdma_link *r)
+{
+	struct net_conn *c = r->c;
+	int rc;
+
+	if (c->dead || c->handshaking)
+		return;
+	rc = progress(r);
+	if (!rc && !c->dead)
+		rc = issue(r);
+	if (!rc && !c->dead)
+		rc = progress(r);
+	if (c->dead)
+		return;
+	if (rc) {
+		if (rc != -EPROTO)
+			log_error(TAG, "RDMA link with %s: %s", c->peer, fi_strerror(-rc));
+		net_conn_fail(c, rc < 0 ? rc : -EIO);
+		return;
+	}
+	if (c->closing && !r->wr_count && c->qhead == c->qtail) {
+		net_conn_finish_close(c); /* every write completed: close the socket */
+		return;
+	}
+	if (busy(r) || r->wait_fd < 0 || fi_trywait(r->fabric, (struct fid **)&r->cq, 1))
+		ev_idle_start(r->loop, &r->idle);
+	else
+		ev_idle_stop(r->loop, &r->idle);
+}
+
+static void on_event(struct ev_loop *loop, struct rdma_link *r)
+{
+	struct net_conn *c = r->c;
+
+	(void)loop;
+	net_conn_enter(c);
+	pump(r);
+	net_conn_leave(c);
+}
+
+static void on_cq(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)revents;
+	on_event(loop, w->data);
+}
+
+static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	(void)revents;
+	on_event(loop, w->data);
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct rdma_link *r = w->data;
+
+	(void)revents;
+	if (r->c->handshaking) {
+		if (now_ns() - r->start_ns > SETUP_TIMEOUT_NS) {
+			log_error(TAG, "RDMA link with %s: no setup message in time", r->c->peer);
+			net_conn_enter(r->c);
+			net_conn_fail(r->c, -ETIMEDOUT);
+			net_conn_leave(r->c);
+		}
+		return;
+	}
+	on_event(loop, r);
+}
+
+void rdma_kick(struct net_conn *c)
+{
+	if (c->rdma && !c->dead)
+		ev_idle_start(c->rdma->loop, &c->rdma->idle);
+}
+
+void rdma_drain(struct net_conn *c)
+{
+	struct rdma_link *r = c->rdma;
+	bool counted = r->fin_have == sizeof(r->fin);
+	uint64_t expect = get_le64(r->fin), start = now_ns(), quiet = start, seen = r->nevents;
+
+	/* The ring bounds what can still be on its way; more is nonsense. */
+	if (counted && expect > r->rx_done + RING_BYTES)
+		counted = false;
+	while (!c->dead) {
+		if (counted ? r->rx_done >= expect || now_ns() - start > 2000000000ull
+			    : now_ns() - quiet > 5000000ull || now_ns() - start > 200000000ull)
+			break;
+		if (progress(r))
+			return;
+		if (r->nevents != seen) {
+			seen = r->nevents;
+			quiet = now_ns();
+		}
+	}
+	if (counted && r->rx_done < expect && !c->dead)
+		log_warn(TAG, "RDMA link with %s: closed with %llu bytes still missing", c->peer,
+			 (unsigned long long)(expect - r->rx_done));
+}
+
+void rdma_fin(struct net_conn *c)
+{
+	uint8_t msg[8];
+
+	put_le64(msg, c->rdma->tx_done);
+	/* Best effort, like TLS close_notify; MSG_NOSIGNAL: the peer may be gone. */
+	(void)send(c->fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* ---- setup over the bootstrap socket ------------------------------------------- */
+
+static int local_host(int fd, char *host, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss);
+	const void *a;
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &sslen))
+		return -errno;
+	a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+				     : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+	return inet_ntop(ss.ss_family, a, host, (socklen_t)len) ? 0 : -errno;
+}
+
+static int send_setup(struct rdma_link *r)
+{
+	uint8_t msg[SETUP_HDR + ADDR_MAX] = { 0 };
+	size_t alen = ADDR_MAX, len;
+	bool virt = r->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+	int rc = fi_getname(&r->ep->fid, msg + SETUP_HDR, &alen);
+
+	if (rc)
+		return rc;
+	put_le64(msg, SETUP_MAGIC | (uint64_t)alen << 32);
+	put_le64(msg + 8, virt ? (uint64_t)(uintptr_t)r->ring : 0);
+	put_le64(msg + 16, fi_mr_key(r->mr));
+	put_le64(msg + 24, RING_BYTES);
+	len = SETUP_HDR + alen;
+	/* The socket has just connected: its buffer takes these bytes at once. */
+	if (write(r->c->fd, msg, len) != (ssize_t)len)
+		return -EIO;
+	return 0;
+}
+
+int rdma_start(struct net_conn *c)
+{
+	struct rdma_link *r = calloc(1, sizeof(*r));
+	const char *prov = c->rdma_provider ? c->rdma_provider : DEFAULT_PROVIDER;
+	char host[64];
+	int rc;
+
+	if (!r)
+		return -ENOMEM;
+	r->c = c;
+	r->loop = c->loop;
+	r->wait_fd = -1;
+	c->rdma = r; /* freed with the conn from here on */
+	if (local_host(c->fd, host, sizeof(host)))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	r->info = get_info(prov, host);
+	if (!r->info && !c->rdma_provider) {
+		log_info(TAG, "RDMA: no %s device, using %s", DEFAULT_PROVIDER, FALLBACK_PROVIDER);
+		prov = FALLBACK_PROVIDER;
+		r->info = get_info(prov, host);
+	}
+	if (!r->info) {
+		log_error(TAG, "RDMA: provider %s unavailable", prov);
+		return -ENODEV;
+	}
+	rc = open_link(r);
+	if (!rc)
+		rc = send_setup(r);
+	if (rc)
+		return rc < 0 ? rc : -EIO;
+	ev_io_init(&r->cq_io, on_cq, r->wait_fd, EV_READ);
+	r->cq_io.data = r;
+	ev_idle_init(&r->idle, on_idle);
+	r->idle.data = r;
+	ev_timer_init(&r->tick, on_tick, 0.01, r->wait_fd >= 0 ? 0.01 : 0.001);
+	r->tick.data = r;
+	r->start_ns = now_ns();
+	ev_timer_start(r->loop, &r->tick); /* also bounds the wait for the setup */
+	log_info(TAG, "RDMA link with %s via %s, %s", c->peer, r->info->fabric_attr->prov_name,
+		 r->wait_fd >= 0 ? "CQ wait fd" : "polled every 1 ms");
+	return 0;
+}
+
+void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len)
+{
+	struct rdma_link *r = c->rdma;
+	size_t need, take;
+	uint64_t w;
+
+	if (r && !c->handshaking) {
+		/* After the setup only the closing count comes this way. */
+		if (len > sizeof(r->fin) - r->fin_have) {
+			net_conn_fail(c, fail_proto(r, "bytes after setup"));
+			return;
+		}
+		memcpy(r->fin + r->fin_have, data, len);
+		r->fin_have += len;
+		return;
+	}
+	if (!r) {
+		net_conn_fail(c, -EPROTO);
+		return;
+	}
+	while (len) {
+		need = SETUP_HDR;
+		if (r->setup_have >= SETUP_HDR)
+			need += get_le64(r->setup) >> 32;
+		take = need - r->setup_have;
+		if (take > len)
+			take = len;
+		memcpy(r->setup + r->setup_have, data, take);
+		r->setup_have += take;
+		data += take;
+		len -= take;
+		if (r->setup_have == SETUP_HDR) {
+			w = get_le64(r->setup);
+			if ((uint32_t)w != SETUP_MAGIC || w >> 32 == 0 || w >> 32 > ADDR_MAX) {
+				net_conn_fail(c, fail_proto(r, "bad setup message"));
+				return;
+			}
+			continue;
+		}
+		if (r->setup_have == need)
+			break;
+	}
+	if (r->setup_have < SETUP_HDR || r->setup_have < SETUP_HDR + (get_le64(r->setup) >> 32))
+		return;
+	if (len) {
+		net_conn_fail(c, fail_proto(r, "bytes after setup"));
+		return;
+	}
+	r->peer_base = get_le64(r->setup + 8);
+	r->peer_key = get_le64(r->setup + 16);
+	r->peer_ring = get_le64(r->setup + 24);
+	if (r->peer_ring < 65536 || r->peer_ring > (1ull << 32)) {
+		net_conn_fail(c, fail_proto(r, "bad ring size"));
+		return;
+	}
+	if (fi_av_insert(r->av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1) {
+		net_conn_fail(c, fail_proto(r, "peer address rejected"));
+		return;
+	}
+	if (r->wait_fd >= 0)
+		ev_io_start(r->loop, &r->cq_io);
+	net_conn_up(c);
+	if (!c->dead)
+		rdma_kick(c);
+}
