@@ -152,12 +152,15 @@ static void test_dirty_log_exact(void **st)
 	th_vm_free(&t);
 }
 
-/* Parses the last "pages N" progress line of the dirty guest. */
+/* Parses the last complete "pages N ..." progress line of the dirty guest
+ * (the output may end in the middle of a line). */
 static uint64_t last_progress(struct th_vm *t)
 {
-	char *o = th_vm_output(t), *p, *last = NULL;
+	char *o = th_vm_output(t), *end = strrchr(o, '\n'), *p, *last = NULL;
 	uint64_t v = 0;
 
+	if (end)
+		end[1] = 0;
 	for (p = strstr(o, "pages "); p; p = strstr(p + 1, "pages "))
 		last = p;
 	if (last)
