@@ -80,6 +80,8 @@ struct repl_primary {
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
 	struct repl_stats st;
+	struct ckpt_stats worst;   /* breakdown of the longest pause */
+	uint64_t worst_pages;
 };
 
 static void finish(struct repl_primary *p, int status);
@@ -198,10 +200,20 @@ static int run_epoch(struct repl_primary *p)
 	tx->capture_ns = t0;
 	tx->busy = true;
 	repl_stats_add_pause(&p->st, pause_ns);
+	if (pause_ns > p->worst.pause_ns) {
+		p->worst = p->cap.stats;
+		p->worst.pause_ns = pause_ns;
+		p->worst_pages = p->cap.npages;
+	}
 	p->st.epochs++;
 	p->st.last_dirty_pages = p->cap.npages;
 	p->st.dirty_pages_total += p->cap.npages;
-	/* Everything below runs while the guest runs. */
+	/* Everything below runs while the guest runs. Grow the epoch buffer
+	 * here, not inside a later pause, when this epoch came near its size. */
+	if (p->cap.npages * 4 > p->cap.cap_pages * 3 && p->cap.cap_pages < p->vm->m->ram_pages &&
+	    ckpt_reserve(&p->cap, p->cap.cap_pages * 2 < p->vm->m->ram_pages ?
+			 p->cap.cap_pages * 2 : p->vm->m->ram_pages) < 0)
+		log_warn(TAG, "cannot grow the epoch buffer beyond %zu pages", p->cap.cap_pages);
 	r = encode_epoch(p, tx);
 	p->out_mark_prev = tx->out_mark;
 	if (r == 0) {
@@ -566,17 +578,22 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			"{\"role\":\"primary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"pause_p50_us\":%.1f,\"pause_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
 			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
-			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f}\n" :
+			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
+			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
+			"\"pause_max_state_us\":%.1f}\n" :
 			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
-			"since heartbeat %.1f ms\n",
+			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
+			"copy %.1f us, state %.1f us\n",
 			pstate_names[p->state], (unsigned long long)p->epoch,
 			(unsigned long long)p->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)p->st.last_dirty_pages,
 			p->st.epochs ? (double)p->st.dirty_pages_total / (double)p->st.epochs : 0.0,
 			(unsigned long long)p->link.bytes_sent, p->st.lag_ns / 1e6,
-			(unsigned long long)p->st.stretched, hb_ms);
+			(unsigned long long)p->st.stretched, hb_ms, p->worst.pause_ns / 1e3,
+			(unsigned long long)p->worst_pages, p->worst.harvest_ns / 1e3,
+			p->worst.copy_ns / 1e3, p->worst.state_ns / 1e3);
 }
 
 static char *status_text(void *ctx, const char *req)
