@@ -131,12 +131,12 @@ def start_pair(procs, guest, mem, epoch_ms, fo_timeout_ms, pri_timeout_ms, ctl_d
 # ---- 1. guest slowdown ---------------------------------------------------------
 
 class PagesReader(threading.Thread):
-    """Collects the dirty guest's "pages <written> <tsc>" lines."""
+    """Collects the dirty guest's "pages <written> <tsc> work <units>" lines."""
 
     def __init__(self, port):
         super().__init__(daemon=True)
         self.sock = socket.create_connection((HOST, port), timeout=10)
-        self.lines = []             # (host monotonic time, pages, tsc)
+        self.lines = []             # (host monotonic time, pages, tsc, work)
         self.lock = threading.Lock()
         self.stop = False
 
@@ -157,9 +157,9 @@ class PagesReader(threading.Thread):
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 f = line.split()
-                if len(f) == 3 and f[0] == b"pages":
+                if len(f) == 5 and f[0] == b"pages" and f[3] == b"work":
                     with self.lock:
-                        self.lines.append((now, int(f[1]), int(f[2])))
+                        self.lines.append((now, int(f[1]), int(f[2]), int(f[4])))
 
     def close(self):
         self.stop = True
@@ -183,15 +183,16 @@ def dirty_guest(rate_mb):
 
 
 def measure_pages(port, nreports):
-    """pages per TSC tick over nreports reports after the warm-up, and the host
-    time / TSC pair spans (for the TSC frequency)."""
+    """pages and compute units per TSC tick over nreports reports after the
+    warm-up, and the host time / TSC pair spans (for the TSC frequency)."""
     r = PagesReader(port)
     r.start()
     try:
         a, b = r.window(time.monotonic() + WARMUP_S, nreports, WARMUP_S + nreports * REPORT_MS / 1000 * 4 + 10)
     finally:
         r.close()
-    return (b[1] - a[1]) / (b[2] - a[2]), (b[0] - a[0], b[2] - a[2])
+    ticks = b[2] - a[2]
+    return ((b[1] - a[1]) / ticks, (b[3] - a[3]) / ticks), (b[0] - a[0], ticks)
 
 
 def slowdown(tmp):
@@ -227,12 +228,20 @@ def slowdown(tmp):
           "(%.1f s) after %.1f s warm-up; protected = 25 ms epochs, loopback, --insecure" %
           (DIRTY_MB, DIRTY_MEM, REPORT_MS, nreports, WINDOW_S, WARMUP_S))
     print("   (rates from the guest's own TSC, %.0f MHz as measured against host time)" % (tsc_hz / 1e6))
-    for rate, ref, prot, st0, st1, dt in rows:
-        ratio = prot / ref
+    for rate, (ref, ref_work), (prot, prot_work), st0, st1, dt in rows:
         name = "%d" % rate if rate else "0 (unlimited)"
-        print("slowdown rate_mb=%s: protected %.3f Mpages/s vs unprotected %.3f Mpages/s (reference) "
-              "-> %.1f%% (slowdown %.1f%%)" % (name, prot * tsc_hz / 1e6, ref * tsc_hz / 1e6,
-                                               100 * ratio, 100 * (1 - ratio)))
+        if rate:
+            # At a set dirty rate the guest computes with the time left over:
+            # its compute rate is what protection takes from it.
+            ratio = prot_work / ref_work
+            print("slowdown rate_mb=%s: protected %.2f Mwork/s vs unprotected %.2f Mwork/s (reference) "
+                  "-> %.1f%% (slowdown %.1f%%)" % (name, prot_work * tsc_hz / 1e6, ref_work * tsc_hz / 1e6,
+                                                   100 * ratio, 100 * (1 - ratio)))
+        else:
+            ratio = prot / ref
+            print("slowdown rate_mb=%s: protected %.3f Mpages/s vs unprotected %.3f Mpages/s (reference) "
+                  "-> %.1f%% (slowdown %.1f%%)" % (name, prot * tsc_hz / 1e6, ref * tsc_hz / 1e6,
+                                                   100 * ratio, 100 * (1 - ratio)))
         # What the guest really wrote, beside what it was asked to: the figure
         # above means something only if the two agree.
         print("   dirty rate rate_mb=%s: set %s; page writes x 4 KiB: unprotected %.0f MiB/s, protected %.0f MiB/s" %
