@@ -49,6 +49,7 @@ BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .PHONY: all check demo bench deps clean certs fuzz
+.SECONDARY:
 all: $(BIN)
 
 # ---- Debian packages ---------------------------------------------------------
