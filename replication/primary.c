@@ -479,6 +479,10 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 
 	(void)c;
 	p->link.conn = NULL;   /* net frees it */
+	if (p->state == P_DONE) {
+		ev_break(p->loop, EVBREAK_ALL);
+		return;
+	}
 	snprintf(why, sizeof(why), "connection %s", reason ? strerror(-reason) : "closed");
 	lose_secondary(p, why);
 }
@@ -525,6 +529,14 @@ static void finish(struct repl_primary *p, int status)
 	p->state = P_DONE;
 	p->exit_status = status;
 	release_all(p);
+	if (p->link.conn) {
+		/* Let the Fence leave; closed() or the timer ends the loop. */
+		net_close_flush(p->link.conn);
+		ev_timer_stop(p->loop, &p->finish_w);
+		ev_timer_set(&p->finish_w, 1.0, 0);
+		ev_timer_start(p->loop, &p->finish_w);
+		return;
+	}
 	ev_break(p->loop, EVBREAK_ALL);
 }
 
@@ -534,6 +546,10 @@ static void on_finish_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
+	if (p->state == P_DONE) {
+		ev_break(p->loop, EVBREAK_ALL);   /* the goodbye did not leave in time */
+		return;
+	}
 	log_warn(TAG, "no ACK for the last epoch: stopping anyway");
 	finish(p, p->exit_status);
 }

@@ -442,8 +442,9 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	if (s->refusing)
 		return;
 	r = repl_link_feed(&s->link, data, len, on_frame, s);
-	if (r == -ECONNREFUSED && s->link.conn && net_queued_bytes(s->link.conn)) {
-		s->refusing = true;      /* close once the Error has left */
+	if (r == -ECONNREFUSED && s->link.conn) {
+		s->refusing = true;      /* the Error leaves, then closed() follows */
+		net_close_flush(s->link.conn);
 		return;
 	}
 	if (r < 0 && r != -ECANCELED && s->state != S_DONE) {
@@ -456,14 +457,10 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 
 static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 {
-	struct repl_secondary *s = ctx;
-
+	(void)c;
 	(void)status;
+	(void)ctx;
 	repl_link_sent_small(cookie);
-	if (s->refusing && !net_queued_bytes(c)) {
-		s->refusing = false;
-		end_link(s, true);
-	}
 }
 
 static void on_closed(struct net_conn *c, int reason, void *ctx)
@@ -473,7 +470,8 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	(void)c;
 	s->link.conn = NULL;
 	log_info(TAG, "primary connection closed (%s)", reason ? strerror(-reason) : "EOF");
-	end_link(s, false);
+	end_link(s, s->refusing);
+	s->refusing = false;
 }
 
 static const struct net_conn_ops conn_ops = {
