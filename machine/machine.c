@@ -473,6 +473,26 @@ int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
 	return 0;
 }
 
+int machine_ram_populated(struct machine *m, uint64_t *bitmap)
+{
+	off_t end = (off_t)m->cfg.mem_bytes, data = 0, hole;
+
+	memset(bitmap, 0, bitmap_words(m->ram_pages) * sizeof(uint64_t));
+	while (data < end) {
+		data = lseek(m->memfd, data, SEEK_DATA);
+		if (data < 0)
+			return errno == ENXIO ? 0 : -errno;
+		hole = lseek(m->memfd, data, SEEK_HOLE);
+		if (hole < 0)
+			return -errno;
+		for (uint64_t p = (uint64_t)data / KVM_PAGE_SIZE;
+		     p < ((uint64_t)hole + KVM_PAGE_SIZE - 1) / KVM_PAGE_SIZE && p < m->ram_pages; p++)
+			bitmap[p / 64] |= 1ull << (p % 64);
+		data = hole;
+	}
+	return 0;
+}
+
 int machine_get_state(struct machine *m, struct machine_state *st)
 {
 	int r = kvm_vm_get_state(&m->vm, &st->vm);

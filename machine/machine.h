@@ -144,6 +144,10 @@ void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len);
  * later write is seen by the next harvest. */
 int machine_harvest_dirty(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
 
+/* One bit for every page of RAM that was ever written (the rest reads as
+ * zero and takes no memory): what an initial copy must send to a fresh VM. */
+int machine_ram_populated(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
+
 /* Whole-machine device state: plain data. On a paused machine. */
 struct machine_state {
 	struct kvm_vm_state vm;

@@ -352,6 +352,15 @@ static void on_sync_idle(struct ev_loop *loop, ev_idle *w, int revents)
 		sync_done_round(p);
 }
 
+static uint64_t count_bits(const uint64_t *bm, uint64_t words)
+{
+	uint64_t n = 0;
+
+	for (uint64_t w = 0; w < words; w++)
+		n += (uint64_t)__builtin_popcountll(bm[w]);
+	return n;
+}
+
 static void start_sync(struct repl_primary *p)
 {
 	uint64_t words = (p->vm->m->ram_pages + 63) / 64;
@@ -364,15 +373,20 @@ static void start_sync(struct repl_primary *p)
 		lose_secondary(p, "dirty log failed");
 		return;
 	}
-	memset(p->todo, 0xff, words * 8);
-	if (p->vm->m->ram_pages % 64)
-		p->todo[words - 1] = (1ull << (p->vm->m->ram_pages % 64)) - 1;
+	/* The standby's RAM is fresh and zero: pages never written (holes in
+	 * the memfd) need not travel, nor be faulted in here by reading them. */
+	if (machine_ram_populated(p->vm->m, p->todo) < 0) {
+		memset(p->todo, 0xff, words * 8);
+		if (p->vm->m->ram_pages % 64)
+			p->todo[words - 1] = (1ull << (p->vm->m->ram_pages % 64)) - 1;
+	}
 	p->state = P_SYNC;
 	p->sync_t0 = now_ns();
 	machine_resume(p->vm->m);
 	ev_idle_start(p->loop, &p->sync_w);
-	log_info(TAG, "secondary accepted us: initial sync of %llu pages while the guest runs",
-		 (unsigned long long)p->vm->m->ram_pages);
+	log_info(TAG, "secondary accepted us: initial sync while the guest runs (%llu pages, "
+		 "%llu of them ever written)", (unsigned long long)p->vm->m->ram_pages,
+		 (unsigned long long)count_bits(p->todo, words));
 }
 
 /* ---- link callbacks ---------------------------------------------------------- */
