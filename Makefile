@@ -19,7 +19,8 @@ PKGS     := libprotobuf-c openssl liblz4 libfabric
 CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-missing-field-initializers \
             -D_GNU_SOURCE -pthread -I. -I$(BUILD)/gen $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm -pthread
+# libfabric is dlopen'ed by net/rdma.c when an RDMA link is made (see there).
+LDLIBS   := $(shell pkg-config --libs $(filter-out libfabric,$(PKGS)) 2>/dev/null) -lev -lm -ldl -pthread
 LDFLAGS  := $(SANFLAGS)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.

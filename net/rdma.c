@@ -53,7 +53,49 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <dlfcn.h>
+#include <pthread.h>
 #define TAG "net"
+
+/* libfabric is opened on first use, not linked: loading it (and the verbs,
+ * rdmacm and netlink libraries it pulls in) costs ~200 ms at every start of
+ * the binary here, and only RDMA links need it. These are the only entry
+ * points the code below calls; the rest of the API is inline through ops. */
+static struct {
+	int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
+		       const struct fi_info *hints, struct fi_info **info);
+	void (*freeinfo)(struct fi_info *info);
+	struct fi_info *(*dupinfo)(const struct fi_info *info);
+	int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+	const char *(*strerror)(int errnum);
+	bool ok;
+} fab;   /* written once under fab_once, read-only after */
+static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
+
+static void fab_load(void)
+{
+	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		log_error(TAG, "RDMA needs libfabric: %s (Debian: apt-get install libfabric1)", dlerror());
+		return;
+	}
+	fab.getinfo = (__typeof__(fab.getinfo))dlsym(h, "fi_getinfo");
+	fab.freeinfo = (__typeof__(fab.freeinfo))dlsym(h, "fi_freeinfo");
+	fab.dupinfo = (__typeof__(fab.dupinfo))dlsym(h, "fi_dupinfo");
+	fab.fabric = (__typeof__(fab.fabric))dlsym(h, "fi_fabric");
+	fab.strerror = (__typeof__(fab.strerror))dlsym(h, "fi_strerror");
+	fab.ok = fab.getinfo && fab.freeinfo && fab.dupinfo && fab.fabric && fab.strerror;
+	if (!fab.ok)
+		log_error(TAG, "libfabric.so.1 lacks the functions RDMA needs");
+}
+
+#define fi_getinfo fab.getinfo
+#define fi_freeinfo fab.freeinfo
+#define fi_fabric fab.fabric
+#define fi_strerror fab.strerror
+#define fi_allocinfo() fab.dupinfo(NULL)
+
 #define FI_API FI_VERSION(1, 9)
 #define RING_BYTES (8u << 20)
 #define WRITE_MAX (1u << 20)
@@ -565,6 +607,11 @@ int rdma_start(struct net_conn *c)
 
 	if (!r)
 		return -ENOMEM;
+	pthread_once(&fab_once, fab_load);
+	if (!fab.ok) {
+		free(r);
+		return -ENOSYS;
+	}
 	r->c = c;
 	r->loop = c->loop;
 	r->wait_fd = -1;
