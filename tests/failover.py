@@ -6,7 +6,7 @@ goes on. Every reply the client ever received must be one an uninterrupted run
 gives: the same digest for the same n, and n moving by +1 (a line seen twice,
 replayed after takeover, is allowed; a skipped value never is).
 
-usage: failover.py [--trials N] [--seed S] [--signal KILL|STOP] [--demo]
+usage: failover.py [--trials N] [--seed S] [--signal KILL|STOP] [--transport tcp|tls|rdma]
 Exit 0 when every trial holds."""
 import argparse, os, random, signal, socket, subprocess, sys, tempfile, time
 
@@ -95,18 +95,33 @@ class Client:
         return self.seen[-1][0] if self.seen else 0
 
 
-def run_trial(trial, rng, table, sig, tmp, verbose):
+def link_args(transport, tmp, role):
+    if transport == "tcp":
+        return ["--insecure"]
+    if transport == "rdma":
+        return ["--insecure", "--transport", "rdma"]
+    certs = os.path.join(tmp, "certs")
+    if not os.path.exists(certs):
+        subprocess.run(["bash", os.path.join(os.path.dirname(__file__), "mkcerts.sh"), certs],
+                       check=True, capture_output=True)
+    name = "server" if role == "secondary" else "client"
+    return ["--tls-cert", os.path.join(certs, name + ".pem"), "--tls-key", os.path.join(certs, name + ".key"),
+            "--tls-ca", os.path.join(certs, "ca.pem")]
+
+
+def run_trial(trial, rng, table, sig, tmp, transport):
     sport, scon, pcon = free_port(), free_port(), free_port()
     slog = open(os.path.join(tmp, "sec%d.log" % trial), "w")
     plog = open(os.path.join(tmp, "pri%d.log" % trial), "w")
     env = dict(os.environ, UNDERSTUDY_VERIFY="1")
     sec = subprocess.Popen([BIN, "secondary", "--listen", "127.0.0.1:%d" % sport, "--console",
-                            "tcp:127.0.0.1:%d" % scon, "--insecure", "--failover-timeout-ms", str(TIMEOUT_MS)],
+                            "tcp:127.0.0.1:%d" % scon, "--failover-timeout-ms", str(TIMEOUT_MS)] +
+                           link_args(transport, tmp, "secondary"),
                            stderr=slog, env=env)
     time.sleep(0.05)
     pri = subprocess.Popen([BIN, "primary", "--guest", "counter", "--console", "tcp:127.0.0.1:%d" % pcon,
-                            "--peer", "127.0.0.1:%d" % sport, "--insecure", "--epoch-ms", "25",
-                            "--timeout-ms", "1000"], stderr=plog, env=env)
+                            "--peer", "127.0.0.1:%d" % sport, "--epoch-ms", "25",
+                            "--timeout-ms", "1000"] + link_args(transport, tmp, "primary"), stderr=plog, env=env)
     t_start = time.time()
     # Kill anywhere from the initial sync to well into the conversation.
     kill_at = t_start + (rng.uniform(0.0, 0.15) if rng.random() < 0.15 else rng.uniform(0.15, 1.2))
@@ -173,15 +188,17 @@ def main():
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("UNDERSTUDY_SEED", time.time())))
     ap.add_argument("--signal", default="KILL", choices=["KILL", "STOP"])
+    ap.add_argument("--transport", default="tcp", choices=["tcp", "tls", "rdma"])
     args = ap.parse_args()
-    print("seed %d (--seed to replay), %d trials, SIG%s" % (args.seed, args.trials, args.signal))
+    print("seed %d (--seed to replay), %d trials, SIG%s, %s link" % (args.seed, args.trials, args.signal,
+                                                                  args.transport))
     rng = random.Random(args.seed)
     table = oracle(400)
     sig = signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP
     tmp = tempfile.mkdtemp(prefix="understudy-failover-")
     bad, early, verify_bad = 0, 0, 0
     for t in range(args.trials):
-        res, info, c = run_trial(t, rng, table, sig, tmp, True)
+        res, info, c = run_trial(t, rng, table, sig, tmp, args.transport)
         sec_log = open(os.path.join(tmp, "sec%d.log" % t)).read()
         vb = sec_log.count("VERIFY FAILED")
         if res != "early" and "epochs verified equal" not in sec_log:

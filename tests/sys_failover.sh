@@ -9,4 +9,6 @@ need_kvm
 seed=${UNDERSTUDY_SEED:-$(date +%s)}
 python3 tests/failover.py --trials "${FAILOVER_TRIALS:-50}" --seed "$seed" --signal KILL || fail "SIGKILL trials"
 python3 tests/failover.py --trials "${FAILOVER_STOP_TRIALS:-8}" --seed "$((seed + 1))" --signal STOP || fail "SIGSTOP trials"
+python3 tests/failover.py --trials "${FAILOVER_LINK_TRIALS:-5}" --seed "$((seed + 2))" --transport tls || fail "TLS trials"
+python3 tests/failover.py --trials "${FAILOVER_LINK_TRIALS:-5}" --seed "$((seed + 3))" --transport rdma || fail "RDMA (tcp;ofi_rxm) trials"
 ok "failover consistency held (seed $seed)"
