@@ -25,6 +25,7 @@
 #define SYNC_QUEUE_MAX (16u << 20)   /* bytes queued before sync waits */
 #define SYNC_ROUNDS_MAX 4
 #define SYNC_DONE_PAGES 2048         /* dirty set small enough for the first checkpoint */
+#define CONSOLE_SECTION_MAX (1u << 20)
 
 enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_DONE };
 
@@ -72,6 +73,7 @@ struct repl_primary {
 	uint32_t verify_crc;
 	struct epoch_tx tx[MAX_INFLIGHT];
 	bool finishing;            /* guest stopped: last epoch in flight */
+	bool final_pending;        /* ...not captured yet (no free slot) */
 	uint64_t final_epoch;
 	int exit_status;
 
@@ -143,8 +145,15 @@ static int encode_epoch(struct repl_primary *p, struct epoch_tx *tx)
 	if ((r = proto_msg_pack(&tx->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0)
 		return r;
 	proto_buf_init(&out);
-	repl_vm_output_copy(p->vm, p->out_mark_prev, tx->out_mark, &out);
-	r = repl_section_pack(&tx->buf, "console", out.data, out.len);
+	r = repl_vm_output_copy(p->vm, p->out_mark_prev, tx->out_mark, &out);
+	/* Sections of at most 1 MiB: frames stay under the peer's limit. */
+	for (size_t off = 0; r == 0 && (off < out.len || off == 0); off += CONSOLE_SECTION_MAX) {
+		size_t n = out.len - off < CONSOLE_SECTION_MAX ? out.len - off : CONSOLE_SECTION_MAX;
+
+		r = repl_section_pack(&tx->buf, "console", out.data + off, n);
+		if (out.len == 0)
+			break;
+	}
 	proto_buf_fini(&out);
 	if (r < 0 || (r = repl_section_pack(&tx->buf, "released", &released, sizeof(released))) < 0)
 		return r;
@@ -239,6 +248,23 @@ static void on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
 		lose_secondary(p, "epoch could not be sent");
 }
 
+static void try_final_epoch(struct repl_primary *p)
+{
+	uint64_t before = p->epoch;
+
+	if (!p->final_pending)
+		return;
+	if (run_epoch(p) < 0) {
+		p->final_pending = false;
+		lose_secondary(p, "the last epoch could not be sent");
+		return;
+	}
+	if (p->epoch == before)
+		return;               /* stretched: no free slot yet */
+	p->final_pending = false;
+	p->final_epoch = p->epoch;
+}
+
 static void on_ack(struct repl_primary *p, uint64_t epoch)
 {
 	if (epoch <= p->acked || epoch > p->epoch) {
@@ -264,7 +290,8 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 		log_info(TAG, "protected: secondary holds epoch %llu, %.1f ms after sync began",
 			 (unsigned long long)epoch, (now_ns() - p->sync_t0) / 1e6);
 	}
-	if (p->finishing && epoch >= p->final_epoch)
+	try_final_epoch(p);
+	if (p->finishing && !p->final_pending && p->final_epoch && p->acked >= p->final_epoch)
 		finish(p, p->exit_status);
 }
 
@@ -316,6 +343,10 @@ static void on_sync_idle(struct ev_loop *loop, ev_idle *w, int revents)
 
 	(void)loop;
 	(void)revents;
+	if (p->state != P_SYNC || !p->link.conn) {
+		ev_idle_stop(p->loop, &p->sync_w);
+		return;
+	}
 	if (net_queued_bytes(p->link.conn) > SYNC_QUEUE_MAX) {
 		ev_idle_stop(p->loop, &p->sync_w);   /* on_sent restarts it */
 		return;
@@ -483,6 +514,7 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 			ev_idle_start(p->loop, &p->sync_w);
 	} else if (kind == REPL_TX_EPOCH) {
 		((struct epoch_tx *)cookie)->sending = false;
+		try_final_epoch(p);
 	}
 }
 
@@ -542,7 +574,10 @@ static void finish(struct repl_primary *p, int status)
 	}
 	p->state = P_DONE;
 	p->exit_status = status;
-	release_all(p);
+	ev_timer_stop(p->loop, &p->epoch_w);
+	ev_idle_stop(p->loop, &p->sync_w);
+	/* No release here: output the secondary never acknowledged never leaves
+	 * (when unprotected, output is not held in the first place). */
 	if (p->link.conn) {
 		/* Let the Fence leave; closed() or the timer ends the loop. */
 		net_close_flush(p->link.conn);
@@ -568,7 +603,8 @@ static void on_finish_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	finish(p, p->exit_status);
 }
 
-/* The guest stopped: its last effects are committed like any epoch's. */
+/* The guest stopped: its last effects are committed like any epoch's.
+ * When the link is full the capture waits for a free slot (on_ack/on_sent). */
 static void on_vm_stopped(void *ctx, int status)
 {
 	struct repl_primary *p = ctx;
@@ -577,11 +613,10 @@ static void on_vm_stopped(void *ctx, int status)
 	p->finishing = true;
 	if (p->state == P_PROTECTED || p->state == P_PROTECTING) {
 		ev_timer_stop(p->loop, &p->epoch_w);
-		if (run_epoch(p) == 0 && p->epoch > p->acked) {
-			p->final_epoch = p->epoch;
-			ev_timer_start(p->loop, &p->finish_w);
-			return;
-		}
+		ev_timer_start(p->loop, &p->finish_w);
+		p->final_pending = true;
+		try_final_epoch(p);
+		return;
 	}
 	finish(p, p->exit_status);
 }
@@ -684,6 +719,9 @@ int repl_primary_run(const struct repl_primary_opts *o)
 	ev_timer_init(&p->hb_w, on_hb, 0.01, o->timeout_ms / 4e3 > 0.005 ? o->timeout_ms / 4e3 : 0.005);
 	ev_timer_init(&p->finish_w, on_finish_timeout, 2.0, 0);
 	ev_idle_init(&p->sync_w, on_sync_idle);
+	/* Silence is judged after pending reads are handled: libev runs higher
+	 * priorities first, so a stall of our own loop is not the peer's. */
+	ev_set_priority(&p->hb_w, EV_MINPRI);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
 	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->sync_w.data = p;
@@ -709,7 +747,6 @@ out:
 	if (p->vm) {
 		machine_stop(p->vm->m, 0);
 		machine_pause(p->vm->m);
-		release_all(p);
 	}
 	repl_link_fini(&p->link);
 	repl_vm_free(p->vm);

@@ -45,8 +45,9 @@ struct repl_vm {
 int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const char *console,
 		struct repl_vm **out) US_MUST_CHECK;
 int repl_vm_open_console(struct repl_vm *v, const char *console) US_MUST_CHECK;
-/* Appends the output bytes [from, to) not yet released to out; returns how many. */
-size_t repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to, struct proto_buf *out);
+/* Appends the output bytes [from, to) not yet released to out; 0 or -ENOMEM. */
+int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to,
+			struct proto_buf *out) US_MUST_CHECK;
 void repl_vm_free(struct repl_vm *v);
 /* Total output produced so far (call while paused to mark an epoch's end). */
 uint64_t repl_vm_output_mark(struct repl_vm *v);

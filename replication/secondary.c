@@ -24,6 +24,7 @@
 #include "net/control.h"
 
 #define TAG "secondary"
+#define HELD_OUTPUT_MAX (16u << 20)
 
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_ACTIVE, S_DONE };
 
@@ -193,6 +194,9 @@ static int page_staged(void *ctx, uint64_t gfn, const void *data)
 {
 	struct repl_secondary *s = ctx;
 
+	/* An epoch names every page once: more pages than RAM is a bad peer. */
+	if (s->stage.npages >= s->vm->m->ram_pages)
+		return -EBADMSG;
 	s->crc = proto_crc32c(s->crc, &gfn, sizeof(gfn));
 	s->crc = proto_crc32c(s->crc, data, KVM_PAGE_SIZE);
 	return ckpt_add_page(&s->stage, gfn, data);
@@ -239,8 +243,11 @@ static int on_section(struct repl_secondary *s, const Understudy__Section *sec)
 {
 	if (!s->in_epoch)
 		return -EPROTO;
-	if (!strcmp(sec->name, "console"))
+	if (!strcmp(sec->name, "console")) {
+		if (s->stage_out.len + sec->data.len > HELD_OUTPUT_MAX)
+			return -EMSGSIZE;
 		return proto_buf_append(&s->stage_out, sec->data.data, sec->data.len);
+	}
 	if (!strcmp(sec->name, "released")) {
 		if (sec->data.len != sizeof(uint64_t))
 			return -EBADMSG;
@@ -281,6 +288,16 @@ static int hold_output(struct repl_secondary *s)
 		s->held_from += drop;
 	}
 	(void)end;
+	if (s->held_out.len > HELD_OUTPUT_MAX) {
+		/* The primary says nothing of releases: keep the newest bytes. */
+		size_t drop = s->held_out.len - HELD_OUTPUT_MAX;
+
+		log_warn(TAG, "more than %u bytes of unreleased output held: oldest %zu dropped",
+			 HELD_OUTPUT_MAX, drop);
+		memmove(s->held_out.data, s->held_out.data + drop, HELD_OUTPUT_MAX);
+		s->held_out.len = HELD_OUTPUT_MAX;
+		s->held_from += drop;
+	}
 	return 0;
 }
 
@@ -550,6 +567,8 @@ int repl_secondary_run(const struct repl_secondary_opts *o)
 	proto_buf_init(&s->held_out);
 	ev_timer_init(&s->watch_w, on_watch, 0.005, 0.005);
 	ev_timer_init(&s->hb_w, on_hb, hb, hb);
+	/* Silence is judged after pending reads are handled (see primary.c). */
+	ev_set_priority(&s->watch_w, EV_MINPRI);
 	ev_signal_init(&s->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&s->sigterm_w, on_signal, SIGTERM);
 	s->watch_w.data = s->hb_w.data = s->sigint_w.data = s->sigterm_w.data = s;

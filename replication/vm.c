@@ -183,22 +183,19 @@ int repl_vm_open_console(struct repl_vm *v, const char *console)
 	return console_open(v->loop, console, &cops, &v->con);
 }
 
-size_t repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to, struct proto_buf *out)
+int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to, struct proto_buf *out)
 {
-	size_t n = 0;
+	int r = 0;
 
 	pthread_mutex_lock(&v->out_lock);
 	if (from < v->released)
 		from = v->released;
 	if (to > v->produced)
 		to = v->produced;
-	if (to > from) {
-		n = (size_t)(to - from);
-		if (proto_buf_append(out, v->out + (from - v->released), n) < 0)
-			n = 0;
-	}
+	if (to > from)
+		r = proto_buf_append(out, v->out + (from - v->released), (size_t)(to - from));
 	pthread_mutex_unlock(&v->out_lock);
-	return n;
+	return r;
 }
 
 void repl_vm_free(struct repl_vm *v)
