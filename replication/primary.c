@@ -42,12 +42,6 @@ struct epoch_tx {
 	struct proto_buf buf;
 };
 
-struct sync_tx {
-	int kind;                  /* REPL_TX_SYNC */
-	struct repl_primary *p;
-	struct proto_buf buf;
-};
-
 struct repl_primary {
 	const struct repl_primary_opts *o;
 	struct ev_loop *loop;
@@ -338,7 +332,7 @@ static void on_sync_idle(struct ev_loop *loop, ev_idle *w, int revents)
 	struct machine *m = p->vm->m;
 	uint64_t gfns[BATCH_PAGES];
 	const void *ptrs[BATCH_PAGES];
-	struct sync_tx *tx;
+	struct proto_buf batch;
 	size_t n = 0;
 
 	(void)loop;
@@ -362,18 +356,13 @@ static void on_sync_idle(struct ev_loop *loop, ev_idle *w, int revents)
 		n++;
 	}
 	if (n) {
-		tx = calloc(1, sizeof(*tx));
-		if (!tx) {
-			lose_secondary(p, "out of memory");
+		proto_buf_init(&batch);
+		if (proto_pages_encode(p->enc, gfns, ptrs, n, &batch, NULL) < 0) {
+			proto_buf_fini(&batch);
+			lose_secondary(p, "sync batch could not be encoded");
 			return;
 		}
-		tx->kind = REPL_TX_SYNC;
-		tx->p = p;
-		proto_buf_init(&tx->buf);
-		if (proto_pages_encode(p->enc, gfns, ptrs, n, &tx->buf, NULL) < 0 ||
-		    repl_link_send_buf(&p->link, tx->buf.data, tx->buf.len, tx) < 0) {
-			proto_buf_fini(&tx->buf);
-			free(tx);
+		if (repl_link_send_owned(&p->link, &batch) < 0) {
 			lose_secondary(p, "sync batch could not be sent");
 			return;
 		}
@@ -502,13 +491,7 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	(void)c;
 	(void)status;
 	p->st.bytes_sent = p->link.bytes_sent;
-	if (repl_link_sent_small(cookie))
-		return;
-	if (kind == REPL_TX_SYNC) {
-		struct sync_tx *tx = cookie;
-
-		proto_buf_fini(&tx->buf);
-		free(tx);
+	if (repl_link_sent_small(cookie)) {
 		if (p->state == P_SYNC && !ev_is_active(&p->sync_w) && p->link.conn &&
 		    net_queued_bytes(p->link.conn) <= SYNC_QUEUE_MAX)
 			ev_idle_start(p->loop, &p->sync_w);
@@ -524,7 +507,7 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	char why[128];
 
 	(void)c;
-	p->link.conn = NULL;   /* net frees it */
+	repl_link_closed(&p->link);
 	if (p->state == P_DONE) {
 		ev_break(p->loop, EVBREAK_ALL);
 		return;

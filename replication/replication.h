@@ -58,10 +58,13 @@ void repl_vm_set_gated(struct repl_vm *v, bool gated);
 /* ---- the link between primary and secondary (wire.c) ---------------------- */
 
 /* Kinds of send cookie (each cookie struct starts with its kind). */
-enum { REPL_TX_SMALL = 0x5a11, REPL_TX_EPOCH = 0xe90c, REPL_TX_SYNC = 0x5c9c };
+enum { REPL_TX_SMALL = 0x5a11, REPL_TX_EPOCH = 0xe90c };
+
+struct small_tx;
 
 struct repl_link {
 	struct net_conn *conn;
+	struct small_tx *owned;    /* sends whose bytes the link owns */
 	struct proto_dec dec;
 	uint64_t last_rx_ns;
 	uint64_t bytes_sent, bytes_rcvd;
@@ -71,6 +74,10 @@ void repl_link_init(struct repl_link *l, uint32_t max_payload);
 void repl_link_fini(struct repl_link *l);
 /* Closes the connection (safe inside its callbacks); the decoder stays. */
 void repl_link_close(struct repl_link *l);
+/* Call from the closed() callback: the connection is gone. */
+void repl_link_closed(struct repl_link *l);
+/* Sends buf, whose bytes the link takes over (buf is left empty). */
+int repl_link_send_owned(struct repl_link *l, struct proto_buf *buf) US_MUST_CHECK;
 int repl_link_send_buf(struct repl_link *l, const void *data, size_t len, void *cookie) US_MUST_CHECK;
 int repl_link_send_msg(struct repl_link *l, uint16_t type, const ProtobufCMessage *msg) US_MUST_CHECK;
 int repl_link_send_section(struct repl_link *l, const char *name, const void *data,

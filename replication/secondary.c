@@ -485,7 +485,7 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	struct repl_secondary *s = ctx;
 
 	(void)c;
-	s->link.conn = NULL;
+	repl_link_closed(&s->link);
 	log_info(TAG, "primary connection closed (%s)", reason ? strerror(-reason) : "EOF");
 	end_link(s, s->refusing);
 	s->refusing = false;

@@ -10,11 +10,33 @@
 
 #define TAG "repl"
 
-/* A control message owns its bytes until net says they were sent. */
+/* Bytes the link owns until net says they were sent: control messages and
+ * sync batches. They are kept on a list because net_close() drops queued
+ * sends without a sent() callback: the link frees what is left then. */
 struct small_tx {
 	int kind;
+	struct small_tx *next, *prev;
+	struct repl_link *link;
 	struct proto_buf buf;
 };
+
+static void tx_free(struct small_tx *tx)
+{
+	if (tx->prev)
+		tx->prev->next = tx->next;
+	else
+		tx->link->owned = tx->next;
+	if (tx->next)
+		tx->next->prev = tx->prev;
+	proto_buf_fini(&tx->buf);
+	free(tx);
+}
+
+static void free_owned(struct repl_link *l)
+{
+	while (l->owned)
+		tx_free(l->owned);
+}
 
 void repl_link_init(struct repl_link *l, uint32_t max_payload)
 {
@@ -25,9 +47,7 @@ void repl_link_init(struct repl_link *l, uint32_t max_payload)
 
 void repl_link_fini(struct repl_link *l)
 {
-	if (l->conn)
-		net_close(l->conn);
-	l->conn = NULL;
+	repl_link_close(l);
 	proto_dec_fini(&l->dec);
 }
 
@@ -36,6 +56,13 @@ void repl_link_close(struct repl_link *l)
 	if (l->conn)
 		net_close(l->conn);
 	l->conn = NULL;
+	free_owned(l);
+}
+
+void repl_link_closed(struct repl_link *l)
+{
+	l->conn = NULL;   /* net frees it; every send was completed before */
+	free_owned(l);
 }
 
 int repl_link_send_buf(struct repl_link *l, const void *data, size_t len, void *cookie)
@@ -48,23 +75,41 @@ int repl_link_send_buf(struct repl_link *l, const void *data, size_t len, void *
 	return net_send(l->conn, &iov, 1, cookie);
 }
 
-int repl_link_send_msg(struct repl_link *l, uint16_t type, const ProtobufCMessage *msg)
+int repl_link_send_owned(struct repl_link *l, struct proto_buf *buf)
 {
 	struct small_tx *tx = calloc(1, sizeof(*tx));
 	int r;
 
-	if (!tx)
+	if (!tx) {
+		proto_buf_fini(buf);
 		return -ENOMEM;
-	tx->kind = REPL_TX_SMALL;
-	proto_buf_init(&tx->buf);
-	r = proto_msg_pack(&tx->buf, type, msg);
-	if (r == 0)
-		r = repl_link_send_buf(l, tx->buf.data, tx->buf.len, tx);
-	if (r < 0) {
-		proto_buf_fini(&tx->buf);
-		free(tx);
 	}
+	tx->kind = REPL_TX_SMALL;
+	tx->link = l;
+	tx->buf = *buf;
+	proto_buf_init(buf);
+	tx->next = l->owned;
+	if (l->owned)
+		l->owned->prev = tx;
+	l->owned = tx;
+	r = repl_link_send_buf(l, tx->buf.data, tx->buf.len, tx);
+	if (r < 0)
+		tx_free(tx);
 	return r;
+}
+
+int repl_link_send_msg(struct repl_link *l, uint16_t type, const ProtobufCMessage *msg)
+{
+	struct proto_buf buf;
+	int r;
+
+	proto_buf_init(&buf);
+	r = proto_msg_pack(&buf, type, msg);
+	if (r < 0) {
+		proto_buf_fini(&buf);
+		return r;
+	}
+	return repl_link_send_owned(l, &buf);
 }
 
 static void section_init(Understudy__Section *s, const char *name, const void *data, size_t len)
@@ -104,15 +149,14 @@ char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, siz
 	return out;
 }
 
-/* Frees what repl_link_send_msg allocated; true if the cookie was one. */
+/* Frees what the link owned for this send; true if the cookie was one. */
 bool repl_link_sent_small(void *cookie)
 {
 	struct small_tx *tx = cookie;
 
 	if (!tx || tx->kind != REPL_TX_SMALL)
 		return false;
-	proto_buf_fini(&tx->buf);
-	free(tx);
+	tx_free(tx);
 	return true;
 }
 
