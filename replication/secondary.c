@@ -269,34 +269,31 @@ static int on_section(struct repl_secondary *s, const Understudy__Section *sec)
 }
 
 /* Keeps the epoch's output with the rest not known to be released. */
+static void drop_held(struct repl_secondary *s, uint64_t n)
+{
+	if (n > s->held_out.len)
+		n = s->held_out.len;
+	memmove(s->held_out.data, s->held_out.data + n, s->held_out.len - n);
+	s->held_out.len -= n;
+	s->held_from += n;
+}
+
 static int hold_output(struct repl_secondary *s)
 {
-	uint64_t end = s->held_from + s->held_out.len;
 	int r = proto_buf_append(&s->held_out, s->stage_out.data, s->stage_out.len);
 
 	if (r < 0)
 		return r;
-	end += s->stage_out.len;
-	log_debug(TAG, "epoch %llu: output +%zu, released %llu, held from %llu len %zu", (unsigned long long)s->cur, s->stage_out.len, (unsigned long long)s->stage_released, (unsigned long long)s->held_from, s->held_out.len);
-	if (s->stage_released > s->held_from) {
-		uint64_t drop = s->stage_released - s->held_from;
-
-		if (drop > s->held_out.len)
-			drop = s->held_out.len;
-		memmove(s->held_out.data, s->held_out.data + drop, s->held_out.len - drop);
-		s->held_out.len -= drop;
-		s->held_from += drop;
-	}
-	(void)end;
+	log_debug(TAG, "epoch %llu: output +%zu, primary released up to %llu",
+		  (unsigned long long)s->cur, s->stage_out.len,
+		  (unsigned long long)s->stage_released);
+	if (s->stage_released > s->held_from)
+		drop_held(s, s->stage_released - s->held_from);
 	if (s->held_out.len > HELD_OUTPUT_MAX) {
 		/* The primary says nothing of releases: keep the newest bytes. */
-		size_t drop = s->held_out.len - HELD_OUTPUT_MAX;
-
 		log_warn(TAG, "more than %u bytes of unreleased output held: oldest %zu dropped",
-			 HELD_OUTPUT_MAX, drop);
-		memmove(s->held_out.data, s->held_out.data + drop, HELD_OUTPUT_MAX);
-		s->held_out.len = HELD_OUTPUT_MAX;
-		s->held_from += drop;
+			 HELD_OUTPUT_MAX, s->held_out.len - HELD_OUTPUT_MAX);
+		drop_held(s, s->held_out.len - HELD_OUTPUT_MAX);
 	}
 	return 0;
 }
