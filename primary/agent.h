@@ -56,6 +56,10 @@ void agent_print_guests(FILE *f);
 int net_options_parse(struct net_config *n, int opt, const char *arg);
 /* Checks the options fit together; 0 or 2 after printing why. */
 int net_options_check(struct net_config *n);
+/* A VM or link option of the agents (or getopt's '?'); 0 or 2 after printing why. */
+int agent_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net);
+/* 0 when getopt consumed every argument, else 2 after saying which is extra. */
+int agent_no_more_args(const char *cmd, int argc, char **argv);
 /* Parses "--flag N" milliseconds; 0 or 2 after printing why. */
 int parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out);
 

@@ -41,18 +41,13 @@ int agent_cmd_primary(int argc, char **argv)
 		case 'e': r = parse_ms("--epoch-ms", optarg, 1, &o.epoch_ms); break;
 		case 't': r = parse_ms("--timeout-ms", optarg, 10, &o.timeout_ms); break;
 		case 'c': o.control = optarg; break;
-		case '?': return 2;
-		default:
-			r = opt >= 1100 ? net_options_parse(&o.net, opt, optarg)
-					: vm_options_parse(&vo, opt, optarg);
+		default: r = agent_option(opt, optarg, &vo, &o.net); break;
 		}
 		if (r)
 			return 2;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "understudy primary: unexpected argument '%s'\n", argv[optind]);
+	if (agent_no_more_args("primary", argc, argv))
 		return 2;
-	}
 	if (!o.peer) {
 		fprintf(stderr, "understudy primary: --peer HOST:PORT is required\n");
 		return 2;

@@ -130,3 +130,18 @@ int parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out)
 	*out = (unsigned)v;
 	return 0;
 }
+
+int agent_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net)
+{
+	if (opt == '?')
+		return 2;
+	return opt >= 1100 ? net_options_parse(net, opt, arg) : vm_options_parse(vo, opt, arg);
+}
+
+int agent_no_more_args(const char *cmd, int argc, char **argv)
+{
+	if (optind >= argc)
+		return 0;
+	fprintf(stderr, "understudy %s: unexpected argument '%s'\n", cmd, argv[optind]);
+	return 2;
+}

@@ -40,18 +40,13 @@ int agent_cmd_secondary(int argc, char **argv)
 		case 'l': o.listen = optarg; break;
 		case 't': r = parse_ms("--failover-timeout-ms", optarg, 10, &o.timeout_ms); break;
 		case 'c': o.control = optarg; break;
-		case '?': return 2;
-		default:
-			r = opt >= 1100 ? net_options_parse(&o.net, opt, optarg)
-					: vm_options_parse(&vo, opt, optarg);
+		default: r = agent_option(opt, optarg, &vo, &o.net); break;
 		}
 		if (r)
 			return 2;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "understudy secondary: unexpected argument '%s'\n", argv[optind]);
+	if (agent_no_more_args("secondary", argc, argv))
 		return 2;
-	}
 	if (!o.listen || !vo.console || strcmp(vo.console, "stdio") == 0) {
 		fprintf(stderr, "understudy secondary: --listen HOST:PORT and --console tcp:HOST:PORT "
 				"are required\n");
