@@ -46,7 +46,13 @@ static int probe_msrs(struct kvm_sys *sys, int vcpu_fd)
 	if (r < 0)
 		goto out;
 	sys->nmsrs = 0;
-	for (uint32_t i = 0; i < list->nmsrs && sys->nmsrs < KVM_MAX_MSRS; i++) {
+	if (list->nmsrs > KVM_MAX_MSRS) {
+		log_error(TAG, "KVM lists %u MSRs, more than the %d a vCPU state holds",
+			  list->nmsrs, KVM_MAX_MSRS);
+		r = -E2BIG;
+		goto out;
+	}
+	for (uint32_t i = 0; i < list->nmsrs; i++) {
 		struct msr_buf one = { .hdr.nmsrs = 1 };
 
 		one.entries[0].index = list->indices[i];
@@ -178,14 +184,16 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 	struct msr_buf msrs = { .hdr.nmsrs = sys->nmsrs };
 	int r;
 
-	if ((r = xioctl(vcpu->fd, KVM_GET_REGS, &st->regs)) < 0 ||
+	/* mp_state first: reading it lets KVM apply a pending INIT/SIPI, which
+	 * changes CS:RIP; the registers read after it then agree with it. */
+	if ((r = xioctl(vcpu->fd, KVM_GET_MP_STATE, &st->mp_state)) < 0 ||
+	    (r = xioctl(vcpu->fd, KVM_GET_REGS, &st->regs)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_GET_SREGS, &st->sregs)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_GET_XCRS, &st->xcrs)) < 0 ||
 	    (r = xioctl(vcpu->fd, sys->xsave_size > 4096 ? KVM_GET_XSAVE2 : KVM_GET_XSAVE,
 			st->xsave)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_GET_LAPIC, &st->lapic)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_GET_VCPU_EVENTS, &st->events)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_GET_MP_STATE, &st->mp_state)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_GET_DEBUGREGS, &st->debugregs)) < 0) {
 		log_error(TAG, "reading vCPU %d state: %s", vcpu->index, strerror(-r));
 		return r;
@@ -204,14 +212,16 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 }
 
 /* Restore order matters:
- *  1. sregs first: CR0/CR4/EFER decide how everything after is interpreted;
+ *  1. sregs first: CR0/CR4/EFER decide how everything after is interpreted,
+ *     and sregs.apic_base puts the LAPIC in xAPIC or x2APIC mode, which
+ *     KVM_SET_LAPIC decodes the register page by;
  *  2. regs;
  *  3. XCRs before xsave: XCR0 says which xsave components are valid;
- *  4. MSRs before the LAPIC: IA32_APIC_BASE selects xAPIC or x2APIC mode,
- *     which KVM_SET_LAPIC decodes the register page by;
- *  5. LAPIC, then vcpu_events (pending exceptions/interrupts/NMI refer to
- *     the LAPIC's view), then mp_state last (it may be RUNNABLE only once the
- *     rest is in place);
+ *  4. LAPIC before the MSRs: KVM ignores a write to IA32_TSC_DEADLINE
+ *     unless the LAPIC timer is already in TSC-deadline mode;
+ *  5. MSRs, then vcpu_events (pending exceptions/interrupts/NMI refer to
+ *     the LAPIC's view), then mp_state last (it may be RUNNABLE only once
+ *     the rest is in place);
  *  6. debug registers. */
 int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 {
@@ -228,7 +238,8 @@ int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 	if ((r = xioctl(vcpu->fd, KVM_SET_SREGS, (void *)&st->sregs)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_SET_REGS, (void *)&st->regs)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_SET_XCRS, (void *)&st->xcrs)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_XSAVE, (void *)st->xsave)) < 0)
+	    (r = xioctl(vcpu->fd, KVM_SET_XSAVE, (void *)st->xsave)) < 0 ||
+	    (r = xioctl(vcpu->fd, KVM_SET_LAPIC, (void *)&st->lapic)) < 0)
 		goto err;
 	msrs.hdr = (struct kvm_msrs){ .nmsrs = st->nmsrs };
 	memcpy(msrs.entries, st->msrs, st->nmsrs * sizeof(msrs.entries[0]));
@@ -241,8 +252,7 @@ int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 	/* Apply every part of the events, not only what was valid by default. */
 	events.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR |
 			KVM_VCPUEVENT_VALID_SHADOW;
-	if ((r = xioctl(vcpu->fd, KVM_SET_LAPIC, (void *)&st->lapic)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_VCPU_EVENTS, &events)) < 0 ||
+	if ((r = xioctl(vcpu->fd, KVM_SET_VCPU_EVENTS, &events)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_SET_MP_STATE, (void *)&st->mp_state)) < 0 ||
 	    (r = xioctl(vcpu->fd, KVM_SET_DEBUGREGS, (void *)&st->debugregs)) < 0)
 		goto err;

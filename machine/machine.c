@@ -54,6 +54,8 @@ static void kick_all(struct machine *m, pthread_t self)
 	for (int i = 0; i < m->ncpus; i++) {
 		struct machine_vcpu *vc = &m->vcpus[i];
 
+		if (!vc->kvm.run)
+			continue;     /* never created (machine_new failing part-way) */
 		vc->kvm.run->immediate_exit = 1;
 		if (vc->thread_started && !pthread_equal(vc->thread, self))
 			pthread_kill(vc->thread, KICK_SIGNAL);
@@ -463,6 +465,10 @@ int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
 		if ((r = kvm_vm_get_dirty_log(&m->vm, s, m->kvm_dirty)) < 0 ||
 		    (r = kvm_vm_clear_dirty_log(&m->vm, s, m->kvm_dirty)) < 0) {
 			log_error(TAG, "dirty log of slot %d: %s", s, strerror(-r));
+			/* What was taken so far goes back: the next harvest has it. */
+			for (size_t w = 0; w < words; w++)
+				atomic_fetch_or_explicit(&m->vmm_dirty[w], bitmap[w],
+							 memory_order_relaxed);
 			return r;
 		}
 		/* Slots start on 64-page boundaries (0 and 3 GiB). */

@@ -122,8 +122,12 @@ static void write_reg(struct machine *m, int reg, uint8_t v)
 	case IIR_FCR:
 		u->fcr = v;
 		if (v & 0x02) {   /* clear receive FIFO */
+			bool was_full = u->rx_count == UART_RX_SIZE;
+
 			u->rx_count = 0;
 			u->rx_head = 0;
+			if (was_full && m->ops.console_room)
+				m->ops.console_room(m->ops.ctx);
 		}
 		break;
 	case LCR:
