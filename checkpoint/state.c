@@ -93,6 +93,25 @@ static void vcpu_save(const struct ckpt_image *img, int i, uint8_t *out)
 	memcpy(out, v->xsave, v->xsave_size);
 }
 
+/* What KVM would refuse half-way through an apply is refused here, before
+ * anything is written: reserved flags, impossible vectors and states. */
+static bool vcpu_fields_valid(const struct vcpu_fixed *f)
+{
+	const uint32_t event_flags = KVM_VCPUEVENT_VALID_NMI_PENDING |
+		KVM_VCPUEVENT_VALID_SIPI_VECTOR | KVM_VCPUEVENT_VALID_SHADOW |
+		KVM_VCPUEVENT_VALID_SMM | KVM_VCPUEVENT_VALID_PAYLOAD |
+		KVM_VCPUEVENT_VALID_TRIPLE_FAULT;
+
+	if (f->debugregs.flags || f->xcrs.flags || f->xcrs.nr_xcrs > KVM_MAX_XCRS)
+		return false;
+	if (f->events.flags & ~event_flags)
+		return false;
+	if (f->events.exception.injected &&
+	    (f->events.exception.nr > 31 || f->events.exception.nr == 2))
+		return false;
+	return f->mp_state.mp_state <= KVM_MP_STATE_AP_RESET_HOLD;
+}
+
 static int vcpu_load(struct ckpt_image *img, int i, const uint8_t *in, size_t len)
 {
 	struct kvm_vcpu_state *v = &img->vcpus[i];
@@ -103,6 +122,8 @@ static int vcpu_load(struct ckpt_image *img, int i, const uint8_t *in, size_t le
 	memcpy(&f, in, sizeof(f));
 	if (f.nmsrs > KVM_MAX_MSRS || f.xsave_size > KVM_XSAVE_MAX || f.xsave_size < 512 ||
 	    len != sizeof(f) + f.nmsrs * sizeof(struct kvm_msr_entry) + f.xsave_size)
+		return -EBADMSG;
+	if (!vcpu_fields_valid(&f))
 		return -EBADMSG;
 	v->regs = f.regs;
 	v->sregs = f.sregs;
