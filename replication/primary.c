@@ -82,11 +82,6 @@ struct repl_primary {
 
 static void finish(struct repl_primary *p, int status);
 
-static void release_all(struct repl_primary *p)
-{
-	repl_vm_set_gated(p->vm, false);
-}
-
 /* The secondary is gone: run on, unprotected, and say so. */
 static void lose_secondary(struct repl_primary *p, const char *why)
 {
@@ -106,7 +101,7 @@ static void lose_secondary(struct repl_primary *p, const char *why)
 	repl_link_close(&p->link);
 	for (int i = 0; i < MAX_INFLIGHT; i++)
 		p->tx[i].busy = p->tx[i].sending = false;
-	release_all(p);
+	repl_vm_set_gated(p->vm, false);   /* releases everything held */
 	if (p->finishing)
 		finish(p, p->exit_status);
 }
@@ -491,7 +486,7 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	(void)c;
 	(void)status;
 	p->st.bytes_sent = p->link.bytes_sent;
-	if (repl_link_sent_small(cookie)) {
+	if (repl_link_sent_owned(cookie)) {
 		if (p->state == P_SYNC && !ev_is_active(&p->sync_w) && p->link.conn &&
 		    net_queued_bytes(p->link.conn) <= SYNC_QUEUE_MAX)
 			ev_idle_start(p->loop, &p->sync_w);

@@ -58,13 +58,13 @@ void repl_vm_set_gated(struct repl_vm *v, bool gated);
 /* ---- the link between primary and secondary (wire.c) ---------------------- */
 
 /* Kinds of send cookie (each cookie struct starts with its kind). */
-enum { REPL_TX_SMALL = 0x5a11, REPL_TX_EPOCH = 0xe90c };
+enum { REPL_TX_OWNED = 0x5a11, REPL_TX_EPOCH = 0xe90c };
 
-struct small_tx;
+struct owned_tx;
 
 struct repl_link {
 	struct net_conn *conn;
-	struct small_tx *owned;    /* sends whose bytes the link owns */
+	struct owned_tx *owned;    /* sends whose bytes the link owns */
 	struct proto_dec dec;
 	uint64_t last_rx_ns;
 	uint64_t bytes_sent, bytes_rcvd;
@@ -82,7 +82,7 @@ int repl_link_send_buf(struct repl_link *l, const void *data, size_t len, void *
 int repl_link_send_msg(struct repl_link *l, uint16_t type, const ProtobufCMessage *msg) US_MUST_CHECK;
 int repl_link_send_section(struct repl_link *l, const char *name, const void *data,
 			   size_t len) US_MUST_CHECK;
-bool repl_link_sent_small(void *cookie);
+bool repl_link_sent_owned(void *cookie);
 /* Appends a Section frame to b (epochs are framed into one buffer). */
 int repl_section_pack(struct proto_buf *b, const char *name, const void *data,
 		      size_t len) US_MUST_CHECK;

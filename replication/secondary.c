@@ -474,7 +474,7 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	(void)c;
 	(void)status;
 	(void)ctx;
-	repl_link_sent_small(cookie);
+	repl_link_sent_owned(cookie);
 }
 
 static void on_closed(struct net_conn *c, int reason, void *ctx)

@@ -13,14 +13,14 @@
 /* Bytes the link owns until net says they were sent: control messages and
  * sync batches. They are kept on a list because net_close() drops queued
  * sends without a sent() callback: the link frees what is left then. */
-struct small_tx {
+struct owned_tx {
 	int kind;
-	struct small_tx *next, *prev;
+	struct owned_tx *next, *prev;
 	struct repl_link *link;
 	struct proto_buf buf;
 };
 
-static void tx_free(struct small_tx *tx)
+static void tx_free(struct owned_tx *tx)
 {
 	if (tx->prev)
 		tx->prev->next = tx->next;
@@ -77,14 +77,14 @@ int repl_link_send_buf(struct repl_link *l, const void *data, size_t len, void *
 
 int repl_link_send_owned(struct repl_link *l, struct proto_buf *buf)
 {
-	struct small_tx *tx = calloc(1, sizeof(*tx));
+	struct owned_tx *tx = calloc(1, sizeof(*tx));
 	int r;
 
 	if (!tx) {
 		proto_buf_fini(buf);
 		return -ENOMEM;
 	}
-	tx->kind = REPL_TX_SMALL;
+	tx->kind = REPL_TX_OWNED;
 	tx->link = l;
 	tx->buf = *buf;
 	proto_buf_init(buf);
@@ -150,11 +150,11 @@ char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, siz
 }
 
 /* Frees what the link owned for this send; true if the cookie was one. */
-bool repl_link_sent_small(void *cookie)
+bool repl_link_sent_owned(void *cookie)
 {
-	struct small_tx *tx = cookie;
+	struct owned_tx *tx = cookie;
 
-	if (!tx || tx->kind != REPL_TX_SMALL)
+	if (!tx || tx->kind != REPL_TX_OWNED)
 		return false;
 	tx_free(tx);
 	return true;
