@@ -116,18 +116,23 @@ int th_vm_lines(struct th_vm *t)
 	return n;
 }
 
+void th_deadline(struct timespec *until, int timeout_ms)
+{
+	clock_gettime(CLOCK_REALTIME, until);
+	until->tv_sec += timeout_ms / 1000;
+	until->tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (until->tv_nsec >= 1000000000) {
+		until->tv_sec++;
+		until->tv_nsec -= 1000000000;
+	}
+}
+
 int th_vm_wait_lines(struct th_vm *t, int n, int timeout_ms)
 {
 	struct timespec until;
 	int got;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
+	th_deadline(&until, timeout_ms);
 	pthread_mutex_lock(&t->lock);
 	while ((got = count_lines(t)) < n && !t->stopped)
 		if (pthread_cond_timedwait(&t->cond, &t->lock, &until) == ETIMEDOUT)

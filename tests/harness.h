@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "machine/machine.h"
 
@@ -30,6 +31,8 @@ int th_vm_lines(struct th_vm *t);
 /* Copies the output (NUL-terminated) into a fresh buffer the caller frees. */
 char *th_vm_output(struct th_vm *t);
 void th_sleep_us(uint64_t us);
+/* CLOCK_REALTIME deadline timeout_ms from now, for pthread_cond_timedwait. */
+void th_deadline(struct timespec *until, int timeout_ms);
 uint64_t th_seed(void);
 
 #endif

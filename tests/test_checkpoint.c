@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "checkpoint/checkpoint.h"
+#include "tests/harness.h"
 #include "proto/proto.h"
 
 /* ---- a machine with its console collected -------------------------------- */
@@ -100,13 +101,7 @@ static bool vmh_wait_len(struct vmh *h, size_t len, int timeout_ms)
 	struct timespec until;
 	bool ok;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
+	th_deadline(&until, timeout_ms);
 	pthread_mutex_lock(&h->lock);
 	while (h->len < len)
 		if (pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT)
