@@ -210,4 +210,27 @@ struct proto_page_sink {
 int proto_pages_decode(const void *payload, size_t len, uint64_t max_gfn,
 		       const struct proto_page_sink *sink, void *ctx, size_t *npages) US_MUST_CHECK;
 
+/* ---- replication metadata (meta.c) ---- */
+
+/* Integers that replication puts on the wire outside protobuf fields:
+ * explicit little-endian, whatever the host. Decoders check the length
+ * (-EBADMSG when it is not exactly the encoded size). */
+#define PROTO_META_U64_BYTES 8
+#define PROTO_META_U32_BYTES 4
+
+/* "released" section: total guest output bytes the primary has released. */
+void proto_released_encode(uint64_t released, uint8_t out[PROTO_META_U64_BYTES]);
+int proto_released_decode(const void *data, size_t len, uint64_t *released) US_MUST_CHECK;
+/* "verify" section (test mode): crc32c of all guest RAM at the pause. */
+void proto_verify_encode(uint32_t crc, uint8_t out[PROTO_META_U32_BYTES]);
+int proto_verify_decode(const void *data, size_t len, uint32_t *crc) US_MUST_CHECK;
+/* EpochEnd.digest: crc32c over every page of the epoch, each as its gfn
+ * (u64 little-endian) followed by its 4096 bytes; start with crc 0. */
+uint32_t proto_digest_page(uint32_t crc, uint64_t gfn, const void *page);
+void proto_digest_encode(uint32_t crc, uint8_t out[PROTO_META_U32_BYTES]);
+int proto_digest_decode(const void *data, size_t len, uint32_t *crc) US_MUST_CHECK;
+/* Hello.config_digest: the machine configuration digest as bytes. */
+void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTES]);
+int proto_config_digest_decode(const void *data, size_t len, uint64_t *digest) US_MUST_CHECK;
+
 #endif
