@@ -57,5 +57,5 @@ int agent_cmd_primary(int argc, char **argv)
 	o.cfg = vo.cfg;
 	o.console = vo.console;
 	log_set_role("primary");
-	return repl_primary_run(&o);
+	return repl_primary_run(ev_default_loop(0), &o);
 }

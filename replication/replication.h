@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "checkpoint/checkpoint.h"
 #include "machine/machine.h"
 #include "net/console.h"
 #include "net/net.h"
@@ -110,6 +111,171 @@ struct repl_stats {
 };
 void repl_stats_add_pause(struct repl_stats *s, uint64_t ns);
 void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p99);
+/* Counts one epoch of npages pages (captured or applied). */
+void repl_stats_add_epoch(struct repl_stats *s, uint64_t npages);
+/* Period of an agent's heartbeat for a failure-detection timeout (seconds). */
+double repl_heartbeat_interval(unsigned timeout_ms);
+/* Set bits in a bitmap of words 64-bit words. */
+uint64_t repl_bits_count(const uint64_t *bm, uint64_t words);
+
+/* ---- failures and what they mean (fault.c) ------------------------------- */
+
+/* Not every failure means the peer is gone: each kind has its own policy,
+ * decided by the agent that owns the link (see primary.c, secondary.c). */
+enum repl_fault_kind {
+	REPL_FAULT_NONE,
+	REPL_FAULT_PEER_LOST,        /* connection closed, silent past the timeout */
+	REPL_FAULT_PEER_PROTOCOL,    /* bad frame, unexpected message, refusal */
+	REPL_FAULT_LOCAL_TRANSIENT,  /* out of memory or buffers here: may pass */
+	REPL_FAULT_LOCAL_FATAL,      /* KVM or encoder failure here: will not pass */
+};
+
+struct repl_fault {
+	enum repl_fault_kind kind;
+	int err;                     /* -errno, or 0 */
+	char what[160];              /* printable, no quotes or backslashes */
+};
+
+const char *repl_fault_kind_name(enum repl_fault_kind kind);
+/* Kind of a failure of our own machine, memory or encoder. */
+enum repl_fault_kind repl_fault_local(int err);
+/* Kind of a failure to hand bytes to the link. */
+enum repl_fault_kind repl_fault_send(int err);
+/* Fills f; what is formatted like printf and made safe for JSON. */
+void repl_fault_set(struct repl_fault *f, enum repl_fault_kind kind, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* "kind: what" for status, or "" when there was no failure. */
+void repl_fault_reason(const struct repl_fault *f, char *out, size_t len);
+
+/* ---- the primary's epochs (epoch.c) ---------------------------------------- */
+
+#define REPL_EPOCH_SLOTS 8
+
+/* One epoch slot moves through these in order; one function in epoch.c
+ * (settle) makes a slot free again. An ACK may overtake the link's sent()
+ * (RDMA completions): the slot is then released while on_wire still holds. */
+enum repl_epoch_state {
+	REPL_EPOCH_FREE,        /* may take the next capture */
+	REPL_EPOCH_CAPTURED,    /* pages + state in the capture buffer, output marked */
+	REPL_EPOCH_ENCODED,     /* framed into buf */
+	REPL_EPOCH_SENDING,     /* buf handed to the link */
+	REPL_EPOCH_SENT,        /* the link is done with buf; waiting for ACK */
+	REPL_EPOCH_ACKED,       /* the secondary holds the epoch */
+	REPL_EPOCH_RELEASED,    /* the epoch's output has left */
+};
+
+struct repl_epoch {
+	int kind;                  /* REPL_TX_EPOCH: the slot is its own send cookie */
+	enum repl_epoch_state state;
+	bool on_wire;              /* the link reads buf until its sent() */
+	uint64_t epoch;
+	uint64_t out_mark;         /* guest output produced up to the pause */
+	uint64_t capture_ns;
+	struct proto_buf buf;
+};
+
+/* The pipeline: one capture buffer, REPL_EPOCH_SLOTS slots in flight. */
+struct repl_epochs {
+	struct repl_vm *vm;
+	struct repl_link *link;
+	struct proto_page_enc *enc;  /* shared with the initial sync (one XOR cache) */
+	struct ckpt cap;
+	struct repl_epoch slot[REPL_EPOCH_SLOTS];
+	uint64_t epoch;            /* last captured */
+	uint64_t acked;
+	uint64_t out_mark_prev;    /* output up to here went in an earlier epoch */
+	bool verify;               /* test mode: digest of all RAM in every epoch */
+	uint32_t verify_crc;
+	struct repl_stats st;
+	struct ckpt_stats worst;   /* breakdown of the longest pause */
+	uint64_t worst_pages;
+};
+
+int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link *link,
+		     bool verify) US_MUST_CHECK;
+void repl_epochs_fini(struct repl_epochs *q);
+/* The link is gone with every send on it: all slots are free again. */
+void repl_epochs_drop(struct repl_epochs *q);
+/* Pause, capture, resume (unless !resume), encode, send. 1: epoch sent;
+ * 0: stretched (no free slot or link full); <0: failed, *f says how (a
+ * transient failure has been undone: its pages are dirty again). */
+int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f) US_MUST_CHECK;
+/* The link's sent() for an epoch cookie. */
+void repl_epoch_sent(struct repl_epochs *q, void *cookie);
+/* ACK(epoch): 1 accepted (output released), 0 ignored (stale or unknown). */
+int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch);
+
+/* ---- the initial sync (sync.c) -------------------------------------------- */
+
+/* Copies the guest's RAM to the secondary while it runs: round 0 every page
+ * ever written, then the pages dirtied meanwhile, until few are left; the
+ * rest goes in the first checkpoint. */
+struct repl_sync {
+	struct ev_loop *loop;
+	struct repl_vm *vm;
+	struct repl_link *link;
+	struct proto_page_enc *enc;
+	uint64_t *todo;            /* pages of the round, sent from cursor on */
+	uint64_t cursor;
+	int round;
+	uint64_t round_pages;
+	uint8_t *snap;             /* stable copies of pages being sent */
+	uint64_t t0_ns;
+	uint64_t batches;          /* sent so far */
+	bool running;
+	ev_idle idle_w;
+	/* Loop-thread callbacks of the owner: the sync ended, or failed. */
+	void (*done)(void *ctx);
+	void (*failed)(void *ctx, const struct repl_fault *f);
+	void *ctx;
+};
+
+int repl_sync_init(struct repl_sync *s, struct ev_loop *loop, struct repl_vm *vm,
+		   struct repl_link *link, struct proto_page_enc *enc) US_MUST_CHECK;
+void repl_sync_fini(struct repl_sync *s);
+int repl_sync_start(struct repl_sync *s, struct repl_fault *f) US_MUST_CHECK;
+void repl_sync_stop(struct repl_sync *s);
+/* A send the link owned left: go on if the sync waited for room. */
+void repl_sync_room(struct repl_sync *s);
+
+/* ---- the secondary's staging (staging.c) ---------------------------------- */
+
+/* Epoch N arrives in parts into a staging checkpoint; only a complete,
+ * verified epoch is applied to the standby. Output of applied epochs that
+ * the primary may not have released is held for a takeover. */
+struct repl_staging {
+	struct repl_vm *vm;              /* the standby (borrowed) */
+	uint64_t max_gfn;
+	uint64_t config_digest;
+	bool have_ckpt;
+	uint64_t applied;                /* last applied epoch */
+	bool in_epoch;
+	uint64_t cur;
+	struct ckpt stage;
+	uint32_t crc;
+	bool has_state, has_verify;
+	uint32_t verify_crc;
+	uint64_t verify_ok, verify_failed;
+	struct proto_buf out;            /* console output of the epoch in flight */
+	uint64_t released;               /* the primary's release mark in that epoch */
+	struct proto_buf held;           /* output of applied epochs, maybe unreleased */
+	uint64_t held_from;              /* absolute offset of held[0] */
+	struct repl_stats st;
+};
+
+void repl_staging_init(struct repl_staging *g);
+void repl_staging_fini(struct repl_staging *g);
+/* A new standby (or none): forget every epoch and held byte. */
+void repl_staging_attach(struct repl_staging *g, struct repl_vm *vm, uint64_t config_digest);
+/* A torn transfer: the epoch in flight is dropped, the standby stays. */
+void repl_staging_abort(struct repl_staging *g);
+int repl_staging_begin(struct repl_staging *g, uint64_t epoch) US_MUST_CHECK;
+int repl_staging_section(struct repl_staging *g, const Understudy__Section *sec) US_MUST_CHECK;
+int repl_staging_pages(struct repl_staging *g, const struct proto_frame *f) US_MUST_CHECK;
+/* Verifies and applies the staged epoch. 0: applied (send ACK); <0: *f says
+ * whose fault it is, nothing of the epoch applied unless f is LOCAL_FATAL. */
+int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee,
+		     struct repl_fault *f) US_MUST_CHECK;
 
 /* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
 
@@ -132,8 +298,9 @@ struct repl_secondary_opts {
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
 };
 
-/* Run until the guest powers off or a signal; return the exit status. */
-int repl_primary_run(const struct repl_primary_opts *o);
-int repl_secondary_run(const struct repl_secondary_opts *o);
+/* Run on the caller's loop until the guest powers off or a signal; return
+ * the exit status. */
+int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
+int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o);
 
 #endif

@@ -274,6 +274,28 @@ void repl_stats_add_pause(struct repl_stats *s, uint64_t ns)
 	s->pause_ns[s->npause++ % REPL_STATS_WINDOW] = ns;
 }
 
+void repl_stats_add_epoch(struct repl_stats *s, uint64_t npages)
+{
+	s->epochs++;
+	s->last_dirty_pages = npages;
+	s->dirty_pages_total += npages;
+}
+
+/* Four heartbeats per timeout, at most one every 5 ms. */
+double repl_heartbeat_interval(unsigned timeout_ms)
+{
+	return timeout_ms / 4e3 > 0.005 ? timeout_ms / 4e3 : 0.005;
+}
+
+uint64_t repl_bits_count(const uint64_t *bm, uint64_t words)
+{
+	uint64_t n = 0;
+
+	for (uint64_t w = 0; w < words; w++)
+		n += (uint64_t)__builtin_popcountll(bm[w]);
+	return n;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

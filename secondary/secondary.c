@@ -58,5 +58,5 @@ int agent_cmd_secondary(int argc, char **argv)
 		o.pin = vo.cfg;
 	o.console = vo.console;
 	log_set_role("secondary");
-	return repl_secondary_run(&o);
+	return repl_secondary_run(ev_default_loop(0), &o);
 }

@@ -1,0 +1,314 @@
+/* The primary's epochs, top to bottom. One epoch: take a free slot, pause
+ * the guest, capture its dirty pages, state and output mark, resume (the
+ * only part that runs paused; it never waits on the network), encode into
+ * the slot's buffer, hand that to the link. When the secondary holds the
+ * epoch whole it ACKs; the epoch's output leaves (output commit) and the
+ * slot, once the link no longer reads its buffer, is free again:
+ *
+ *   FREE -> CAPTURED -> ENCODED -> SENDING -> SENT -> ACKED -> RELEASED -> FREE
+ *
+ * An ACK may overtake the link's sent() (RDMA reports local completion
+ * late): the slot is then released with on_wire still set, and freed by
+ * sent(). A captured epoch that cannot reach the link is undone (undo()),
+ * so that the next epoch carries everything it held. */
+#include "replication/replication.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define TAG "epoch"
+#define BATCH_PAGES 1024
+#define CONSOLE_SECTION_MAX (1u << 20)  /* frames stay under the peer's limit */
+#define LINK_QUEUE_MAX (64u << 20)      /* bytes on the link before epochs stretch */
+#define CAP_PAGES_FIRST 8192
+
+int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link *link,
+		     bool verify)
+{
+	uint64_t ram_pages = vm->m->ram_pages;
+	int r;
+
+	memset(q, 0, sizeof(*q));
+	q->vm = vm;
+	q->link = link;
+	q->verify = verify;
+	ckpt_init(&q->cap);
+	for (int i = 0; i < REPL_EPOCH_SLOTS; i++) {
+		q->slot[i].kind = REPL_TX_EPOCH;
+		proto_buf_init(&q->slot[i].buf);
+	}
+	q->enc = proto_page_enc_new(64, 0);
+	if (!q->enc)
+		return -ENOMEM;
+	/* The capture buffer is allocated and touched now, not inside a pause. */
+	r = ckpt_reserve(&q->cap, ram_pages < CAP_PAGES_FIRST ? ram_pages : CAP_PAGES_FIRST);
+	if (r < 0)
+		goto err_enc;
+	return 0;
+
+err_enc:
+	proto_page_enc_free(q->enc);
+	q->enc = NULL;
+	return r;
+}
+
+/* Safe on a zeroed q and after a failed init. */
+void repl_epochs_fini(struct repl_epochs *q)
+{
+	ckpt_fini(&q->cap);
+	for (int i = 0; i < REPL_EPOCH_SLOTS; i++)
+		proto_buf_fini(&q->slot[i].buf);
+	proto_page_enc_free(q->enc);
+	q->enc = NULL;
+}
+
+/* The one place a slot becomes free: when its output has left and the link
+ * no longer reads its buffer; or at once (abandon) when its epoch never
+ * reached the link or the link is gone with every send queued on it. */
+static void settle(struct repl_epoch *e, bool abandon)
+{
+	if (!abandon && (e->state != REPL_EPOCH_RELEASED || e->on_wire))
+		return;
+	e->state = REPL_EPOCH_FREE;
+	e->on_wire = false;
+	proto_buf_reset(&e->buf);
+}
+
+void repl_epochs_drop(struct repl_epochs *q)
+{
+	for (int i = 0; i < REPL_EPOCH_SLOTS; i++)
+		settle(&q->slot[i], true);
+}
+
+static struct repl_epoch *slot_claim(struct repl_epochs *q)
+{
+	for (int i = 0; i < REPL_EPOCH_SLOTS; i++)
+		if (q->slot[i].state == REPL_EPOCH_FREE)
+			return &q->slot[i];
+	return NULL;
+}
+
+static void count_pause(struct repl_epochs *q, uint64_t pause_ns)
+{
+	repl_stats_add_pause(&q->st, pause_ns);
+	if (pause_ns > q->worst.pause_ns) {
+		q->worst = q->cap.stats;
+		q->worst.pause_ns = pause_ns;
+		q->worst_pages = q->cap.npages;
+	}
+	repl_stats_add_epoch(&q->st, q->cap.npages);
+}
+
+/* FREE -> CAPTURED. The guest is paused only here; resume is false for the
+ * last epoch of a guest that stopped. */
+static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
+{
+	struct machine *m = q->vm->m;
+	uint64_t t0 = now_ns(), pause_ns;
+	int r;
+
+	machine_pause(m);
+	r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
+	e->out_mark = repl_vm_output_mark(q->vm);
+	if (q->verify)
+		q->verify_crc = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
+	if (resume)
+		machine_resume(m);
+	pause_ns = now_ns() - t0;
+	if (r < 0)
+		return r;
+	e->epoch = ++q->epoch;
+	e->capture_ns = t0;
+	e->state = REPL_EPOCH_CAPTURED;
+	count_pause(q, pause_ns);
+	return 0;
+}
+
+/* With the guest running: grow the capture buffer when this epoch came near
+ * its size, so that no later pause has to. */
+static void grow_capture(struct repl_epochs *q)
+{
+	uint64_t ram_pages = q->vm->m->ram_pages;
+	size_t want = q->cap.cap_pages * 2 < ram_pages ? q->cap.cap_pages * 2 : ram_pages;
+
+	if (q->cap.npages * 4 > q->cap.cap_pages * 3 && q->cap.cap_pages < ram_pages &&
+	    ckpt_reserve(&q->cap, want) < 0)
+		log_warn(TAG, "cannot grow the epoch buffer beyond %zu pages", q->cap.cap_pages);
+}
+
+/* The epoch's console output, in sections of at most 1 MiB (one, maybe
+ * empty, when there is little). */
+static int pack_output(struct repl_epochs *q, struct repl_epoch *e)
+{
+	struct proto_buf out;
+	int r;
+
+	proto_buf_init(&out);
+	r = repl_vm_output_copy(q->vm, q->out_mark_prev, e->out_mark, &out);
+	for (size_t off = 0; r == 0 && (off < out.len || off == 0); off += CONSOLE_SECTION_MAX) {
+		size_t n = out.len - off < CONSOLE_SECTION_MAX ? out.len - off : CONSOLE_SECTION_MAX;
+
+		r = repl_section_pack(&e->buf, "console", out.data + off, n);
+		if (out.len == 0)
+			break;
+	}
+	proto_buf_fini(&out);
+	return r;
+}
+
+/* Page batches; *crc accumulates the epoch digest over every gfn and page. */
+static int pack_pages(struct repl_epochs *q, struct repl_epoch *e, uint32_t *crc)
+{
+	const struct ckpt *c = &q->cap;
+	const void *ptrs[BATCH_PAGES];
+	int r;
+
+	for (size_t i = 0; i < c->npages; i += BATCH_PAGES) {
+		size_t n = c->npages - i < BATCH_PAGES ? c->npages - i : BATCH_PAGES;
+
+		for (size_t k = 0; k < n; k++) {
+			ptrs[k] = c->pages + (i + k) * CKPT_PAGE_SIZE;
+			*crc = proto_digest_page(*crc, c->gfns[i + k], ptrs[k]);
+		}
+		if ((r = proto_pages_encode(q->enc, c->gfns + i, ptrs, n, &e->buf, NULL)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* CAPTURED -> ENCODED: EpochBegin, console output, the primary's release
+ * mark, page batches, state, (test mode: RAM digest), EpochEnd with the page
+ * count and digest that the secondary checks after decoding. */
+static int encode(struct repl_epochs *q, struct repl_epoch *e)
+{
+	Understudy__EpochBegin eb = UNDERSTUDY__EPOCH_BEGIN__INIT;
+	Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
+	uint8_t released[PROTO_META_U64_BYTES], verify[PROTO_META_U32_BYTES];
+	uint8_t digest[PROTO_META_U32_BYTES];
+	uint32_t crc = 0;
+	int r;
+
+	proto_buf_reset(&e->buf);
+	eb.epoch = e->epoch;
+	proto_released_encode(q->vm->released, released);
+	if ((r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0 ||
+	    (r = pack_output(q, e)) < 0 ||
+	    (r = repl_section_pack(&e->buf, "released", released, sizeof(released))) < 0 ||
+	    (r = pack_pages(q, e, &crc)) < 0 ||
+	    (r = repl_section_pack(&e->buf, "state", q->cap.state, q->cap.state_len)) < 0)
+		return r;
+	proto_verify_encode(q->verify_crc, verify);
+	if (q->verify && (r = repl_section_pack(&e->buf, "verify", verify, sizeof(verify))) < 0)
+		return r;
+	ee.epoch = e->epoch;
+	ee.npages = q->cap.npages;
+	proto_digest_encode(crc, digest);
+	ee.digest.data = digest;
+	ee.digest.len = sizeof(digest);
+	if ((r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_END, &ee.base)) < 0)
+		return r;
+	e->state = REPL_EPOCH_ENCODED;
+	return 0;
+}
+
+/* ENCODED -> SENDING: the output up to the mark now travels with it. */
+static int send_epoch(struct repl_epochs *q, struct repl_epoch *e)
+{
+	int r = repl_link_send_buf(q->link, e->buf.data, e->buf.len, e);
+
+	if (r < 0)
+		return r;
+	e->state = REPL_EPOCH_SENDING;
+	e->on_wire = true;
+	q->out_mark_prev = e->out_mark;
+	return 0;
+}
+
+/* A captured epoch that cannot reach the link: its pages are dirty again,
+ * the encoder forgets what it cached (the secondary never saw those pages),
+ * and its number and output go with the next epoch. */
+static void undo(struct repl_epochs *q, struct repl_epoch *e)
+{
+	ckpt_requeue(q->vm->m, &q->cap);
+	proto_page_enc_reset(q->enc);
+	q->epoch--;
+	settle(e, true);
+}
+
+int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
+{
+	struct repl_epoch *e = slot_claim(q);
+	int r;
+
+	if (!e || (q->link->conn && net_queued_bytes(q->link->conn) > LINK_QUEUE_MAX)) {
+		q->st.stretched++;    /* link slower than the guest: the epoch stretches */
+		return 0;
+	}
+	if ((r = capture(q, e, resume)) < 0) {
+		repl_fault_set(f, repl_fault_local(r), r, "capture of epoch %llu failed: %s",
+			       (unsigned long long)(q->epoch + 1), strerror(-r));
+		return r;
+	}
+	/* Everything below runs while the guest runs. */
+	grow_capture(q);
+	if ((r = encode(q, e)) < 0) {
+		repl_fault_set(f, repl_fault_local(r), r, "encoding epoch %llu failed: %s",
+			       (unsigned long long)e->epoch, strerror(-r));
+		goto err_undo;
+	}
+	if ((r = send_epoch(q, e)) < 0) {
+		repl_fault_set(f, repl_fault_send(r), r, "sending epoch %llu failed: %s",
+			       (unsigned long long)e->epoch, strerror(-r));
+		goto err_undo;
+	}
+	return 1;
+
+err_undo:
+	undo(q, e);
+	return r;
+}
+
+/* SENDING -> SENT: the link no longer reads the buffer. */
+void repl_epoch_sent(struct repl_epochs *q, void *cookie)
+{
+	struct repl_epoch *e = cookie;
+
+	(void)q;
+	e->on_wire = false;
+	if (e->state == REPL_EPOCH_SENDING)
+		e->state = REPL_EPOCH_SENT;
+	settle(e, false);
+}
+
+/* ACKED -> RELEASED: the epoch's output leaves (output commit). */
+static void commit(struct repl_epochs *q, struct repl_epoch *e)
+{
+	repl_vm_release(q->vm, e->out_mark);
+	e->state = REPL_EPOCH_RELEASED;
+	settle(e, false);
+}
+
+/* SENDING or SENT -> ACKED for every epoch up to the acknowledged one. */
+int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
+{
+	if (epoch <= q->acked || epoch > q->epoch) {
+		log_warn(TAG, "ignoring ACK(%llu) (acked %llu, captured %llu)",
+			 (unsigned long long)epoch, (unsigned long long)q->acked,
+			 (unsigned long long)q->epoch);
+		return 0;
+	}
+	for (int i = 0; i < REPL_EPOCH_SLOTS; i++) {
+		struct repl_epoch *e = &q->slot[i];
+
+		if ((e->state == REPL_EPOCH_SENDING || e->state == REPL_EPOCH_SENT) &&
+		    e->epoch <= epoch) {
+			e->state = REPL_EPOCH_ACKED;
+			if (e->epoch == epoch)
+				q->st.lag_ns = now_ns() - e->capture_ns;
+			commit(q, e);
+		}
+	}
+	q->acked = epoch;
+	q->st.acked = epoch;
+	return 1;
+}

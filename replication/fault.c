@@ -1,0 +1,70 @@
+/* Failures sorted by whose they are: the peer's (gone, or talking nonsense)
+ * or ours (a passing shortage, or a machine or encoder that will not work).
+ * The agents decide per kind; this file only names and classifies. */
+#include "replication/replication.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+static const char *const kind_names[] = {
+	[REPL_FAULT_NONE] = "none",
+	[REPL_FAULT_PEER_LOST] = "peer lost",
+	[REPL_FAULT_PEER_PROTOCOL] = "peer protocol error",
+	[REPL_FAULT_LOCAL_TRANSIENT] = "local transient failure",
+	[REPL_FAULT_LOCAL_FATAL] = "local fatal failure",
+};
+
+const char *repl_fault_kind_name(enum repl_fault_kind kind)
+{
+	return kind <= REPL_FAULT_LOCAL_FATAL ? kind_names[kind] : "?";
+}
+
+enum repl_fault_kind repl_fault_local(int err)
+{
+	switch (err) {
+	case -ENOMEM:
+	case -ENOBUFS:
+	case -EAGAIN:
+	case -EINTR:
+		return REPL_FAULT_LOCAL_TRANSIENT;
+	default:
+		return REPL_FAULT_LOCAL_FATAL;
+	}
+}
+
+enum repl_fault_kind repl_fault_send(int err)
+{
+	switch (err) {
+	case -ENOTCONN:
+	case -ESHUTDOWN:
+	case -EPIPE:
+	case -ECONNRESET:
+		return REPL_FAULT_PEER_LOST;
+	default:
+		return repl_fault_local(err);
+	}
+}
+
+void repl_fault_set(struct repl_fault *f, enum repl_fault_kind kind, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	f->kind = kind;
+	f->err = err;
+	va_start(ap, fmt);
+	vsnprintf(f->what, sizeof(f->what), fmt, ap);
+	va_end(ap);
+	/* The text may quote the peer: keep it one printable line for status. */
+	for (char *c = f->what; *c; c++)
+		if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+			*c = '\'';
+}
+
+void repl_fault_reason(const struct repl_fault *f, char *out, size_t len)
+{
+	if (f->kind == REPL_FAULT_NONE && len)
+		out[0] = 0;
+	else
+		snprintf(out, len, "%s: %s", repl_fault_kind_name(f->kind), f->what);
+}

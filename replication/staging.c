@@ -1,0 +1,253 @@
+/* The secondary's staging: epoch N arrives as EpochBegin, sections, page
+ * batches, EpochEnd. Pages go to a staging checkpoint, never to the
+ * standby; only at EpochEnd, with the page count and digest verified and the
+ * whole checkpoint validated, is it applied. A torn or bad transfer leaves
+ * the standby at the previous complete checkpoint.
+ *
+ * Before the first checkpoint (initial sync) pages go straight into the
+ * standby's RAM: there is no complete state to protect yet.
+ *
+ * Guest output of applied epochs that the primary may not have released yet
+ * is held; on takeover it is written to the console first, so a reply whose
+ * ACK raced with the primary's death still reaches the client (which may
+ * then see a line twice, never a line it could not have seen). */
+#include "replication/replication.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "staging"
+#define HELD_OUTPUT_MAX (16u << 20)
+
+void repl_staging_init(struct repl_staging *g)
+{
+	memset(g, 0, sizeof(*g));
+	ckpt_init(&g->stage);
+	proto_buf_init(&g->out);
+	proto_buf_init(&g->held);
+}
+
+void repl_staging_fini(struct repl_staging *g)
+{
+	ckpt_fini(&g->stage);
+	proto_buf_fini(&g->out);
+	proto_buf_fini(&g->held);
+}
+
+void repl_staging_attach(struct repl_staging *g, struct repl_vm *vm, uint64_t config_digest)
+{
+	g->vm = vm;
+	g->max_gfn = vm ? machine_page_gfn(vm->m, vm->m->ram_pages - 1) + 1 : 0;
+	g->config_digest = config_digest;
+	g->have_ckpt = g->in_epoch = false;
+	g->applied = 0;
+	proto_buf_reset(&g->held);
+	g->held_from = 0;
+}
+
+void repl_staging_abort(struct repl_staging *g)
+{
+	g->in_epoch = false;
+}
+
+int repl_staging_begin(struct repl_staging *g, uint64_t epoch)
+{
+	if (!g->vm || g->in_epoch || epoch != g->applied + 1)
+		return -EPROTO;
+	g->in_epoch = true;
+	g->cur = epoch;
+	g->crc = 0;
+	g->has_state = g->has_verify = false;
+	g->released = 0;
+	proto_buf_reset(&g->out);
+	ckpt_reset(&g->stage);
+	g->stage.config_digest = g->config_digest;
+	return 0;
+}
+
+int repl_staging_section(struct repl_staging *g, const Understudy__Section *sec)
+{
+	if (!g->in_epoch)
+		return -EPROTO;
+	if (!strcmp(sec->name, "console")) {
+		if (g->out.len + sec->data.len > HELD_OUTPUT_MAX)
+			return -EMSGSIZE;
+		return proto_buf_append(&g->out, sec->data.data, sec->data.len);
+	}
+	if (!strcmp(sec->name, "released"))
+		return proto_released_decode(sec->data.data, sec->data.len, &g->released);
+	if (!strcmp(sec->name, "verify")) {
+		g->has_verify = true;
+		return proto_verify_decode(sec->data.data, sec->data.len, &g->verify_crc);
+	}
+	if (!strcmp(sec->name, "state")) {
+		g->has_state = true;
+		return ckpt_set_state(&g->stage, sec->data.data, sec->data.len);
+	}
+	return -EBADMSG;
+}
+
+/* ---- pages ------------------------------------------------------------------ */
+
+static const void *page_base(void *ctx, uint64_t gfn)
+{
+	struct repl_staging *g = ctx;
+	int64_t pg = machine_gfn_page(g->vm->m, gfn);
+
+	return pg < 0 ? NULL : machine_page_hva(g->vm->m, (uint64_t)pg);
+}
+
+/* Initial sync: no complete checkpoint exists yet, pages go straight in. */
+static int page_direct(void *ctx, uint64_t gfn, const void *data)
+{
+	struct repl_staging *g = ctx;
+	int64_t pg = machine_gfn_page(g->vm->m, gfn);
+
+	if (pg < 0)
+		return -EBADMSG;
+	memcpy(machine_page_hva(g->vm->m, (uint64_t)pg), data, KVM_PAGE_SIZE);
+	return 0;
+}
+
+static int page_staged(void *ctx, uint64_t gfn, const void *data)
+{
+	struct repl_staging *g = ctx;
+
+	/* An epoch names every page once: more pages than RAM is a bad peer. */
+	if (g->stage.npages >= g->vm->m->ram_pages)
+		return -EBADMSG;
+	g->crc = proto_digest_page(g->crc, gfn, data);
+	return ckpt_add_page(&g->stage, gfn, data);
+}
+
+int repl_staging_pages(struct repl_staging *g, const struct proto_frame *f)
+{
+	struct proto_page_sink sink = { .base = page_base };
+
+	if (!g->vm)
+		return -EPROTO;
+	if (g->in_epoch)
+		sink.page = page_staged;
+	else if (!g->have_ckpt)
+		sink.page = page_direct;
+	else
+		return -EPROTO;   /* pages outside an epoch after the first checkpoint */
+	return proto_pages_decode(f->payload, f->len, g->max_gfn, &sink, g, NULL);
+}
+
+/* ---- the end of an epoch --------------------------------------------------------- */
+
+/* Keeps the epoch's output with the rest not known to be released. */
+static void drop_held(struct repl_staging *g, uint64_t n)
+{
+	if (n > g->held.len)
+		n = g->held.len;
+	memmove(g->held.data, g->held.data + n, g->held.len - n);
+	g->held.len -= n;
+	g->held_from += n;
+}
+
+static int hold_output(struct repl_staging *g)
+{
+	int r = proto_buf_append(&g->held, g->out.data, g->out.len);
+
+	if (r < 0)
+		return r;
+	log_debug(TAG, "epoch %llu: output +%zu, primary released up to %llu",
+		  (unsigned long long)g->cur, g->out.len, (unsigned long long)g->released);
+	if (g->released > g->held_from)
+		drop_held(g, g->released - g->held_from);
+	if (g->held.len > HELD_OUTPUT_MAX) {
+		/* The primary says nothing of releases: keep the newest bytes. */
+		log_warn(TAG, "more than %u bytes of unreleased output held: oldest %zu dropped",
+			 HELD_OUTPUT_MAX, g->held.len - HELD_OUTPUT_MAX);
+		drop_held(g, g->held.len - HELD_OUTPUT_MAX);
+	}
+	return 0;
+}
+
+/* Test mode: the standby's memory and vCPU registers equal the primary's at
+ * this acknowledged epoch. */
+static void verify_applied(struct repl_staging *g)
+{
+	struct machine *m = g->vm->m;
+	struct kvm_vcpu_state *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+	uint32_t crc = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
+	bool regs_ok = a && b;
+
+	for (int i = 0; regs_ok && i < m->ncpus; i++)
+		regs_ok = ckpt_get_vcpu_state(&g->stage, i, a) == 0 &&
+			  machine_get_vcpu_state(m, i, b) == 0 &&
+			  !memcmp(&a->regs, &b->regs, sizeof(a->regs)) &&
+			  !memcmp(&a->sregs, &b->sregs, sizeof(a->sregs));
+	free(a);
+	free(b);
+	if (crc == g->verify_crc && regs_ok) {
+		g->verify_ok++;
+		return;
+	}
+	g->verify_failed++;
+	log_error(TAG, "VERIFY FAILED at epoch %llu: memory %s, vCPU registers %s",
+		  (unsigned long long)g->cur, crc == g->verify_crc ? "equal" : "DIFFER",
+		  regs_ok ? "equal" : "DIFFER");
+}
+
+/* The staged epoch is whole: every page counted and digested as announced. */
+static int check_complete(struct repl_staging *g, const Understudy__EpochEnd *ee,
+			  struct repl_fault *f)
+{
+	uint32_t digest;
+
+	if (!g->in_epoch || ee->epoch != g->cur || ee->npages != g->stage.npages || !g->has_state ||
+	    proto_digest_decode(ee->digest.data, ee->digest.len, &digest) < 0) {
+		repl_fault_set(f, REPL_FAULT_PEER_PROTOCOL, -EBADMSG,
+			       "epoch %llu incomplete: %llu of %llu pages%s",
+			       (unsigned long long)ee->epoch, (unsigned long long)g->stage.npages,
+			       (unsigned long long)ee->npages, g->has_state ? "" : ", no state");
+		return -EBADMSG;
+	}
+	if (digest != g->crc) {
+		repl_fault_set(f, REPL_FAULT_PEER_PROTOCOL, -EBADMSG, "epoch %llu: page digest mismatch",
+			       (unsigned long long)g->cur);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* Whose fault a failed apply is: validation refused the peer's checkpoint,
+ * or memory ran out here, or KVM refused a valid one (the standby is now
+ * inconsistent). */
+static enum repl_fault_kind apply_fault(int err)
+{
+	if (err == -EIO)
+		return REPL_FAULT_LOCAL_FATAL;
+	return err == -ENOMEM ? REPL_FAULT_LOCAL_TRANSIENT : REPL_FAULT_PEER_PROTOCOL;
+}
+
+int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee, struct repl_fault *f)
+{
+	uint64_t t0 = now_ns();
+	int r;
+
+	if ((r = check_complete(g, ee, f)) < 0)
+		return r;
+	if ((r = ckpt_apply(g->vm->m, &g->stage)) < 0) {
+		repl_fault_set(f, apply_fault(r), r, "epoch %llu cannot be applied: %s",
+			       (unsigned long long)g->cur, strerror(-r));
+		return r;
+	}
+	if (g->has_verify)
+		verify_applied(g);
+	if ((r = hold_output(g)) < 0) {
+		repl_fault_set(f, repl_fault_local(r), r, "epoch %llu: holding its output: %s",
+			       (unsigned long long)g->cur, strerror(-r));
+		return r;
+	}
+	g->applied = g->cur;
+	g->have_ckpt = true;
+	g->in_epoch = false;
+	repl_stats_add_pause(&g->st, now_ns() - t0);
+	repl_stats_add_epoch(&g->st, g->stage.npages);
+	return 0;
+}

@@ -1,0 +1,228 @@
+/* The initial sync: the secondary's standby gets the guest's RAM while the
+ * guest runs. Round 0 sends every page ever written (the standby's RAM is
+ * fresh and zero); each later round the pages dirtied meanwhile; when few
+ * are left (or after SYNC_ROUNDS_MAX rounds) they are marked dirty again for
+ * the first checkpoint and done() hands over to the epochs.
+ *
+ * Batches leave from an idle watcher, SYNC_QUEUE_MAX bytes ahead of the link
+ * at most; repl_sync_room() goes on when sends complete. A batch that fails
+ * for want of memory is retried the same way, from where it began. */
+#include "replication/replication.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "sync"
+#define BATCH_PAGES 1024
+#define SYNC_QUEUE_MAX (16u << 20)   /* bytes queued before sync waits */
+#define SYNC_ROUNDS_MAX 4
+#define SYNC_DONE_PAGES 2048         /* dirty set small enough for the first checkpoint */
+
+static void on_idle(struct ev_loop *loop, ev_idle *w, int revents);
+
+static uint64_t bitmap_words(const struct repl_sync *s)
+{
+	return (s->vm->m->ram_pages + 63) / 64;
+}
+
+int repl_sync_init(struct repl_sync *s, struct ev_loop *loop, struct repl_vm *vm,
+		   struct repl_link *link, struct proto_page_enc *enc)
+{
+	memset(s, 0, sizeof(*s));
+	s->loop = loop;
+	s->vm = vm;
+	s->link = link;
+	s->enc = enc;
+	ev_idle_init(&s->idle_w, on_idle);
+	s->idle_w.data = s;
+	s->todo = calloc(bitmap_words(s), 8);
+	if (!s->todo)
+		return -ENOMEM;
+	s->snap = malloc(BATCH_PAGES * KVM_PAGE_SIZE);
+	if (!s->snap)
+		goto err_todo;
+	return 0;
+
+err_todo:
+	free(s->todo);
+	s->todo = NULL;
+	return -ENOMEM;
+}
+
+/* Safe on a zeroed s and after a failed init. */
+void repl_sync_fini(struct repl_sync *s)
+{
+	if (s->loop)
+		repl_sync_stop(s);
+	free(s->todo);
+	free(s->snap);
+	s->todo = NULL;
+	s->snap = NULL;
+}
+
+void repl_sync_stop(struct repl_sync *s)
+{
+	s->running = false;
+	ev_idle_stop(s->loop, &s->idle_w);
+}
+
+/* Until repl_sync_room() finds room on the link. */
+static void wait_room(struct repl_sync *s)
+{
+	ev_idle_stop(s->loop, &s->idle_w);
+}
+
+void repl_sync_room(struct repl_sync *s)
+{
+	if (s->running && s->link->conn && !ev_is_active(&s->idle_w) &&
+	    net_queued_bytes(s->link->conn) <= SYNC_QUEUE_MAX)
+		ev_idle_start(s->loop, &s->idle_w);
+}
+
+static void fail(struct repl_sync *s, enum repl_fault_kind kind, int err, const char *what)
+{
+	struct repl_fault f;
+
+	repl_fault_set(&f, kind, err, "%s during sync round %d: %s", what, s->round, strerror(-err));
+	if (kind == REPL_FAULT_LOCAL_TRANSIENT)
+		wait_room(s);
+	else
+		repl_sync_stop(s);
+	s->failed(s->ctx, &f);
+}
+
+/* Pages of todo go into the dirty log again (for the first checkpoint). */
+static void requeue(struct machine *m, const uint64_t *todo, uint64_t words)
+{
+	for (uint64_t w = 0; w < words; w++)
+		for (uint64_t b = todo[w]; b; b &= b - 1)
+			machine_mark_dirty(m, (w * 64 + (uint64_t)__builtin_ctzll(b)) * KVM_PAGE_SIZE, 1);
+}
+
+static void done_round(struct repl_sync *s)
+{
+	uint64_t words = bitmap_words(s), dirty;
+	int r;
+
+	machine_pause(s->vm->m);
+	r = machine_harvest_dirty(s->vm->m, s->todo);
+	machine_resume(s->vm->m);
+	if (r < 0) {
+		fail(s, repl_fault_local(r), r, "dirty log failed");
+		return;
+	}
+	dirty = repl_bits_count(s->todo, words);
+	log_info(TAG, "sync round %d: %llu pages sent, %llu dirtied meanwhile", s->round,
+		 (unsigned long long)s->round_pages, (unsigned long long)dirty);
+	s->round++;
+	s->cursor = 0;
+	s->round_pages = 0;
+	if (dirty <= SYNC_DONE_PAGES || s->round > SYNC_ROUNDS_MAX) {
+		/* The rest goes in the first checkpoint. */
+		requeue(s->vm->m, s->todo, words);
+		repl_sync_stop(s);
+		s->done(s->ctx);
+	}
+}
+
+/* Copies the next pages of the round into snap: the guest keeps writing
+ * them, and the XOR cache must hold exactly what was sent. */
+static size_t snap_batch(struct repl_sync *s, uint64_t *gfns, const void **ptrs)
+{
+	struct machine *m = s->vm->m;
+	size_t n = 0;
+
+	while (s->cursor < m->ram_pages && n < BATCH_PAGES) {
+		uint64_t pg = s->cursor++;
+
+		if (!(s->todo[pg / 64] >> (pg % 64) & 1))
+			continue;
+		memcpy(s->snap + n * KVM_PAGE_SIZE, machine_page_hva(m, pg), KVM_PAGE_SIZE);
+		gfns[n] = machine_page_gfn(m, pg);
+		ptrs[n] = s->snap + n * KVM_PAGE_SIZE;
+		n++;
+	}
+	return n;
+}
+
+/* A batch that did not leave: the encoder forgets it, the round goes on
+ * from where the batch began once a send completes (repl_sync_room). */
+static void retry_batch(struct repl_sync *s, uint64_t from, int err, const char *what)
+{
+	proto_page_enc_reset(s->enc);
+	s->cursor = from;
+	fail(s, REPL_FAULT_LOCAL_TRANSIENT, err, what);
+}
+
+static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	struct repl_sync *s = w->data;
+	uint64_t gfns[BATCH_PAGES], from = s->cursor;
+	const void *ptrs[BATCH_PAGES];
+	struct proto_buf batch;
+	size_t n;
+	int r;
+
+	(void)loop;
+	(void)revents;
+	if (!s->link->conn || net_queued_bytes(s->link->conn) > SYNC_QUEUE_MAX) {
+		wait_room(s);
+		return;
+	}
+	n = snap_batch(s, gfns, ptrs);
+	if (n) {
+		proto_buf_init(&batch);
+		if ((r = proto_pages_encode(s->enc, gfns, ptrs, n, &batch, NULL)) < 0) {
+			proto_buf_fini(&batch);
+			if (repl_fault_local(r) == REPL_FAULT_LOCAL_TRANSIENT)
+				retry_batch(s, from, r, "encoding a batch");
+			else
+				fail(s, REPL_FAULT_LOCAL_FATAL, r, "encoding a batch");
+			return;
+		}
+		if ((r = repl_link_send_owned(s->link, &batch)) < 0) {
+			if (repl_fault_send(r) == REPL_FAULT_LOCAL_TRANSIENT)
+				retry_batch(s, from, r, "sending a batch");
+			else
+				fail(s, repl_fault_send(r), r, "sending a batch");
+			return;
+		}
+		s->round_pages += n;
+		s->batches++;
+	}
+	if (s->cursor >= s->vm->m->ram_pages)
+		done_round(s);
+}
+
+int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
+{
+	struct machine *m = s->vm->m;
+	uint64_t words = bitmap_words(s);
+	int r;
+
+	/* Round 0 is every page; clear the log first so later writes show. */
+	machine_pause(m);
+	if ((r = machine_harvest_dirty(m, s->todo)) < 0) {
+		machine_resume(m);
+		repl_fault_set(f, repl_fault_local(r), r, "dirty log failed before sync: %s",
+			       strerror(-r));
+		return r;
+	}
+	/* The standby's RAM is fresh and zero: pages never written (holes in
+	 * the memfd) need not travel, nor be faulted in here by reading them. */
+	if (machine_ram_populated(m, s->todo) < 0) {
+		memset(s->todo, 0xff, words * 8);
+		if (m->ram_pages % 64)
+			s->todo[words - 1] = (1ull << (m->ram_pages % 64)) - 1;
+	}
+	s->t0_ns = now_ns();
+	s->cursor = 0;
+	s->running = true;
+	machine_resume(m);
+	ev_idle_start(s->loop, &s->idle_w);
+	log_info(TAG, "secondary accepted us: initial sync while the guest runs (%llu pages, "
+		 "%llu of them ever written)", (unsigned long long)m->ram_pages,
+		 (unsigned long long)repl_bits_count(s->todo, words));
+	return 0;
+}
