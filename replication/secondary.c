@@ -82,14 +82,18 @@ static void end_link(struct repl_secondary *s, bool drop)
 		 (unsigned long long)s->stage.applied);
 }
 
-/* A failure on our side: tell the primary why, then close and drop. */
+/* A failure on our side: drop the standby at once (no takeover from it
+ * while the Error leaves), tell the primary why, then close. */
 static void fail_local(struct repl_secondary *s, const struct repl_fault *f)
 {
-	log_error(TAG, "%s (%s): this standby cannot go on; telling the primary and dropping it",
+	log_error(TAG, "%s (%s): this standby cannot go on; dropping it and telling the primary",
 		  f->what, repl_fault_kind_name(f->kind));
 	s->fault = *f;
+	repl_staging_abort(&s->stage);
+	drop_standby(s);
+	s->state = S_WAITING;
 	if (s->link.conn && repl_send_error(&s->link, f->err, f->what) == 0) {
-		s->refusing = true;      /* the Error leaves, then closed() drops the standby */
+		s->refusing = true;      /* the Error leaves, then closed() follows */
 		net_close_flush(s->link.conn);
 		return;
 	}
