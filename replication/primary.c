@@ -96,7 +96,8 @@ static void stop_for_takeover(struct repl_primary *p, const struct repl_fault *f
 {
 	p->fault = *f;
 	log_error(TAG, "%s: %s at epoch %llu: stopping this primary; the secondary takes over from "
-		  "epoch %llu after its failure timeout; output it did not acknowledge never leaves",
+		  "the last epoch it holds (acknowledged: %llu) after its failure timeout; output it "
+		  "did not acknowledge never leaves here",
 		  repl_fault_kind_name(f->kind), f->what, (unsigned long long)p->ep.epoch,
 		  (unsigned long long)p->ep.acked);
 	repl_link_close(&p->link);
@@ -269,8 +270,10 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 	case PROTO_T_ERROR:
 		e = (Understudy__Error *)msg;
 		log_error(TAG, "secondary says: %s (code %d)", e->text, e->code);
-		repl_fault_set(&p->rx_fault, REPL_FAULT_PEER_PROTOCOL, e->code,
-			       "refused by the secondary: %s", e->text);
+		/* In the handshake a refusal; later the secondary gives up. */
+		repl_fault_set(&p->rx_fault, p->state <= P_HELLO ? REPL_FAULT_PEER_PROTOCOL :
+			       REPL_FAULT_PEER_LOST, e->code, "%s by the secondary: %s",
+			       p->state <= P_HELLO ? "refused" : "given up", e->text);
 		r = -ECONNREFUSED;
 		break;
 	default:
