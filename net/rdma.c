@@ -108,15 +108,33 @@ static void fab_load(void)
 #define SETUP_TIMEOUT_NS (10 * 1000000000ull) /* a peer silent this long is dropped */
 #define DEFAULT_PROVIDER "verbs;ofi_rxm"
 #define FALLBACK_PROVIDER "tcp;ofi_rxm"
+#define DRAIN_COUNTED_NS 2000000000ull /* closing count sent: wait for it this long */
+#define DRAIN_GUESS_NS 200000000ull    /* no count: at most this long, */
+#define DRAIN_QUIET_NS 5000000ull      /* until the CQ is quiet this long */
+#define CTL_READ_BYTES 512             /* setup message and closing count */
 
 struct wr {
 	size_t len;
 	bool done;
 };
 
+/* After the peer closed the socket: what its writes put in the ring is
+ * still delivered, on the loop, until this ends. */
+struct drain {
+	bool on;
+	bool counted;             /* the peer sent its closing count */
+	uint64_t expect;          /* that count */
+	uint64_t start_ns, quiet_ns;
+	uint64_t seen;            /* nevents at quiet_ns */
+	ev_timer deadline;
+};
+
 struct rdma_link {
 	struct net_conn *c;
 	struct ev_loop *loop;
+	int fd;                   /* the bootstrap and liveness socket (net.c's) */
+	char *provider;           /* asked for, or NULL: DEFAULT_PROVIDER */
+	bool up;                  /* setup exchanged */
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -147,8 +165,8 @@ struct rdma_link {
 	size_t setup_have;
 	uint8_t fin[8];           /* the peer's closing count, once 8 bytes are in */
 	size_t fin_have;
+	struct drain drain;
 };
-
 static void put_le64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
@@ -261,13 +279,16 @@ static int open_link(struct rdma_link *r)
 	return rc;
 }
 
-void rdma_free(struct rdma_link *r)
+static void rdma_detach(void *priv)
 {
+	struct rdma_link *r = priv;
+
 	if (!r)
 		return;
 	ev_io_stop(r->loop, &r->cq_io);
 	ev_idle_stop(r->loop, &r->idle);
 	ev_timer_stop(r->loop, &r->tick);
+	ev_timer_stop(r->loop, &r->drain.deadline);
 	if (r->ep)
 		fi_close(&r->ep->fid);
 	if (r->mr)
@@ -280,8 +301,10 @@ void rdma_free(struct rdma_link *r)
 		fi_close(&r->domain->fid);
 	if (r->fabric)
 		fi_close(&r->fabric->fid);
-	fi_freeinfo(r->info);
+	if (r->info)
+		fi_freeinfo(r->info);
 	free(r->ring);
+	free(r->provider);
 	free(r);
 }
 
@@ -289,15 +312,13 @@ void rdma_free(struct rdma_link *r)
 
 static bool busy(const struct rdma_link *r)
 {
-	const struct net_conn *c = r->c;
-
 	return r->wr_count || r->rx_done != r->rx_credited ||
-	       (c->issue_idx < c->qtail && r->tx_written - r->tx_acked < r->peer_ring);
+	       (net_queue_unissued(r->c) && r->tx_written - r->tx_acked < r->peer_ring);
 }
 
 static int fail_proto(struct rdma_link *r, const char *what)
 {
-	log_error(TAG, "RDMA link with %s: %s", r->c->peer, what);
+	log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c), what);
 	return -EPROTO;
 }
 
@@ -316,14 +337,12 @@ static void send_credit(struct rdma_link *r)
 
 static int deliver(struct rdma_link *r, uint64_t len)
 {
-	struct net_conn *c = r->c;
 	size_t off = (size_t)(r->rx_done % RING_BYTES);
 
 	if (!len || len > WRITE_MAX || off + len > RING_BYTES)
 		return fail_proto(r, "write outside the ring");
 	r->rx_done += len;
-	if (c->ops && c->ops->recv)
-		c->ops->recv(c, r->ring + off, (size_t)len, c->ctx);
+	net_conn_deliver(r->c, r->ring + off, (size_t)len);
 	if (r->rx_done - r->rx_credited >= RING_BYTES / 4)
 		send_credit(r);
 	return 0;
@@ -332,15 +351,14 @@ static int deliver(struct rdma_link *r, uint64_t len)
 /* Completed writes release their bytes in issue order. */
 static void complete_writes(struct rdma_link *r)
 {
-	struct net_conn *c = r->c;
 	size_t len;
 
-	while (r->wr_count && r->wr[r->wr_head].done && !c->dead) {
+	while (r->wr_count && r->wr[r->wr_head].done && !net_conn_dead(r->c)) {
 		len = r->wr[r->wr_head].len;
 		r->wr_head = (r->wr_head + 1) % MAX_WR;
 		r->wr_count--;
 		r->tx_done += len;
-		net_conn_consume(c, len, true);
+		net_queue_consume(r->c, len, true);
 	}
 }
 
@@ -362,7 +380,7 @@ static int handle(struct rdma_link *r, const struct fi_cq_data_entry *e)
 				return fail_proto(r, "credit beyond what was written");
 			r->tx_acked = r->rbuf[i];
 		}
-		if (!rc && !r->c->dead)
+		if (!rc && !net_conn_dead(r->c))
 			rc = post_recv(r, i);
 	} else if (ctx >= r->wctx && ctx < r->wctx + MAX_WR) {
 		r->wr[ctx - r->wctx].done = true;
@@ -378,26 +396,26 @@ static int progress(struct rdma_link *r)
 	ssize_t n;
 	int rc;
 
-	while (!r->c->dead) {
+	while (!net_conn_dead(r->c)) {
 		n = fi_cq_read(r->cq, ev, CQ_BATCH);
 		if (n == -FI_EAGAIN)
 			break;
 		if (n == -FI_EAVAIL) {
 			memset(&err, 0, sizeof(err));
 			fi_cq_readerr(r->cq, &err, 0);
-			log_error(TAG, "RDMA link with %s: %s", r->c->peer,
+			log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c),
 				  fi_cq_strerror(r->cq, err.prov_errno, err.err_data, NULL, 0));
 			return -(err.err ? err.err : EIO);
 		}
 		if (n < 0)
 			return (int)n;
-		for (ssize_t i = 0; i < n && !r->c->dead; i++) {
+		for (ssize_t i = 0; i < n && !net_conn_dead(r->c); i++) {
 			rc = handle(r, &ev[i]);
 			if (rc)
 				return rc;
 		}
 	}
-	if (!r->c->dead)
+	if (!net_conn_dead(r->c))
 		send_credit(r);
 	return 0;
 }
@@ -411,20 +429,7 @@ static int issue(struct rdma_link *r)
 	unsigned slot;
 	ssize_t n;
 
-	if (c->issue_idx < c->qhead) {
-		c->issue_idx = c->qhead;
-		c->issue_ptr = NULL;
-	}
-	while (!c->dead && r->wr_count < MAX_WR && c->issue_idx < c->qtail) {
-		struct seg *s = &c->q[c->issue_idx];
-
-		p = c->issue_ptr ? c->issue_ptr : s->base;
-		rem = (size_t)(s->base + s->len - p);
-		if (!rem) {
-			c->issue_idx++;
-			c->issue_ptr = NULL;
-			continue;
-		}
+	while (!net_conn_dead(c) && r->wr_count < MAX_WR && net_queue_next(c, &p, &rem)) {
 		len = r->peer_ring - (r->tx_written - r->tx_acked);
 		off = (size_t)(r->tx_written % r->peer_ring);
 		if (len > r->peer_ring - off)
@@ -445,11 +450,11 @@ static int issue(struct rdma_link *r)
 		r->wr[slot] = (struct wr){ len, false };
 		r->wr_count++;
 		r->tx_written += len;
-		c->issue_ptr = p + len;
+		net_queue_issued(c, len);
 	}
 	/* A send of zero bytes with nothing before it in flight is done. */
-	if (!c->dead && !r->wr_count && c->qhead < c->qtail && !c->q[c->qhead].len)
-		net_conn_consume(c, 0, true);
+	if (!net_conn_dead(c) && !r->wr_count && net_queue_head(c, &p, &rem) && !rem)
+		net_queue_consume(c, 0, true);
 	return 0;
 }
 
@@ -457,24 +462,26 @@ static int issue(struct rdma_link *r)
 static void pump(struct rdma_link *r)
 {
 	struct net_conn *c = r->c;
+	const uint8_t *p;
+	size_t len;
 	int rc;
 
-	if (c->dead || c->handshaking)
+	if (net_conn_dead(c) || !r->up)
 		return;
 	rc = progress(r);
-	if (!rc && !c->dead)
+	if (!rc && !net_conn_dead(c))
 		rc = issue(r);
-	if (!rc && !c->dead)
+	if (!rc && !net_conn_dead(c))
 		rc = progress(r);
-	if (c->dead)
+	if (net_conn_dead(c))
 		return;
 	if (rc) {
 		if (rc != -EPROTO)
-			log_error(TAG, "RDMA link with %s: %s", c->peer, fi_strerror(-rc));
+			log_error(TAG, "RDMA link with %s: %s", net_peer_name(c), fi_strerror(-rc));
 		net_conn_fail(c, rc < 0 ? rc : -EIO);
 		return;
 	}
-	if (c->closing && !r->wr_count && c->qhead == c->qtail) {
+	if (net_conn_closing(c) && !r->wr_count && !net_queue_head(c, &p, &len)) {
 		net_conn_finish_close(c); /* every write completed: close the socket */
 		return;
 	}
@@ -484,13 +491,91 @@ static void pump(struct rdma_link *r)
 		ev_idle_stop(r->loop, &r->idle);
 }
 
+/* ---- the end of the link: drained on the loop ----------------------------------- */
+
+static void drain_end(struct rdma_link *r)
+{
+	struct drain *d = &r->drain;
+
+	d->on = false;
+	ev_timer_stop(r->loop, &d->deadline);
+	if (d->counted && r->rx_done < d->expect)
+		log_warn(TAG, "RDMA link with %s: closed with %llu bytes still missing",
+			 net_peer_name(r->c), (unsigned long long)(d->expect - r->rx_done));
+	net_conn_fail(r->c, 0);
+}
+
+/* One round of the drain: done, or progress and look again next time. */
+static void drain_step(struct rdma_link *r)
+{
+	struct drain *d = &r->drain;
+	uint64_t now = now_ns();
+
+	if (d->counted ? r->rx_done >= d->expect || now - d->start_ns > DRAIN_COUNTED_NS
+		       : now - d->quiet_ns > DRAIN_QUIET_NS || now - d->start_ns > DRAIN_GUESS_NS) {
+		drain_end(r);
+		return;
+	}
+	if (progress(r)) {
+		d->counted = false; /* logged; what did arrive was delivered */
+		drain_end(r);
+		return;
+	}
+	if (net_conn_dead(r->c))
+		return;
+	if (r->nevents != d->seen) {
+		d->seen = r->nevents;
+		d->quiet_ns = now_ns();
+	}
+	ev_idle_start(r->loop, &r->idle); /* poll the CQ every loop iteration */
+}
+
+static void on_drain_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct rdma_link *r = w->data;
+
+	(void)loop;
+	(void)revents;
+	net_conn_enter(r->c);
+	drain_end(r);
+	net_conn_leave(r->c);
+}
+
+/* The peer closed the socket: deliver what its writes put in the ring (up
+ * to its closing count if it sent one) on the loop, then closed(0). Other
+ * watchers of the loop (timers above all) keep running meanwhile. */
+static void drain_begin(struct rdma_link *r)
+{
+	struct drain *d = &r->drain;
+
+	d->on = true;
+	d->counted = r->fin_have == sizeof(r->fin);
+	d->expect = get_le64(r->fin);
+	/* The ring bounds what can still be on its way; more is nonsense. */
+	if (d->counted && d->expect > r->rx_done + RING_BYTES)
+		d->counted = false;
+	d->start_ns = d->quiet_ns = now_ns();
+	d->seen = r->nevents;
+	net_conn_watch_read(r->c, false);
+	ev_timer_init(&d->deadline, on_drain_deadline,
+		      (double)(d->counted ? DRAIN_COUNTED_NS : DRAIN_GUESS_NS) / 1e9, 0);
+	d->deadline.data = r;
+	ev_timer_start(r->loop, &d->deadline);
+	drain_step(r);
+}
+
+/* ---- loop watchers -------------------------------------------------------------- */
+
 static void on_event(struct ev_loop *loop, struct rdma_link *r)
 {
 	struct net_conn *c = r->c;
 
 	(void)loop;
 	net_conn_enter(c);
-	pump(r);
+	if (r->drain.on)
+		drain_step(r);
+	else
+		pump(r);
 	net_conn_leave(c);
 }
 
@@ -511,9 +596,10 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	struct rdma_link *r = w->data;
 
 	(void)revents;
-	if (r->c->handshaking) {
+	if (!r->up) {
 		if (now_ns() - r->start_ns > SETUP_TIMEOUT_NS) {
-			log_error(TAG, "RDMA link with %s: no setup message in time", r->c->peer);
+			log_error(TAG, "RDMA link with %s: no setup message in time",
+				  net_peer_name(r->c));
 			net_conn_enter(r->c);
 			net_conn_fail(r->c, -ETIMEDOUT);
 			net_conn_leave(r->c);
@@ -523,44 +609,23 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	on_event(loop, r);
 }
 
-void rdma_kick(struct net_conn *c)
+static void rdma_kick(void *priv)
 {
-	if (c->rdma && !c->dead)
-		ev_idle_start(c->rdma->loop, &c->rdma->idle);
+	struct rdma_link *r = priv;
+
+	if (!net_conn_dead(r->c))
+		ev_idle_start(r->loop, &r->idle);
 }
 
-void rdma_drain(struct net_conn *c)
+/* Closing: tell the peer how much to expect. */
+static void rdma_shutdown(void *priv)
 {
-	struct rdma_link *r = c->rdma;
-	bool counted = r->fin_have == sizeof(r->fin);
-	uint64_t expect = get_le64(r->fin), start = now_ns(), quiet = start, seen = r->nevents;
-
-	/* The ring bounds what can still be on its way; more is nonsense. */
-	if (counted && expect > r->rx_done + RING_BYTES)
-		counted = false;
-	while (!c->dead) {
-		if (counted ? r->rx_done >= expect || now_ns() - start > 2000000000ull
-			    : now_ns() - quiet > 5000000ull || now_ns() - start > 200000000ull)
-			break;
-		if (progress(r))
-			return;
-		if (r->nevents != seen) {
-			seen = r->nevents;
-			quiet = now_ns();
-		}
-	}
-	if (counted && r->rx_done < expect && !c->dead)
-		log_warn(TAG, "RDMA link with %s: closed with %llu bytes still missing", c->peer,
-			 (unsigned long long)(expect - r->rx_done));
-}
-
-void rdma_fin(struct net_conn *c)
-{
+	struct rdma_link *r = priv;
 	uint8_t msg[8];
 
-	put_le64(msg, c->rdma->tx_done);
+	put_le64(msg, r->tx_done);
 	/* Best effort, like TLS close_notify; MSG_NOSIGNAL: the peer may be gone. */
-	(void)send(c->fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)send(r->fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* ---- setup over the bootstrap socket ------------------------------------------- */
@@ -593,33 +658,53 @@ static int send_setup(struct rdma_link *r)
 	put_le64(msg + 24, RING_BYTES);
 	len = SETUP_HDR + alen;
 	/* The socket has just connected: its buffer takes these bytes at once. */
-	if (write(r->c->fd, msg, len) != (ssize_t)len)
+	if (write(r->fd, msg, len) != (ssize_t)len)
 		return -EIO;
 	return 0;
 }
 
-int rdma_start(struct net_conn *c)
+static int rdma_endpoint_new(const struct net_config *cfg, bool server, void **ep)
+{
+	(void)server;
+	if (cfg->rdma_provider && !(*ep = strdup(cfg->rdma_provider)))
+		return -ENOMEM;
+	return 0;
+}
+
+static void rdma_endpoint_free(void *ep)
+{
+	free(ep);
+}
+
+static int rdma_attach(struct net_conn *c, int fd, void *ep, const char *host, void **priv)
 {
 	struct rdma_link *r = calloc(1, sizeof(*r));
-	const char *prov = c->rdma_provider ? c->rdma_provider : DEFAULT_PROVIDER;
-	char host[64];
-	int rc;
 
+	(void)host;
 	if (!r)
 		return -ENOMEM;
-	pthread_once(&fab_once, fab_load);
-	if (!fab.ok) {
-		free(r);
-		return -ENOSYS;
-	}
 	r->c = c;
-	r->loop = c->loop;
+	r->loop = net_conn_loop(c);
+	r->fd = fd;
 	r->wait_fd = -1;
-	c->rdma = r; /* freed with the conn from here on */
-	if (local_host(c->fd, host, sizeof(host)))
+	if (ep && !(r->provider = strdup(ep))) {
+		free(r);
+		return -ENOMEM;
+	}
+	*priv = r;
+	return 0;
+}
+
+/* Picks the provider; the fallback only when none was asked for. */
+static int find_provider(struct rdma_link *r)
+{
+	const char *prov = r->provider ? r->provider : DEFAULT_PROVIDER;
+	char host[64];
+
+	if (local_host(r->fd, host, sizeof(host)))
 		snprintf(host, sizeof(host), "127.0.0.1");
 	r->info = get_info(prov, host);
-	if (!r->info && !c->rdma_provider) {
+	if (!r->info && !r->provider) {
 		log_info(TAG, "RDMA: no %s device, using %s", DEFAULT_PROVIDER, FALLBACK_PROVIDER);
 		prov = FALLBACK_PROVIDER;
 		r->info = get_info(prov, host);
@@ -628,11 +713,28 @@ int rdma_start(struct net_conn *c)
 		log_error(TAG, "RDMA: provider %s unavailable", prov);
 		return -ENODEV;
 	}
-	rc = open_link(r);
-	if (!rc)
-		rc = send_setup(r);
-	if (rc)
-		return rc < 0 ? rc : -EIO;
+	return 0;
+}
+
+/* The bootstrap socket is up: open the endpoint and send the setup. */
+static int rdma_start(void *priv)
+{
+	struct rdma_link *r = priv;
+	int rc;
+
+	pthread_once(&fab_once, fab_load);
+	rc = fab.ok ? find_provider(r) : -ENOSYS;
+	if (!rc) {
+		rc = open_link(r);
+		if (!rc)
+			rc = send_setup(r);
+		if (rc)
+			rc = rc < 0 ? rc : -EIO;
+	}
+	if (rc) {
+		log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c), strerror(-rc));
+		return rc;
+	}
 	ev_io_init(&r->cq_io, on_cq, r->wait_fd, EV_READ);
 	r->cq_io.data = r;
 	ev_idle_init(&r->idle, on_idle);
@@ -641,31 +743,19 @@ int rdma_start(struct net_conn *c)
 	r->tick.data = r;
 	r->start_ns = now_ns();
 	ev_timer_start(r->loop, &r->tick); /* also bounds the wait for the setup */
-	log_info(TAG, "RDMA link with %s via %s, %s", c->peer, r->info->fabric_attr->prov_name,
+	log_info(TAG, "RDMA link with %s via %s, %s", net_peer_name(r->c),
+		 r->info->fabric_attr->prov_name,
 		 r->wait_fd >= 0 ? "CQ wait fd" : "polled every 1 ms");
 	return 0;
 }
 
-void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len)
+/* The peer's setup message: 0 once whole and checked (then up), -EAGAIN
+ * while incomplete, or -EPROTO (logged). */
+static int setup_recv(struct rdma_link *r, const uint8_t *data, size_t len)
 {
-	struct rdma_link *r = c->rdma;
 	size_t need, take;
 	uint64_t w;
 
-	if (r && !c->handshaking) {
-		/* After the setup only the closing count comes this way. */
-		if (len > sizeof(r->fin) - r->fin_have) {
-			net_conn_fail(c, fail_proto(r, "bytes after setup"));
-			return;
-		}
-		memcpy(r->fin + r->fin_have, data, len);
-		r->fin_have += len;
-		return;
-	}
-	if (!r) {
-		net_conn_fail(c, -EPROTO);
-		return;
-	}
 	while (len) {
 		need = SETUP_HDR;
 		if (r->setup_have >= SETUP_HDR)
@@ -679,35 +769,94 @@ void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len)
 		len -= take;
 		if (r->setup_have == SETUP_HDR) {
 			w = get_le64(r->setup);
-			if ((uint32_t)w != SETUP_MAGIC || w >> 32 == 0 || w >> 32 > ADDR_MAX) {
-				net_conn_fail(c, fail_proto(r, "bad setup message"));
-				return;
-			}
+			if ((uint32_t)w != SETUP_MAGIC || w >> 32 == 0 || w >> 32 > ADDR_MAX)
+				return fail_proto(r, "bad setup message");
 			continue;
 		}
 		if (r->setup_have == need)
 			break;
 	}
 	if (r->setup_have < SETUP_HDR || r->setup_have < SETUP_HDR + (get_le64(r->setup) >> 32))
-		return;
-	if (len) {
-		net_conn_fail(c, fail_proto(r, "bytes after setup"));
-		return;
-	}
+		return -EAGAIN;
+	if (len)
+		return fail_proto(r, "bytes after setup");
 	r->peer_base = get_le64(r->setup + 8);
 	r->peer_key = get_le64(r->setup + 16);
 	r->peer_ring = get_le64(r->setup + 24);
-	if (r->peer_ring < 65536 || r->peer_ring > (1ull << 32)) {
-		net_conn_fail(c, fail_proto(r, "bad ring size"));
+	if (r->peer_ring < 65536 || r->peer_ring > (1ull << 32))
+		return fail_proto(r, "bad ring size");
+	if (fi_av_insert(r->av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1)
+		return fail_proto(r, "peer address rejected");
+	return 0;
+}
+
+/* Bytes from the socket: the setup, then only the closing count. */
+static void ctl_recv(struct rdma_link *r, const uint8_t *data, size_t len)
+{
+	struct net_conn *c = r->c;
+	int rc;
+
+	if (r->up) {
+		if (len > sizeof(r->fin) - r->fin_have) {
+			net_conn_fail(c, fail_proto(r, "bytes after setup"));
+			return;
+		}
+		memcpy(r->fin + r->fin_have, data, len);
+		r->fin_have += len;
 		return;
 	}
-	if (fi_av_insert(r->av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1) {
-		net_conn_fail(c, fail_proto(r, "peer address rejected"));
+	rc = setup_recv(r, data, len);
+	if (rc == -EAGAIN)
+		return;
+	if (rc) {
+		net_conn_fail(c, rc);
 		return;
 	}
 	if (r->wait_fd >= 0)
 		ev_io_start(r->loop, &r->cq_io);
+	r->up = true;
 	net_conn_up(c);
-	if (!c->dead)
-		rdma_kick(c);
+	if (!net_conn_dead(c))
+		rdma_kick(r);
 }
+
+/* The socket is readable. Its end before the setup is a refusal; after
+ * it, the peer closed: drain the ring, then closed(0). */
+static void rdma_read(void *priv)
+{
+	struct rdma_link *r = priv;
+	uint8_t buf[CTL_READ_BYTES];
+	ssize_t n;
+
+	for (int i = 0; i < 64 && !net_conn_dead(r->c); i++) {
+		n = read(r->fd, buf, sizeof(buf));
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			net_conn_fail(r->c, -errno);
+			return;
+		}
+		if (n == 0) {
+			if (r->up)
+				drain_begin(r);
+			else
+				net_conn_fail(r->c, -ECONNRESET);
+			return;
+		}
+		ctl_recv(r, buf, (size_t)n);
+		if ((size_t)n < sizeof(buf))
+			return;
+	}
+}
+
+const struct net_transport_ops net_rdma_ops = {
+	.name = "rdma",
+	.endpoint_new = rdma_endpoint_new,
+	.endpoint_free = rdma_endpoint_free,
+	.attach = rdma_attach,
+	.detach = rdma_detach,
+	.start = rdma_start,
+	.read = rdma_read,
+	.kick = rdma_kick,
+	.shutdown = rdma_shutdown,
+};
