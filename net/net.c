@@ -4,6 +4,7 @@
  * net/conn.h for that contract and net/net.h for the public one. */
 #include "net/net.h"
 #include "net/conn.h"
+#include "net/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,7 +21,6 @@
 
 #define TAG "net"
 #define RBUF_BYTES (256 * 1024)
-#define SOCKBUF_DEFAULT (4 * 1024 * 1024)
 
 struct seg {
 	const uint8_t *base;
@@ -63,8 +63,6 @@ struct net_listener {
 	void *ctx;
 	struct net_conn *hs_head;     /* connections in their handshake */
 };
-
-static void conn_fail(struct net_conn *c, int reason);
 
 static int check_config(const struct net_config *cfg)
 {
@@ -115,45 +113,6 @@ static void endpoint_free(const struct net_transport_ops *t, void *ep)
 {
 	if (t->endpoint_free)
 		t->endpoint_free(ep);
-}
-
-/* ---- addresses and sockets -------------------------------------------------- */
-
-static int resolve(const char *host_port, struct sockaddr_storage *ss, socklen_t *sslen)
-{
-	char host[256];
-	const char *colon = strrchr(host_port, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
-	struct addrinfo *ai;
-	size_t hlen;
-	int r;
-
-	if (!colon || colon == host_port)
-		return -EINVAL;
-	hlen = (size_t)(colon - host_port);
-	if (hlen >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, host_port, hlen);
-	host[hlen] = 0;
-	r = getaddrinfo(host, colon + 1, &hints, &ai);
-	if (r) {
-		log_error(TAG, "cannot resolve %s: %s", host_port, gai_strerror(r));
-		return -EHOSTUNREACH;
-	}
-	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
-	*sslen = ai->ai_addrlen;
-	freeaddrinfo(ai);
-	return 0;
-}
-
-static void set_sockopts(int fd, const struct net_config *cfg)
-{
-	int one = 1, buf = cfg->sockbuf_bytes ? cfg->sockbuf_bytes : SOCKBUF_DEFAULT;
-
-	/* Best effort: the kernel caps buffers at net.core.[rw]mem_max. */
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
 /* ---- connection objects ----------------------------------------------------- */
@@ -235,7 +194,7 @@ static void conn_release(struct net_conn *c)
 		conn_free(c);
 }
 
-static void conn_fail(struct net_conn *c, int reason)
+void net_conn_fail(struct net_conn *c, int reason)
 {
 	if (c->dead)
 		return;
@@ -489,11 +448,6 @@ void net_conn_deliver(struct net_conn *c, const void *data, size_t len)
 		c->ops->recv(c, data, len, c->ctx);
 }
 
-void net_conn_fail(struct net_conn *c, int reason)
-{
-	conn_fail(c, reason);
-}
-
 void net_conn_enter(struct net_conn *c)
 {
 	c->busy++;
@@ -533,7 +487,7 @@ void net_conn_finish_close(struct net_conn *c)
 	if (c->t->shutdown)
 		c->t->shutdown(c->tp);
 	shutdown(c->fd, SHUT_WR);
-	conn_fail(c, 0);
+	net_conn_fail(c, 0);
 }
 
 void net_close_flush(struct net_conn *c)
@@ -563,7 +517,7 @@ static void conn_flush(struct net_conn *c)
 		ev_io_start(c->loop, &c->wio);
 	} else if (r) {
 		log_error(TAG, "send to %s: %s", c->peer, strerror(-r));
-		conn_fail(c, r);
+		net_conn_fail(c, r);
 	} else if (!c->queued && !(c->t->pending && c->t->pending(c->tp))) {
 		ev_io_stop(c->loop, &c->wio);
 		if (c->closing)
@@ -579,7 +533,7 @@ static void conn_start(struct net_conn *c)
 	c->handshaking = true;
 	r = c->t->start(c->tp);
 	if (r)
-		conn_fail(c, r);
+		net_conn_fail(c, r);
 }
 
 static void conn_connecting(struct net_conn *c)
@@ -591,7 +545,7 @@ static void conn_connecting(struct net_conn *c)
 		err = errno;
 	if (err) {
 		log_error(TAG, "connect to %s: %s", c->peer, strerror(err));
-		conn_fail(c, -err);
+		net_conn_fail(c, -err);
 		return;
 	}
 	c->connecting = false;
@@ -649,7 +603,7 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 
 	r = check_config(cfg);
 	if (!r)
-		r = resolve(host_port, &ss, &sslen);
+		r = net_sock_resolve(host_port, &ss, &sslen);
 	if (!r)
 		r = endpoint_new(t, cfg, false, &ep);
 	if (r)
@@ -660,7 +614,7 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 	if (fd < 0) {
 		r = -errno;
 	} else {
-		set_sockopts(fd, cfg);
+		net_sock_set_options(fd, cfg);
 		r = conn_new(loop, fd, t, ep, host, &c);
 	}
 	endpoint_free(t, ep); /* each connection holds what it needs of it */
@@ -680,18 +634,6 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 
 /* ---- listen ----------------------------------------------------------------- */
 
-static void peer_name(const struct sockaddr_storage *ss, char *out, size_t len)
-{
-	char addr[INET6_ADDRSTRLEN] = "?";
-
-	if (ss->ss_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, addr, sizeof(addr));
-	else if (ss->ss_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, addr,
-			  sizeof(addr));
-	snprintf(out, len, "%s:%u", addr, ntohs(((const struct sockaddr_in *)ss)->sin_port));
-}
-
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct net_listener *l = w->data;
@@ -707,13 +649,13 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 			log_error(TAG, "accept: %s", strerror(errno));
 		return;
 	}
-	set_sockopts(fd, &l->cfg);
+	net_sock_set_options(fd, &l->cfg);
 	r = conn_new(loop, fd, l->t, l->ep, NULL, &c);
 	if (r) {
 		log_error(TAG, "accept: %s", strerror(-r));
 		return;
 	}
-	peer_name(&ss, c->peer, sizeof(c->peer));
+	net_sock_peer_name(&ss, c->peer, sizeof(c->peer));
 	c->listener = l; /* on the list until up */
 	c->hs_next = l->hs_head;
 	if (l->hs_head)
@@ -723,28 +665,6 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	net_conn_enter(c); /* the accept callback may close it */
 	conn_start(c);
 	net_conn_leave(c);
-}
-
-static int listen_socket(const struct net_config *cfg, const char *host_port,
-			 struct sockaddr_storage *ss, socklen_t sslen, int *port)
-{
-	int fd, one = 1, r;
-
-	fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	set_sockopts(fd, cfg); /* inherited by accepted sockets, before the handshake */
-	if (bind(fd, (struct sockaddr *)ss, sslen) < 0 || listen(fd, 16) < 0) {
-		r = -errno;
-		log_error(TAG, "listen on %s: %s", host_port, strerror(-r));
-		close(fd);
-		return r;
-	}
-	sslen = sizeof(*ss);
-	getsockname(fd, (struct sockaddr *)ss, &sslen);
-	*port = ntohs(((struct sockaddr_in *)ss)->sin_port);
-	return fd;
 }
 
 int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
@@ -757,7 +677,7 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 
 	r = check_config(cfg);
 	if (!r)
-		r = resolve(host_port, &ss, &sslen);
+		r = net_sock_resolve(host_port, &ss, &sslen);
 	if (r)
 		return r;
 	l = calloc(1, sizeof(*l));
@@ -771,7 +691,7 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	r = endpoint_new(l->t, cfg, true, &l->ep);
 	if (r)
 		goto err_l;
-	l->fd = listen_socket(cfg, host_port, &ss, sslen, &l->port);
+	l->fd = net_sock_listen(cfg, host_port, &ss, sslen, &l->port);
 	if (l->fd < 0) {
 		r = l->fd;
 		goto err_ep;

@@ -22,9 +22,12 @@
  * fi_inject(). sent() fires when a write has completed locally. A side that
  * closes first sends, on the socket, the count of bytes whose writes had
  * completed (8 bytes, little-endian), then closes it; at the end of the
- * socket the receiver progresses its CQ until that many bytes have arrived
- * (at most 2 s) before reporting closed(0). Without that count (the peer
- * died) it drains until the CQ has been quiet for 5 ms.
+ * socket the receiver keeps progressing its CQ until that many bytes have
+ * arrived (at most 2 s) before reporting closed(0). Without that count (the
+ * peer died) it drains until the CQ has been quiet for 5 ms (at most
+ * 200 ms). The drain runs on the loop like the rest (an ev_idle per round,
+ * an ev_timer for the deadline), never in a loop of its own: the agent's
+ * other timers keep firing meanwhile.
  *
  * Event loop: the providers here use manual progress, so the CQ must be
  * read for anything to move. The CQ is opened with FI_WAIT_FD and its fd
@@ -32,10 +35,14 @@
  * writes are in flight (or trywait refuses) an ev_idle keeps progressing,
  * since a sender's progress does not always raise the fd. A 10 ms ev_timer
  * is a safety net. Without a wait fd the timer runs at 1 ms instead.
+ * net/fabric.c loads libfabric and opens the endpoint; this file is the
+ * transport (net/conn.h): setup, data path and the end of the link.
  *
  * No encryption and no authentication: RDMA links belong on a trusted
  * fabric; NET_RDMA needs insecure = true, like NET_TCP. */
 #include "net/conn.h"
+#include "net/fabric.h"
+#include "net/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,57 +53,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-
-#include <dlfcn.h>
-#include <pthread.h>
 #define TAG "net"
 
-/* libfabric is opened on first use, not linked: loading it (and the verbs,
- * rdmacm and netlink libraries it pulls in) costs ~200 ms at every start of
- * the binary here, and only RDMA links need it. These are the only entry
- * points the code below calls; the rest of the API is inline through ops. */
-static struct {
-	int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
-		       const struct fi_info *hints, struct fi_info **info);
-	void (*freeinfo)(struct fi_info *info);
-	struct fi_info *(*dupinfo)(const struct fi_info *info);
-	int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
-	const char *(*strerror)(int errnum);
-	bool ok;
-} fab;   /* written once under fab_once, read-only after */
-static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
-
-static void fab_load(void)
-{
-	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
-
-	if (!h) {
-		log_error(TAG, "RDMA needs libfabric: %s (Debian: apt-get install libfabric1)", dlerror());
-		return;
-	}
-	fab.getinfo = (__typeof__(fab.getinfo))dlsym(h, "fi_getinfo");
-	fab.freeinfo = (__typeof__(fab.freeinfo))dlsym(h, "fi_freeinfo");
-	fab.dupinfo = (__typeof__(fab.dupinfo))dlsym(h, "fi_dupinfo");
-	fab.fabric = (__typeof__(fab.fabric))dlsym(h, "fi_fabric");
-	fab.strerror = (__typeof__(fab.strerror))dlsym(h, "fi_strerror");
-	fab.ok = fab.getinfo && fab.freeinfo && fab.dupinfo && fab.fabric && fab.strerror;
-	if (!fab.ok)
-		log_error(TAG, "libfabric.so.1 lacks the functions RDMA needs");
-}
-
-#define fi_getinfo fab.getinfo
-#define fi_freeinfo fab.freeinfo
-#define fi_fabric fab.fabric
-#define fi_strerror fab.strerror
-#define fi_allocinfo() fab.dupinfo(NULL)
-
-#define FI_API FI_VERSION(1, 9)
 #define RING_BYTES (8u << 20)
 #define WRITE_MAX (1u << 20)
 #define MAX_WR 64            /* writes in flight */
@@ -106,8 +64,6 @@ static void fab_load(void)
 #define SETUP_HDR 32
 #define ADDR_MAX 128
 #define SETUP_TIMEOUT_NS (10 * 1000000000ull) /* a peer silent this long is dropped */
-#define DEFAULT_PROVIDER "verbs;ofi_rxm"
-#define FALLBACK_PROVIDER "tcp;ofi_rxm"
 #define DRAIN_COUNTED_NS 2000000000ull /* closing count sent: wait for it this long */
 #define DRAIN_GUESS_NS 200000000ull    /* no count: at most this long, */
 #define DRAIN_QUIET_NS 5000000ull      /* until the CQ is quiet this long */
@@ -133,16 +89,9 @@ struct rdma_link {
 	struct net_conn *c;
 	struct ev_loop *loop;
 	int fd;                   /* the bootstrap and liveness socket (net.c's) */
-	char *provider;           /* asked for, or NULL: DEFAULT_PROVIDER */
+	char *provider;           /* asked for, or NULL: the default */
 	bool up;                  /* setup exchanged */
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_av *av;
-	struct fid_cq *cq;
-	struct fid_ep *ep;
-	struct fid_mr *mr;
-	uint8_t *ring;            /* the peer writes here */
+	struct net_fab fab;       /* endpoint, CQ and our ring */
 	fi_addr_t peer;
 	uint64_t peer_base, peer_key, peer_ring;
 	uint64_t tx_written;      /* bytes written into the peer's ring */
@@ -157,7 +106,6 @@ struct rdma_link {
 	struct fi_context rctx[NRECV];
 	uint64_t nevents;
 	uint64_t start_ns;
-	int wait_fd;
 	ev_io cq_io;
 	ev_idle idle;
 	ev_timer tick;
@@ -184,99 +132,14 @@ static uint64_t get_le64(const uint8_t *p)
 
 /* ---- endpoint setup ----------------------------------------------------------- */
 
-static struct fi_info *get_info(const char *prov, const char *node)
-{
-	struct fi_info *hints = fi_allocinfo(), *info = NULL;
-	int r;
-
-	if (!hints)
-		return NULL;
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_MSG | FI_RMA;
-	hints->mode = FI_CONTEXT;
-	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-				      FI_MR_ENDPOINT;
-	hints->tx_attr->msg_order = FI_ORDER_WAW;
-	hints->rx_attr->msg_order = FI_ORDER_WAW;
-	hints->fabric_attr->prov_name = strdup(prov);
-	r = fi_getinfo(FI_API, node, NULL, FI_SOURCE, hints, &info);
-	if (r == -FI_ENODATA && node)
-		r = fi_getinfo(FI_API, NULL, NULL, 0, hints, &info);
-	fi_freeinfo(hints);
-	if (r) {
-		log_debug(TAG, "RDMA provider %s: %s", prov, fi_strerror(-r));
-		return NULL;
-	}
-	if (info->domain_attr->cq_data_size < 4) {
-		log_error(TAG, "RDMA provider %s: no remote CQ data", prov);
-		fi_freeinfo(info);
-		return NULL;
-	}
-	return info;
-}
-
 static int post_recv(struct rdma_link *r, int i)
 {
 	ssize_t n;
 
 	do
-		n = fi_recv(r->ep, &r->rbuf[i], sizeof(r->rbuf[i]), NULL, FI_ADDR_UNSPEC, &r->rctx[i]);
-	while (n == -FI_EAGAIN && fi_cq_read(r->cq, NULL, 0) != -FI_EAVAIL);
+		n = fi_recv(r->fab.ep, &r->rbuf[i], sizeof(r->rbuf[i]), NULL, FI_ADDR_UNSPEC, &r->rctx[i]);
+	while (n == -FI_EAGAIN && fi_cq_read(r->fab.cq, NULL, 0) != -FI_EAVAIL);
 	return (int)n;
-}
-
-static int open_cq(struct rdma_link *r)
-{
-	struct fi_cq_attr attr = { .size = 4 * MAX_WR + NRECV, .format = FI_CQ_FORMAT_DATA,
-				   .wait_obj = FI_WAIT_FD };
-	int rc;
-
-	r->wait_fd = -1;
-	rc = fi_cq_open(r->domain, &attr, &r->cq, NULL);
-	if (!rc && fi_control(&r->cq->fid, FI_GETWAIT, &r->wait_fd) == 0)
-		return 0;
-	if (!rc)
-		fi_close(&r->cq->fid);
-	r->wait_fd = -1;
-	attr.wait_obj = FI_WAIT_NONE;
-	return fi_cq_open(r->domain, &attr, &r->cq, NULL);
-}
-
-/* Fabric, domain, AV, CQ, endpoint and the registered ring. */
-static int open_link(struct rdma_link *r)
-{
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
-	uint64_t mr_mode = r->info->domain_attr->mr_mode;
-	int rc;
-
-	rc = fi_fabric(r->info->fabric_attr, &r->fabric, NULL);
-	if (!rc)
-		rc = fi_domain(r->fabric, r->info, &r->domain, NULL);
-	if (!rc)
-		rc = fi_av_open(r->domain, &av_attr, &r->av, NULL);
-	if (!rc)
-		rc = open_cq(r);
-	if (!rc)
-		rc = fi_endpoint(r->domain, r->info, &r->ep, NULL);
-	if (!rc)
-		rc = fi_ep_bind(r->ep, &r->av->fid, 0);
-	if (!rc)
-		rc = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV);
-	if (!rc)
-		rc = fi_enable(r->ep);
-	if (rc)
-		return rc;
-	if (posix_memalign((void **)&r->ring, 4096, RING_BYTES))
-		return -FI_ENOMEM;
-	rc = fi_mr_reg(r->domain, r->ring, RING_BYTES, FI_REMOTE_WRITE, 0, 0, 0, &r->mr, NULL);
-	if (!rc && (mr_mode & FI_MR_ENDPOINT)) {
-		rc = fi_mr_bind(r->mr, &r->ep->fid, 0);
-		if (!rc)
-			rc = fi_mr_enable(r->mr);
-	}
-	for (int i = 0; i < NRECV && !rc; i++)
-		rc = post_recv(r, i);
-	return rc;
 }
 
 static void rdma_detach(void *priv)
@@ -289,21 +152,7 @@ static void rdma_detach(void *priv)
 	ev_idle_stop(r->loop, &r->idle);
 	ev_timer_stop(r->loop, &r->tick);
 	ev_timer_stop(r->loop, &r->drain.deadline);
-	if (r->ep)
-		fi_close(&r->ep->fid);
-	if (r->mr)
-		fi_close(&r->mr->fid);
-	if (r->cq)
-		fi_close(&r->cq->fid);
-	if (r->av)
-		fi_close(&r->av->fid);
-	if (r->domain)
-		fi_close(&r->domain->fid);
-	if (r->fabric)
-		fi_close(&r->fabric->fid);
-	if (r->info)
-		fi_freeinfo(r->info);
-	free(r->ring);
+	net_fab_close(&r->fab);
 	free(r->provider);
 	free(r);
 }
@@ -331,7 +180,7 @@ static void send_credit(struct rdma_link *r)
 	if (r->rx_done == r->rx_credited)
 		return;
 	v = r->rx_done;
-	if (fi_inject(r->ep, &v, sizeof(v), r->peer) == 0)
+	if (fi_inject(r->fab.ep, &v, sizeof(v), r->peer) == 0)
 		r->rx_credited = v;
 }
 
@@ -342,7 +191,7 @@ static int deliver(struct rdma_link *r, uint64_t len)
 	if (!len || len > WRITE_MAX || off + len > RING_BYTES)
 		return fail_proto(r, "write outside the ring");
 	r->rx_done += len;
-	net_conn_deliver(r->c, r->ring + off, (size_t)len);
+	net_conn_deliver(r->c, r->fab.ring + off, (size_t)len);
 	if (r->rx_done - r->rx_credited >= RING_BYTES / 4)
 		send_credit(r);
 	return 0;
@@ -397,14 +246,14 @@ static int progress(struct rdma_link *r)
 	int rc;
 
 	while (!net_conn_dead(r->c)) {
-		n = fi_cq_read(r->cq, ev, CQ_BATCH);
+		n = fi_cq_read(r->fab.cq, ev, CQ_BATCH);
 		if (n == -FI_EAGAIN)
 			break;
 		if (n == -FI_EAVAIL) {
 			memset(&err, 0, sizeof(err));
-			fi_cq_readerr(r->cq, &err, 0);
+			fi_cq_readerr(r->fab.cq, &err, 0);
 			log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c),
-				  fi_cq_strerror(r->cq, err.prov_errno, err.err_data, NULL, 0));
+				  fi_cq_strerror(r->fab.cq, err.prov_errno, err.err_data, NULL, 0));
 			return -(err.err ? err.err : EIO);
 		}
 		if (n < 0)
@@ -441,7 +290,7 @@ static int issue(struct rdma_link *r)
 		if (!len)
 			break; /* ring full: credit comes through the CQ */
 		slot = (r->wr_head + r->wr_count) % MAX_WR;
-		n = fi_writedata(r->ep, p, len, NULL, len, r->peer, r->peer_base + off, r->peer_key,
+		n = fi_writedata(r->fab.ep, p, len, NULL, len, r->peer, r->peer_base + off, r->peer_key,
 				 &r->wctx[slot]);
 		if (n == -FI_EAGAIN)
 			break;
@@ -477,7 +326,7 @@ static void pump(struct rdma_link *r)
 		return;
 	if (rc) {
 		if (rc != -EPROTO)
-			log_error(TAG, "RDMA link with %s: %s", net_peer_name(c), fi_strerror(-rc));
+			log_error(TAG, "RDMA link with %s: %s", net_peer_name(c), net_fab_strerror(-rc));
 		net_conn_fail(c, rc < 0 ? rc : -EIO);
 		return;
 	}
@@ -485,7 +334,7 @@ static void pump(struct rdma_link *r)
 		net_conn_finish_close(c); /* every write completed: close the socket */
 		return;
 	}
-	if (busy(r) || r->wait_fd < 0 || fi_trywait(r->fabric, (struct fid **)&r->cq, 1))
+	if (busy(r) || r->fab.wait_fd < 0 || fi_trywait(r->fab.fabric, (struct fid **)&r->fab.cq, 1))
 		ev_idle_start(r->loop, &r->idle);
 	else
 		ev_idle_stop(r->loop, &r->idle);
@@ -630,31 +479,18 @@ static void rdma_shutdown(void *priv)
 
 /* ---- setup over the bootstrap socket ------------------------------------------- */
 
-static int local_host(int fd, char *host, size_t len)
-{
-	struct sockaddr_storage ss;
-	socklen_t sslen = sizeof(ss);
-	const void *a;
-
-	if (getsockname(fd, (struct sockaddr *)&ss, &sslen))
-		return -errno;
-	a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-				     : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-	return inet_ntop(ss.ss_family, a, host, (socklen_t)len) ? 0 : -errno;
-}
-
 static int send_setup(struct rdma_link *r)
 {
 	uint8_t msg[SETUP_HDR + ADDR_MAX] = { 0 };
 	size_t alen = ADDR_MAX, len;
-	bool virt = r->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
-	int rc = fi_getname(&r->ep->fid, msg + SETUP_HDR, &alen);
+	bool virt = r->fab.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+	int rc = fi_getname(&r->fab.ep->fid, msg + SETUP_HDR, &alen);
 
 	if (rc)
 		return rc;
 	put_le64(msg, SETUP_MAGIC | (uint64_t)alen << 32);
-	put_le64(msg + 8, virt ? (uint64_t)(uintptr_t)r->ring : 0);
-	put_le64(msg + 16, fi_mr_key(r->mr));
+	put_le64(msg + 8, virt ? (uint64_t)(uintptr_t)r->fab.ring : 0);
+	put_le64(msg + 16, fi_mr_key(r->fab.mr));
 	put_le64(msg + 24, RING_BYTES);
 	len = SETUP_HDR + alen;
 	/* The socket has just connected: its buffer takes these bytes at once. */
@@ -686,7 +522,7 @@ static int rdma_attach(struct net_conn *c, int fd, void *ep, const char *host, v
 	r->c = c;
 	r->loop = net_conn_loop(c);
 	r->fd = fd;
-	r->wait_fd = -1;
+	r->fab.wait_fd = -1;
 	if (ep && !(r->provider = strdup(ep))) {
 		free(r);
 		return -ENOMEM;
@@ -695,57 +531,36 @@ static int rdma_attach(struct net_conn *c, int fd, void *ep, const char *host, v
 	return 0;
 }
 
-/* Picks the provider; the fallback only when none was asked for. */
-static int find_provider(struct rdma_link *r)
-{
-	const char *prov = r->provider ? r->provider : DEFAULT_PROVIDER;
-	char host[64];
-
-	if (local_host(r->fd, host, sizeof(host)))
-		snprintf(host, sizeof(host), "127.0.0.1");
-	r->info = get_info(prov, host);
-	if (!r->info && !r->provider) {
-		log_info(TAG, "RDMA: no %s device, using %s", DEFAULT_PROVIDER, FALLBACK_PROVIDER);
-		prov = FALLBACK_PROVIDER;
-		r->info = get_info(prov, host);
-	}
-	if (!r->info) {
-		log_error(TAG, "RDMA: provider %s unavailable", prov);
-		return -ENODEV;
-	}
-	return 0;
-}
-
 /* The bootstrap socket is up: open the endpoint and send the setup. */
 static int rdma_start(void *priv)
 {
 	struct rdma_link *r = priv;
+	char host[64];
 	int rc;
 
-	pthread_once(&fab_once, fab_load);
-	rc = fab.ok ? find_provider(r) : -ENOSYS;
-	if (!rc) {
-		rc = open_link(r);
-		if (!rc)
-			rc = send_setup(r);
-		if (rc)
-			rc = rc < 0 ? rc : -EIO;
-	}
+	if (net_sock_local_host(r->fd, host, sizeof(host)))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	rc = net_fab_open(&r->fab, r->provider, host, RING_BYTES, 4 * MAX_WR + NRECV);
+	for (int i = 0; i < NRECV && !rc; i++)
+		rc = post_recv(r, i);
+	if (!rc)
+		rc = send_setup(r);
 	if (rc) {
+		rc = rc < 0 ? rc : -EIO;
 		log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c), strerror(-rc));
 		return rc;
 	}
-	ev_io_init(&r->cq_io, on_cq, r->wait_fd, EV_READ);
+	ev_io_init(&r->cq_io, on_cq, r->fab.wait_fd, EV_READ);
 	r->cq_io.data = r;
 	ev_idle_init(&r->idle, on_idle);
 	r->idle.data = r;
-	ev_timer_init(&r->tick, on_tick, 0.01, r->wait_fd >= 0 ? 0.01 : 0.001);
+	ev_timer_init(&r->tick, on_tick, 0.01, r->fab.wait_fd >= 0 ? 0.01 : 0.001);
 	r->tick.data = r;
 	r->start_ns = now_ns();
 	ev_timer_start(r->loop, &r->tick); /* also bounds the wait for the setup */
 	log_info(TAG, "RDMA link with %s via %s, %s", net_peer_name(r->c),
-		 r->info->fabric_attr->prov_name,
-		 r->wait_fd >= 0 ? "CQ wait fd" : "polled every 1 ms");
+		 r->fab.info->fabric_attr->prov_name,
+		 r->fab.wait_fd >= 0 ? "CQ wait fd" : "polled every 1 ms");
 	return 0;
 }
 
@@ -785,7 +600,7 @@ static int setup_recv(struct rdma_link *r, const uint8_t *data, size_t len)
 	r->peer_ring = get_le64(r->setup + 24);
 	if (r->peer_ring < 65536 || r->peer_ring > (1ull << 32))
 		return fail_proto(r, "bad ring size");
-	if (fi_av_insert(r->av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1)
+	if (fi_av_insert(r->fab.av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1)
 		return fail_proto(r, "peer address rejected");
 	return 0;
 }
@@ -812,7 +627,7 @@ static void ctl_recv(struct rdma_link *r, const uint8_t *data, size_t len)
 		net_conn_fail(c, rc);
 		return;
 	}
-	if (r->wait_fd >= 0)
+	if (r->fab.wait_fd >= 0)
 		ev_io_start(r->loop, &r->cq_io);
 	r->up = true;
 	net_conn_up(c);
