@@ -17,10 +17,11 @@
 
 #include "net/net.h"
 
-/* One transport. Every op runs on the loop's thread; an op that may run
- * callbacks of the layer above (deliver, consume, up, fail) runs with the
- * connection held (net_conn_enter), so it stays valid until the op returns
- * even if the layer above closed it: check net_conn_dead() after them. */
+/* One transport. Every op runs on the loop's thread. start, handshake,
+ * read and flush run with the connection held (net_conn_enter), so it stays
+ * valid until they return even if a callback of the layer above (run by
+ * deliver, consume, up or fail) closed it: check net_conn_dead() after
+ * those. The transport's own watchers hold it the same way. */
 struct net_transport_ops {
 	const char *name;
 	/* Optional: state shared by the connections of one listener or of one
@@ -49,7 +50,9 @@ struct net_transport_ops {
 	/* Optional, with flush(): bytes held beyond the queue (TLS records). */
 	bool (*pending)(const void *priv);
 	/* Without flush(): sends are queued, the connection came up or is
-	 * closing: make progress, net_conn_finish_close() once drained. */
+	 * closing. May be called from net_send(), so it only schedules the
+	 * work on the loop (no callbacks inside); that work calls
+	 * net_conn_finish_close() once a closing connection is drained. */
 	void (*kick)(void *priv);
 	/* Optional: a best-effort goodbye before a clean close (TLS
 	 * close_notify, RDMA's completed byte count). */
