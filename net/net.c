@@ -6,12 +6,8 @@
 #include "net/conn.h"
 #include "net/socket.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -44,9 +44,7 @@
 #include "net/fabric.h"
 #include "net/socket.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
