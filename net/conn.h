@@ -1,81 +1,101 @@
-/* net/ private: the connection object shared by the socket transports
- * (net/net.c) and the RDMA transport (net/rdma.c). Not for other modules. */
+/* net/ private: the contract between the connection core (net/net.c) and the
+ * transports (net/tcp.c, net/tls.c, net/rdma.c). Not for other modules.
+ *
+ * net.c owns struct net_conn and keeps it opaque: the socket and its two
+ * watchers, the lifecycle (connecting -> handshaking -> up -> closing ->
+ * dead) and the send queue. A transport is a table of ops plus a private
+ * state per connection, created by attach() and freed by detach(). net.c
+ * calls a transport only through its table; a transport sees the
+ * connection only through the helpers declared below, and never includes
+ * another transport. Dependencies point one way: net.c -> ops; the helpers
+ * are the only way back. */
 #ifndef US_NET_CONN_H
 #define US_NET_CONN_H
 
+#include <stdbool.h>
 #include <stdint.h>
-
-#include <openssl/ssl.h>
 
 #include "net/net.h"
 
-struct seg {
-	const uint8_t *base;
-	size_t len;
-	void *cookie;
-	bool last; /* last segment of a net_send(): completes the cookie */
+/* One transport. Every op runs on the loop's thread. start, handshake,
+ * read and flush run with the connection held (net_conn_enter), so it stays
+ * valid until they return even if a callback of the layer above (run by
+ * deliver, consume, up or fail) closed it: check net_conn_dead() after
+ * those. The transport's own watchers hold it the same way. */
+struct net_transport_ops {
+	const char *name;
+	/* Optional: state shared by the connections of one listener or of one
+	 * net_connect() (TLS: the SSL_CTX). 0 or -errno, logged. */
+	int (*endpoint_new)(const struct net_config *cfg, bool server, void **ep);
+	void (*endpoint_free)(void *ep);
+	/* The private state of connection c on socket fd (net.c closes fd).
+	 * host: the server's name or address to verify (client), or NULL
+	 * (accepted connection). 0 or -errno. */
+	int (*attach)(struct net_conn *c, int fd, void *ep, const char *host, void **priv);
+	void (*detach)(void *priv);
+	/* The socket is connected or accepted: run the transport's own setup,
+	 * then net_conn_up(), possibly inside this call. -errno (logged) makes
+	 * net.c fail the connection. */
+	int (*start)(void *priv);
+	/* Optional: the socket is ready while the setup runs (the TLS
+	 * handshake). Without it, read() gets the socket's events then. */
+	void (*handshake)(void *priv);
+	/* The socket is readable: read until it would block, pass the bytes
+	 * to net_conn_deliver(); net_conn_fail() at its end or on an error. */
+	void (*read)(void *priv);
+	/* The socket is writable: write from the send queue. 0 when the queue
+	 * is written out, -EAGAIN, or a fatal -errno. NULL for a transport that
+	 * writes on its own (kick()); the socket then carries only its setup. */
+	int (*flush)(void *priv);
+	/* Optional, with flush(): bytes held beyond the queue (TLS records). */
+	bool (*pending)(const void *priv);
+	/* Without flush(): sends are queued, the connection came up or is
+	 * closing. May be called from net_send(), so it only schedules the
+	 * work on the loop (no callbacks inside); that work calls
+	 * net_conn_finish_close() once a closing connection is drained. */
+	void (*kick)(void *priv);
+	/* Optional: a best-effort goodbye before a clean close (TLS
+	 * close_notify, RDMA's completed byte count). */
+	void (*shutdown)(void *priv);
 };
 
-#define NET_TBUF_BYTES (64 * 1024) /* TLS staging for small segments */
+extern const struct net_transport_ops net_tcp_ops;  /* net/tcp.c */
+extern const struct net_transport_ops net_tls_ops;  /* net/tls.c */
+extern const struct net_transport_ops net_rdma_ops; /* net/rdma.c */
 
-struct rdma_link;
+/* ---- net.c helpers for transports: the whole way back ---------------------- */
 
-struct net_conn {
-	struct ev_loop *loop;
-	ev_io rio, wio;
-	int fd;                       /* TCP; for RDMA the bootstrap and liveness socket */
-	SSL *ssl;
-	bool connecting, handshaking, dead, freeing;
-	bool closing;                 /* net_close_flush(): close once flushed */
-	int busy;                     /* callbacks on the stack */
-	struct net_listener *listener; /* set while a server handshake runs */
-	struct net_conn *hs_next, *hs_prev;
-	const struct net_conn_ops *ops;
-	void *ctx;
-	struct seg *q;                /* send queue [qhead, qtail) */
-	size_t qhead, qtail, qcap;
-	size_t queued;
-	uint8_t *rbuf;
-	uint8_t *tbuf;                /* TLS staging: [toff, tlen) not yet taken */
-	size_t toff, tlen;
-	uint8_t *wout;                /* TLS records: [woff, wlen) not yet written */
-	size_t woff, wlen;
-	BIO_METHOD *wmeth;
-	bool want_rdma;               /* NET_RDMA: the socket bootstraps an RDMA link */
-	char *rdma_provider;          /* NET_RDMA: libfabric provider asked for, or NULL */
-	struct rdma_link *rdma;       /* NET_RDMA */
-	size_t issue_idx;             /* RDMA: next bytes to write: q[issue_idx] */
-	const uint8_t *issue_ptr;     /* at this address (NULL: its start) */
-	char peer[64];
-};
+/* Lifecycle. */
+void net_conn_up(struct net_conn *c);            /* setup done: accept() or connected() */
+void net_conn_fail(struct net_conn *c, int reason); /* closed(reason), pending sends fail */
+void net_conn_finish_close(struct net_conn *c);  /* net_close_flush() drained: goodbye, closed(0) */
+bool net_conn_dead(const struct net_conn *c);
+bool net_conn_closing(const struct net_conn *c); /* net_close_flush() was called */
+void net_conn_enter(struct net_conn *c);         /* hold c around callbacks from the */
+void net_conn_leave(struct net_conn *c);         /* transport's own watchers */
 
-/* net/net.c */
-/* n bytes taken from the queue head, sent() as due; count: and from queued. */
-void net_conn_consume(struct net_conn *c, size_t n, bool count);
-void net_conn_fail(struct net_conn *c, int reason);    /* closed(reason), then freed */
-void net_conn_up(struct net_conn *c);                  /* handshake done: accept/connected */
-void net_conn_enter(struct net_conn *c);               /* around callbacks from a watcher */
-void net_conn_leave(struct net_conn *c);
-void net_conn_finish_close(struct net_conn *c);        /* closing and flushed */
+/* Receiving: where to read the next bytes to (the consumer's buffer when it
+ * offers one, else net's own), and handing them up through ops->recv. */
+uint8_t *net_conn_rbuf(struct net_conn *c, size_t *cap);
+void net_conn_deliver(struct net_conn *c, const void *data, size_t len);
 
-/* net/tls.c */
-SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server);
-int tls_attach(struct net_conn *c);            /* SSL_new'ed c->ssl onto c->fd */
-void tls_handshake(struct net_conn *c);        /* a step; net_conn_up() when done */
-int tls_flush(struct net_conn *c);             /* 0, -EAGAIN or fatal -errno */
-int tls_result(struct net_conn *c, int ret, const char *what);
-int tls_wout_flush(struct net_conn *c);
-bool tls_wout_pending(const struct net_conn *c);
-void tls_log_errors(const char *what, const char *peer);
+/* The socket's watchers. */
+struct ev_loop *net_conn_loop(const struct net_conn *c);
+void net_conn_watch_read(struct net_conn *c, bool on);
+void net_conn_watch_write(struct net_conn *c, bool on);
+void net_conn_feed_read(struct net_conn *c);     /* readable again without an event */
 
-/* net/rdma.c. rdma_start() runs on the established bootstrap socket: opens
- * the endpoint and sends the setup message; rdma_ctl_recv() takes the bytes
- * read from that socket afterwards. */
-int rdma_start(struct net_conn *c);
-void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len);
-void rdma_kick(struct net_conn *c);    /* sends queued: write them */
-void rdma_drain(struct net_conn *c);   /* bootstrap closed: deliver what arrived */
-void rdma_fin(struct net_conn *c);     /* closing: tell the peer how much to expect */
-void rdma_free(struct rdma_link *r);
+/* The send queue: segments of net_send()s, released from the head. */
+bool net_queue_head(const struct net_conn *c, const uint8_t **base, size_t *len);
+int net_queue_iov(const struct net_conn *c, struct iovec *iov, int max);
+/* n bytes taken from the head, sent() as due. count: also off
+ * net_queued_bytes(); else net_queue_taken() does that later (staging). */
+void net_queue_consume(struct net_conn *c, size_t n, bool count);
+void net_queue_taken(struct net_conn *c, size_t n);
+/* An issue cursor for transports whose writes complete later: the next
+ * bytes not yet issued (false: all are), and moving past n of them. */
+bool net_queue_next(struct net_conn *c, const uint8_t **p, size_t *len);
+void net_queue_issued(struct net_conn *c, size_t n);
+bool net_queue_unissued(const struct net_conn *c);
 
 #endif

@@ -1,4 +1,5 @@
-/* The console endpoint of a VM: stdio, or a TCP listener that one client at a
+/* A service of net/ (see net/net.h), not a transport.
+ * The console endpoint of a VM: stdio, or a TCP listener that one client at a
  * time connects to ("tcp:HOST:PORT"). Runs on a libev loop; only that loop's
  * thread may call these functions. Output written while no client is
  * connected is kept (up to CONSOLE_BACKLOG bytes) for the next client. */

@@ -1,4 +1,6 @@
-/* Control socket: accept on the loop, read one line, reply, close. */
+/* Control socket: accept on the loop, read one line, reply, close.
+ * A service of net/, not a transport: it owns its sockets and uses nothing
+ * of the link core (net.c, net/conn.h). See net/net.h. */
 #include "net/control.h"
 
 #include <errno.h>
@@ -220,12 +222,11 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns)
 	return r == 0 ? -ETIMEDOUT : 0;
 }
 
-int control_request(const char *path, const char *request, int timeout_ms, char **reply_out)
+/* A blocking connection to the socket at path, then non-blocking for the
+ * deadline's sake: the fd, or -errno. */
+static int dial(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000;
-	size_t len = 0, cap = 256, off = 0, reqlen = strlen(request);
-	char *buf = NULL, *line = NULL;
 	int fd, r;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
@@ -236,38 +237,47 @@ int control_request(const char *path, const char *request, int timeout_ms, char 
 		return -errno;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = -errno;
-		goto out;
+		close(fd);
+		return r;
 	}
 	fcntl(fd, F_SETFL, O_NONBLOCK);
-	line = malloc(reqlen + 2);
-	buf = malloc(cap);
-	if (!line || !buf) {
-		r = -ENOMEM;
-		goto out;
-	}
-	memcpy(line, request, reqlen);
-	line[reqlen] = '\n';
-	while (off < reqlen + 1) {
-		ssize_t n = write(fd, line + off, reqlen + 1 - off);
+	return fd;
+}
 
-		if (n < 0 && errno != EAGAIN && errno != EINTR) {
-			r = -errno;
-			goto out;
-		}
+static int write_all(int fd, const char *data, size_t len, uint64_t deadline)
+{
+	size_t off = 0;
+	int r;
+
+	while (off < len) {
+		ssize_t n = write(fd, data + off, len - off);
+
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
 		if (n > 0)
 			off += (size_t)n;
 		else if ((r = wait_fd(fd, POLLOUT, deadline)) < 0)
-			goto out;
+			return r;
 	}
+	return 0;
+}
+
+/* Reads until the peer closes: the bytes, NUL-terminated, in *out. */
+static int read_all(int fd, uint64_t deadline, char **out)
+{
+	size_t len = 0, cap = 256;
+	char *buf = malloc(cap), *b;
+	ssize_t n;
+	int r;
+
+	if (!buf)
+		return -ENOMEM;
 	for (;;) {
-		ssize_t n;
-
 		if (len + 1 >= cap) {
-			char *b = realloc(buf, cap * 2);
-
+			b = realloc(buf, cap * 2);
 			if (!b) {
 				r = -ENOMEM;
-				goto out;
+				goto err_buf;
 			}
 			buf = b;
 			cap *= 2;
@@ -277,20 +287,44 @@ int control_request(const char *path, const char *request, int timeout_ms, char 
 			break;
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
 			r = -errno;
-			goto out;
+			goto err_buf;
 		}
 		if (n > 0)
 			len += (size_t)n;
 		else if ((r = wait_fd(fd, POLLIN, deadline)) < 0)
-			goto out;
+			goto err_buf;
 	}
 	buf[len] = 0;
-	*reply_out = buf;
-	buf = NULL;
-	r = 0;
-out:
-	free(line);
+	*out = buf;
+	return 0;
+
+err_buf:
 	free(buf);
+	return r;
+}
+
+int control_request(const char *path, const char *request, int timeout_ms, char **reply_out)
+{
+	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000;
+	size_t reqlen = strlen(request);
+	char *line;
+	int fd, r;
+
+	fd = dial(path);
+	if (fd < 0)
+		return fd;
+	line = malloc(reqlen + 2);
+	if (!line) {
+		r = -ENOMEM;
+		goto out;
+	}
+	memcpy(line, request, reqlen);
+	line[reqlen] = '\n';
+	r = write_all(fd, line, reqlen + 1, deadline);
+	free(line);
+	if (!r)
+		r = read_all(fd, deadline, reply_out);
+out:
 	close(fd);
 	return r;
 }

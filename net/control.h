@@ -1,4 +1,5 @@
-/* The control socket of an agent: a unix stream socket on the agent's libev
+/* A service of net/ (see net/net.h), not a transport.
+ * The control socket of an agent: a unix stream socket on the agent's libev
  * loop. A client connects, sends one request line, gets one reply text, and
  * the connection closes. What requests mean is the owner's business: the
  * handler maps a request string to a reply string. */

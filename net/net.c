@@ -1,15 +1,13 @@
-/* Connections on a libev loop: TCP sockets, with the TLS layer (net/tls.c)
- * or the RDMA link (net/rdma.c) on top. See net/net.h. */
+/* Connections on a libev loop: the socket, the lifecycle and the send queue.
+ * What goes over the socket is the transport's business (net/tcp.c,
+ * net/tls.c, net/rdma.c), reached only through its ops table; see
+ * net/conn.h for that contract and net/net.h for the public one. */
 #include "net/net.h"
 #include "net/conn.h"
+#include "net/socket.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,14 +15,37 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
 #define TAG "net"
 #define RBUF_BYTES (256 * 1024)
-#define SOCKBUF_DEFAULT (4 * 1024 * 1024)
-#define WRITEV_MAX 1024 /* IOV_MAX */
+
+struct seg {
+	const uint8_t *base;
+	size_t len;
+	void *cookie;
+	bool last; /* last segment of a net_send(): completes the cookie */
+};
+
+struct net_conn {
+	struct ev_loop *loop;
+	ev_io rio, wio;
+	int fd;                       /* TCP; for RDMA the bootstrap and liveness socket */
+	const struct net_transport_ops *t;
+	void *tp;                     /* the transport's state (t->attach) */
+	bool connecting, handshaking, dead, freeing;
+	bool closing;                 /* net_close_flush(): close once flushed */
+	int busy;                     /* callbacks on the stack */
+	struct net_listener *listener; /* set while a server handshake runs */
+	struct net_conn *hs_next, *hs_prev;
+	const struct net_conn_ops *ops;
+	void *ctx;
+	struct seg *q;                /* send queue [qhead, qtail) */
+	size_t qhead, qtail, qcap;
+	size_t queued;
+	size_t issue_idx;             /* issue cursor: next bytes at q[issue_idx] */
+	const uint8_t *issue_ptr;     /* at this address (NULL: its start) */
+	uint8_t *rbuf;
+	char peer[64];
+};
 
 struct net_listener {
 	struct ev_loop *loop;
@@ -32,15 +53,12 @@ struct net_listener {
 	int fd;
 	int port;
 	struct net_config cfg;
-	SSL_CTX *ssl_ctx;
-	char *rdma_provider;
+	const struct net_transport_ops *t;
+	void *ep;                     /* the transport's endpoint state */
 	net_accept_fn fn;
 	void *ctx;
 	struct net_conn *hs_head;     /* connections in their handshake */
 };
-
-static void conn_fail(struct net_conn *c, int reason);
-static void conn_flush(struct net_conn *c);
 
 static int check_config(const struct net_config *cfg)
 {
@@ -66,82 +84,70 @@ static int check_config(const struct net_config *cfg)
 	return -EINVAL;
 }
 
-/* ---- addresses and sockets -------------------------------------------------- */
-
-static int resolve(const char *host_port, struct sockaddr_storage *ss, socklen_t *sslen)
+/* After check_config(). */
+static const struct net_transport_ops *transport_of(const struct net_config *cfg)
 {
-	char host[256];
-	const char *colon = strrchr(host_port, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
-	struct addrinfo *ai;
-	size_t hlen;
-	int r;
-
-	if (!colon || colon == host_port)
-		return -EINVAL;
-	hlen = (size_t)(colon - host_port);
-	if (hlen >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, host_port, hlen);
-	host[hlen] = 0;
-	r = getaddrinfo(host, colon + 1, &hints, &ai);
-	if (r) {
-		log_error(TAG, "cannot resolve %s: %s", host_port, gai_strerror(r));
-		return -EHOSTUNREACH;
+	switch (cfg->transport) {
+	case NET_TCP:
+		return &net_tcp_ops;
+	case NET_RDMA:
+		return &net_rdma_ops;
+	case NET_TLS:
+	default:
+		return &net_tls_ops;
 	}
-	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
-	*sslen = ai->ai_addrlen;
-	freeaddrinfo(ai);
-	return 0;
 }
 
-static void set_sockopts(int fd, const struct net_config *cfg)
+static int endpoint_new(const struct net_transport_ops *t, const struct net_config *cfg,
+			bool server, void **ep)
 {
-	int one = 1, buf = cfg->sockbuf_bytes ? cfg->sockbuf_bytes : SOCKBUF_DEFAULT;
+	*ep = NULL;
+	return t->endpoint_new ? t->endpoint_new(cfg, server, ep) : 0;
+}
 
-	/* Best effort: the kernel caps buffers at net.core.[rw]mem_max. */
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+static void endpoint_free(const struct net_transport_ops *t, void *ep)
+{
+	if (t->endpoint_free)
+		t->endpoint_free(ep);
 }
 
 /* ---- connection objects ----------------------------------------------------- */
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 
-static struct net_conn *conn_new(struct ev_loop *loop, int fd, SSL_CTX *ssl_ctx)
+/* A connection on fd with transport t; host as for t->attach(). Takes fd:
+ * closed on failure too. */
+static int conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
+		    const char *host, struct net_conn **out)
 {
 	struct net_conn *c = calloc(1, sizeof(*c));
+	int r = -ENOMEM;
 
 	if (!c)
-		return NULL;
+		goto err_fd;
 	c->loop = loop;
 	c->fd = fd;
+	c->t = t;
 	c->rbuf = malloc(RBUF_BYTES);
 	if (!c->rbuf)
 		goto err_conn;
-	if (ssl_ctx) {
-		c->tbuf = malloc(NET_TBUF_BYTES);
-		c->ssl = SSL_new(ssl_ctx);
-		if (!c->tbuf || !c->ssl || tls_attach(c))
-			goto err_ssl;
-		c->handshaking = true;
-	}
+	r = t->attach(c, fd, ep, host, &c->tp);
+	if (r)
+		goto err_rbuf;
 	ev_io_init(&c->rio, on_io, fd, EV_READ);
 	ev_io_init(&c->wio, on_io, fd, EV_WRITE);
 	c->rio.data = c;
 	c->wio.data = c;
-	return c;
+	*out = c;
+	return 0;
 
-err_ssl:
-	SSL_free(c->ssl);
-	BIO_meth_free(c->wmeth);
-	free(c->wout);
-	free(c->tbuf);
+err_rbuf:
 	free(c->rbuf);
 err_conn:
 	free(c);
-	return NULL;
+err_fd:
+	close(fd);
+	return r;
 }
 
 static void hs_unlink(struct net_conn *c)
@@ -165,15 +171,10 @@ static void conn_free(struct net_conn *c)
 	ev_io_stop(c->loop, &c->rio);
 	ev_io_stop(c->loop, &c->wio);
 	hs_unlink(c);
-	SSL_free(c->ssl);
-	BIO_meth_free(c->wmeth);
-	free(c->wout);
-	rdma_free(c->rdma);
-	free(c->rdma_provider);
+	c->t->detach(c->tp);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->q);
-	free(c->tbuf);
 	free(c->rbuf);
 	free(c);
 }
@@ -189,7 +190,7 @@ static void conn_release(struct net_conn *c)
 		conn_free(c);
 }
 
-static void conn_fail(struct net_conn *c, int reason)
+void net_conn_fail(struct net_conn *c, int reason)
 {
 	if (c->dead)
 		return;
@@ -210,17 +211,18 @@ static void conn_fail(struct net_conn *c, int reason)
 	conn_release(c);
 }
 
+static bool conn_ready(const struct net_conn *c)
+{
+	return !c->connecting && !c->handshaking && !c->dead;
+}
+
 void net_close(struct net_conn *c)
 {
 	if (!c || c->freeing)
 		return;
-	/* Best effort close_notify, so the peer sees a clean close (reason 0). */
-	if (c->ssl && !c->dead && !c->connecting && !c->handshaking) {
-		SSL_shutdown(c->ssl);
-		(void)tls_wout_flush(c);
-	}
-	if (c->rdma && !c->dead && !c->handshaking)
-		rdma_fin(c);
+	/* Best effort goodbye, so the peer sees a clean close (reason 0). */
+	if (conn_ready(c) && c->t->shutdown)
+		c->t->shutdown(c->tp);
 	c->dead = true;
 	c->ops = NULL;
 	conn_release(c);
@@ -242,14 +244,35 @@ const char *net_peer_name(const struct net_conn *c)
 	return c->peer;
 }
 
-static bool conn_ready(const struct net_conn *c)
+/* Sends are queued, a close is asked for, or the connection came up. */
+static void conn_kick(struct net_conn *c)
 {
-	return !c->connecting && !c->handshaking && !c->dead;
+	if (c->t->kick)
+		c->t->kick(c->tp);
+	else if (c->qhead < c->qtail || c->closing || (c->t->pending && c->t->pending(c->tp)))
+		ev_io_start(c->loop, &c->wio);
+}
+
+static int queue_reserve(struct net_conn *c, size_t need)
+{
+	size_t cap = c->qcap ? c->qcap : 64;
+	struct seg *q;
+
+	if (need <= c->qcap)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	q = realloc(c->q, cap * sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	c->q = q;
+	c->qcap = cap;
+	return 0;
 }
 
 int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cookie)
 {
-	size_t need, total = 0;
+	size_t total = 0;
 	int n = 0;
 
 	if (c->dead)
@@ -263,19 +286,8 @@ int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cook
 		c->issue_idx = 0;
 		c->issue_ptr = NULL;
 	}
-	need = c->qtail + (size_t)iovcnt;
-	if (need > c->qcap) {
-		size_t cap = c->qcap ? c->qcap : 64;
-		struct seg *q;
-
-		while (cap < need)
-			cap *= 2;
-		q = realloc(c->q, cap * sizeof(*q));
-		if (!q)
-			return -ENOMEM;
-		c->q = q;
-		c->qcap = cap;
-	}
+	if (queue_reserve(c, c->qtail + (size_t)iovcnt))
+		return -ENOMEM;
 	for (int i = 0; i < iovcnt; i++) {
 		if (!iov[i].iov_len && i != iovcnt - 1)
 			continue;
@@ -287,17 +299,14 @@ int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cook
 	c->qtail += (size_t)n;
 	c->queued += total;
 	/* Written from the loop, so sent() never runs inside net_send(). */
-	if (conn_ready(c)) {
-		if (c->rdma)
-			rdma_kick(c);
-		else
-			ev_io_start(c->loop, &c->wio);
-	}
+	if (conn_ready(c))
+		conn_kick(c);
 	return 0;
 }
 
-/* Consumes n bytes from the head of the queue, completing finished sends. */
-static void queue_consume(struct net_conn *c, size_t n, bool count)
+/* ---- the send queue, for transports ------------------------------------------ */
+
+void net_queue_consume(struct net_conn *c, size_t n, bool count)
 {
 	while (c->qhead < c->qtail && !c->dead) {
 		struct seg *s = &c->q[c->qhead];
@@ -318,83 +327,103 @@ static void queue_consume(struct net_conn *c, size_t n, bool count)
 	}
 }
 
-static int flush_tcp(struct net_conn *c)
+void net_queue_taken(struct net_conn *c, size_t n)
 {
-	struct iovec iov[WRITEV_MAX];
-	ssize_t n;
-	int cnt;
+	c->queued -= n;
+}
 
-	while (c->qhead < c->qtail && !c->dead) {
-		cnt = 0;
-		for (size_t i = c->qhead; i < c->qtail && cnt < WRITEV_MAX; i++) {
-			iov[cnt].iov_base = (void *)c->q[i].base;
-			iov[cnt++].iov_len = c->q[i].len;
+bool net_queue_head(const struct net_conn *c, const uint8_t **base, size_t *len)
+{
+	if (c->qhead == c->qtail)
+		return false;
+	*base = c->q[c->qhead].base;
+	*len = c->q[c->qhead].len;
+	return true;
+}
+
+int net_queue_iov(const struct net_conn *c, struct iovec *iov, int max)
+{
+	int cnt = 0;
+
+	for (size_t i = c->qhead; i < c->qtail && cnt < max; i++) {
+		iov[cnt].iov_base = (void *)c->q[i].base;
+		iov[cnt++].iov_len = c->q[i].len;
+	}
+	return cnt;
+}
+
+bool net_queue_next(struct net_conn *c, const uint8_t **p, size_t *len)
+{
+	if (c->issue_idx < c->qhead) {
+		c->issue_idx = c->qhead;
+		c->issue_ptr = NULL;
+	}
+	while (c->issue_idx < c->qtail) {
+		const struct seg *s = &c->q[c->issue_idx];
+		const uint8_t *at = c->issue_ptr ? c->issue_ptr : s->base;
+		size_t rem = (size_t)(s->base + s->len - at);
+
+		if (rem) {
+			*p = at;
+			*len = rem;
+			return true;
 		}
-		n = writev(c->fd, iov, cnt);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				return errno == EAGAIN ? -EAGAIN : 0;
-			return -errno;
-		}
-		queue_consume(c, (size_t)n, true);
+		c->issue_idx++;
+		c->issue_ptr = NULL;
 	}
-	return 0;
+	return false;
 }
 
-static void conn_flush(struct net_conn *c)
+void net_queue_issued(struct net_conn *c, size_t n)
 {
-	int r;
-
-	if (c->want_rdma) {
-		ev_io_stop(c->loop, &c->wio); /* the socket only carries the setup */
-		if (c->rdma && conn_ready(c))
-			rdma_kick(c);
-		return;
-	}
-	r = c->ssl ? tls_flush(c) : flush_tcp(c);
-
-	if (c->dead)
-		return;
-	if (r == -EAGAIN) {
-		ev_io_start(c->loop, &c->wio);
-	} else if (r) {
-		log_error(TAG, "send to %s: %s", c->peer, strerror(-r));
-		conn_fail(c, r);
-	} else if (!c->queued && !tls_wout_pending(c)) {
-		ev_io_stop(c->loop, &c->wio);
-		if (c->closing)
-			net_conn_finish_close(c);
-	}
+	c->issue_ptr = (c->issue_ptr ? c->issue_ptr : c->q[c->issue_idx].base) + n;
 }
 
-void net_conn_finish_close(struct net_conn *c)
+bool net_queue_unissued(const struct net_conn *c)
 {
-	if (c->ssl) {
-		SSL_shutdown(c->ssl);
-		(void)tls_wout_flush(c);
-	}
-	if (c->rdma)
-		rdma_fin(c);
-	shutdown(c->fd, SHUT_WR);
-	conn_fail(c, 0);
+	return c->issue_idx < c->qtail;
 }
 
-void net_close_flush(struct net_conn *c)
+/* ---- the rest of the helpers for transports ---------------------------------- */
+
+bool net_conn_dead(const struct net_conn *c)
 {
-	if (!c || c->freeing || c->dead || c->closing)
-		return;
-	c->closing = true;
-	/* Completion runs from the loop, never inside this call. */
-	if (!conn_ready(c))
-		return;
-	if (c->rdma)
-		rdma_kick(c);
+	return c->dead;
+}
+
+bool net_conn_closing(const struct net_conn *c)
+{
+	return c->closing;
+}
+
+struct ev_loop *net_conn_loop(const struct net_conn *c)
+{
+	return c->loop;
+}
+
+void net_conn_watch_read(struct net_conn *c, bool on)
+{
+	if (on)
+		ev_io_start(c->loop, &c->rio);
 	else
+		ev_io_stop(c->loop, &c->rio);
+}
+
+void net_conn_watch_write(struct net_conn *c, bool on)
+{
+	if (on)
 		ev_io_start(c->loop, &c->wio);
+	else
+		ev_io_stop(c->loop, &c->wio);
+}
+
+void net_conn_feed_read(struct net_conn *c)
+{
+	ev_feed_event(c->loop, &c->rio, EV_READ);
 }
 
 /* Where to read next: the consumer's buffer if it offers one. */
-static uint8_t *read_target(struct net_conn *c, size_t *cap)
+uint8_t *net_conn_rbuf(struct net_conn *c, size_t *cap)
 {
 	uint8_t *buf = NULL;
 	size_t len = 0;
@@ -409,54 +438,25 @@ static uint8_t *read_target(struct net_conn *c, size_t *cap)
 	return buf;
 }
 
-static void conn_read(struct net_conn *c)
+void net_conn_deliver(struct net_conn *c, const void *data, size_t len)
 {
-	uint8_t *buf;
-	size_t cap;
-	ssize_t n;
-	int r;
-
-	for (int i = 0; i < 64 && !c->dead; i++) {
-		buf = read_target(c, &cap);
-		if (c->ssl) {
-			ERR_clear_error();
-			n = SSL_read(c->ssl, buf, (int)cap);
-			if (n <= 0) {
-				r = tls_result(c, (int)n, "TLS read from");
-				if (r == -EAGAIN)
-					return;
-				conn_fail(c, r == -EPIPE ? 0 : r);
-				return;
-			}
-		} else {
-			n = read(c->fd, buf, cap);
-			if (n < 0) {
-				if (errno == EAGAIN || errno == EINTR)
-					return;
-				conn_fail(c, -errno);
-				return;
-			}
-			if (n == 0) {
-				if (c->rdma && !c->handshaking)
-					rdma_drain(c); /* what the peer wrote before closing */
-				conn_fail(c, c->want_rdma && c->handshaking ? -ECONNRESET : 0);
-				return;
-			}
-		}
-		if (c->want_rdma)
-			rdma_ctl_recv(c, buf, (size_t)n);
-		else if (c->ops && c->ops->recv)
-			c->ops->recv(c, buf, (size_t)n, c->ctx);
-		/* TLS: records already decrypted inside OpenSSL raise no event. */
-		if (!c->ssl && (size_t)n < cap)
-			return;
-	}
-	if (c->ssl && !c->dead && SSL_has_pending(c->ssl))
-		ev_feed_event(c->loop, &c->rio, EV_READ);
-	/* Reading can produce records to send (alerts, key updates). */
-	if (c->ssl && !c->dead && tls_wout_pending(c))
-		ev_io_start(c->loop, &c->wio);
+	if (c->ops && c->ops->recv)
+		c->ops->recv(c, data, len, c->ctx);
 }
+
+void net_conn_enter(struct net_conn *c)
+{
+	c->busy++;
+}
+
+void net_conn_leave(struct net_conn *c)
+{
+	c->busy--;
+	if (c->freeing && !c->busy)
+		conn_free(c);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------- */
 
 void net_conn_up(struct net_conn *c)
 {
@@ -475,49 +475,61 @@ void net_conn_up(struct net_conn *c)
 	}
 	if (c->dead || c->freeing)
 		return;
-	if (c->rdma)
-		rdma_kick(c);
-	else if (c->qhead < c->qtail || tls_wout_pending(c) || c->closing)
-		ev_io_start(c->loop, &c->wio);
+	conn_kick(c);
 }
 
-/* The byte stream is up: RDMA still has its own setup over it. */
-static void conn_established(struct net_conn *c)
+void net_conn_finish_close(struct net_conn *c)
+{
+	if (c->t->shutdown)
+		c->t->shutdown(c->tp);
+	shutdown(c->fd, SHUT_WR);
+	net_conn_fail(c, 0);
+}
+
+void net_close_flush(struct net_conn *c)
+{
+	if (!c || c->freeing || c->dead || c->closing)
+		return;
+	c->closing = true;
+	/* Completion runs from the loop, never inside this call. */
+	if (conn_ready(c))
+		conn_kick(c);
+}
+
+static void conn_flush(struct net_conn *c)
 {
 	int r;
 
-	if (!c->want_rdma) {
-		net_conn_up(c);
+	if (!c->t->flush) {
+		ev_io_stop(c->loop, &c->wio); /* the socket only carries the setup */
+		if (conn_ready(c))
+			c->t->kick(c->tp);
 		return;
 	}
-	c->handshaking = true;
-	r = rdma_start(c);
-	if (r) {
-		log_error(TAG, "RDMA link with %s: %s", c->peer, strerror(-r));
-		conn_fail(c, r);
+	r = c->t->flush(c->tp);
+	if (c->dead)
+		return;
+	if (r == -EAGAIN) {
+		ev_io_start(c->loop, &c->wio);
+	} else if (r) {
+		log_error(TAG, "send to %s: %s", c->peer, strerror(-r));
+		net_conn_fail(c, r);
+	} else if (!c->queued && !(c->t->pending && c->t->pending(c->tp))) {
+		ev_io_stop(c->loop, &c->wio);
+		if (c->closing)
+			net_conn_finish_close(c);
 	}
 }
 
-void net_conn_consume(struct net_conn *c, size_t n, bool count)
+/* The socket is connected or accepted: the transport's setup begins. */
+static void conn_start(struct net_conn *c)
 {
-	queue_consume(c, n, count);
-}
+	int r;
 
-void net_conn_fail(struct net_conn *c, int reason)
-{
-	conn_fail(c, reason);
-}
-
-void net_conn_enter(struct net_conn *c)
-{
-	c->busy++;
-}
-
-void net_conn_leave(struct net_conn *c)
-{
-	c->busy--;
-	if (c->freeing && !c->busy)
-		conn_free(c);
+	c->handshaking = true;
+	r = c->t->start(c->tp);
+	if (r)
+		net_conn_fail(c, r);
 }
 
 static void conn_connecting(struct net_conn *c)
@@ -529,17 +541,13 @@ static void conn_connecting(struct net_conn *c)
 		err = errno;
 	if (err) {
 		log_error(TAG, "connect to %s: %s", c->peer, strerror(err));
-		conn_fail(c, -err);
+		net_conn_fail(c, -err);
 		return;
 	}
 	c->connecting = false;
 	ev_io_start(c->loop, &c->rio);
-	if (c->ssl) {
-		tls_handshake(c);
-		return;
-	}
 	ev_io_stop(c->loop, &c->wio);
-	conn_established(c);
+	conn_start(c);
 }
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents)
@@ -548,100 +556,76 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 	(void)loop;
 	c->busy++;
-	if (c->connecting)
+	if (c->connecting) {
 		conn_connecting(c);
-	else if (c->handshaking && c->ssl)
-		tls_handshake(c);
-	else {
+	} else if (c->handshaking && c->t->handshake) {
+		c->t->handshake(c->tp);
+	} else {
 		if (revents & EV_READ)
-			conn_read(c);
+			c->t->read(c->tp);
 		if (!c->dead && (revents & EV_WRITE || c->qhead < c->qtail))
 			conn_flush(c);
 	}
-	c->busy--;
-	if (c->freeing && !c->busy)
-		conn_free(c);
+	net_conn_leave(c);
 }
 
 /* ---- connect ---------------------------------------------------------------- */
 
+/* A non-blocking connect of c's socket; writable = connect finished. */
+static int conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
+{
+	int r;
+
+	c->connecting = true;
+	if (connect(c->fd, (const struct sockaddr *)ss, sslen) < 0 && errno != EINPROGRESS) {
+		r = -errno;
+		log_error(TAG, "connect to %s: %s", c->peer, strerror(-r));
+		return r;
+	}
+	ev_io_start(c->loop, &c->wio);
+	return 0;
+}
+
 int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
 		const struct net_conn_ops *ops, void *ctx, struct net_conn **out)
 {
+	const struct net_transport_ops *t = transport_of(cfg);
 	struct sockaddr_storage ss;
-	SSL_CTX *ssl_ctx = NULL;
 	struct net_conn *c;
 	socklen_t sslen;
 	char host[256];
+	void *ep;
 	int fd, r;
 
 	r = check_config(cfg);
+	if (!r)
+		r = net_sock_resolve(host_port, &ss, &sslen);
+	if (!r)
+		r = endpoint_new(t, cfg, false, &ep);
 	if (r)
 		return r;
-	r = resolve(host_port, &ss, &sslen);
-	if (r)
-		return r;
-	if (cfg->transport == NET_TLS) {
-		ssl_ctx = tls_ctx_new(cfg, false);
-		if (!ssl_ctx)
-			return -EINVAL;
-	}
+	/* The server's name or address, verified against its certificate. */
+	snprintf(host, sizeof(host), "%.*s", (int)(strrchr(host_port, ':') - host_port), host_port);
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		r = -errno;
-		goto err_ctx;
+	} else {
+		net_sock_set_options(fd, cfg);
+		r = conn_new(loop, fd, t, ep, host, &c);
 	}
-	set_sockopts(fd, cfg);
-	c = conn_new(loop, fd, ssl_ctx);
-	if (!c) {
-		r = -ENOMEM;
-		goto err_fd;
-	}
+	endpoint_free(t, ep); /* each connection holds what it needs of it */
+	if (r)
+		return r;
 	snprintf(c->peer, sizeof(c->peer), "%s", host_port);
-	if (c->ssl) {
-		/* Verify the server's name or address against its certificate. */
-		snprintf(host, sizeof(host), "%.*s", (int)(strrchr(host_port, ':') - host_port),
-			 host_port);
-		X509_VERIFY_PARAM *vp = SSL_get0_param(c->ssl);
-
-		if (X509_VERIFY_PARAM_set1_ip_asc(vp, host) != 1 &&
-		    (X509_VERIFY_PARAM_set1_host(vp, host, 0) != 1 ||
-		     SSL_set_tlsext_host_name(c->ssl, host) != 1)) {
-			r = -EINVAL;
-			goto err_conn;
-		}
-		SSL_set_connect_state(c->ssl);
-	}
-	SSL_CTX_free(ssl_ctx); /* the SSL holds its own reference */
-	ssl_ctx = NULL;
-	if (cfg->transport == NET_RDMA) {
-		c->want_rdma = true;
-		if (cfg->rdma_provider && !(c->rdma_provider = strdup(cfg->rdma_provider))) {
-			r = -ENOMEM;
-			goto err_conn;
-		}
-	}
 	c->ops = ops;
 	c->ctx = ctx;
-	c->connecting = true;
-	if (connect(fd, (struct sockaddr *)&ss, sslen) < 0 && errno != EINPROGRESS) {
-		r = -errno;
-		log_error(TAG, "connect to %s: %s", host_port, strerror(-r));
-		goto err_conn;
+	r = conn_dial(c, &ss, sslen);
+	if (r) {
+		conn_free(c);
+		return r;
 	}
-	ev_io_start(loop, &c->wio); /* writable = connect finished */
 	*out = c;
 	return 0;
-
-err_conn:
-	conn_free(c);
-	fd = -1;
-err_fd:
-	if (fd >= 0)
-		close(fd);
-err_ctx:
-	SSL_CTX_free(ssl_ctx);
-	return r;
 }
 
 /* ---- listen ----------------------------------------------------------------- */
@@ -651,9 +635,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	struct net_listener *l = w->data;
 	struct sockaddr_storage ss;
 	socklen_t sslen = sizeof(ss);
-	char addr[INET6_ADDRSTRLEN] = "?";
 	struct net_conn *c;
-	int fd;
+	int fd, r;
 
 	(void)revents;
 	fd = accept4(l->fd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -662,40 +645,22 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 			log_error(TAG, "accept: %s", strerror(errno));
 		return;
 	}
-	set_sockopts(fd, &l->cfg);
-	c = conn_new(loop, fd, l->ssl_ctx);
-	if (!c) {
-		log_error(TAG, "accept: out of memory");
-		close(fd);
+	net_sock_set_options(fd, &l->cfg);
+	r = conn_new(loop, fd, l->t, l->ep, NULL, &c);
+	if (r) {
+		log_error(TAG, "accept: %s", strerror(-r));
 		return;
 	}
-	if (ss.ss_family == AF_INET)
-		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, addr, sizeof(addr));
-	else if (ss.ss_family == AF_INET6)
-		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, addr, sizeof(addr));
-	snprintf(c->peer, sizeof(c->peer), "%s:%u", addr,
-		 ntohs(((struct sockaddr_in *)&ss)->sin_port));
-	c->listener = l;
-	ev_io_start(loop, &c->rio);
-	if (l->cfg.transport == NET_RDMA) {
-		c->want_rdma = true;
-		if (l->rdma_provider && !(c->rdma_provider = strdup(l->rdma_provider))) {
-			conn_free(c);
-			return;
-		}
-	}
-	if (!c->ssl && !c->want_rdma) {
-		conn_established(c);
-		return;
-	}
+	net_sock_peer_name(&ss, c->peer, sizeof(c->peer));
+	c->listener = l; /* on the list until up */
 	c->hs_next = l->hs_head;
 	if (l->hs_head)
 		l->hs_head->hs_prev = c;
 	l->hs_head = c;
-	if (c->ssl)
-		SSL_set_accept_state(c->ssl);
-	else
-		conn_established(c); /* RDMA setup; the conn stays on the list until up */
+	ev_io_start(loop, &c->rio);
+	net_conn_enter(c); /* the accept callback may close it */
+	conn_start(c);
+	net_conn_leave(c);
 }
 
 int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
@@ -704,12 +669,11 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	struct sockaddr_storage ss;
 	struct net_listener *l;
 	socklen_t sslen;
-	int one = 1, r;
+	int r;
 
 	r = check_config(cfg);
-	if (r)
-		return r;
-	r = resolve(host_port, &ss, &sslen);
+	if (!r)
+		r = net_sock_resolve(host_port, &ss, &sslen);
 	if (r)
 		return r;
 	l = calloc(1, sizeof(*l));
@@ -717,47 +681,26 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 		return -ENOMEM;
 	l->loop = loop;
 	l->cfg = *cfg;
-	if (cfg->transport == NET_RDMA && cfg->rdma_provider &&
-	    !(l->rdma_provider = strdup(cfg->rdma_provider))) {
-		free(l);
-		return -ENOMEM;
-	}
 	l->fn = fn;
 	l->ctx = ctx;
-	if (cfg->transport == NET_TLS) {
-		l->ssl_ctx = tls_ctx_new(cfg, true);
-		if (!l->ssl_ctx) {
-			r = -EINVAL;
-			goto err_l;
-		}
-	}
-	l->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	l->t = transport_of(cfg);
+	r = endpoint_new(l->t, cfg, true, &l->ep);
+	if (r)
+		goto err_l;
+	l->fd = net_sock_listen(cfg, host_port, &ss, sslen, &l->port);
 	if (l->fd < 0) {
-		r = -errno;
-		goto err_ctx;
+		r = l->fd;
+		goto err_ep;
 	}
-	setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	set_sockopts(l->fd, cfg); /* inherited by accepted sockets, before the handshake */
-	if (bind(l->fd, (struct sockaddr *)&ss, sslen) < 0 || listen(l->fd, 16) < 0) {
-		r = -errno;
-		log_error(TAG, "listen on %s: %s", host_port, strerror(-r));
-		goto err_fd;
-	}
-	sslen = sizeof(ss);
-	getsockname(l->fd, (struct sockaddr *)&ss, &sslen);
-	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	ev_io_init(&l->io, on_accept, l->fd, EV_READ);
 	l->io.data = l;
 	ev_io_start(loop, &l->io);
 	*out = l;
 	return 0;
 
-err_fd:
-	close(l->fd);
-err_ctx:
-	SSL_CTX_free(l->ssl_ctx);
+err_ep:
+	endpoint_free(l->t, l->ep);
 err_l:
-	free(l->rdma_provider);
 	free(l);
 	return r;
 }
@@ -775,7 +718,6 @@ void net_listener_close(struct net_listener *l)
 	while (l->hs_head)
 		net_close(l->hs_head); /* unlinks itself */
 	close(l->fd);
-	SSL_CTX_free(l->ssl_ctx);
-	free(l->rdma_provider);
+	endpoint_free(l->t, l->ep);
 	free(l);
 }

@@ -1,6 +1,20 @@
 /* net: moves bytes between the two agents on a libev loop. It knows nothing
  * of frames or checkpoints; the layers above never see a socket.
  *
+ * What is in net/. The link, public API in this header: net.c is the core
+ * (connection lifecycle, send queue, listen/connect) and reaches the
+ * transports tcp.c, tls.c and rdma.c (libfabric in fabric.c) only through
+ * their ops table; net/conn.h is that contract and the narrow set of core
+ * helpers a transport may call back; socket.c holds address and socket
+ * helpers. Beside it, two services: console.c (a VM's console endpoint)
+ * and control.c (an agent's control socket) are agent services on the
+ * loop, not transports: they own their sockets, never touch a net_conn and
+ * must not include net/conn.h. They stay in net/ because only net/ touches
+ * sockets (STYLE.md) and the agents include net/console.h and
+ * net/control.h. Should they grow (authentication, more clients), the
+ * place for them is a services/ folder of their own, with these headers
+ * kept as the way in.
+ *
  * Transports: TLS 1.3 with mutual certificate authentication (the default),
  * plain TCP (only with insecure = true, logged as a warning), and RDMA over
  * libfabric (net/rdma.c; also only with insecure = true: RDMA links carry no

@@ -22,9 +22,12 @@
  * fi_inject(). sent() fires when a write has completed locally. A side that
  * closes first sends, on the socket, the count of bytes whose writes had
  * completed (8 bytes, little-endian), then closes it; at the end of the
- * socket the receiver progresses its CQ until that many bytes have arrived
- * (at most 2 s) before reporting closed(0). Without that count (the peer
- * died) it drains until the CQ has been quiet for 5 ms.
+ * socket the receiver keeps progressing its CQ until that many bytes have
+ * arrived (at most 2 s) before reporting closed(0). Without that count (the
+ * peer died) it drains until the CQ has been quiet for 5 ms (at most
+ * 200 ms). The drain runs on the loop like the rest (an ev_idle per round,
+ * an ev_timer for the deadline), never in a loop of its own: the agent's
+ * other timers keep firing meanwhile.
  *
  * Event loop: the providers here use manual progress, so the CQ must be
  * read for anything to move. The CQ is opened with FI_WAIT_FD and its fd
@@ -32,71 +35,24 @@
  * writes are in flight (or trywait refuses) an ev_idle keeps progressing,
  * since a sender's progress does not always raise the fd. A 10 ms ev_timer
  * is a safety net. Without a wait fd the timer runs at 1 ms instead.
+ * net/fabric.c loads libfabric and opens the endpoint; this file is the
+ * transport (net/conn.h): setup, data path and the end of the link.
  *
  * No encryption and no authentication: RDMA links belong on a trusted
  * fabric; NET_RDMA needs insecure = true, like NET_TCP. */
 #include "net/conn.h"
+#include "net/fabric.h"
+#include "net/socket.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-
-#include <dlfcn.h>
-#include <pthread.h>
 #define TAG "net"
 
-/* libfabric is opened on first use, not linked: loading it (and the verbs,
- * rdmacm and netlink libraries it pulls in) costs ~200 ms at every start of
- * the binary here, and only RDMA links need it. These are the only entry
- * points the code below calls; the rest of the API is inline through ops. */
-static struct {
-	int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
-		       const struct fi_info *hints, struct fi_info **info);
-	void (*freeinfo)(struct fi_info *info);
-	struct fi_info *(*dupinfo)(const struct fi_info *info);
-	int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
-	const char *(*strerror)(int errnum);
-	bool ok;
-} fab;   /* written once under fab_once, read-only after */
-static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
-
-static void fab_load(void)
-{
-	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
-
-	if (!h) {
-		log_error(TAG, "RDMA needs libfabric: %s (Debian: apt-get install libfabric1)", dlerror());
-		return;
-	}
-	fab.getinfo = (__typeof__(fab.getinfo))dlsym(h, "fi_getinfo");
-	fab.freeinfo = (__typeof__(fab.freeinfo))dlsym(h, "fi_freeinfo");
-	fab.dupinfo = (__typeof__(fab.dupinfo))dlsym(h, "fi_dupinfo");
-	fab.fabric = (__typeof__(fab.fabric))dlsym(h, "fi_fabric");
-	fab.strerror = (__typeof__(fab.strerror))dlsym(h, "fi_strerror");
-	fab.ok = fab.getinfo && fab.freeinfo && fab.dupinfo && fab.fabric && fab.strerror;
-	if (!fab.ok)
-		log_error(TAG, "libfabric.so.1 lacks the functions RDMA needs");
-}
-
-#define fi_getinfo fab.getinfo
-#define fi_freeinfo fab.freeinfo
-#define fi_fabric fab.fabric
-#define fi_strerror fab.strerror
-#define fi_allocinfo() fab.dupinfo(NULL)
-
-#define FI_API FI_VERSION(1, 9)
 #define RING_BYTES (8u << 20)
 #define WRITE_MAX (1u << 20)
 #define MAX_WR 64            /* writes in flight */
@@ -106,25 +62,34 @@ static void fab_load(void)
 #define SETUP_HDR 32
 #define ADDR_MAX 128
 #define SETUP_TIMEOUT_NS (10 * 1000000000ull) /* a peer silent this long is dropped */
-#define DEFAULT_PROVIDER "verbs;ofi_rxm"
-#define FALLBACK_PROVIDER "tcp;ofi_rxm"
+#define DRAIN_COUNTED_NS 2000000000ull /* closing count sent: wait for it this long */
+#define DRAIN_GUESS_NS 200000000ull    /* no count: at most this long, */
+#define DRAIN_QUIET_NS 5000000ull      /* until the CQ is quiet this long */
+#define CTL_READ_BYTES 512             /* setup message and closing count */
 
 struct wr {
 	size_t len;
 	bool done;
 };
 
+/* After the peer closed the socket: what its writes put in the ring is
+ * still delivered, on the loop, until this ends. */
+struct drain {
+	bool on;
+	bool counted;             /* the peer sent its closing count */
+	uint64_t expect;          /* that count */
+	uint64_t start_ns, quiet_ns;
+	uint64_t seen;            /* nevents at quiet_ns */
+	ev_timer deadline;
+};
+
 struct rdma_link {
 	struct net_conn *c;
 	struct ev_loop *loop;
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_av *av;
-	struct fid_cq *cq;
-	struct fid_ep *ep;
-	struct fid_mr *mr;
-	uint8_t *ring;            /* the peer writes here */
+	int fd;                   /* the bootstrap and liveness socket (net.c's) */
+	char *provider;           /* asked for, or NULL: the default */
+	bool up;                  /* setup exchanged */
+	struct net_fab fab;       /* endpoint, CQ and our ring */
 	fi_addr_t peer;
 	uint64_t peer_base, peer_key, peer_ring;
 	uint64_t tx_written;      /* bytes written into the peer's ring */
@@ -139,7 +104,6 @@ struct rdma_link {
 	struct fi_context rctx[NRECV];
 	uint64_t nevents;
 	uint64_t start_ns;
-	int wait_fd;
 	ev_io cq_io;
 	ev_idle idle;
 	ev_timer tick;
@@ -147,8 +111,8 @@ struct rdma_link {
 	size_t setup_have;
 	uint8_t fin[8];           /* the peer's closing count, once 8 bytes are in */
 	size_t fin_have;
+	struct drain drain;
 };
-
 static void put_le64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
@@ -166,122 +130,28 @@ static uint64_t get_le64(const uint8_t *p)
 
 /* ---- endpoint setup ----------------------------------------------------------- */
 
-static struct fi_info *get_info(const char *prov, const char *node)
-{
-	struct fi_info *hints = fi_allocinfo(), *info = NULL;
-	int r;
-
-	if (!hints)
-		return NULL;
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_MSG | FI_RMA;
-	hints->mode = FI_CONTEXT;
-	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-				      FI_MR_ENDPOINT;
-	hints->tx_attr->msg_order = FI_ORDER_WAW;
-	hints->rx_attr->msg_order = FI_ORDER_WAW;
-	hints->fabric_attr->prov_name = strdup(prov);
-	r = fi_getinfo(FI_API, node, NULL, FI_SOURCE, hints, &info);
-	if (r == -FI_ENODATA && node)
-		r = fi_getinfo(FI_API, NULL, NULL, 0, hints, &info);
-	fi_freeinfo(hints);
-	if (r) {
-		log_debug(TAG, "RDMA provider %s: %s", prov, fi_strerror(-r));
-		return NULL;
-	}
-	if (info->domain_attr->cq_data_size < 4) {
-		log_error(TAG, "RDMA provider %s: no remote CQ data", prov);
-		fi_freeinfo(info);
-		return NULL;
-	}
-	return info;
-}
-
 static int post_recv(struct rdma_link *r, int i)
 {
 	ssize_t n;
 
 	do
-		n = fi_recv(r->ep, &r->rbuf[i], sizeof(r->rbuf[i]), NULL, FI_ADDR_UNSPEC, &r->rctx[i]);
-	while (n == -FI_EAGAIN && fi_cq_read(r->cq, NULL, 0) != -FI_EAVAIL);
+		n = fi_recv(r->fab.ep, &r->rbuf[i], sizeof(r->rbuf[i]), NULL, FI_ADDR_UNSPEC, &r->rctx[i]);
+	while (n == -FI_EAGAIN && fi_cq_read(r->fab.cq, NULL, 0) != -FI_EAVAIL);
 	return (int)n;
 }
 
-static int open_cq(struct rdma_link *r)
+static void rdma_detach(void *priv)
 {
-	struct fi_cq_attr attr = { .size = 4 * MAX_WR + NRECV, .format = FI_CQ_FORMAT_DATA,
-				   .wait_obj = FI_WAIT_FD };
-	int rc;
+	struct rdma_link *r = priv;
 
-	r->wait_fd = -1;
-	rc = fi_cq_open(r->domain, &attr, &r->cq, NULL);
-	if (!rc && fi_control(&r->cq->fid, FI_GETWAIT, &r->wait_fd) == 0)
-		return 0;
-	if (!rc)
-		fi_close(&r->cq->fid);
-	r->wait_fd = -1;
-	attr.wait_obj = FI_WAIT_NONE;
-	return fi_cq_open(r->domain, &attr, &r->cq, NULL);
-}
-
-/* Fabric, domain, AV, CQ, endpoint and the registered ring. */
-static int open_link(struct rdma_link *r)
-{
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
-	uint64_t mr_mode = r->info->domain_attr->mr_mode;
-	int rc;
-
-	rc = fi_fabric(r->info->fabric_attr, &r->fabric, NULL);
-	if (!rc)
-		rc = fi_domain(r->fabric, r->info, &r->domain, NULL);
-	if (!rc)
-		rc = fi_av_open(r->domain, &av_attr, &r->av, NULL);
-	if (!rc)
-		rc = open_cq(r);
-	if (!rc)
-		rc = fi_endpoint(r->domain, r->info, &r->ep, NULL);
-	if (!rc)
-		rc = fi_ep_bind(r->ep, &r->av->fid, 0);
-	if (!rc)
-		rc = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV);
-	if (!rc)
-		rc = fi_enable(r->ep);
-	if (rc)
-		return rc;
-	if (posix_memalign((void **)&r->ring, 4096, RING_BYTES))
-		return -FI_ENOMEM;
-	rc = fi_mr_reg(r->domain, r->ring, RING_BYTES, FI_REMOTE_WRITE, 0, 0, 0, &r->mr, NULL);
-	if (!rc && (mr_mode & FI_MR_ENDPOINT)) {
-		rc = fi_mr_bind(r->mr, &r->ep->fid, 0);
-		if (!rc)
-			rc = fi_mr_enable(r->mr);
-	}
-	for (int i = 0; i < NRECV && !rc; i++)
-		rc = post_recv(r, i);
-	return rc;
-}
-
-void rdma_free(struct rdma_link *r)
-{
 	if (!r)
 		return;
 	ev_io_stop(r->loop, &r->cq_io);
 	ev_idle_stop(r->loop, &r->idle);
 	ev_timer_stop(r->loop, &r->tick);
-	if (r->ep)
-		fi_close(&r->ep->fid);
-	if (r->mr)
-		fi_close(&r->mr->fid);
-	if (r->cq)
-		fi_close(&r->cq->fid);
-	if (r->av)
-		fi_close(&r->av->fid);
-	if (r->domain)
-		fi_close(&r->domain->fid);
-	if (r->fabric)
-		fi_close(&r->fabric->fid);
-	fi_freeinfo(r->info);
-	free(r->ring);
+	ev_timer_stop(r->loop, &r->drain.deadline);
+	net_fab_close(&r->fab);
+	free(r->provider);
 	free(r);
 }
 
@@ -289,15 +159,13 @@ void rdma_free(struct rdma_link *r)
 
 static bool busy(const struct rdma_link *r)
 {
-	const struct net_conn *c = r->c;
-
 	return r->wr_count || r->rx_done != r->rx_credited ||
-	       (c->issue_idx < c->qtail && r->tx_written - r->tx_acked < r->peer_ring);
+	       (net_queue_unissued(r->c) && r->tx_written - r->tx_acked < r->peer_ring);
 }
 
 static int fail_proto(struct rdma_link *r, const char *what)
 {
-	log_error(TAG, "RDMA link with %s: %s", r->c->peer, what);
+	log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c), what);
 	return -EPROTO;
 }
 
@@ -310,20 +178,18 @@ static void send_credit(struct rdma_link *r)
 	if (r->rx_done == r->rx_credited)
 		return;
 	v = r->rx_done;
-	if (fi_inject(r->ep, &v, sizeof(v), r->peer) == 0)
+	if (fi_inject(r->fab.ep, &v, sizeof(v), r->peer) == 0)
 		r->rx_credited = v;
 }
 
 static int deliver(struct rdma_link *r, uint64_t len)
 {
-	struct net_conn *c = r->c;
 	size_t off = (size_t)(r->rx_done % RING_BYTES);
 
 	if (!len || len > WRITE_MAX || off + len > RING_BYTES)
 		return fail_proto(r, "write outside the ring");
 	r->rx_done += len;
-	if (c->ops && c->ops->recv)
-		c->ops->recv(c, r->ring + off, (size_t)len, c->ctx);
+	net_conn_deliver(r->c, r->fab.ring + off, (size_t)len);
 	if (r->rx_done - r->rx_credited >= RING_BYTES / 4)
 		send_credit(r);
 	return 0;
@@ -332,15 +198,14 @@ static int deliver(struct rdma_link *r, uint64_t len)
 /* Completed writes release their bytes in issue order. */
 static void complete_writes(struct rdma_link *r)
 {
-	struct net_conn *c = r->c;
 	size_t len;
 
-	while (r->wr_count && r->wr[r->wr_head].done && !c->dead) {
+	while (r->wr_count && r->wr[r->wr_head].done && !net_conn_dead(r->c)) {
 		len = r->wr[r->wr_head].len;
 		r->wr_head = (r->wr_head + 1) % MAX_WR;
 		r->wr_count--;
 		r->tx_done += len;
-		net_conn_consume(c, len, true);
+		net_queue_consume(r->c, len, true);
 	}
 }
 
@@ -362,7 +227,7 @@ static int handle(struct rdma_link *r, const struct fi_cq_data_entry *e)
 				return fail_proto(r, "credit beyond what was written");
 			r->tx_acked = r->rbuf[i];
 		}
-		if (!rc && !r->c->dead)
+		if (!rc && !net_conn_dead(r->c))
 			rc = post_recv(r, i);
 	} else if (ctx >= r->wctx && ctx < r->wctx + MAX_WR) {
 		r->wr[ctx - r->wctx].done = true;
@@ -378,26 +243,26 @@ static int progress(struct rdma_link *r)
 	ssize_t n;
 	int rc;
 
-	while (!r->c->dead) {
-		n = fi_cq_read(r->cq, ev, CQ_BATCH);
+	while (!net_conn_dead(r->c)) {
+		n = fi_cq_read(r->fab.cq, ev, CQ_BATCH);
 		if (n == -FI_EAGAIN)
 			break;
 		if (n == -FI_EAVAIL) {
 			memset(&err, 0, sizeof(err));
-			fi_cq_readerr(r->cq, &err, 0);
-			log_error(TAG, "RDMA link with %s: %s", r->c->peer,
-				  fi_cq_strerror(r->cq, err.prov_errno, err.err_data, NULL, 0));
+			fi_cq_readerr(r->fab.cq, &err, 0);
+			log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c),
+				  fi_cq_strerror(r->fab.cq, err.prov_errno, err.err_data, NULL, 0));
 			return -(err.err ? err.err : EIO);
 		}
 		if (n < 0)
 			return (int)n;
-		for (ssize_t i = 0; i < n && !r->c->dead; i++) {
+		for (ssize_t i = 0; i < n && !net_conn_dead(r->c); i++) {
 			rc = handle(r, &ev[i]);
 			if (rc)
 				return rc;
 		}
 	}
-	if (!r->c->dead)
+	if (!net_conn_dead(r->c))
 		send_credit(r);
 	return 0;
 }
@@ -411,20 +276,7 @@ static int issue(struct rdma_link *r)
 	unsigned slot;
 	ssize_t n;
 
-	if (c->issue_idx < c->qhead) {
-		c->issue_idx = c->qhead;
-		c->issue_ptr = NULL;
-	}
-	while (!c->dead && r->wr_count < MAX_WR && c->issue_idx < c->qtail) {
-		struct seg *s = &c->q[c->issue_idx];
-
-		p = c->issue_ptr ? c->issue_ptr : s->base;
-		rem = (size_t)(s->base + s->len - p);
-		if (!rem) {
-			c->issue_idx++;
-			c->issue_ptr = NULL;
-			continue;
-		}
+	while (!net_conn_dead(c) && r->wr_count < MAX_WR && net_queue_next(c, &p, &rem)) {
 		len = r->peer_ring - (r->tx_written - r->tx_acked);
 		off = (size_t)(r->tx_written % r->peer_ring);
 		if (len > r->peer_ring - off)
@@ -436,7 +288,7 @@ static int issue(struct rdma_link *r)
 		if (!len)
 			break; /* ring full: credit comes through the CQ */
 		slot = (r->wr_head + r->wr_count) % MAX_WR;
-		n = fi_writedata(r->ep, p, len, NULL, len, r->peer, r->peer_base + off, r->peer_key,
+		n = fi_writedata(r->fab.ep, p, len, NULL, len, r->peer, r->peer_base + off, r->peer_key,
 				 &r->wctx[slot]);
 		if (n == -FI_EAGAIN)
 			break;
@@ -445,11 +297,11 @@ static int issue(struct rdma_link *r)
 		r->wr[slot] = (struct wr){ len, false };
 		r->wr_count++;
 		r->tx_written += len;
-		c->issue_ptr = p + len;
+		net_queue_issued(c, len);
 	}
 	/* A send of zero bytes with nothing before it in flight is done. */
-	if (!c->dead && !r->wr_count && c->qhead < c->qtail && !c->q[c->qhead].len)
-		net_conn_consume(c, 0, true);
+	if (!net_conn_dead(c) && !r->wr_count && net_queue_head(c, &p, &rem) && !rem)
+		net_queue_consume(c, 0, true);
 	return 0;
 }
 
@@ -457,32 +309,109 @@ static int issue(struct rdma_link *r)
 static void pump(struct rdma_link *r)
 {
 	struct net_conn *c = r->c;
+	const uint8_t *p;
+	size_t len;
 	int rc;
 
-	if (c->dead || c->handshaking)
+	if (net_conn_dead(c) || !r->up)
 		return;
 	rc = progress(r);
-	if (!rc && !c->dead)
+	if (!rc && !net_conn_dead(c))
 		rc = issue(r);
-	if (!rc && !c->dead)
+	if (!rc && !net_conn_dead(c))
 		rc = progress(r);
-	if (c->dead)
+	if (net_conn_dead(c))
 		return;
 	if (rc) {
 		if (rc != -EPROTO)
-			log_error(TAG, "RDMA link with %s: %s", c->peer, fi_strerror(-rc));
+			log_error(TAG, "RDMA link with %s: %s", net_peer_name(c), net_fab_strerror(-rc));
 		net_conn_fail(c, rc < 0 ? rc : -EIO);
 		return;
 	}
-	if (c->closing && !r->wr_count && c->qhead == c->qtail) {
+	if (net_conn_closing(c) && !r->wr_count && !net_queue_head(c, &p, &len)) {
 		net_conn_finish_close(c); /* every write completed: close the socket */
 		return;
 	}
-	if (busy(r) || r->wait_fd < 0 || fi_trywait(r->fabric, (struct fid **)&r->cq, 1))
+	if (busy(r) || r->fab.wait_fd < 0 || fi_trywait(r->fab.fabric, (struct fid **)&r->fab.cq, 1))
 		ev_idle_start(r->loop, &r->idle);
 	else
 		ev_idle_stop(r->loop, &r->idle);
 }
+
+/* ---- the end of the link: drained on the loop ----------------------------------- */
+
+static void drain_end(struct rdma_link *r)
+{
+	struct drain *d = &r->drain;
+
+	d->on = false;
+	ev_timer_stop(r->loop, &d->deadline);
+	if (d->counted && r->rx_done < d->expect)
+		log_warn(TAG, "RDMA link with %s: closed with %llu bytes still missing",
+			 net_peer_name(r->c), (unsigned long long)(d->expect - r->rx_done));
+	net_conn_fail(r->c, 0);
+}
+
+/* One round of the drain: done, or progress and look again next time. */
+static void drain_step(struct rdma_link *r)
+{
+	struct drain *d = &r->drain;
+	uint64_t now = now_ns();
+
+	if (d->counted ? r->rx_done >= d->expect || now - d->start_ns > DRAIN_COUNTED_NS
+		       : now - d->quiet_ns > DRAIN_QUIET_NS || now - d->start_ns > DRAIN_GUESS_NS) {
+		drain_end(r);
+		return;
+	}
+	if (progress(r)) {
+		d->counted = false; /* logged; what did arrive was delivered */
+		drain_end(r);
+		return;
+	}
+	if (net_conn_dead(r->c))
+		return;
+	if (r->nevents != d->seen) {
+		d->seen = r->nevents;
+		d->quiet_ns = now_ns();
+	}
+	ev_idle_start(r->loop, &r->idle); /* poll the CQ every loop iteration */
+}
+
+static void on_drain_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct rdma_link *r = w->data;
+
+	(void)loop;
+	(void)revents;
+	net_conn_enter(r->c);
+	drain_end(r);
+	net_conn_leave(r->c);
+}
+
+/* The peer closed the socket: deliver what its writes put in the ring (up
+ * to its closing count if it sent one) on the loop, then closed(0). Other
+ * watchers of the loop (timers above all) keep running meanwhile. */
+static void drain_begin(struct rdma_link *r)
+{
+	struct drain *d = &r->drain;
+
+	d->on = true;
+	d->counted = r->fin_have == sizeof(r->fin);
+	d->expect = get_le64(r->fin);
+	/* The ring bounds what can still be on its way; more is nonsense. */
+	if (d->counted && d->expect > r->rx_done + RING_BYTES)
+		d->counted = false;
+	d->start_ns = d->quiet_ns = now_ns();
+	d->seen = r->nevents;
+	net_conn_watch_read(r->c, false);
+	ev_timer_init(&d->deadline, on_drain_deadline,
+		      (double)(d->counted ? DRAIN_COUNTED_NS : DRAIN_GUESS_NS) / 1e9, 0);
+	d->deadline.data = r;
+	ev_timer_start(r->loop, &d->deadline);
+	drain_step(r);
+}
+
+/* ---- loop watchers -------------------------------------------------------------- */
 
 static void on_event(struct ev_loop *loop, struct rdma_link *r)
 {
@@ -490,7 +419,10 @@ static void on_event(struct ev_loop *loop, struct rdma_link *r)
 
 	(void)loop;
 	net_conn_enter(c);
-	pump(r);
+	if (r->drain.on)
+		drain_step(r);
+	else
+		pump(r);
 	net_conn_leave(c);
 }
 
@@ -511,9 +443,10 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	struct rdma_link *r = w->data;
 
 	(void)revents;
-	if (r->c->handshaking) {
+	if (!r->up) {
 		if (now_ns() - r->start_ns > SETUP_TIMEOUT_NS) {
-			log_error(TAG, "RDMA link with %s: no setup message in time", r->c->peer);
+			log_error(TAG, "RDMA link with %s: no setup message in time",
+				  net_peer_name(r->c));
 			net_conn_enter(r->c);
 			net_conn_fail(r->c, -ETIMEDOUT);
 			net_conn_leave(r->c);
@@ -523,149 +456,119 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	on_event(loop, r);
 }
 
-void rdma_kick(struct net_conn *c)
+static void rdma_kick(void *priv)
 {
-	if (c->rdma && !c->dead)
-		ev_idle_start(c->rdma->loop, &c->rdma->idle);
+	struct rdma_link *r = priv;
+
+	if (!net_conn_dead(r->c))
+		ev_idle_start(r->loop, &r->idle);
 }
 
-void rdma_drain(struct net_conn *c)
+/* Closing: tell the peer how much to expect. */
+static void rdma_shutdown(void *priv)
 {
-	struct rdma_link *r = c->rdma;
-	bool counted = r->fin_have == sizeof(r->fin);
-	uint64_t expect = get_le64(r->fin), start = now_ns(), quiet = start, seen = r->nevents;
-
-	/* The ring bounds what can still be on its way; more is nonsense. */
-	if (counted && expect > r->rx_done + RING_BYTES)
-		counted = false;
-	while (!c->dead) {
-		if (counted ? r->rx_done >= expect || now_ns() - start > 2000000000ull
-			    : now_ns() - quiet > 5000000ull || now_ns() - start > 200000000ull)
-			break;
-		if (progress(r))
-			return;
-		if (r->nevents != seen) {
-			seen = r->nevents;
-			quiet = now_ns();
-		}
-	}
-	if (counted && r->rx_done < expect && !c->dead)
-		log_warn(TAG, "RDMA link with %s: closed with %llu bytes still missing", c->peer,
-			 (unsigned long long)(expect - r->rx_done));
-}
-
-void rdma_fin(struct net_conn *c)
-{
+	struct rdma_link *r = priv;
 	uint8_t msg[8];
 
-	put_le64(msg, c->rdma->tx_done);
+	put_le64(msg, r->tx_done);
 	/* Best effort, like TLS close_notify; MSG_NOSIGNAL: the peer may be gone. */
-	(void)send(c->fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)send(r->fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* ---- setup over the bootstrap socket ------------------------------------------- */
-
-static int local_host(int fd, char *host, size_t len)
-{
-	struct sockaddr_storage ss;
-	socklen_t sslen = sizeof(ss);
-	const void *a;
-
-	if (getsockname(fd, (struct sockaddr *)&ss, &sslen))
-		return -errno;
-	a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-				     : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-	return inet_ntop(ss.ss_family, a, host, (socklen_t)len) ? 0 : -errno;
-}
 
 static int send_setup(struct rdma_link *r)
 {
 	uint8_t msg[SETUP_HDR + ADDR_MAX] = { 0 };
 	size_t alen = ADDR_MAX, len;
-	bool virt = r->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
-	int rc = fi_getname(&r->ep->fid, msg + SETUP_HDR, &alen);
+	bool virt = r->fab.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+	int rc = fi_getname(&r->fab.ep->fid, msg + SETUP_HDR, &alen);
 
 	if (rc)
 		return rc;
 	put_le64(msg, SETUP_MAGIC | (uint64_t)alen << 32);
-	put_le64(msg + 8, virt ? (uint64_t)(uintptr_t)r->ring : 0);
-	put_le64(msg + 16, fi_mr_key(r->mr));
+	put_le64(msg + 8, virt ? (uint64_t)(uintptr_t)r->fab.ring : 0);
+	put_le64(msg + 16, fi_mr_key(r->fab.mr));
 	put_le64(msg + 24, RING_BYTES);
 	len = SETUP_HDR + alen;
 	/* The socket has just connected: its buffer takes these bytes at once. */
-	if (write(r->c->fd, msg, len) != (ssize_t)len)
+	if (write(r->fd, msg, len) != (ssize_t)len)
 		return -EIO;
 	return 0;
 }
 
-int rdma_start(struct net_conn *c)
+static int rdma_endpoint_new(const struct net_config *cfg, bool server, void **ep)
 {
-	struct rdma_link *r = calloc(1, sizeof(*r));
-	const char *prov = c->rdma_provider ? c->rdma_provider : DEFAULT_PROVIDER;
-	char host[64];
-	int rc;
-
-	if (!r)
+	(void)server;
+	if (cfg->rdma_provider && !(*ep = strdup(cfg->rdma_provider)))
 		return -ENOMEM;
-	pthread_once(&fab_once, fab_load);
-	if (!fab.ok) {
-		free(r);
-		return -ENOSYS;
-	}
-	r->c = c;
-	r->loop = c->loop;
-	r->wait_fd = -1;
-	c->rdma = r; /* freed with the conn from here on */
-	if (local_host(c->fd, host, sizeof(host)))
-		snprintf(host, sizeof(host), "127.0.0.1");
-	r->info = get_info(prov, host);
-	if (!r->info && !c->rdma_provider) {
-		log_info(TAG, "RDMA: no %s device, using %s", DEFAULT_PROVIDER, FALLBACK_PROVIDER);
-		prov = FALLBACK_PROVIDER;
-		r->info = get_info(prov, host);
-	}
-	if (!r->info) {
-		log_error(TAG, "RDMA: provider %s unavailable", prov);
-		return -ENODEV;
-	}
-	rc = open_link(r);
-	if (!rc)
-		rc = send_setup(r);
-	if (rc)
-		return rc < 0 ? rc : -EIO;
-	ev_io_init(&r->cq_io, on_cq, r->wait_fd, EV_READ);
-	r->cq_io.data = r;
-	ev_idle_init(&r->idle, on_idle);
-	r->idle.data = r;
-	ev_timer_init(&r->tick, on_tick, 0.01, r->wait_fd >= 0 ? 0.01 : 0.001);
-	r->tick.data = r;
-	r->start_ns = now_ns();
-	ev_timer_start(r->loop, &r->tick); /* also bounds the wait for the setup */
-	log_info(TAG, "RDMA link with %s via %s, %s", c->peer, r->info->fabric_attr->prov_name,
-		 r->wait_fd >= 0 ? "CQ wait fd" : "polled every 1 ms");
 	return 0;
 }
 
-void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len)
+static void rdma_endpoint_free(void *ep)
 {
-	struct rdma_link *r = c->rdma;
+	free(ep);
+}
+
+static int rdma_attach(struct net_conn *c, int fd, void *ep, const char *host, void **priv)
+{
+	struct rdma_link *r = calloc(1, sizeof(*r));
+
+	(void)host;
+	if (!r)
+		return -ENOMEM;
+	r->c = c;
+	r->loop = net_conn_loop(c);
+	r->fd = fd;
+	r->fab.wait_fd = -1;
+	if (ep && !(r->provider = strdup(ep))) {
+		free(r);
+		return -ENOMEM;
+	}
+	*priv = r;
+	return 0;
+}
+
+/* The bootstrap socket is up: open the endpoint and send the setup. */
+static int rdma_start(void *priv)
+{
+	struct rdma_link *r = priv;
+	char host[64];
+	int rc;
+
+	if (net_sock_local_host(r->fd, host, sizeof(host)))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	rc = net_fab_open(&r->fab, r->provider, host, RING_BYTES, 4 * MAX_WR + NRECV);
+	for (int i = 0; i < NRECV && !rc; i++)
+		rc = post_recv(r, i);
+	if (!rc)
+		rc = send_setup(r);
+	if (rc) {
+		rc = rc < 0 ? rc : -EIO;
+		log_error(TAG, "RDMA link with %s: %s", net_peer_name(r->c), strerror(-rc));
+		return rc;
+	}
+	ev_io_init(&r->cq_io, on_cq, r->fab.wait_fd, EV_READ);
+	r->cq_io.data = r;
+	ev_idle_init(&r->idle, on_idle);
+	r->idle.data = r;
+	ev_timer_init(&r->tick, on_tick, 0.01, r->fab.wait_fd >= 0 ? 0.01 : 0.001);
+	r->tick.data = r;
+	r->start_ns = now_ns();
+	ev_timer_start(r->loop, &r->tick); /* also bounds the wait for the setup */
+	log_info(TAG, "RDMA link with %s via %s, %s", net_peer_name(r->c),
+		 r->fab.info->fabric_attr->prov_name,
+		 r->fab.wait_fd >= 0 ? "CQ wait fd" : "polled every 1 ms");
+	return 0;
+}
+
+/* The peer's setup message: 0 once whole and checked (then up), -EAGAIN
+ * while incomplete, or -EPROTO (logged). */
+static int setup_recv(struct rdma_link *r, const uint8_t *data, size_t len)
+{
 	size_t need, take;
 	uint64_t w;
 
-	if (r && !c->handshaking) {
-		/* After the setup only the closing count comes this way. */
-		if (len > sizeof(r->fin) - r->fin_have) {
-			net_conn_fail(c, fail_proto(r, "bytes after setup"));
-			return;
-		}
-		memcpy(r->fin + r->fin_have, data, len);
-		r->fin_have += len;
-		return;
-	}
-	if (!r) {
-		net_conn_fail(c, -EPROTO);
-		return;
-	}
 	while (len) {
 		need = SETUP_HDR;
 		if (r->setup_have >= SETUP_HDR)
@@ -679,35 +582,94 @@ void rdma_ctl_recv(struct net_conn *c, const uint8_t *data, size_t len)
 		len -= take;
 		if (r->setup_have == SETUP_HDR) {
 			w = get_le64(r->setup);
-			if ((uint32_t)w != SETUP_MAGIC || w >> 32 == 0 || w >> 32 > ADDR_MAX) {
-				net_conn_fail(c, fail_proto(r, "bad setup message"));
-				return;
-			}
+			if ((uint32_t)w != SETUP_MAGIC || w >> 32 == 0 || w >> 32 > ADDR_MAX)
+				return fail_proto(r, "bad setup message");
 			continue;
 		}
 		if (r->setup_have == need)
 			break;
 	}
 	if (r->setup_have < SETUP_HDR || r->setup_have < SETUP_HDR + (get_le64(r->setup) >> 32))
-		return;
-	if (len) {
-		net_conn_fail(c, fail_proto(r, "bytes after setup"));
-		return;
-	}
+		return -EAGAIN;
+	if (len)
+		return fail_proto(r, "bytes after setup");
 	r->peer_base = get_le64(r->setup + 8);
 	r->peer_key = get_le64(r->setup + 16);
 	r->peer_ring = get_le64(r->setup + 24);
-	if (r->peer_ring < 65536 || r->peer_ring > (1ull << 32)) {
-		net_conn_fail(c, fail_proto(r, "bad ring size"));
-		return;
-	}
-	if (fi_av_insert(r->av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1) {
-		net_conn_fail(c, fail_proto(r, "peer address rejected"));
-		return;
-	}
-	if (r->wait_fd >= 0)
-		ev_io_start(r->loop, &r->cq_io);
-	net_conn_up(c);
-	if (!c->dead)
-		rdma_kick(c);
+	if (r->peer_ring < 65536 || r->peer_ring > (1ull << 32))
+		return fail_proto(r, "bad ring size");
+	if (fi_av_insert(r->fab.av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1)
+		return fail_proto(r, "peer address rejected");
+	return 0;
 }
+
+/* Bytes from the socket: the setup, then only the closing count. */
+static void ctl_recv(struct rdma_link *r, const uint8_t *data, size_t len)
+{
+	struct net_conn *c = r->c;
+	int rc;
+
+	if (r->up) {
+		if (len > sizeof(r->fin) - r->fin_have) {
+			net_conn_fail(c, fail_proto(r, "bytes after setup"));
+			return;
+		}
+		memcpy(r->fin + r->fin_have, data, len);
+		r->fin_have += len;
+		return;
+	}
+	rc = setup_recv(r, data, len);
+	if (rc == -EAGAIN)
+		return;
+	if (rc) {
+		net_conn_fail(c, rc);
+		return;
+	}
+	if (r->fab.wait_fd >= 0)
+		ev_io_start(r->loop, &r->cq_io);
+	r->up = true;
+	net_conn_up(c);
+	if (!net_conn_dead(c))
+		rdma_kick(r);
+}
+
+/* The socket is readable. Its end before the setup is a refusal; after
+ * it, the peer closed: drain the ring, then closed(0). */
+static void rdma_read(void *priv)
+{
+	struct rdma_link *r = priv;
+	uint8_t buf[CTL_READ_BYTES];
+	ssize_t n;
+
+	for (int i = 0; i < 64 && !net_conn_dead(r->c); i++) {
+		n = read(r->fd, buf, sizeof(buf));
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			net_conn_fail(r->c, -errno);
+			return;
+		}
+		if (n == 0) {
+			if (r->up)
+				drain_begin(r);
+			else
+				net_conn_fail(r->c, -ECONNRESET);
+			return;
+		}
+		ctl_recv(r, buf, (size_t)n);
+		if ((size_t)n < sizeof(buf))
+			return;
+	}
+}
+
+const struct net_transport_ops net_rdma_ops = {
+	.name = "rdma",
+	.endpoint_new = rdma_endpoint_new,
+	.endpoint_free = rdma_endpoint_free,
+	.attach = rdma_attach,
+	.detach = rdma_detach,
+	.start = rdma_start,
+	.read = rdma_read,
+	.kick = rdma_kick,
+	.shutdown = rdma_shutdown,
+};

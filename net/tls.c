@@ -1,6 +1,7 @@
-/* TLS 1.3 for the socket transport: contexts, the handshake, and writing
- * through OpenSSL with as few copies and syscalls as it allows. See net/net.h
- * for the contract; net/net.c drives these from its event loop. */
+/* TLS 1.3 (NET_TLS) over the connection's TCP socket: contexts, the
+ * handshake, and reading and writing through OpenSSL with as few copies and
+ * syscalls as it allows. The only code in net/ that calls OpenSSL. See
+ * net/net.h for the public contract and net/conn.h for the transport one. */
 #include "net/conn.h"
 
 #include <errno.h>
@@ -14,15 +15,29 @@
 #include <openssl/x509v3.h>
 
 #define TAG "net"
+#define TBUF_BYTES (64 * 1024)       /* staging for small segments */
 #define TLS_DIRECT_MIN (16 * 1024)   /* segments this large skip the staging copy */
 #define TLS_WRITE_MAX (1024 * 1024)  /* most bytes per SSL_write */
 #define TLS_READ_AHEAD_BYTES (256 * 1024)
 #define WOUT_BYTES (256 * 1024)      /* TLS records gathered for one write() */
 #define TLS_SUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+#define READS_PER_EVENT 64
+
+struct tls_conn {
+	struct net_conn *c;
+	int fd;
+	bool server;
+	SSL *ssl;
+	BIO_METHOD *wmeth;
+	uint8_t *tbuf;                /* staging: [toff, tlen) not yet taken */
+	size_t toff, tlen;
+	uint8_t *wout;                /* records: [woff, wlen) not yet written */
+	size_t woff, wlen;
+};
 
 /* ---- TLS contexts ----------------------------------------------------------- */
 
-void tls_log_errors(const char *what, const char *peer)
+static void log_errors(const char *what, const char *peer)
 {
 	unsigned long e;
 	char buf[256];
@@ -39,7 +54,7 @@ void tls_log_errors(const char *what, const char *peer)
 
 /* TLS 1.3 only; both sides present a certificate and verify the peer's
  * against cfg->ca (the server requires one from the client). */
-SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server)
+static SSL_CTX *ctx_new(const struct net_config *cfg, bool server)
 {
 	SSL_CTX *ctx;
 
@@ -78,7 +93,7 @@ SSL_CTX *tls_ctx_new(const struct net_config *cfg, bool server)
 err_ctx:
 	SSL_CTX_free(ctx);
 err:
-	tls_log_errors("TLS setup with", cfg->cert ? cfg->cert : cfg->ca);
+	log_errors("TLS setup with", cfg->cert ? cfg->cert : cfg->ca);
 	return NULL;
 }
 
@@ -90,64 +105,66 @@ err:
  * syscalls and TCP pushes saved. Reads still go through a socket BIO. */
 
 /* Writes wout out: 0 when empty, -EAGAIN, or a fatal -errno. */
-int tls_wout_flush(struct net_conn *c)
+static int wout_flush(struct tls_conn *t)
 {
 	ssize_t n;
 
-	while (c->woff < c->wlen) {
-		n = write(c->fd, c->wout + c->woff, c->wlen - c->woff);
+	while (t->woff < t->wlen) {
+		n = write(t->fd, t->wout + t->woff, t->wlen - t->woff);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			return errno == EAGAIN ? -EAGAIN : -errno;
 		}
-		c->woff += (size_t)n;
+		t->woff += (size_t)n;
 	}
-	c->woff = c->wlen = 0;
+	t->woff = t->wlen = 0;
 	return 0;
 }
 
-bool tls_wout_pending(const struct net_conn *c)
+static bool tls_pending(const void *priv)
 {
-	return c->wlen > c->woff;
+	const struct tls_conn *t = priv;
+
+	return t->wlen > t->woff;
 }
 
 static int wbio_write(BIO *b, const char *data, int len)
 {
-	struct net_conn *c = BIO_get_data(b);
+	struct tls_conn *t = BIO_get_data(b);
 	size_t take;
 	int r;
 
 	BIO_clear_retry_flags(b);
 	if (len <= 0)
 		return 0;
-	if (WOUT_BYTES - c->wlen < (size_t)len) {
-		r = tls_wout_flush(c);
+	if (WOUT_BYTES - t->wlen < (size_t)len) {
+		r = wout_flush(t);
 		if (r && r != -EAGAIN) {
 			errno = -r;
 			return -1;
 		}
-		if (c->woff) {
-			memmove(c->wout, c->wout + c->woff, c->wlen - c->woff);
-			c->wlen -= c->woff;
-			c->woff = 0;
+		if (t->woff) {
+			memmove(t->wout, t->wout + t->woff, t->wlen - t->woff);
+			t->wlen -= t->woff;
+			t->woff = 0;
 		}
 	}
-	take = WOUT_BYTES - c->wlen;
+	take = WOUT_BYTES - t->wlen;
 	if (!take) {
 		BIO_set_retry_write(b); /* SSL_write gives WANT_WRITE */
 		return -1;
 	}
 	if (take > (size_t)len)
 		take = (size_t)len;
-	memcpy(c->wout + c->wlen, data, take);
-	c->wlen += take;
+	memcpy(t->wout + t->wlen, data, take);
+	t->wlen += take;
 	return (int)take;
 }
 
 static long wbio_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
-	struct net_conn *c = BIO_get_data(b);
+	struct tls_conn *t = BIO_get_data(b);
 
 	(void)num;
 	(void)ptr;
@@ -155,39 +172,107 @@ static long wbio_ctrl(BIO *b, int cmd, long num, void *ptr)
 	case BIO_CTRL_FLUSH:
 		return 1; /* written after every SSL call, by the caller */
 	case BIO_CTRL_WPENDING:
-		return (long)(c->wlen - c->woff);
+		return (long)(t->wlen - t->woff);
 	default:
 		return 0;
 	}
 }
 
-int tls_attach(struct net_conn *c)
+/* Reads through a socket BIO, writes through wout. */
+static int set_bios(struct tls_conn *t)
 {
 	BIO *rb, *wb;
 
-	c->wout = malloc(WOUT_BYTES);
-	c->wmeth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "understudy-wout");
-	if (!c->wout || !c->wmeth || !BIO_meth_set_write(c->wmeth, wbio_write) ||
-	    !BIO_meth_set_ctrl(c->wmeth, wbio_ctrl))
+	t->wout = malloc(WOUT_BYTES);
+	t->wmeth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "understudy-wout");
+	if (!t->wout || !t->wmeth || !BIO_meth_set_write(t->wmeth, wbio_write) ||
+	    !BIO_meth_set_ctrl(t->wmeth, wbio_ctrl))
 		return -ENOMEM;
-	rb = BIO_new_socket(c->fd, BIO_NOCLOSE);
-	wb = BIO_new(c->wmeth);
+	rb = BIO_new_socket(t->fd, BIO_NOCLOSE);
+	wb = BIO_new(t->wmeth);
 	if (!rb || !wb) {
 		BIO_free(rb);
 		BIO_free(wb);
 		return -ENOMEM;
 	}
-	BIO_set_data(wb, c);
+	BIO_set_data(wb, t);
 	BIO_set_init(wb, 1);
-	SSL_set_bio(c->ssl, rb, wb); /* the SSL owns both */
+	SSL_set_bio(t->ssl, rb, wb); /* the SSL owns both */
 	return 0;
 }
 
+/* ---- connections ---------------------------------------------------------------- */
+
+static int tls_endpoint_new(const struct net_config *cfg, bool server, void **ep)
+{
+	*ep = ctx_new(cfg, server);
+	return *ep ? 0 : -EINVAL;
+}
+
+static void tls_endpoint_free(void *ep)
+{
+	SSL_CTX_free(ep); /* each SSL holds its own reference */
+}
+
+static void tls_detach(void *priv)
+{
+	struct tls_conn *t = priv;
+
+	if (!t)
+		return;
+	SSL_free(t->ssl);
+	BIO_meth_free(t->wmeth);
+	free(t->wout);
+	free(t->tbuf);
+	free(t);
+}
+
+/* A client verifies the server's name or address against its certificate. */
+static int set_server_name(SSL *ssl, const char *host)
+{
+	X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+
+	if (X509_VERIFY_PARAM_set1_ip_asc(vp, host) != 1 &&
+	    (X509_VERIFY_PARAM_set1_host(vp, host, 0) != 1 ||
+	     SSL_set_tlsext_host_name(ssl, host) != 1))
+		return -EINVAL;
+	SSL_set_connect_state(ssl);
+	return 0;
+}
+
+static int tls_attach(struct net_conn *c, int fd, void *ep, const char *host, void **priv)
+{
+	struct tls_conn *t = calloc(1, sizeof(*t));
+	int r = -ENOMEM;
+
+	if (!t)
+		return -ENOMEM;
+	t->c = c;
+	t->fd = fd;
+	t->server = !host;
+	t->tbuf = malloc(TBUF_BYTES);
+	t->ssl = SSL_new(ep);
+	if (!t->tbuf || !t->ssl || set_bios(t))
+		goto err_t;
+	if (!host) {
+		SSL_set_accept_state(t->ssl);
+	} else {
+		r = set_server_name(t->ssl, host);
+		if (r)
+			goto err_t;
+	}
+	*priv = t;
+	return 0;
+
+err_t:
+	tls_detach(t);
+	return r;
+}
 
 /* Returns 0, -EAGAIN when the socket is full, or a fatal -errno. */
-int tls_result(struct net_conn *c, int ret, const char *what)
+static int result(struct tls_conn *t, int ret, const char *what)
 {
-	int e = SSL_get_error(c->ssl, ret);
+	int e = SSL_get_error(t->ssl, ret);
 
 	switch (e) {
 	case SSL_ERROR_WANT_READ:
@@ -202,112 +287,183 @@ int tls_result(struct net_conn *c, int ret, const char *what)
 	default:
 		if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
 			log_error(TAG, "%s %s: connection closed without TLS close_notify", what,
-				  c->peer);
+				  net_peer_name(t->c));
 			ERR_clear_error();
 			return -ECONNRESET;
 		}
 		break;
 	}
-	tls_log_errors(what, c->peer);
+	log_errors(what, net_peer_name(t->c));
 	return -EPROTO;
+}
+
+/* ---- data ----------------------------------------------------------------------- */
+
+static void tls_read(void *priv)
+{
+	struct tls_conn *t = priv;
+	struct net_conn *c = t->c;
+	uint8_t *buf;
+	size_t cap;
+	int n, r;
+
+	for (int i = 0; i < READS_PER_EVENT && !net_conn_dead(c); i++) {
+		buf = net_conn_rbuf(c, &cap);
+		ERR_clear_error();
+		n = SSL_read(t->ssl, buf, (int)cap);
+		if (n <= 0) {
+			r = result(t, n, "TLS read from");
+			if (r == -EAGAIN)
+				return;
+			net_conn_fail(c, r == -EPIPE ? 0 : r);
+			return;
+		}
+		net_conn_deliver(c, buf, (size_t)n);
+	}
+	/* Records already decrypted inside OpenSSL raise no event. */
+	if (!net_conn_dead(c) && SSL_has_pending(t->ssl))
+		net_conn_feed_read(c);
+	/* Reading can produce records to send (alerts, key updates). */
+	if (!net_conn_dead(c) && tls_pending(t))
+		net_conn_watch_write(c, true);
 }
 
 /* SSL_write straight from the head segment. A retry after WANT_WRITE
  * passes the same bytes again: the segment only changes when consumed. */
-static int write_direct(struct net_conn *c)
+static int write_direct(struct tls_conn *t, const uint8_t *base, size_t len)
 {
-	struct seg *s = &c->q[c->qhead];
-	size_t len = s->len < TLS_WRITE_MAX ? s->len : TLS_WRITE_MAX;
 	int n;
 
+	if (len > TLS_WRITE_MAX)
+		len = TLS_WRITE_MAX;
 	ERR_clear_error();
-	n = SSL_write(c->ssl, s->base, (int)len);
+	n = SSL_write(t->ssl, base, (int)len);
 	if (n <= 0)
-		return tls_result(c, n, "TLS write to");
-	net_conn_consume(c, (size_t)n, true);
+		return result(t, n, "TLS write to");
+	net_queue_consume(t->c, (size_t)n, true);
 	return 0;
 }
 
-int tls_flush(struct net_conn *c)
+/* Gathers small segments into tbuf; their sends complete as they are copied. */
+static void stage(struct tls_conn *t)
 {
+	const uint8_t *base;
+	size_t len, take;
+
+	while (t->tlen < TBUF_BYTES && !net_conn_dead(t->c) &&
+	       net_queue_head(t->c, &base, &len) && len < TLS_DIRECT_MIN) {
+		take = TBUF_BYTES - t->tlen;
+		if (take > len)
+			take = len;
+		memcpy(t->tbuf + t->tlen, base, take);
+		t->tlen += take;
+		net_queue_consume(t->c, take, false);
+	}
+}
+
+static int tls_flush(void *priv)
+{
+	struct tls_conn *t = priv;
+	const uint8_t *base;
+	size_t len;
 	int n, r;
 
-	r = tls_wout_flush(c);
+	r = wout_flush(t);
 	if (r && r != -EAGAIN)
 		return r;
 	for (;;) {
-		if (c->toff == c->tlen) {
-			c->toff = c->tlen = 0;
-			if (c->dead)
+		if (t->toff == t->tlen) {
+			t->toff = t->tlen = 0;
+			if (net_conn_dead(t->c))
 				return 0;
-			if (c->qhead == c->qtail)
-				return tls_wout_flush(c);
-			if (c->q[c->qhead].len >= TLS_DIRECT_MIN) {
-				r = write_direct(c);
+			if (!net_queue_head(t->c, &base, &len))
+				return wout_flush(t);
+			if (len >= TLS_DIRECT_MIN) {
+				r = write_direct(t, base, len);
 				if (r)
 					return r;
 				continue;
 			}
-			/* Gather small segments; sends complete as they are copied. */
-			while (c->qhead < c->qtail && c->tlen < NET_TBUF_BYTES && !c->dead &&
-			       c->q[c->qhead].len < TLS_DIRECT_MIN) {
-				struct seg *s = &c->q[c->qhead];
-				size_t take = NET_TBUF_BYTES - c->tlen;
-
-				if (take > s->len)
-					take = s->len;
-				memcpy(c->tbuf + c->tlen, s->base, take);
-				c->tlen += take;
-				net_conn_consume(c, take, false);
-			}
-			if (c->dead)
+			stage(t);
+			if (net_conn_dead(t->c))
 				return 0;
-			if (!c->tlen)
-				return tls_wout_flush(c);
+			if (!t->tlen)
+				return wout_flush(t);
 		}
 		ERR_clear_error();
-		n = SSL_write(c->ssl, c->tbuf + c->toff, (int)(c->tlen - c->toff));
+		n = SSL_write(t->ssl, t->tbuf + t->toff, (int)(t->tlen - t->toff));
 		if (n <= 0)
-			return tls_result(c, n, "TLS write to");
-		c->toff += (size_t)n;
-		c->queued -= (size_t)n;
+			return result(t, n, "TLS write to");
+		t->toff += (size_t)n;
+		net_queue_taken(t->c, (size_t)n);
 	}
+}
+
+/* close_notify, written at once if the socket takes it. */
+static void tls_shutdown(void *priv)
+{
+	struct tls_conn *t = priv;
+
+	SSL_shutdown(t->ssl);
+	(void)wout_flush(t);
 }
 
 /* ---- handshake ------------------------------------------------------------------ */
 
-void tls_handshake(struct net_conn *c)
+static void tls_handshake(void *priv)
 {
+	struct tls_conn *t = priv;
+	struct net_conn *c = t->c;
 	int r, w;
 
 	ERR_clear_error();
-	r = SSL_do_handshake(c->ssl);
-	w = tls_wout_flush(c);
+	r = SSL_do_handshake(t->ssl);
+	w = wout_flush(t);
 	if (w && w != -EAGAIN) {
-		log_error(TAG, "TLS handshake with %s: %s", c->peer, strerror(-w));
+		log_error(TAG, "TLS handshake with %s: %s", net_peer_name(c), strerror(-w));
 		net_conn_fail(c, w);
 		return;
 	}
 	if (r == 1) {
-		c->handshaking = false;
-		ev_io_stop(c->loop, &c->wio);
-		log_debug(TAG, "TLS 1.3 with %s: %s", c->peer, SSL_get_cipher(c->ssl));
+		net_conn_watch_write(c, false);
+		log_debug(TAG, "TLS 1.3 with %s: %s", net_peer_name(c), SSL_get_cipher(t->ssl));
 		net_conn_up(c);
 		return;
 	}
-	r = tls_result(c, r, "TLS handshake with");
+	r = result(t, r, "TLS handshake with");
 	if (r == -EAGAIN) {
-		if (SSL_want_write(c->ssl) || tls_wout_pending(c))
-			ev_io_start(c->loop, &c->wio);
-		else
-			ev_io_stop(c->loop, &c->wio);
+		net_conn_watch_write(c, SSL_want_write(t->ssl) || tls_pending(t));
 		return;
 	}
-	if (SSL_get_verify_result(c->ssl) != X509_V_OK)
-		log_error(TAG, "TLS peer %s: certificate rejected: %s", c->peer,
-			  X509_verify_cert_error_string(SSL_get_verify_result(c->ssl)));
+	if (SSL_get_verify_result(t->ssl) != X509_V_OK)
+		log_error(TAG, "TLS peer %s: certificate rejected: %s", net_peer_name(c),
+			  X509_verify_cert_error_string(SSL_get_verify_result(t->ssl)));
 	/* Abortive close (RST): the peer must see a refusal, not a clean end,
 	 * even when read-ahead has drained what it sent. */
-	setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &(struct linger){ 1, 0 }, sizeof(struct linger));
+	setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &(struct linger){ 1, 0 }, sizeof(struct linger));
 	net_conn_fail(c, r == -EPIPE ? -ECONNRESET : -EPROTO);
 }
+
+/* The client speaks first; the server waits for its hello. */
+static int tls_start(void *priv)
+{
+	struct tls_conn *t = priv;
+
+	if (!t->server)
+		tls_handshake(t);
+	return 0;
+}
+
+const struct net_transport_ops net_tls_ops = {
+	.name = "tls",
+	.endpoint_new = tls_endpoint_new,
+	.endpoint_free = tls_endpoint_free,
+	.attach = tls_attach,
+	.detach = tls_detach,
+	.start = tls_start,
+	.handshake = tls_handshake,
+	.read = tls_read,
+	.flush = tls_flush,
+	.pending = tls_pending,
+	.shutdown = tls_shutdown,
+};

@@ -1,0 +1,98 @@
+/* Addresses and TCP sockets for net/. See net/socket.h. */
+#include "net/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TAG "net"
+#define SOCKBUF_DEFAULT (4 * 1024 * 1024)
+
+int net_sock_resolve(const char *host_port, struct sockaddr_storage *ss, socklen_t *sslen)
+{
+	char host[256];
+	const char *colon = strrchr(host_port, ':');
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai;
+	size_t hlen;
+	int r;
+
+	if (!colon || colon == host_port)
+		return -EINVAL;
+	hlen = (size_t)(colon - host_port);
+	if (hlen >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, host_port, hlen);
+	host[hlen] = 0;
+	r = getaddrinfo(host, colon + 1, &hints, &ai);
+	if (r) {
+		log_error(TAG, "cannot resolve %s: %s", host_port, gai_strerror(r));
+		return -EHOSTUNREACH;
+	}
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*sslen = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+void net_sock_set_options(int fd, const struct net_config *cfg)
+{
+	int one = 1, buf = cfg->sockbuf_bytes ? cfg->sockbuf_bytes : SOCKBUF_DEFAULT;
+
+	/* Best effort: the kernel caps buffers at net.core.[rw]mem_max. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+void net_sock_peer_name(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+	char addr[INET6_ADDRSTRLEN] = "?";
+
+	if (ss->ss_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, addr, sizeof(addr));
+	else if (ss->ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, addr,
+			  sizeof(addr));
+	snprintf(out, len, "%s:%u", addr, ntohs(((const struct sockaddr_in *)ss)->sin_port));
+}
+
+int net_sock_listen(const struct net_config *cfg, const char *host_port,
+		    struct sockaddr_storage *ss, socklen_t sslen, int *port)
+{
+	int fd, one = 1, r;
+
+	fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	net_sock_set_options(fd, cfg); /* inherited by accepted sockets, before the handshake */
+	if (bind(fd, (struct sockaddr *)ss, sslen) < 0 || listen(fd, 16) < 0) {
+		r = -errno;
+		log_error(TAG, "listen on %s: %s", host_port, strerror(-r));
+		close(fd);
+		return r;
+	}
+	sslen = sizeof(*ss);
+	getsockname(fd, (struct sockaddr *)ss, &sslen);
+	*port = ntohs(((struct sockaddr_in *)ss)->sin_port);
+	return fd;
+}
+
+int net_sock_local_host(int fd, char *host, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss);
+	const void *a;
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &sslen))
+		return -errno;
+	a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+				     : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+	return inet_ntop(ss.ss_family, a, host, (socklen_t)len) ? 0 : -errno;
+}
