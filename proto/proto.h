@@ -33,24 +33,23 @@
 /* Hard limit on the entries of one page batch. */
 #define PROTO_PAGES_MAX_COUNT 65536u
 
-/* Capability bits carried in Hello.capabilities. */
+/* Capability bits carried in Hello.capabilities. Every peer of this
+ * version sends PROTO_CAPS_REQUIRED and refuses a peer without them. */
 #define PROTO_CAP_LZ4   (1ull << 0)
 #define PROTO_CAP_XOR   (1ull << 1)
-#define PROTO_CAP_RDMA  (1ull << 2)
+#define PROTO_CAPS_REQUIRED (PROTO_CAP_LZ4 | PROTO_CAP_XOR)
 
+/* Frame types. Message types carry the protobuf message of that name;
+ * 3, 4, 10 and 11 are retired (never sent) and refused as unknown. */
 enum proto_type {
 	PROTO_T_HELLO = 1,
-	PROTO_T_EPOCH_BEGIN,
-	PROTO_T_VCPU_STATE,
-	PROTO_T_DEVICE_STATE,
-	PROTO_T_EPOCH_END,
-	PROTO_T_ACK,
-	PROTO_T_HEARTBEAT,
-	PROTO_T_FENCE,
-	PROTO_T_ERROR,
-	PROTO_T_MIGRATION_START,
-	PROTO_T_MIGRATION_DONE,
-	PROTO_T_SECTION,
+	PROTO_T_EPOCH_BEGIN = 2,
+	PROTO_T_EPOCH_END = 5,
+	PROTO_T_ACK = 6,
+	PROTO_T_HEARTBEAT = 7,
+	PROTO_T_FENCE = 8,
+	PROTO_T_ERROR = 9,
+	PROTO_T_SECTION = 12,
 	PROTO_T_MSG_LAST = PROTO_T_SECTION,
 	PROTO_T_PAGES = 32,
 };
