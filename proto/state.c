@@ -96,9 +96,9 @@ static size_t pad8(size_t n)
 
 /* ---- blob header and section headers -------------------------------------- */
 
-#define STATE_HDR_FIELDS(F, o_)                                                   \
-	F(32, (o_).magic) F(32, (o_).version) F(64, (o_).digest) F(32, (o_).nsections) \
-	F(32, (o_).ncpus) F(64, (o_).total_len)
+#define STATE_HDR_FIELDS(F, x)                                                   \
+	F(32, (x).magic) F(32, (x).version) F(64, (x).digest) F(32, (x).nsections) \
+	F(32, (x).ncpus) F(64, (x).total_len)
 #define STATE_HDR_CRC_OFF 32
 
 struct hdr_raw {
@@ -211,41 +211,41 @@ int proto_section_next(const void *blob, size_t len, size_t *off, struct proto_s
 
 /* ---- vcpu -------------------------------------------------------------------- */
 
-#define REGS_FIELDS(F, o_)                                                               \
-	F(64, (o_).rax) F(64, (o_).rbx) F(64, (o_).rcx) F(64, (o_).rdx) F(64, (o_).rsi)      \
-	F(64, (o_).rdi) F(64, (o_).rsp) F(64, (o_).rbp) F(64, (o_).r8) F(64, (o_).r9)        \
-	F(64, (o_).r10) F(64, (o_).r11) F(64, (o_).r12) F(64, (o_).r13) F(64, (o_).r14)      \
-	F(64, (o_).r15) F(64, (o_).rip) F(64, (o_).rflags)
-#define SEG_FIELDS(F, o_)                                                                \
-	F(64, (o_).base) F(32, (o_).limit) F(16, (o_).selector) F(8, (o_).type)             \
-	F(8, (o_).present) F(8, (o_).dpl) F(8, (o_).db) F(8, (o_).s) F(8, (o_).l) F(8, (o_).g) \
-	F(8, (o_).avl) F(8, (o_).unusable)
-#define DT_FIELDS(F, o_) F(64, (o_).base) F(16, (o_).limit)
-#define SREGS_FIELDS(F, o_)                                                              \
-	SEG_FIELDS(F, (o_).cs) SEG_FIELDS(F, (o_).ds) SEG_FIELDS(F, (o_).es)               \
-	SEG_FIELDS(F, (o_).fs) SEG_FIELDS(F, (o_).gs) SEG_FIELDS(F, (o_).ss)               \
-	SEG_FIELDS(F, (o_).tr) SEG_FIELDS(F, (o_).ldt) DT_FIELDS(F, (o_).gdt)              \
-	DT_FIELDS(F, (o_).idt) F(64, (o_).cr0) F(64, (o_).cr2) F(64, (o_).cr3)              \
-	F(64, (o_).cr4) F(64, (o_).cr8) F(64, (o_).efer) F(64, (o_).apic_base)              \
-	F(64, (o_).interrupt_bitmap[0]) F(64, (o_).interrupt_bitmap[1])                   \
-	F(64, (o_).interrupt_bitmap[2]) F(64, (o_).interrupt_bitmap[3])
-#define EVENTS_FIELDS(F, o_)                                                             \
-	F(8, (o_).exception.injected) F(8, (o_).exception.nr)                             \
-	F(8, (o_).exception.has_error_code) F(8, (o_).exception.pending)                  \
-	F(32, (o_).exception.error_code) F(8, (o_).interrupt.injected)                    \
-	F(8, (o_).interrupt.nr) F(8, (o_).interrupt.soft) F(8, (o_).interrupt.shadow)      \
-	F(8, (o_).nmi.injected) F(8, (o_).nmi.pending) F(8, (o_).nmi.masked)               \
-	F(32, (o_).sipi_vector) F(32, (o_).flags) F(8, (o_).smi.smm) F(8, (o_).smi.pending) \
-	F(8, (o_).smi.smm_inside_nmi) F(8, (o_).smi.latched_init)                         \
-	F(8, (o_).triple_fault.pending) F(8, (o_).exception_has_payload)                  \
-	F(64, (o_).exception_payload)
-#define DEBUGREGS_FIELDS(F, o_)                                                          \
-	F(64, (o_).db[0]) F(64, (o_).db[1]) F(64, (o_).db[2]) F(64, (o_).db[3])             \
-	F(64, (o_).dr6) F(64, (o_).dr7)
-#define VCPU_FIELDS(F, o_)                                                               \
-	REGS_FIELDS(F, (o_).regs) SREGS_FIELDS(F, (o_).sregs) EVENTS_FIELDS(F, (o_).events) \
-	F(32, (o_).mp_state.mp_state) DEBUGREGS_FIELDS(F, (o_).debugregs)                 \
-	F(32, (o_).xcrs.nr_xcrs) F(32, (o_).nmsrs) F(32, (o_).xsave_size)
+#define REGS_FIELDS(F, x)                                                               \
+	F(64, (x).rax) F(64, (x).rbx) F(64, (x).rcx) F(64, (x).rdx) F(64, (x).rsi)      \
+	F(64, (x).rdi) F(64, (x).rsp) F(64, (x).rbp) F(64, (x).r8) F(64, (x).r9)        \
+	F(64, (x).r10) F(64, (x).r11) F(64, (x).r12) F(64, (x).r13) F(64, (x).r14)      \
+	F(64, (x).r15) F(64, (x).rip) F(64, (x).rflags)
+#define SEG_FIELDS(F, x)                                                                \
+	F(64, (x).base) F(32, (x).limit) F(16, (x).selector) F(8, (x).type)             \
+	F(8, (x).present) F(8, (x).dpl) F(8, (x).db) F(8, (x).s) F(8, (x).l) F(8, (x).g) \
+	F(8, (x).avl) F(8, (x).unusable)
+#define DT_FIELDS(F, x) F(64, (x).base) F(16, (x).limit)
+#define SREGS_FIELDS(F, x)                                                              \
+	SEG_FIELDS(F, (x).cs) SEG_FIELDS(F, (x).ds) SEG_FIELDS(F, (x).es)               \
+	SEG_FIELDS(F, (x).fs) SEG_FIELDS(F, (x).gs) SEG_FIELDS(F, (x).ss)               \
+	SEG_FIELDS(F, (x).tr) SEG_FIELDS(F, (x).ldt) DT_FIELDS(F, (x).gdt)              \
+	DT_FIELDS(F, (x).idt) F(64, (x).cr0) F(64, (x).cr2) F(64, (x).cr3)              \
+	F(64, (x).cr4) F(64, (x).cr8) F(64, (x).efer) F(64, (x).apic_base)              \
+	F(64, (x).interrupt_bitmap[0]) F(64, (x).interrupt_bitmap[1])                   \
+	F(64, (x).interrupt_bitmap[2]) F(64, (x).interrupt_bitmap[3])
+#define EVENTS_FIELDS(F, x)                                                             \
+	F(8, (x).exception.injected) F(8, (x).exception.nr)                             \
+	F(8, (x).exception.has_error_code) F(8, (x).exception.pending)                  \
+	F(32, (x).exception.error_code) F(8, (x).interrupt.injected)                    \
+	F(8, (x).interrupt.nr) F(8, (x).interrupt.soft) F(8, (x).interrupt.shadow)      \
+	F(8, (x).nmi.injected) F(8, (x).nmi.pending) F(8, (x).nmi.masked)               \
+	F(32, (x).sipi_vector) F(32, (x).flags) F(8, (x).smi.smm) F(8, (x).smi.pending) \
+	F(8, (x).smi.smm_inside_nmi) F(8, (x).smi.latched_init)                         \
+	F(8, (x).triple_fault.pending) F(8, (x).exception_has_payload)                  \
+	F(64, (x).exception_payload)
+#define DEBUGREGS_FIELDS(F, x)                                                          \
+	F(64, (x).db[0]) F(64, (x).db[1]) F(64, (x).db[2]) F(64, (x).db[3])             \
+	F(64, (x).dr6) F(64, (x).dr7)
+#define VCPU_FIELDS(F, x)                                                               \
+	REGS_FIELDS(F, (x).regs) SREGS_FIELDS(F, (x).sregs) EVENTS_FIELDS(F, (x).events) \
+	F(32, (x).mp_state.mp_state) DEBUGREGS_FIELDS(F, (x).debugregs)                 \
+	F(32, (x).xcrs.nr_xcrs) F(32, (x).nmsrs) F(32, (x).xsave_size)
 
 /* regs 144, sregs 292, events 37, mp_state 4, debugregs 48, counts 12 */
 #define VCPU_FIELDS_BYTES 537u
@@ -308,25 +308,25 @@ int proto_vcpu_state_decode(const void *in, size_t len, struct kvm_vcpu_state *v
 
 /* ---- vm: PIC master, PIC slave, IOAPIC, PIT, kvmclock -------------------------- */
 
-#define PIC_FIELDS(F, o_)                                                                \
-	F(8, (o_).last_irr) F(8, (o_).irr) F(8, (o_).imr) F(8, (o_).isr)                    \
-	F(8, (o_).priority_add) F(8, (o_).irq_base) F(8, (o_).read_reg_select)             \
-	F(8, (o_).poll) F(8, (o_).special_mask) F(8, (o_).init_state) F(8, (o_).auto_eoi)   \
-	F(8, (o_).rotate_on_auto_eoi) F(8, (o_).special_fully_nested_mode)                \
-	F(8, (o_).init4) F(8, (o_).elcr) F(8, (o_).elcr_mask)
-#define IOAPIC_FIELDS(F, o_)                                                             \
-	F(64, (o_).base_address) F(32, (o_).ioregsel) F(32, (o_).id) F(32, (o_).irr)
-#define PIT_CHANNEL_FIELDS(F, o_)                                                        \
-	F(32, (o_).count) F(16, (o_).latched_count) F(8, (o_).count_latched)               \
-	F(8, (o_).status_latched) F(8, (o_).status) F(8, (o_).read_state)                  \
-	F(8, (o_).write_state) F(8, (o_).write_latch) F(8, (o_).rw_mode) F(8, (o_).mode)    \
-	F(8, (o_).bcd) F(8, (o_).gate) F(64, (o_).count_load_time)
-#define CLOCK_FIELDS(F, o_) F(64, (o_).clock) F(32, (o_).flags) F(64, (o_).realtime) F(64, (o_).host_tsc)
-#define VM_FIELDS(F, o_)                                                                 \
-	PIC_FIELDS(F, (o_).pic_master.chip.pic) PIC_FIELDS(F, (o_).pic_slave.chip.pic)    \
-	IOAPIC_FIELDS(F, (o_).ioapic.chip.ioapic)                                        \
-	PIT_CHANNEL_FIELDS(F, (o_).pit.channels[0]) PIT_CHANNEL_FIELDS(F, (o_).pit.channels[1]) \
-	PIT_CHANNEL_FIELDS(F, (o_).pit.channels[2]) F(32, (o_).pit.flags) CLOCK_FIELDS(F, (o_).clock)
+#define PIC_FIELDS(F, x)                                                                \
+	F(8, (x).last_irr) F(8, (x).irr) F(8, (x).imr) F(8, (x).isr)                    \
+	F(8, (x).priority_add) F(8, (x).irq_base) F(8, (x).read_reg_select)             \
+	F(8, (x).poll) F(8, (x).special_mask) F(8, (x).init_state) F(8, (x).auto_eoi)   \
+	F(8, (x).rotate_on_auto_eoi) F(8, (x).special_fully_nested_mode)                \
+	F(8, (x).init4) F(8, (x).elcr) F(8, (x).elcr_mask)
+#define IOAPIC_FIELDS(F, x)                                                             \
+	F(64, (x).base_address) F(32, (x).ioregsel) F(32, (x).id) F(32, (x).irr)
+#define PIT_CHANNEL_FIELDS(F, x)                                                        \
+	F(32, (x).count) F(16, (x).latched_count) F(8, (x).count_latched)               \
+	F(8, (x).status_latched) F(8, (x).status) F(8, (x).read_state)                  \
+	F(8, (x).write_state) F(8, (x).write_latch) F(8, (x).rw_mode) F(8, (x).mode)    \
+	F(8, (x).bcd) F(8, (x).gate) F(64, (x).count_load_time)
+#define CLOCK_FIELDS(F, x) F(64, (x).clock) F(32, (x).flags) F(64, (x).realtime) F(64, (x).host_tsc)
+#define VM_FIELDS(F, x)                                                                 \
+	PIC_FIELDS(F, (x).pic_master.chip.pic) PIC_FIELDS(F, (x).pic_slave.chip.pic)    \
+	IOAPIC_FIELDS(F, (x).ioapic.chip.ioapic)                                        \
+	PIT_CHANNEL_FIELDS(F, (x).pit.channels[0]) PIT_CHANNEL_FIELDS(F, (x).pit.channels[1]) \
+	PIT_CHANNEL_FIELDS(F, (x).pit.channels[2]) F(32, (x).pit.flags) CLOCK_FIELDS(F, (x).clock)
 
 size_t proto_vm_state_encode(const struct kvm_vm_state *s, uint8_t out[PROTO_VM_STATE_BYTES])
 {
@@ -356,10 +356,10 @@ int proto_vm_state_decode(const void *in, size_t len, struct kvm_vm_state *s)
 
 /* ---- uart: the 16550 ------------------------------------------------------------ */
 
-#define UART_FIELDS(F, o_)                                                               \
-	F(8, (o_).ier) F(8, (o_).lcr) F(8, (o_).mcr) F(8, (o_).lsr_err) F(8, (o_).msr)       \
-	F(8, (o_).scr) F(8, (o_).dll) F(8, (o_).dlm) F(8, (o_).fcr) F(8, (o_).thr_irq)       \
-	F(8, (o_).irq_level) F(32, (o_).rx_head) F(32, (o_).rx_count)
+#define UART_FIELDS(F, x)                                                               \
+	F(8, (x).ier) F(8, (x).lcr) F(8, (x).mcr) F(8, (x).lsr_err) F(8, (x).msr)       \
+	F(8, (x).scr) F(8, (x).dll) F(8, (x).dlm) F(8, (x).fcr) F(8, (x).thr_irq)       \
+	F(8, (x).irq_level) F(32, (x).rx_head) F(32, (x).rx_count)
 
 size_t proto_uart_state_encode(const struct uart_state *u, uint8_t out[PROTO_UART_STATE_BYTES])
 {
