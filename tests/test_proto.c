@@ -651,15 +651,7 @@ static struct kvm_vcpu_state *random_vcpu(void)
 	struct kvm_vcpu_state *v = calloc(1, sizeof(*v));
 
 	assert_non_null(v);
-	fill_random(&v->regs, sizeof(v->regs));
-	fill_random(&v->sregs, sizeof(v->sregs));
-	fill_random(&v->lapic, sizeof(v->lapic));
-	fill_random(&v->events, sizeof(v->events));
-	fill_random(&v->debugregs, sizeof(v->debugregs));
-	fill_random(v->msrs, sizeof(v->msrs));
-	fill_random(v->xsave, sizeof(v->xsave));
-	fill_random(v->xcrs.xcrs, sizeof(v->xcrs.xcrs));
-	v->mp_state.mp_state = (uint32_t)rnd();
+	fill_random(v, sizeof(*v)); /* padding too: not on the wire, so no harm */
 	v->xcrs.nr_xcrs = 1 + (uint32_t)(rnd() % KVM_MAX_XCRS);
 	v->nmsrs = (uint32_t)(rnd() % (KVM_MAX_MSRS + 1));
 	v->xsave_size = 512 + (uint32_t)(rnd() % (KVM_XSAVE_MAX - 511));
