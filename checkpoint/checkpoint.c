@@ -94,7 +94,8 @@ int ckpt_set_state(struct ckpt *c, const void *blob, size_t len)
 		c->state = n;
 		c->cap_state = len;
 	}
-	memcpy(c->state, blob, len);
+	if (len)   /* an empty state on a fresh ckpt: c->state is still NULL */
+		memcpy(c->state, blob, len);
 	c->state_len = len;
 	return 0;
 }
