@@ -10,6 +10,10 @@
  * Encodings per 4 KiB page: ZERO (length 0), RAW (4096), LZ4 (lz4 block of
  * the page), XOR (lz4 block of page XOR the last copy of that gfn the sender
  * sent on this connection; the receiver supplies that copy as the base).
+ *
+ * Machine state (vCPUs, VM, devices) is not protobuf either: a blob of named,
+ * versioned sections carried as the data of a Section message (layout in
+ * "machine state" below). The machine configuration is a MachineConfig.
  */
 #ifndef US_PROTO_H
 #define US_PROTO_H
