@@ -49,7 +49,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check demo bench deps clean certs fuzz
+.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus
 .SECONDARY:
 all: $(BIN)
 
@@ -106,9 +106,20 @@ $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Wno-unused-parameter -o $@ $< $(TEST_HELPERS) $(LIB) $(LDFLAGS) $(LDLIBS) -lcmocka
 
-$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(LIB)
+# Replays of the saved corpora (run by make check): each file's verdict is
+# asserted. With SAN=1 they run under ASan + UBSan, any report fatal.
+$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c tests/fuzz/fuzz.h $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(if $(SANFLAGS),-fno-sanitize-recover=all) -o $@ $< tests/fuzz/replay.c \
+	    $(LIB) $(LDFLAGS) $(LDLIBS)
+
+# Regenerates the generated corpus files (see tests/fuzz/mkcorpus.c).
+fuzz-corpus: $(BUILD)/fuzz/mkcorpus
+	$(BUILD)/fuzz/mkcorpus tests/fuzz/corpus
+
+$(BUILD)/fuzz/mkcorpus: tests/fuzz/mkcorpus.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(LIB)
 	@mkdir -p $(@D)

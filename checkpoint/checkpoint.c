@@ -94,7 +94,8 @@ int ckpt_set_state(struct ckpt *c, const void *blob, size_t len)
 		c->state = n;
 		c->cap_state = len;
 	}
-	memcpy(c->state, blob, len);
+	if (len)   /* an empty state on a fresh ckpt: c->state is still NULL */
+		memcpy(c->state, blob, len);
 	c->state_len = len;
 	return 0;
 }
@@ -343,16 +344,11 @@ out:
 
 static int decode_own(const struct ckpt *c, struct ckpt_image *img)
 {
-	const uint8_t *p = c->state;
-	uint32_t ncpus;
+	int ncpus = ckpt_state_ncpus(c->state, c->state_len);
 
-	/* ncpus sits at a fixed place in the header (state.c). */
-	if (!p || c->state_len < 24)
-		return -EBADMSG;
-	memcpy(&ncpus, p + 20, 4);
-	if (ncpus < 1 || ncpus > KVM_MAX_VCPUS)
-		return -EBADMSG;
-	return ckpt_state_decode(c->state, c->state_len, c->config_digest, (int)ncpus, img);
+	if (ncpus < 0)
+		return ncpus;
+	return ckpt_state_decode(c->state, c->state_len, c->config_digest, ncpus, img);
 }
 
 int ckpt_get_vcpu_state(const struct ckpt *c, int cpu, struct kvm_vcpu_state *st)

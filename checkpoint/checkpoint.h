@@ -8,8 +8,9 @@
  * digest of the machine configuration.
  *
  * The state is a sequence of named, versioned sections, each with its own
- * CRC32C; the section table lives in checkpoint/sections.c, so adding a
- * device adds a table entry and leaves this core alone.
+ * CRC32C, laid out by proto/ (proto/proto.h); the section table lives in
+ * checkpoint/state.c, so adding a device adds a table entry (and its
+ * encoder in proto/state.c) and leaves this core alone.
  *
  * Capture happens on a paused machine and costs: harvest (get + clear the
  * dirty log, clear before copy), copy of the dirty pages into the epoch
@@ -28,9 +29,6 @@
 #define CKPT_PAGE_SIZE 4096u
 
 struct ckpt_image;
-
-/* Version of the serialized state blob (header + sections). */
-#define CKPT_STATE_VERSION 1u
 
 struct ckpt_stats {
 	uint64_t harvest_ns;   /* get + clear of the dirty log */
@@ -131,6 +129,8 @@ int ckpt_image_read(struct machine *m, struct ckpt_image *img) US_MUST_CHECK;
 int ckpt_state_encode(struct ckpt *c, const struct ckpt_image *img) US_MUST_CHECK;
 /* Runs every section's post_load on m (ckpt_apply does, last). */
 int ckpt_state_post_load(struct machine *m, const struct ckpt_image *img) US_MUST_CHECK;
+/* The vCPU count a state blob's header claims (1..KVM_MAX_VCPUS), or -errno. */
+int ckpt_state_ncpus(const uint8_t *blob, size_t len) US_MUST_CHECK;
 /* Verifies and decodes a state blob: header, digest, every section present
  * once, known version, right size, right CRC. */
 int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpus,

@@ -59,43 +59,35 @@ int proto_buf_append(struct proto_buf *b, const void *data, size_t len)
 static const ProtobufCMessageDescriptor *const msg_desc[PROTO_T_MSG_LAST + 1] = {
 	[PROTO_T_HELLO] = &understudy__hello__descriptor,
 	[PROTO_T_EPOCH_BEGIN] = &understudy__epoch_begin__descriptor,
-	[PROTO_T_VCPU_STATE] = &understudy__vcpu_state__descriptor,
-	[PROTO_T_DEVICE_STATE] = &understudy__device_state__descriptor,
 	[PROTO_T_EPOCH_END] = &understudy__epoch_end__descriptor,
 	[PROTO_T_ACK] = &understudy__ack__descriptor,
 	[PROTO_T_HEARTBEAT] = &understudy__heartbeat__descriptor,
 	[PROTO_T_FENCE] = &understudy__fence__descriptor,
 	[PROTO_T_ERROR] = &understudy__error__descriptor,
-	[PROTO_T_MIGRATION_START] = &understudy__migration_start__descriptor,
-	[PROTO_T_MIGRATION_DONE] = &understudy__migration_done__descriptor,
 	[PROTO_T_SECTION] = &understudy__section__descriptor,
 };
 
 static const char *const type_names[PROTO_T_MSG_LAST + 1] = {
 	[PROTO_T_HELLO] = "HELLO",
 	[PROTO_T_EPOCH_BEGIN] = "EPOCH_BEGIN",
-	[PROTO_T_VCPU_STATE] = "VCPU_STATE",
-	[PROTO_T_DEVICE_STATE] = "DEVICE_STATE",
 	[PROTO_T_EPOCH_END] = "EPOCH_END",
 	[PROTO_T_ACK] = "ACK",
 	[PROTO_T_HEARTBEAT] = "HEARTBEAT",
 	[PROTO_T_FENCE] = "FENCE",
 	[PROTO_T_ERROR] = "ERROR",
-	[PROTO_T_MIGRATION_START] = "MIGRATION_START",
-	[PROTO_T_MIGRATION_DONE] = "MIGRATION_DONE",
 	[PROTO_T_SECTION] = "SECTION",
 };
 
 bool proto_type_known(uint16_t type)
 {
-	return type == PROTO_T_PAGES || (type >= 1 && type <= PROTO_T_MSG_LAST);
+	return type == PROTO_T_PAGES || (type >= 1 && type <= PROTO_T_MSG_LAST && msg_desc[type]);
 }
 
 const char *proto_type_name(uint16_t type)
 {
 	if (type == PROTO_T_PAGES)
 		return "PAGES";
-	if (type >= 1 && type <= PROTO_T_MSG_LAST)
+	if (proto_type_known(type))
 		return type_names[type];
 	return "UNKNOWN";
 }
@@ -197,7 +189,7 @@ int proto_msg_pack(struct proto_buf *out, uint16_t type, const ProtobufCMessage 
 	size_t off, len;
 	int r;
 
-	if (type < 1 || type > PROTO_T_MSG_LAST || msg->descriptor != msg_desc[type])
+	if (type < 1 || type > PROTO_T_MSG_LAST || !msg_desc[type] || msg->descriptor != msg_desc[type])
 		return -EINVAL;
 	len = protobuf_c_message_get_packed_size(msg);
 	r = proto_buf_reserve(out, PROTO_HDR_BYTES + len);
@@ -215,7 +207,7 @@ int proto_msg_unpack(uint16_t type, const void *payload, size_t len, ProtobufCMe
 	ProtobufCMessage *m;
 
 	*msg = NULL;
-	if (type < 1 || type > PROTO_T_MSG_LAST)
+	if (type < 1 || type > PROTO_T_MSG_LAST || !msg_desc[type])
 		return -EPROTOTYPE;
 	m = protobuf_c_message_unpack(msg_desc[type], NULL, len, payload);
 	if (!m) {

@@ -10,6 +10,10 @@
  * Encodings per 4 KiB page: ZERO (length 0), RAW (4096), LZ4 (lz4 block of
  * the page), XOR (lz4 block of page XOR the last copy of that gfn the sender
  * sent on this connection; the receiver supplies that copy as the base).
+ *
+ * Machine state (vCPUs, VM, devices) is not protobuf either: a blob of named,
+ * versioned sections carried as the data of a Section message (layout in
+ * "machine state" below). The machine configuration is a MachineConfig.
  */
 #ifndef US_PROTO_H
 #define US_PROTO_H
@@ -33,24 +37,23 @@
 /* Hard limit on the entries of one page batch. */
 #define PROTO_PAGES_MAX_COUNT 65536u
 
-/* Capability bits carried in Hello.capabilities. */
+/* Capability bits carried in Hello.capabilities. Every peer of this
+ * version sends PROTO_CAPS_REQUIRED and refuses a peer without them. */
 #define PROTO_CAP_LZ4   (1ull << 0)
 #define PROTO_CAP_XOR   (1ull << 1)
-#define PROTO_CAP_RDMA  (1ull << 2)
+#define PROTO_CAPS_REQUIRED (PROTO_CAP_LZ4 | PROTO_CAP_XOR)
 
+/* Frame types. Message types carry the protobuf message of that name;
+ * 3, 4, 10 and 11 are retired (never sent) and refused as unknown. */
 enum proto_type {
 	PROTO_T_HELLO = 1,
-	PROTO_T_EPOCH_BEGIN,
-	PROTO_T_VCPU_STATE,
-	PROTO_T_DEVICE_STATE,
-	PROTO_T_EPOCH_END,
-	PROTO_T_ACK,
-	PROTO_T_HEARTBEAT,
-	PROTO_T_FENCE,
-	PROTO_T_ERROR,
-	PROTO_T_MIGRATION_START,
-	PROTO_T_MIGRATION_DONE,
-	PROTO_T_SECTION,
+	PROTO_T_EPOCH_BEGIN = 2,
+	PROTO_T_EPOCH_END = 5,
+	PROTO_T_ACK = 6,
+	PROTO_T_HEARTBEAT = 7,
+	PROTO_T_FENCE = 8,
+	PROTO_T_ERROR = 9,
+	PROTO_T_SECTION = 12,
 	PROTO_T_MSG_LAST = PROTO_T_SECTION,
 	PROTO_T_PAGES = 32,
 };
@@ -151,6 +154,122 @@ void *proto_dec_rbuf(struct proto_dec *d, size_t min_bytes, size_t *len);
 /* True when the decoder holds part of a frame (a stream ending here is truncated). */
 bool proto_dec_partial(const struct proto_dec *d);
 const char *proto_strerror(int err);
+
+/* ---- machine state (state.c) --------------------------------------------
+ *
+ * The state of a checkpoint travels as one blob (inside the "state" Section
+ * message of an epoch, and in snapshot files): a header, then sections.
+ * All integers little-endian.
+ *
+ *   header (40 bytes, version PROTO_STATE_VERSION):
+ *     u32 magic "CKS1" | u32 version | u64 config digest | u32 nsections |
+ *     u32 ncpus | u64 total length of the blob | u32 crc32c of the 32 bytes
+ *     before it | u32 zero
+ *   section (40-byte header, then len bytes of data, zero-padded to 8):
+ *     char name[16] (NUL-terminated) | u32 version | u32 instance | u64 len |
+ *     u32 crc32c of header (crc as 0), data and padding | u32 zero
+ *
+ * Section data, by name (each version fixes its layout; a reader refuses a
+ * version it does not know):
+ *   "vcpu" v2, one per vCPU (instance = vCPU index):
+ *     regs: rax rbx rcx rdx rsi rdi rsp rbp r8..r15 rip rflags   18 x u64
+ *     sregs: cs ds es fs gs ss tr ldt, each { u64 base | u32 limit |
+ *       u16 selector | u8 type present dpl db s l g avl unusable },
+ *       gdt idt { u64 base | u16 limit }, u64 cr0 cr2 cr3 cr4 cr8 efer
+ *       apic_base, u64 interrupt_bitmap[4]
+ *     events: u8 exception.{injected nr has_error_code pending} |
+ *       u32 exception.error_code | u8 interrupt.{injected nr soft shadow} |
+ *       u8 nmi.{injected pending masked} | u32 sipi_vector | u32 flags |
+ *       u8 smi.{smm pending smm_inside_nmi latched_init} |
+ *       u8 triple_fault.pending | u8 exception_has_payload |
+ *       u64 exception_payload
+ *     u32 mp_state | u64 db0 db1 db2 db3 dr6 dr7 | u32 nxcrs (<= 16) |
+ *     u32 nmsrs (<= 96) | u32 xsave_size (512 .. 16384)
+ *     lapic: the 1024-byte APIC register page as the hardware lays it out
+ *     nxcrs x { u32 xcr | u64 value }, nmsrs x { u32 index | u64 data },
+ *     xsave_size bytes of XSAVE area (hardware layout)
+ *   "vm" v2, one (PROTO_VM_STATE_BYTES):
+ *     PIC master, PIC slave: 16 x u8 each (last_irr irr imr isr priority_add
+ *       irq_base read_reg_select poll special_mask init_state auto_eoi
+ *       rotate_on_auto_eoi special_fully_nested_mode init4 elcr elcr_mask)
+ *     IOAPIC: u64 base_address | u32 ioregsel | u32 id | u32 irr
+ *     PIT: 3 x { u32 count | u16 latched_count | u8 count_latched
+ *       status_latched status read_state write_state write_latch rw_mode
+ *       mode bcd gate | s64 count_load_time } | u32 flags
+ *     kvmclock: u64 clock | u32 flags | u64 realtime | u64 host_tsc
+ *     IOAPIC redirection table: 24 x u64
+ *   "uart" v2, one (PROTO_UART_STATE_BYTES): u8 ier lcr mcr lsr_err msr scr
+ *     dll dlm fcr thr_irq irq_level (0|1) | u32 rx_head (< 4096) |
+ *     u32 rx_count (<= 4096) | 4096 bytes of receive FIFO
+ *
+ * Decoders check every length, count and version before use and never read
+ * outside what they were given: -EBADMSG for a malformed blob or section,
+ * -EPROTONOSUPPORT for an unknown blob version. */
+#define PROTO_STATE_MAGIC         0x31534b43u /* "CKS1" little-endian */
+#define PROTO_STATE_VERSION       1u
+#define PROTO_STATE_HDR_BYTES     40
+#define PROTO_SECTION_HDR_BYTES   40
+#define PROTO_SECTION_NAME_BYTES  16
+
+#define PROTO_STATE_VCPU          "vcpu"
+#define PROTO_STATE_VCPU_VERSION  2u
+#define PROTO_STATE_VM            "vm"
+#define PROTO_STATE_VM_VERSION    2u
+#define PROTO_STATE_UART          "uart"
+#define PROTO_STATE_UART_VERSION  2u
+
+#define PROTO_VM_STATE_BYTES      348u
+#define PROTO_UART_RX_BYTES       4096u
+#define PROTO_UART_STATE_BYTES    (19u + PROTO_UART_RX_BYTES)
+
+/* Names of the Section messages of the replication stream (Section.name). */
+#define PROTO_SECTION_MACHINE_CONFIG "machine-config" /* a packed MachineConfig */
+#define PROTO_SECTION_STATE          "state"          /* a state blob, as above */
+
+struct kvm_vcpu_state;
+struct kvm_vm_state;
+struct uart_state;
+
+struct proto_state_hdr {
+	uint64_t digest;
+	uint32_t nsections;
+	uint32_t ncpus;
+	uint64_t total_len;
+};
+
+/* Writes the header (magic, version and crc filled in). */
+void proto_state_hdr_encode(uint8_t out[PROTO_STATE_HDR_BYTES], const struct proto_state_hdr *h);
+/* Checks magic, crc, version and that total_len is len. */
+int proto_state_hdr_decode(const void *blob, size_t len, struct proto_state_hdr *h) US_MUST_CHECK;
+
+struct proto_section {
+	char name[PROTO_SECTION_NAME_BYTES];
+	uint32_t version;
+	uint32_t instance;
+	uint64_t len;
+	const uint8_t *data;  /* len bytes inside the blob */
+};
+
+/* Bytes a section of len data bytes takes in the blob, header and padding included. */
+size_t proto_section_bytes(size_t len);
+/* The caller wrote len bytes of data at out + PROTO_SECTION_HDR_BYTES;
+ * this pads them and writes the header in front (proto_section_bytes(len) in all). */
+void proto_section_seal(uint8_t *out, const char *name, uint32_t version, uint32_t instance,
+			size_t len);
+/* Reads the section at *off of a blob of len bytes and moves *off past it.
+ * Checks the name, that it fits, its padding and its crc; not its version. */
+int proto_section_next(const void *blob, size_t len, size_t *off, struct proto_section *s)
+	US_MUST_CHECK;
+
+/* Section data. Encoders write exactly the size (returned) and cannot fail:
+ * the caller holds a state that came from KVM (or a decoder). */
+size_t proto_vcpu_state_size(const struct kvm_vcpu_state *v);
+size_t proto_vcpu_state_encode(const struct kvm_vcpu_state *v, uint8_t *out);
+int proto_vcpu_state_decode(const void *in, size_t len, struct kvm_vcpu_state *v) US_MUST_CHECK;
+size_t proto_vm_state_encode(const struct kvm_vm_state *s, uint8_t out[PROTO_VM_STATE_BYTES]);
+int proto_vm_state_decode(const void *in, size_t len, struct kvm_vm_state *s) US_MUST_CHECK;
+size_t proto_uart_state_encode(const struct uart_state *u, uint8_t out[PROTO_UART_STATE_BYTES]);
+int proto_uart_state_decode(const void *in, size_t len, struct uart_state *u) US_MUST_CHECK;
 
 /* ---- page batches -------------------------------------------------------- */
 

@@ -1,9 +1,11 @@
 /* Pieces of the replication protocol both sides share: the link (a
  * connection with its frame decoder and liveness clock), small control
- * messages, the Hello exchange and the machine configuration section. */
+ * messages, the Hello exchange and the machine configuration section (a
+ * packed MachineConfig, proto/understudy.proto). */
 #include "replication/replication.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,9 +179,7 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct mac
 	h.config_digest64 = digest;
 	h.config_digest.data = (uint8_t *)&digest;
 	h.config_digest.len = sizeof(digest);
-	h.capabilities = PROTO_CAP_LZ4 | PROTO_CAP_XOR;
-	h.mem_bytes = cfg->mem_bytes;
-	h.vcpus = (uint32_t)cfg->ncpus;
+	h.capabilities = PROTO_CAPS_REQUIRED;
 	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
 }
 
@@ -194,50 +194,59 @@ int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *er
 		snprintf(err, errlen, "peer has role %d, expected %d", h->role, want);
 		return -EPROTO;
 	}
+	if ((h->capabilities & PROTO_CAPS_REQUIRED) != PROTO_CAPS_REQUIRED) {
+		snprintf(err, errlen, "peer lacks page encodings (capabilities 0x%llx, need 0x%llx)",
+			 (unsigned long long)h->capabilities, (unsigned long long)PROTO_CAPS_REQUIRED);
+		return -EPROTONOSUPPORT;
+	}
+	if (h->capabilities & ~PROTO_CAPS_REQUIRED)
+		log_info(TAG, "peer offers capabilities 0x%llx this side does not know; ignored",
+			 (unsigned long long)(h->capabilities & ~PROTO_CAPS_REQUIRED));
 	return 0;
 }
 
+/* The configuration travels as a packed MachineConfig message. */
 int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len)
 {
-	int n = snprintf(buf, len, "mem=%llu;cpus=%d;guest=%s;args=%s",
-			 (unsigned long long)cfg->mem_bytes, cfg->ncpus, cfg->guest, cfg->guest_args);
+	Understudy__MachineConfig mc = UNDERSTUDY__MACHINE_CONFIG__INIT;
+	size_t n;
 
-	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+	mc.mem_bytes = cfg->mem_bytes;
+	mc.vcpus = (uint32_t)cfg->ncpus;
+	mc.guest = (char *)cfg->guest;
+	mc.guest_args = (char *)cfg->guest_args;
+	n = protobuf_c_message_get_packed_size(&mc.base);
+	if (n > len || n > INT_MAX)
+		return -ENOSPC;
+	return (int)protobuf_c_message_pack(&mc.base, (uint8_t *)buf);
+}
+
+static bool config_valid(const Understudy__MachineConfig *mc)
+{
+	return mc->vcpus >= 1 && mc->vcpus <= KVM_MAX_VCPUS && mc->mem_bytes >= (8ull << 20) &&
+	       mc->mem_bytes <= MACHINE_MAX_MEM && !(mc->mem_bytes % (2ull << 20)) &&
+	       strlen(mc->guest) < sizeof(((struct machine_config *)0)->guest) &&
+	       strlen(mc->guest_args) < sizeof(((struct machine_config *)0)->guest_args);
 }
 
 int repl_config_decode(const void *data, size_t len, struct machine_config *cfg)
 {
-	char text[512], *p, *save = NULL;
-	int have = 0;
+	Understudy__MachineConfig *mc;
+	int r = -EBADMSG;
 
-	if (len >= sizeof(text) || memchr(data, 0, len))
+	mc = understudy__machine_config__unpack(NULL, len, data);
+	if (!mc)
 		return -EBADMSG;
-	memcpy(text, data, len);
-	text[len] = 0;
-	memset(cfg, 0, sizeof(*cfg));
-	for (p = strtok_r(text, ";", &save); p; p = strtok_r(NULL, ";", &save)) {
-		char *end;
-
-		if (!strncmp(p, "mem=", 4)) {
-			cfg->mem_bytes = strtoull(p + 4, &end, 10);
-			have |= *end ? 0 : 1;
-		} else if (!strncmp(p, "cpus=", 5)) {
-			cfg->ncpus = (int)strtol(p + 5, &end, 10);
-			have |= *end ? 0 : 2;
-		} else if (!strncmp(p, "guest=", 6) && strlen(p + 6) < sizeof(cfg->guest)) {
-			strcpy(cfg->guest, p + 6);
-			have |= 4;
-		} else if (!strncmp(p, "args=", 5) && strlen(p + 5) < sizeof(cfg->guest_args)) {
-			strcpy(cfg->guest_args, p + 5);
-		} else {
-			return -EBADMSG;
-		}
+	if (config_valid(mc)) {
+		memset(cfg, 0, sizeof(*cfg));
+		cfg->mem_bytes = mc->mem_bytes;
+		cfg->ncpus = (int)mc->vcpus;
+		strcpy(cfg->guest, mc->guest);
+		strcpy(cfg->guest_args, mc->guest_args);
+		r = 0;
 	}
-	if (have != 7 || cfg->ncpus < 1 || cfg->ncpus > KVM_MAX_VCPUS ||
-	    cfg->mem_bytes < (8ull << 20) || cfg->mem_bytes > MACHINE_MAX_MEM ||
-	    cfg->mem_bytes % (2ull << 20))
-		return -EBADMSG;
-	return 0;
+	understudy__machine_config__free_unpacked(mc, NULL);
+	return r;
 }
 
 int repl_send_error(struct repl_link *l, int code, const char *text)

@@ -1,4 +1,5 @@
-/* proto/: crc32c, frames, message round trips, decoder errors, page batches. */
+/* proto/: crc32c, frames (cut anywhere), message round trips, decoder errors,
+ * page batches, machine state sections. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,6 +9,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kmod/kmod.h"
+#include "machine/machine.h"
 #include "proto/proto.h"
 
 #define PG PROTO_PAGE_BYTES
@@ -129,20 +132,20 @@ static void test_msg_roundtrip(void **state)
 	uint8_t digest[32], blob[3000];
 	Understudy__Hello hello = UNDERSTUDY__HELLO__INIT;
 	Understudy__EpochBegin eb = UNDERSTUDY__EPOCH_BEGIN__INIT;
-	Understudy__VcpuState vs = UNDERSTUDY__VCPU_STATE__INIT;
-	Understudy__DeviceState ds = UNDERSTUDY__DEVICE_STATE__INIT;
 	Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
 	Understudy__Ack ack = UNDERSTUDY__ACK__INIT;
 	Understudy__Heartbeat hb = UNDERSTUDY__HEARTBEAT__INIT;
 	Understudy__Fence fence = UNDERSTUDY__FENCE__INIT;
 	Understudy__Error error = UNDERSTUDY__ERROR__INIT;
-	Understudy__MigrationStart ms = UNDERSTUDY__MIGRATION_START__INIT;
-	Understudy__MigrationDone md = UNDERSTUDY__MIGRATION_DONE__INIT;
 	Understudy__Section sec = UNDERSTUDY__SECTION__INIT;
-	const ProtobufCMessage *msgs[] = {
-		&hello.base, &eb.base, &vs.base, &ds.base, &ee.base, &ack.base,
-		&hb.base, &fence.base, &error.base, &ms.base, &md.base, &sec.base,
+	/* indexed by frame type; the retired types have no message */
+	const ProtobufCMessage *msgs[PROTO_T_MSG_LAST + 1] = {
+		[PROTO_T_HELLO] = &hello.base, [PROTO_T_EPOCH_BEGIN] = &eb.base,
+		[PROTO_T_EPOCH_END] = &ee.base, [PROTO_T_ACK] = &ack.base,
+		[PROTO_T_HEARTBEAT] = &hb.base, [PROTO_T_FENCE] = &fence.base,
+		[PROTO_T_ERROR] = &error.base, [PROTO_T_SECTION] = &sec.base,
 	};
+	int types[PROTO_T_MSG_LAST], ntypes = 0;
 	struct proto_buf out;
 	struct collect c = { 0 };
 
@@ -155,12 +158,6 @@ static void test_msg_roundtrip(void **state)
 	hello.config_digest64 = rnd();
 	hello.capabilities = PROTO_CAP_LZ4 | PROTO_CAP_XOR;
 	eb.epoch = rnd();
-	vs.epoch = eb.epoch;
-	vs.id = 3;
-	vs.state = (ProtobufCBinaryData){ sizeof(blob), blob };
-	ds.id = 7;
-	ds.name = "serial0";
-	ds.state = (ProtobufCBinaryData){ 100, blob + 5 };
 	ee.epoch = eb.epoch;
 	ee.npages = 12345;
 	ee.digest = (ProtobufCBinaryData){ sizeof(digest), digest };
@@ -171,32 +168,40 @@ static void test_msg_roundtrip(void **state)
 	fence.reason = "peer silent";
 	error.code = -EBADMSG;
 	error.text = "bad frame";
-	ms.mem_bytes = 1ull << 30;
-	ms.rounds_max = 30;
-	md.epoch = 77;
-	md.round = 5;
-	md.digest = (ProtobufCBinaryData){ 16, digest };
 	sec.name = "pit";
 	sec.version = 2;
-	sec.data = (ProtobufCBinaryData){ 64, blob };
+	sec.data = (ProtobufCBinaryData){ sizeof(blob), blob };
 
+	/* Retired frame types are unknown: refused by pack, unpack and decoder. */
 	proto_buf_init(&out);
-	for (int t = 1; t <= PROTO_T_MSG_LAST; t++)
-		assert_int_equal(proto_msg_pack(&out, (uint16_t)t, msgs[t - 1]), 0);
+	for (int t = 1; t <= PROTO_T_MSG_LAST; t++) {
+		if (msgs[t]) {
+			types[ntypes++] = t;
+			assert_true(proto_type_known((uint16_t)t));
+			continue;
+		}
+		assert_false(proto_type_known((uint16_t)t));
+		assert_int_equal(proto_msg_pack(&out, (uint16_t)t, &hello.base), -EINVAL);
+		assert_int_equal(proto_msg_unpack((uint16_t)t, blob, 4, &(ProtobufCMessage *){ 0 }),
+				 -EPROTOTYPE);
+	}
+	for (int i = 0; i < ntypes; i++)
+		assert_int_equal(proto_msg_pack(&out, (uint16_t)types[i], msgs[types[i]]), 0);
 	/* Wrong type for a message is refused. */
 	assert_int_equal(proto_msg_pack(&out, PROTO_T_ACK, &hello.base), -EINVAL);
 	assert_int_equal(feed_chunked(out.data, out.len, &c, 0), 0);
-	assert_int_equal(c.n, PROTO_T_MSG_LAST);
-	for (int t = 1; t <= PROTO_T_MSG_LAST; t++) {
+	assert_int_equal(c.n, ntypes);
+	for (int i = 0; i < ntypes; i++) {
 		ProtobufCMessage *m;
 		uint8_t a[4096], b[4096];
+		int t = types[i];
 
-		assert_int_equal(c.types[t - 1], t);
-		assert_int_equal(proto_msg_unpack((uint16_t)t, c.payloads[t - 1].data,
-						  c.payloads[t - 1].len, &m), 0);
-		assert_ptr_equal(m->descriptor, msgs[t - 1]->descriptor);
+		assert_int_equal(c.types[i], t);
+		assert_int_equal(proto_msg_unpack((uint16_t)t, c.payloads[i].data,
+						  c.payloads[i].len, &m), 0);
+		assert_ptr_equal(m->descriptor, msgs[t]->descriptor);
 		/* Re-packing gives the same bytes: every field survived. */
-		assert_int_equal(protobuf_c_message_pack(m, a), protobuf_c_message_pack(msgs[t - 1], b));
+		assert_int_equal(protobuf_c_message_pack(m, a), protobuf_c_message_pack(msgs[t], b));
 		assert_memory_equal(a, b, protobuf_c_message_get_packed_size(m));
 		proto_msg_free(m);
 	}
@@ -555,6 +560,232 @@ static void test_pages_scatter_and_read_in_place(void **state)
 	}
 }
 
+/* ---- partial frames: a stream cut anywhere -------------------------------- */
+
+/* Three frames of different types and sizes, back to back. */
+static void build_stream(struct proto_buf *out, size_t *ends)
+{
+	uint8_t payload[700];
+
+	fill_random(payload, sizeof(payload));
+	proto_buf_init(out);
+	assert_int_equal(proto_frame_append(out, PROTO_T_SECTION, payload, sizeof(payload)), 0);
+	ends[0] = out->len;
+	assert_int_equal(proto_frame_append(out, PROTO_T_ACK, NULL, 0), 0);
+	ends[1] = out->len;
+	assert_int_equal(proto_frame_append(out, PROTO_T_PAGES, payload + 7, 93), 0);
+	ends[2] = out->len;
+}
+
+/* The frames of c are exactly the first n frames of the stream. */
+static void expect_frames(const struct collect *c, const struct proto_buf *s, const size_t *ends,
+			  int n)
+{
+	size_t start = 0;
+
+	assert_int_equal(c->n, n);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(c->payloads[i].len, ends[i] - start - PROTO_HDR_BYTES);
+		assert_memory_equal(c->payloads[i].data, s->data + start + PROTO_HDR_BYTES,
+				    c->payloads[i].len);
+		start = ends[i];
+	}
+}
+
+static void test_frame_split_everywhere(void **state)
+{
+	struct proto_buf s;
+	size_t ends[3];
+
+	(void)state;
+	build_stream(&s, ends);
+	/* Split in two at every offset (in place or copied): every frame, whole. */
+	for (size_t cut = 0; cut <= s.len; cut++) {
+		for (int in_place = 0; in_place < 2; in_place++) {
+			struct collect c = { 0 };
+			struct proto_dec d;
+			size_t want = 0;
+			uint8_t *dst;
+
+			proto_dec_init(&d, 0);
+			assert_int_equal(proto_dec_feed(&d, s.data, cut, collect_frame, &c), 0);
+			dst = in_place ? proto_dec_rbuf(&d, 1, &want) : NULL;
+			if (!dst || want > s.len - cut)
+				want = 0;
+			if (want) {
+				memcpy(dst, s.data + cut, want);
+				assert_int_equal(proto_dec_feed(&d, dst, want, collect_frame, &c), 0);
+			}
+			assert_int_equal(proto_dec_feed(&d, s.data + cut + want, s.len - cut - want,
+							collect_frame, &c), 0);
+			expect_frames(&c, &s, ends, 3);
+			assert_false(proto_dec_partial(&d));
+			proto_dec_fini(&d);
+			collect_free(&c);
+		}
+	}
+	/* Truncated at every offset, fed one byte at a time: the whole frames
+	 * before the cut and nothing of the one it cuts. */
+	for (size_t cut = 0; cut <= s.len; cut++) {
+		struct collect c = { 0 };
+		struct proto_dec d;
+		int whole = 0;
+
+		while (whole < 3 && ends[whole] <= cut)
+			whole++;
+		proto_dec_init(&d, 0);
+		for (size_t i = 0; i < cut; i++)
+			assert_int_equal(proto_dec_feed(&d, s.data + i, 1, collect_frame, &c), 0);
+		expect_frames(&c, &s, ends, whole);
+		assert_int_equal(proto_dec_partial(&d), cut != 0 && cut != ends[whole ? whole - 1 : 0]);
+		proto_dec_fini(&d);
+		collect_free(&c);
+	}
+	proto_buf_fini(&s);
+}
+
+/* ---- machine state sections ------------------------------------------------ */
+
+static struct kvm_vcpu_state *random_vcpu(void)
+{
+	struct kvm_vcpu_state *v = calloc(1, sizeof(*v));
+
+	assert_non_null(v);
+	fill_random(v, sizeof(*v)); /* padding too: not on the wire, so no harm */
+	v->xcrs.nr_xcrs = 1 + (uint32_t)(rnd() % KVM_MAX_XCRS);
+	v->nmsrs = (uint32_t)(rnd() % (KVM_MAX_MSRS + 1));
+	v->xsave_size = 512 + (uint32_t)(rnd() % (KVM_XSAVE_MAX - 511));
+	return v;
+}
+
+static void test_state_vcpu(void **state)
+{
+	struct kvm_vcpu_state *v = random_vcpu(), *w = malloc(sizeof(*w));
+	size_t n = proto_vcpu_state_size(v);
+	uint8_t *a = malloc(n + 1), *b = malloc(n);
+
+	(void)state;
+	assert_non_null(w);
+	assert_int_equal(proto_vcpu_state_encode(v, a), n);
+	/* Fixed places, little-endian: rax first, rip at 128, cs.base at 144,
+	 * mp_state at 473, the xsave size at 533, the LAPIC page at 537. */
+	assert_int_equal(a[0], v->regs.rax & 0xff);
+	assert_int_equal(a[7], v->regs.rax >> 56);
+	assert_int_equal(a[128], v->regs.rip & 0xff);
+	assert_int_equal(a[144], v->sregs.cs.base & 0xff);
+	assert_int_equal(a[473], v->mp_state.mp_state & 0xff);
+	assert_int_equal(a[533] | a[534] << 8, v->xsave_size);
+	assert_memory_equal(a + 537, v->lapic.regs, KVM_APIC_REG_SIZE);
+	/* Decoded and re-encoded: the same bytes, the same registers. */
+	assert_int_equal(proto_vcpu_state_decode(a, n, w), 0);
+	assert_int_equal(proto_vcpu_state_encode(w, b), n);
+	assert_memory_equal(a, b, n);
+	assert_memory_equal(&w->regs, &v->regs, sizeof(v->regs));
+	assert_memory_equal(w->xsave, v->xsave, v->xsave_size);
+	/* Every other length is refused, and so are impossible counts. */
+	for (size_t len = 0; len <= n + 1; len += len < 600 ? 1 : 97)
+		if (len != n)
+			assert_int_equal(proto_vcpu_state_decode(a, len, w), -EBADMSG);
+	/* nxcrs, nmsrs and the xsave size beyond their limits */
+	for (size_t i = 0; i < 3; i++) {
+		const size_t at[3] = { 525, 529, 536 };
+		const uint8_t bad[3] = { KVM_MAX_XCRS + 1, KVM_MAX_MSRS + 1, 0x80 };
+
+		a[at[i]] = bad[i];
+		assert_int_equal(proto_vcpu_state_decode(a, n, w), -EBADMSG);
+		a[at[i]] = b[at[i]];
+	}
+	free(a);
+	free(b);
+	free(v);
+	free(w);
+}
+
+static void test_state_vm_uart(void **state)
+{
+	struct kvm_vm_state vm, vm2;
+	struct uart_state u, u2;
+	uint8_t a[PROTO_UART_STATE_BYTES], b[PROTO_UART_STATE_BYTES];
+
+	(void)state;
+	fill_random(&vm, sizeof(vm));
+	assert_int_equal(proto_vm_state_encode(&vm, a), PROTO_VM_STATE_BYTES);
+	assert_int_equal(proto_vm_state_decode(a, PROTO_VM_STATE_BYTES, &vm2), 0);
+	assert_int_equal(vm2.ioapic.chip_id, KVM_IRQCHIP_IOAPIC);
+	assert_memory_equal(&vm2.pit.channels, &vm.pit.channels, sizeof(vm.pit.channels));
+	assert_int_equal(vm2.clock.clock, vm.clock.clock);
+	assert_int_equal(proto_vm_state_encode(&vm2, b), PROTO_VM_STATE_BYTES);
+	assert_memory_equal(a, b, PROTO_VM_STATE_BYTES);
+	assert_int_equal(proto_vm_state_decode(a, PROTO_VM_STATE_BYTES - 1, &vm2), -EBADMSG);
+
+	fill_random(&u, sizeof(u));
+	u.rx_head = UART_RX_SIZE - 1;
+	u.rx_count = UART_RX_SIZE;
+	u.irq_level = 1;
+	assert_int_equal(proto_uart_state_encode(&u, a), PROTO_UART_STATE_BYTES);
+	assert_int_equal(proto_uart_state_decode(a, sizeof(a), &u2), 0);
+	assert_int_equal(u2.rx_head, u.rx_head);
+	assert_memory_equal(u2.rx, u.rx, UART_RX_SIZE);
+	assert_int_equal(proto_uart_state_decode(a, sizeof(a) - 1, &u2), -EBADMSG);
+	a[10] = 2;                   /* irq_level */
+	assert_int_equal(proto_uart_state_decode(a, sizeof(a), &u2), -EBADMSG);
+	a[10] = 1;
+	a[13] = 0x10;                /* rx_head beyond the FIFO */
+	assert_int_equal(proto_uart_state_decode(a, sizeof(a), &u2), -EBADMSG);
+}
+
+/* A blob of two sections: any flipped bit and any truncation is refused. */
+static void test_state_blob(void **state)
+{
+	struct proto_state_hdr h = { .digest = rnd(), .nsections = 2, .ncpus = 1 };
+	size_t len = PROTO_STATE_HDR_BYTES + proto_section_bytes(5) + proto_section_bytes(16);
+	uint8_t *blob = calloc(1, len);
+	struct proto_section s;
+	size_t off;
+
+	(void)state;
+	memcpy(blob + PROTO_STATE_HDR_BYTES + PROTO_SECTION_HDR_BYTES, "hello", 5);
+	proto_section_seal(blob + PROTO_STATE_HDR_BYTES, "a", 7, 0, 5);
+	off = PROTO_STATE_HDR_BYTES + proto_section_bytes(5);
+	fill_random(blob + off + PROTO_SECTION_HDR_BYTES, 16);
+	proto_section_seal(blob + off, "bb", 1, 3, 16);
+	h.total_len = len;
+	proto_state_hdr_encode(blob, &h);
+
+	memset(&h, 0, sizeof(h));
+	assert_int_equal(proto_state_hdr_decode(blob, len, &h), 0);
+	assert_int_equal(h.nsections, 2);
+	off = PROTO_STATE_HDR_BYTES;
+	assert_int_equal(proto_section_next(blob, len, &off, &s), 0);
+	assert_string_equal(s.name, "a");
+	assert_int_equal(s.version, 7);
+	assert_int_equal(s.len, 5);
+	assert_memory_equal(s.data, "hello", 5);
+	assert_int_equal(proto_section_next(blob, len, &off, &s), 0);
+	assert_int_equal(s.instance, 3);
+	assert_int_equal(off, len);
+	assert_int_equal(proto_section_next(blob, len, &off, &s), -EBADMSG);
+	for (size_t i = 0; i < len * 8; i++) {
+		int r;
+
+		blob[i / 8] ^= (uint8_t)(1u << (i % 8));
+		off = PROTO_STATE_HDR_BYTES;
+		r = proto_state_hdr_decode(blob, len, &h);
+		if (!r && !(r = proto_section_next(blob, len, &off, &s)))
+			r = proto_section_next(blob, len, &off, &s);
+		if (r >= 0)
+			fail_msg("bit %zu of the blob flipped and accepted", i);
+		blob[i / 8] ^= (uint8_t)(1u << (i % 8));
+	}
+	for (size_t cut = 0; cut < len; cut++) {
+		assert_int_not_equal(proto_state_hdr_decode(blob, cut, &h), 0);
+		if (cut < PROTO_STATE_HDR_BYTES + proto_section_bytes(5))
+			assert_int_equal(proto_section_next(blob, cut, &(size_t){ PROTO_STATE_HDR_BYTES },
+							    &s), -EBADMSG);
+	}
+	free(blob);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -564,6 +795,10 @@ int main(void)
 		cmocka_unit_test(test_pages_roundtrip),
 		cmocka_unit_test(test_pages_malformed),
 		cmocka_unit_test(test_pages_scatter_and_read_in_place),
+		cmocka_unit_test(test_frame_split_everywhere),
+		cmocka_unit_test(test_state_vcpu),
+		cmocka_unit_test(test_state_vm_uart),
+		cmocka_unit_test(test_state_blob),
 	};
 
 	return cmocka_run_group_tests(tests, setup_seed, NULL);

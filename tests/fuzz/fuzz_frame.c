@@ -1,14 +1,16 @@
 /* Fuzz target: the incremental frame decoder, fed the input in chunks whose
  * sizes come from the input's first byte (in place or copied), then every delivered message
- * frame through protobuf unpack and every PAGES frame through the page decoder. */
+ * frame through protobuf unpack and every PAGES frame through the page decoder.
+ * Accepted: the stream is whole frames only, every message unpacks and every
+ * page batch decodes (and the sink took every page). */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto/proto.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
 static const void *zero_base(void *ctx, uint64_t gfn)
 {
@@ -27,31 +29,35 @@ static int check_page(void *ctx, uint64_t gfn, const void *page)
 	return ((const uint8_t *)page)[0] == 0xAB && ((const uint8_t *)page)[4095] == 0xCD;
 }
 
+/* Keeps decoding after a bad frame (more for the fuzzer to reach); the
+ * first error is the verdict. */
 static int on_frame(void *ctx, const struct proto_frame *f)
 {
 	static const struct proto_page_sink sink = { zero_base, check_page };
+	int *err = ctx;
 	ProtobufCMessage *m;
 	int r;
 
-	(void)ctx;
 	if (f->type == PROTO_T_PAGES) {
 		r = proto_pages_decode(f->payload, f->len, 1024, &sink, NULL, NULL);
-		(void)r;
-	} else if (proto_msg_unpack(f->type, f->payload, f->len, &m) == 0) {
+	} else if ((r = proto_msg_unpack(f->type, f->payload, f->len, &m)) == 0) {
 		proto_msg_free(m);
 	}
+	if (r && !*err)
+		*err = r < 0 ? r : -ECANCELED;
 	return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+int fuzz_verdict(const uint8_t *data, size_t size)
 {
 	struct proto_dec d;
 	size_t chunk, off = 1, want;
 	bool in_place;
 	uint8_t *dst;
+	int err = 0, r = 0;
 
 	if (size < 1)
-		return 0;
+		return -ENODATA;
 	/* Low 7 bits: chunk size; top bit: read payloads in place, as net/
 	 * does through proto_dec_rbuf() (what a receiver reads goes straight
 	 * into the decoder's buffer, then is fed from there). */
@@ -69,10 +75,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			memcpy(dst, src, n);
 			src = dst;
 		}
-		if (proto_dec_feed(&d, src, n, on_frame, NULL))
+		if ((r = proto_dec_feed(&d, src, n, on_frame, &err)))
 			break;
 		off += n;
 	}
+	if (!r && proto_dec_partial(&d))
+		r = -EPIPE;
 	proto_dec_fini(&d);
-	return 0;
+	return r ? r : err;
 }
+
+FUZZ_LIBFUZZER_ENTRY

@@ -1,15 +1,15 @@
 /* Fuzz target: the page batch decoder on a raw payload (no frame header),
  * with a receiver memory of 64 pages. Checks every delivered page is within
- * max_gfn. */
+ * max_gfn. Accepted: proto_pages_decode() returned 0. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto/proto.h"
+#include "tests/fuzz/fuzz.h"
 
 #define NPAGES 64
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 struct mem {
 	uint8_t pages[NPAGES][PROTO_PAGE_BYTES];
@@ -32,7 +32,7 @@ static int mem_page(void *ctx, uint64_t gfn, const void *page)
 	return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+int fuzz_verdict(const uint8_t *data, size_t size)
 {
 	static const struct proto_page_sink sink = { mem_base, mem_page };
 	struct mem *m = calloc(1, sizeof(*m));
@@ -40,9 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int r;
 
 	if (!m)
-		return 0;
+		return -ENOMEM;
 	r = proto_pages_decode(data, size, NPAGES, &sink, m, &n);
-	(void)r;
 	free(m);
-	return 0;
+	return r;
 }
+
+FUZZ_LIBFUZZER_ENTRY

@@ -1,40 +1,78 @@
 /* Replays a fuzz target's saved corpus without libFuzzer: every regular file
- * in the directory argv[1] goes through LLVMFuzzerTestOneInput once.
- * Prints "N inputs replayed" and exits 0, or non-zero if the directory
- * cannot be read (a crash is a crash). */
+ * in the directory argv[1] goes through fuzz_verdict() once, and its verdict
+ * is checked against its name: ok-* must be accepted, bad-* rejected; any
+ * other name is an error (a corpus file says what it expects).
+ * Prints one line per mismatch and "N inputs replayed, M as expected", and
+ * exits 0 only if every input gave its expected verdict (a crash or a
+ * sanitizer report is a failure by itself). */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
-static int replay_file(const char *path)
+static int read_file(const char *path, uint8_t **data, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
-	uint8_t *buf;
-	long len;
+	long n;
 
 	if (!f)
 		return -1;
-	if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
 		goto err_file;
-	buf = malloc(len ? (size_t)len : 1);
-	if (!buf)
+	*data = malloc(n ? (size_t)n : 1);
+	if (!*data)
 		goto err_file;
-	if (fread(buf, 1, (size_t)len, f) != (size_t)len)
+	if (fread(*data, 1, (size_t)n, f) != (size_t)n)
 		goto err_buf;
 	fclose(f);
-	LLVMFuzzerTestOneInput(buf, (size_t)len);
-	free(buf);
+	*len = (size_t)n;
 	return 0;
 err_buf:
-	free(buf);
+	free(*data);
 err_file:
 	fclose(f);
 	return -1;
+}
+
+/* 1 if the file must be accepted, 0 rejected, -1 if its name does not say. */
+static int expected_verdict(const char *name)
+{
+	if (!strncmp(name, "ok-", 3))
+		return 1;
+	if (!strncmp(name, "bad-", 4))
+		return 0;
+	return -1;
+}
+
+static bool replay_one(const char *dir, const char *name)
+{
+	char path[4096];
+	uint8_t *data;
+	size_t len;
+	int want = expected_verdict(name), r;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (want < 0) {
+		fprintf(stderr, "%s: name says neither ok- nor bad-\n", path);
+		return false;
+	}
+	if (read_file(path, &data, &len)) {
+		fprintf(stderr, "cannot read %s\n", path);
+		return false;
+	}
+	r = fuzz_verdict(data, len);
+	free(data);
+	if ((r == 0) != (want == 1)) {
+		fprintf(stderr, "%s: expected %s, was %s (%d)\n", path,
+			want ? "accepted" : "rejected", r == 0 ? "accepted" : "rejected", r);
+		return false;
+	}
+	return true;
 }
 
 int main(int argc, char **argv)
@@ -42,7 +80,7 @@ int main(int argc, char **argv)
 	char path[4096];
 	struct dirent *de;
 	struct stat sb;
-	int n = 0, bad = 0;
+	int n = 0, good = 0;
 	DIR *dir;
 
 	if (argc != 2) {
@@ -56,16 +94,12 @@ int main(int argc, char **argv)
 	}
 	while ((de = readdir(dir))) {
 		snprintf(path, sizeof(path), "%s/%s", argv[1], de->d_name);
-		if (stat(path, &sb) || !S_ISREG(sb.st_mode))
+		if (stat(path, &sb) || !S_ISREG(sb.st_mode) || !strcmp(de->d_name, "README"))
 			continue;
-		if (replay_file(path)) {
-			fprintf(stderr, "cannot read %s\n", path);
-			bad++;
-			continue;
-		}
 		n++;
+		good += replay_one(argv[1], de->d_name);
 	}
 	closedir(dir);
-	printf("%d inputs replayed from %s\n", n, argv[1]);
-	return bad || n == 0 ? 1 : 0;
+	printf("%d inputs replayed from %s, %d as expected\n", n, argv[1], good);
+	return n == 0 || good != n ? 1 : 0;
 }
