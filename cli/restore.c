@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
-#include "primary/agent.h"
-#include "replication/replication.h"
+#include "cli/cli.h"
+#include "primary/primary.h"
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
@@ -49,7 +49,7 @@ static int apply_chain(struct repl_vm *vm, struct ckpt *c, uint64_t base_id, cha
 	return 0;
 }
 
-int agent_cmd_restore(int argc, char **argv)
+int cli_cmd_restore(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "console", required_argument, NULL, 'C' },
@@ -98,7 +98,7 @@ int agent_cmd_restore(int argc, char **argv)
 		goto err;
 	}
 	ckpt_fini(&c);
-	return agent_serve(loop, vm, control);
+	return primary_serve(loop, vm, control);
 err:
 	ckpt_fini(&c);
 	return 1;
