@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "net/control.h"
@@ -54,16 +52,6 @@ static char *fmt(const char *f, ...)
 	return s;
 }
 
-static uint64_t new_id(void)
-{
-	uint64_t id = 0;
-
-	while (!id)
-		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
-			id = now_ns() ^ ((uint64_t)getpid() << 40);
-	return id;
-}
-
 /* Control request "snapshot full|incremental FILE" -> reply text (malloc'd).
  * The pause covers the capture only; the file is written after resume (on
  * the loop thread, which is idle otherwise in `run`). */
@@ -88,7 +76,7 @@ static char *snapshot_request(struct snapshots *s, const char *request)
 	}
 	if ((r = ckpt_take(s->m, s->ckpt, full)) < 0)
 		return fmt("error capturing the machine: %s", strerror(-r));
-	info.id = new_id();
+	info.id = ckpt_file_new_id();
 	info.parent_id = full ? 0 : s->last_id;
 	r = ckpt_file_write_ex(path, s->ckpt, &s->m->cfg, &info);
 	if (r < 0) {
