@@ -35,8 +35,8 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		}
 		return 0;
 	case 1001:
-		if (machine_parse_size(arg, &o->cfg.mem_bytes) < 0 || o->cfg.mem_bytes < (8ull << 20) ||
-		    o->cfg.mem_bytes > MACHINE_MAX_MEM || o->cfg.mem_bytes % (2ull << 20)) {
+		if (machine_parse_size(arg, &o->cfg.mem_bytes) < 0 ||
+		    machine_check_mem(o->cfg.mem_bytes) < 0) {
 			fprintf(stderr, "understudy: --mem '%s': need a multiple of 2M between 8M and 60G\n", arg);
 			return 2;
 		}
