@@ -13,7 +13,7 @@ SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
 endif
 
 CC       ?= gcc
-MODULES  := kmod machine checkpoint replication net proto primary secondary guest
+MODULES  := kmod machine checkpoint replication net proto primary secondary cli guest
 PKGS     := libprotobuf-c openssl liblz4 libfabric
 
 CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-missing-field-initializers \
@@ -34,7 +34,8 @@ PROTOS     := $(wildcard proto/*.proto)
 PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTOS))
 PROTO_H    := $(PROTO_C:.c=.h)
 
-LIB_SRC  := $(filter-out primary/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+LIB_SRC  := $(filter-out cli/%,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cli/*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(PROTO_C:$(BUILD)/%=%)) \
             $(if $(wildcard guest/images.S),$(BUILD)/obj/guest/images.o)
@@ -99,7 +100,7 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(BUILD)/obj/primary/main.o $(LIB)
+$(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(LIB)

@@ -129,7 +129,7 @@ static void bench_harvest(uint64_t mem, uint64_t set_mb, uint64_t run_ms)
 
 	snprintf(guest, sizeof(guest), "dirty:mb=%llu,report_ms=1000", (unsigned long long)set_mb);
 	m = boot(guest, mem, 1);
-	bm = calloc((m->ram_pages + 63) / 64, 8);
+	bm = calloc(machine_bitmap_words(m), 8);
 	machine_resume(m);
 	sleep_us(300000);   /* first touch of the whole set */
 	for (int r = 0; r < rounds; r++) {
@@ -146,7 +146,7 @@ static void bench_harvest(uint64_t mem, uint64_t set_mb, uint64_t run_ms)
 		/* Reference: find the set bits of the same bitmap in memory. */
 		t0 = now_ns();
 		dirty = 0;
-		for (uint64_t w = 0; w < (m->ram_pages + 63) / 64; w++) {
+		for (size_t w = 0; w < machine_bitmap_words(m); w++) {
 			uint64_t b = bm[w];
 
 			while (b) {

@@ -157,5 +157,25 @@ int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct mach
 int ckpt_file_read(const char *path, struct ckpt *c, struct machine_config *cfg) US_MUST_CHECK;
 int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *cfg,
 		      struct ckpt_file_info *info) US_MUST_CHECK;
+/* A new snapshot id: random, never 0. */
+uint64_t ckpt_file_new_id(void);
+
+/* Restoring a chain of snapshot files. */
+enum ckpt_chain_fault {
+	CKPT_CHAIN_READ,     /* the file could not be read (the error says why) */
+	CKPT_CHAIN_LINK,     /* not the diff that follows the file before (-EINVAL) */
+	CKPT_CHAIN_APPLY,    /* ckpt_apply refused it */
+};
+struct ckpt_chain_error {
+	int file;            /* index into files */
+	enum ckpt_chain_fault fault;
+};
+/* files[0] is a full snapshot, already read into c with id base_id: applies
+ * it to the paused machine m, then reads each diff of files[1..n) into c and
+ * applies it, in order; each must name the file before as its parent. On
+ * failure returns -errno with *err saying which file and how (m must then be
+ * discarded: a diff may have applied before a later one failed). */
+int ckpt_file_apply_chain(struct machine *m, struct ckpt *c, uint64_t base_id, char *const *files,
+			  int n, struct ckpt_chain_error *err) US_MUST_CHECK;
 
 #endif

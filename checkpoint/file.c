@@ -108,6 +108,45 @@ static uint32_t hdr_crc(const struct file_hdr *h)
 	return proto_crc32c(0, h, offsetof(struct file_hdr, hdr_crc));
 }
 
+/* The length of a whole file with npages pages and state_len state bytes. */
+static uint64_t file_len(uint64_t npages, uint64_t state_len)
+{
+	return sizeof(struct file_hdr) + 3 * sizeof(struct file_sec) +
+	       npages * (8 + CKPT_PAGE_SIZE) + state_len + sizeof(struct file_trailer);
+}
+
+uint64_t ckpt_file_new_id(void)
+{
+	uint64_t id = 0;
+
+	while (!id)
+		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+			id = now_ns() ^ ((uint64_t)getpid() << 40);
+	return id;
+}
+
+static void header_fill(struct file_hdr *h, const struct ckpt *c, const struct machine_config *cfg,
+			const struct ckpt_file_info *info)
+{
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, FILE_MAGIC, 8);
+	h->version = FILE_VERSION;
+	h->hdr_len = sizeof(*h);
+	h->config_digest = c->config_digest;
+	h->id = info->id;
+	h->parent_id = info->parent_id;
+	h->flags = c->full ? FLAG_FULL : 0;
+	h->ncpus = cfg->ncpus;
+	h->mem_bytes = cfg->mem_bytes;
+	memcpy(h->guest, cfg->guest, sizeof(h->guest));
+	memcpy(h->guest_args, cfg->guest_args, sizeof(h->guest_args));
+	h->guest[sizeof(h->guest) - 1] = 0;
+	h->guest_args[sizeof(h->guest_args) - 1] = 0;
+	h->npages = c->npages;
+	h->state_len = c->state_len;
+	h->hdr_crc = hdr_crc(h);
+}
+
 /* Writes one section; folds its header into *file_crc. */
 static int write_section(int fd, const char *tag, const void *data, size_t len, uint32_t *file_crc)
 {
@@ -122,6 +161,25 @@ static int write_section(int fd, const char *tag, const void *data, size_t len, 
 	if ((r = write_all(fd, &s, sizeof(s))) < 0)
 		return r;
 	return len ? write_all(fd, data, len) : 0;
+}
+
+/* Header, sections and trailer: the whole file. */
+static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c)
+{
+	struct file_trailer t;
+	uint32_t file_crc = proto_crc32c(0, h, sizeof(*h));
+	int r;
+
+	if ((r = write_all(fd, h, sizeof(*h))) < 0 ||
+	    (r = write_section(fd, "gfns", c->gfns, c->npages * sizeof(uint64_t), &file_crc)) < 0 ||
+	    (r = write_section(fd, "pages", c->pages, c->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
+	    (r = write_section(fd, "state", c->state, c->state_len, &file_crc)) < 0)
+		return r;
+	memset(&t, 0, sizeof(t));
+	memcpy(t.magic, TRAILER_MAGIC, 8);
+	t.file_len = file_len(c->npages, c->state_len);
+	t.file_crc = file_crc;
+	return write_all(fd, &t, sizeof(t));
 }
 
 static int fsync_dir(const char *path)
@@ -144,49 +202,19 @@ int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct mach
 		       const struct ckpt_file_info *info)
 {
 	struct file_hdr h;
-	struct file_trailer t;
-	uint32_t file_crc;
 	char tmp[4096];
 	int fd, r;
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
-	memset(&h, 0, sizeof(h));
-	memcpy(h.magic, FILE_MAGIC, 8);
-	h.version = FILE_VERSION;
-	h.hdr_len = sizeof(h);
-	h.config_digest = c->config_digest;
-	h.id = info->id;
-	h.parent_id = info->parent_id;
-	h.flags = c->full ? FLAG_FULL : 0;
-	h.ncpus = cfg->ncpus;
-	h.mem_bytes = cfg->mem_bytes;
-	memcpy(h.guest, cfg->guest, sizeof(h.guest));
-	memcpy(h.guest_args, cfg->guest_args, sizeof(h.guest_args));
-	h.guest[sizeof(h.guest) - 1] = 0;
-	h.guest_args[sizeof(h.guest_args) - 1] = 0;
-	h.npages = c->npages;
-	h.state_len = c->state_len;
-	h.hdr_crc = hdr_crc(&h);
-	file_crc = proto_crc32c(0, &h, sizeof(h));
-
+	header_fill(&h, c, cfg, info);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		r = -errno;
 		log_error(TAG, "%s: %s", tmp, strerror(-r));
 		return r;
 	}
-	if ((r = write_all(fd, &h, sizeof(h))) < 0 ||
-	    (r = write_section(fd, "gfns", c->gfns, c->npages * sizeof(uint64_t), &file_crc)) < 0 ||
-	    (r = write_section(fd, "pages", c->pages, c->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
-	    (r = write_section(fd, "state", c->state, c->state_len, &file_crc)) < 0)
-		goto err_file;
-	memset(&t, 0, sizeof(t));
-	memcpy(t.magic, TRAILER_MAGIC, 8);
-	t.file_len = sizeof(h) + 3 * sizeof(struct file_sec) + c->npages * (8 + CKPT_PAGE_SIZE) +
-		     c->state_len + sizeof(t);
-	t.file_crc = file_crc;
-	if ((r = write_all(fd, &t, sizeof(t))) < 0)
+	if ((r = write_file(fd, &h, c)) < 0)
 		goto err_file;
 	if (fsync(fd) < 0) {
 		r = -errno;
@@ -214,10 +242,8 @@ err_tmp:
 
 int ckpt_file_write(const char *path, const struct ckpt *c, const struct machine_config *cfg)
 {
-	struct ckpt_file_info info = { 0 };
+	struct ckpt_file_info info = { .id = ckpt_file_new_id() };
 
-	if (getrandom(&info.id, sizeof(info.id), 0) != sizeof(info.id))
-		info.id = now_ns() ^ ((uint64_t)getpid() << 40);
 	return ckpt_file_write_ex(path, c, cfg, &info);
 }
 
@@ -265,8 +291,7 @@ static int check_header(const struct file_hdr *h, off_t size)
 		log_error(TAG, "header values out of range");
 		return -EBADMSG;
 	}
-	expect = sizeof(*h) + 3 * sizeof(struct file_sec) + h->npages * (8 + CKPT_PAGE_SIZE) +
-		 h->state_len + sizeof(struct file_trailer);
+	expect = file_len(h->npages, h->state_len);
 	if ((uint64_t)size != expect) {
 		log_error(TAG, "file is %lld bytes, its header says %llu: truncated or damaged",
 			  (long long)size, (unsigned long long)expect);
@@ -275,14 +300,71 @@ static int check_header(const struct file_hdr *h, off_t size)
 	return 0;
 }
 
+/* Reads and checks the header of the file open at fd, and the machine
+ * configuration it carries. */
+static int read_header(int fd, struct file_hdr *h, off_t *size, struct machine_config *cfg)
+{
+	struct stat st;
+	int r;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if ((size_t)st.st_size < sizeof(*h)) {
+		log_error(TAG, "file too short to be a snapshot");
+		return -EBADMSG;
+	}
+	*size = st.st_size;
+	if ((r = read_all(fd, h, sizeof(*h))) < 0 || (r = check_header(h, st.st_size)) < 0)
+		return r;
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->mem_bytes = h->mem_bytes;
+	cfg->ncpus = h->ncpus;
+	memcpy(cfg->guest, h->guest, sizeof(cfg->guest));
+	memcpy(cfg->guest_args, h->guest_args, sizeof(cfg->guest_args));
+	cfg->guest[sizeof(cfg->guest) - 1] = 0;
+	cfg->guest_args[sizeof(cfg->guest_args) - 1] = 0;
+	if (machine_config_digest(cfg) != h->config_digest) {
+		log_error(TAG, "configuration and digest disagree");
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* Reads the sections and the trailer after header h into c, checking every
+ * checksum; state is scratch of h->state_len bytes. */
+static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *c, uint8_t *state)
+{
+	struct file_trailer t;
+	uint32_t file_crc = proto_crc32c(0, h, sizeof(*h));
+	int r;
+
+	if ((r = ckpt_reserve(c, (size_t)h->npages)) < 0)
+		return r;
+	if ((r = read_section(fd, "gfns", c->gfns, h->npages * 8, &file_crc)) < 0 ||
+	    (r = read_section(fd, "pages", c->pages, h->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
+	    (r = read_section(fd, "state", state, h->state_len, &file_crc)) < 0 ||
+	    (r = read_all(fd, &t, sizeof(t))) < 0)
+		return r;
+	if (memcmp(t.magic, TRAILER_MAGIC, 8) || t.file_len != (uint64_t)size ||
+	    t.file_crc != file_crc || t.pad) {
+		log_error(TAG, "file checksum mismatch");
+		return -EBADMSG;
+	}
+	if ((r = ckpt_set_state(c, state, (size_t)h->state_len)) < 0)
+		return r;
+	c->npages = (size_t)h->npages;
+	c->full = h->flags & FLAG_FULL;
+	c->config_digest = h->config_digest;
+	return 0;
+}
+
 int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *cfg,
 		      struct ckpt_file_info *info)
 {
 	struct file_hdr h;
-	struct file_trailer t;
 	struct machine_config fcfg;
-	struct stat st;
-	uint32_t file_crc;
+	uint8_t *state = NULL;
+	off_t size = 0;
 	int fd, r;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -291,64 +373,22 @@ int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *c
 		log_error(TAG, "%s: %s", path, strerror(-r));
 		return r;
 	}
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
+	if ((r = read_header(fd, &h, &size, &fcfg)) < 0)
 		goto err;
-	}
-	if ((size_t)st.st_size < sizeof(h)) {
-		log_error(TAG, "file too short to be a snapshot");
-		r = -EBADMSG;
-		goto err;
-	}
-	if ((r = read_all(fd, &h, sizeof(h))) < 0 || (r = check_header(&h, st.st_size)) < 0)
-		goto err;
-	memset(&fcfg, 0, sizeof(fcfg));
-	fcfg.mem_bytes = h.mem_bytes;
-	fcfg.ncpus = h.ncpus;
-	memcpy(fcfg.guest, h.guest, sizeof(fcfg.guest));
-	memcpy(fcfg.guest_args, h.guest_args, sizeof(fcfg.guest_args));
-	fcfg.guest[sizeof(fcfg.guest) - 1] = 0;
-	fcfg.guest_args[sizeof(fcfg.guest_args) - 1] = 0;
-	if (machine_config_digest(&fcfg) != h.config_digest) {
-		log_error(TAG, "configuration and digest disagree");
-		r = -EBADMSG;
-		goto err;
-	}
-	file_crc = proto_crc32c(0, &h, sizeof(h));
 	ckpt_reset(c);
-	if ((r = ckpt_reserve(c, (size_t)h.npages)) < 0 ||
-	    (r = ckpt_set_state(c, "", 0)) < 0)
-		goto err;
-	if (h.state_len > c->cap_state) {
-		uint8_t *n = realloc(c->state, h.state_len);
-
-		if (!n) {
-			r = -ENOMEM;
-			goto err;
-		}
-		c->state = n;
-		c->cap_state = h.state_len;
-	}
-	if ((r = read_section(fd, "gfns", c->gfns, h.npages * 8, &file_crc)) < 0 ||
-	    (r = read_section(fd, "pages", c->pages, h.npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
-	    (r = read_section(fd, "state", c->state, h.state_len, &file_crc)) < 0 ||
-	    (r = read_all(fd, &t, sizeof(t))) < 0)
-		goto err;
-	if (memcmp(t.magic, TRAILER_MAGIC, 8) || t.file_len != (uint64_t)st.st_size ||
-	    t.file_crc != file_crc || t.pad) {
-		log_error(TAG, "file checksum mismatch");
-		r = -EBADMSG;
+	state = malloc(h.state_len ? (size_t)h.state_len : 1);
+	if (!state) {
+		r = -ENOMEM;
 		goto err;
 	}
-	c->npages = (size_t)h.npages;
-	c->state_len = (size_t)h.state_len;
-	c->full = h.flags & FLAG_FULL;
-	c->config_digest = h.config_digest;
+	if ((r = read_body(fd, &h, size, c, state)) < 0)
+		goto err;
 	*cfg = fcfg;
 	if (info) {
 		info->id = h.id;
 		info->parent_id = h.parent_id;
 	}
+	free(state);
 	close(fd);
 	return 0;
 err:
@@ -356,6 +396,7 @@ err:
 		log_error(TAG, "%s: truncated", path);
 	else
 		log_error(TAG, "%s: not a usable snapshot (%s)", path, strerror(-r));
+	free(state);
 	ckpt_reset(c);
 	close(fd);
 	return r == -ENODATA ? -EBADMSG : r;
@@ -364,4 +405,30 @@ err:
 int ckpt_file_read(const char *path, struct ckpt *c, struct machine_config *cfg)
 {
 	return ckpt_file_read_ex(path, c, cfg, NULL);
+}
+
+int ckpt_file_apply_chain(struct machine *m, struct ckpt *c, uint64_t base_id, char *const *files,
+			  int n, struct ckpt_chain_error *err)
+{
+	struct machine_config cfg;
+	struct ckpt_file_info info = { .id = base_id };
+	uint64_t prev = 0;
+	int r;
+
+	for (int i = 0; i < n; i++) {
+		err->file = i;
+		if (i > 0) {
+			err->fault = CKPT_CHAIN_READ;
+			if ((r = ckpt_file_read_ex(files[i], c, &cfg, &info)) < 0)
+				return r;
+			err->fault = CKPT_CHAIN_LINK;
+			if (c->full || info.parent_id != prev)
+				return -EINVAL;
+		}
+		err->fault = CKPT_CHAIN_APPLY;
+		if ((r = ckpt_apply(m, c)) < 0)
+			return r;
+		prev = info.id;
+	}
+	return 0;
 }

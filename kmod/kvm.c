@@ -1,5 +1,6 @@
 /* /dev/kvm, VMs, memory slots, dirty log and VM-wide device state. */
 #include "kmod/kmod.h"
+#include "kmod/ioctl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +36,7 @@ static const struct {
 	{ KVM_CAP_MP_STATE, "KVM_CAP_MP_STATE" },
 };
 
-static int xioctl(int fd, unsigned long req, void *arg)
+int kvm_ioctl(int fd, unsigned long req, void *arg)
 {
 	int r;
 
@@ -43,6 +44,17 @@ static int xioctl(int fd, unsigned long req, void *arg)
 		r = ioctl(fd, req, arg);
 	while (r < 0 && errno == EAGAIN);
 	return r < 0 ? -errno : r;
+}
+
+int kvm_ioctl_logged(int fd, unsigned long req, void *arg, const char *name, int vcpu)
+{
+	int r = kvm_ioctl(fd, req, arg);
+
+	if (r < 0 && vcpu >= 0)
+		log_error(TAG, "%s on vCPU %d: %s", name, vcpu, strerror(-r));
+	else if (r < 0)
+		log_error(TAG, "%s: %s", name, strerror(-r));
+	return r;
 }
 
 static int load_cpuid(struct kvm_sys *sys)
@@ -54,7 +66,7 @@ static int load_cpuid(struct kvm_sys *sys)
 		if (!c)
 			return -ENOMEM;
 		c->nent = n;
-		r = xioctl(sys->fd, KVM_GET_SUPPORTED_CPUID, c);
+		r = kvm_ioctl(sys->fd, KVM_GET_SUPPORTED_CPUID, c);
 		if (r == 0) {
 			sys->cpuid = c;
 			return 0;
@@ -148,18 +160,17 @@ int kvm_vm_create(struct kvm_vm *vm, struct kvm_sys *sys)
 
 	memset(vm, 0, sizeof(*vm));
 	vm->sys = sys;
-	vm->fd = xioctl(sys->fd, KVM_CREATE_VM, 0);
+	vm->fd = kvm_ioctl(sys->fd, KVM_CREATE_VM, 0);
 	if (vm->fd < 0) {
 		r = vm->fd;
 		log_error(TAG, "KVM_CREATE_VM: %s", strerror(-r));
 		return r;
 	}
-	if ((r = xioctl(vm->fd, KVM_SET_IDENTITY_MAP_ADDR, &idmap)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_SET_TSS_ADDR, (void *)(uintptr_t)KVM_TSS_GPA)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_CREATE_IRQCHIP, NULL)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_CREATE_PIT2, &pit)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_ENABLE_CAP, &manual)) < 0) {
-		log_error(TAG, "setting up the VM: %s", strerror(-r));
+	if ((r = KVM_VM_IOCTL(vm, KVM_SET_IDENTITY_MAP_ADDR, &idmap)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_SET_TSS_ADDR, (uintptr_t)KVM_TSS_GPA)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_CREATE_IRQCHIP, NULL)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_CREATE_PIT2, &pit)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_ENABLE_CAP, &manual)) < 0) {
 		close(vm->fd);
 		vm->fd = -1;
 		return r;
@@ -190,7 +201,7 @@ int kvm_vm_add_slot(struct kvm_vm *vm, uint64_t gpa, uint64_t size, void *hva)
 		.memory_size = size,
 		.userspace_addr = (uintptr_t)hva,
 	};
-	r = xioctl(vm->fd, KVM_SET_USER_MEMORY_REGION, &region);
+	r = kvm_ioctl(vm->fd, KVM_SET_USER_MEMORY_REGION, &region);
 	if (r < 0) {
 		log_error(TAG, "KVM_SET_USER_MEMORY_REGION gpa 0x%llx size 0x%llx: %s",
 			  (unsigned long long)gpa, (unsigned long long)size, strerror(-r));
@@ -205,7 +216,7 @@ int kvm_vm_get_dirty_log(struct kvm_vm *vm, int slot, uint64_t *bitmap)
 {
 	struct kvm_dirty_log log = { .slot = (uint32_t)slot, .dirty_bitmap = bitmap };
 
-	return xioctl(vm->fd, KVM_GET_DIRTY_LOG, &log);
+	return KVM_VM_IOCTL(vm, KVM_GET_DIRTY_LOG, &log);
 }
 
 int kvm_vm_clear_dirty_log(struct kvm_vm *vm, int slot, const uint64_t *bitmap)
@@ -217,14 +228,14 @@ int kvm_vm_clear_dirty_log(struct kvm_vm *vm, int slot, const uint64_t *bitmap)
 		.dirty_bitmap = (void *)bitmap,
 	};
 
-	return xioctl(vm->fd, KVM_CLEAR_DIRTY_LOG, &clear);
+	return KVM_VM_IOCTL(vm, KVM_CLEAR_DIRTY_LOG, &clear);
 }
 
 int kvm_vm_irq_line(struct kvm_vm *vm, uint32_t irq, int level)
 {
 	struct kvm_irq_level l = { .irq = irq, .level = (uint32_t)level };
 
-	return xioctl(vm->fd, KVM_IRQ_LINE, &l);
+	return kvm_ioctl(vm->fd, KVM_IRQ_LINE, &l);
 }
 
 int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st)
@@ -235,13 +246,13 @@ int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st)
 	st->pic_master.chip_id = KVM_IRQCHIP_PIC_MASTER;
 	st->pic_slave.chip_id = KVM_IRQCHIP_PIC_SLAVE;
 	st->ioapic.chip_id = KVM_IRQCHIP_IOAPIC;
-	if ((r = xioctl(vm->fd, KVM_GET_IRQCHIP, &st->pic_master)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_GET_IRQCHIP, &st->pic_slave)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_GET_IRQCHIP, &st->ioapic)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_GET_PIT2, &st->pit)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_GET_CLOCK, &st->clock)) < 0)
-		log_error(TAG, "reading VM state: %s", strerror(-r));
-	return r < 0 ? r : 0;
+	if ((r = KVM_VM_IOCTL(vm, KVM_GET_IRQCHIP, &st->pic_master)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_GET_IRQCHIP, &st->pic_slave)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_GET_IRQCHIP, &st->ioapic)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_GET_PIT2, &st->pit)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_GET_CLOCK, &st->clock)) < 0)
+		return r;
+	return 0;
 }
 
 int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st)
@@ -254,19 +265,16 @@ int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st)
 	int r;
 
 	chip = st->pic_master;
-	if ((r = xioctl(vm->fd, KVM_SET_IRQCHIP, &chip)) < 0)
-		goto err;
+	if ((r = KVM_VM_IOCTL(vm, KVM_SET_IRQCHIP, &chip)) < 0)
+		return r;
 	chip = st->pic_slave;
-	if ((r = xioctl(vm->fd, KVM_SET_IRQCHIP, &chip)) < 0)
-		goto err;
+	if ((r = KVM_VM_IOCTL(vm, KVM_SET_IRQCHIP, &chip)) < 0)
+		return r;
 	chip = st->ioapic;
-	if ((r = xioctl(vm->fd, KVM_SET_IRQCHIP, &chip)) < 0)
-		goto err;
-	if ((r = xioctl(vm->fd, KVM_SET_PIT2, &pit)) < 0 ||
-	    (r = xioctl(vm->fd, KVM_SET_CLOCK, &clock)) < 0)
-		goto err;
+	if ((r = KVM_VM_IOCTL(vm, KVM_SET_IRQCHIP, &chip)) < 0)
+		return r;
+	if ((r = KVM_VM_IOCTL(vm, KVM_SET_PIT2, &pit)) < 0 ||
+	    (r = KVM_VM_IOCTL(vm, KVM_SET_CLOCK, &clock)) < 0)
+		return r;
 	return 0;
-err:
-	log_error(TAG, "writing VM state: %s", strerror(-r));
-	return r;
 }

@@ -1,5 +1,6 @@
 /* vCPUs: creation, KVM_RUN, and the complete state as one plain struct. */
 #include "kmod/kmod.h"
+#include "kmod/ioctl.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -9,16 +10,6 @@
 #include <unistd.h>
 
 #define TAG "kmod"
-
-static int xioctl(int fd, unsigned long req, void *arg)
-{
-	int r;
-
-	do
-		r = ioctl(fd, req, arg);
-	while (r < 0 && errno == EAGAIN);
-	return r < 0 ? -errno : r;
-}
 
 struct msr_buf {
 	struct kvm_msrs hdr;
@@ -35,14 +26,14 @@ static int probe_msrs(struct kvm_sys *sys, int vcpu_fd)
 
 	if (sys->msrs_probed)
 		return 0;
-	r = xioctl(sys->fd, KVM_GET_MSR_INDEX_LIST, &probe);
+	r = kvm_ioctl(sys->fd, KVM_GET_MSR_INDEX_LIST, &probe);
 	if (r < 0 && r != -E2BIG)
 		return r;
 	list = calloc(1, sizeof(*list) + probe.nmsrs * sizeof(uint32_t));
 	if (!list)
 		return -ENOMEM;
 	list->nmsrs = probe.nmsrs;
-	r = xioctl(sys->fd, KVM_GET_MSR_INDEX_LIST, list);
+	r = kvm_ioctl(sys->fd, KVM_GET_MSR_INDEX_LIST, list);
 	if (r < 0)
 		goto out;
 	sys->nmsrs = 0;
@@ -56,7 +47,7 @@ static int probe_msrs(struct kvm_sys *sys, int vcpu_fd)
 		struct msr_buf one = { .hdr.nmsrs = 1 };
 
 		one.entries[0].index = list->indices[i];
-		if (xioctl(vcpu_fd, KVM_GET_MSRS, &one) == 1)
+		if (kvm_ioctl(vcpu_fd, KVM_GET_MSRS, &one) == 1)
 			sys->msrs[sys->nmsrs++] = list->indices[i];
 	}
 	sys->msrs_probed = true;
@@ -75,13 +66,13 @@ int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index)
 	memset(vcpu, 0, sizeof(*vcpu));
 	vcpu->vm = vm;
 	vcpu->index = index;
-	vcpu->fd = xioctl(vm->fd, KVM_CREATE_VCPU, (void *)(uintptr_t)index);
+	vcpu->fd = kvm_ioctl(vm->fd, KVM_CREATE_VCPU, (void *)(uintptr_t)index);
 	if (vcpu->fd < 0) {
 		r = vcpu->fd;
 		log_error(TAG, "KVM_CREATE_VCPU %d: %s", index, strerror(-r));
 		return r;
 	}
-	r = xioctl(vcpu->fd, KVM_SET_CPUID2, sys->cpuid);
+	r = kvm_ioctl(vcpu->fd, KVM_SET_CPUID2, sys->cpuid);
 	if (r < 0) {
 		log_error(TAG, "KVM_SET_CPUID2: %s", strerror(-r));
 		goto err_fd;
@@ -143,22 +134,22 @@ int kvm_vcpu_settle(struct kvm_vcpu *vcpu)
 
 int kvm_vcpu_get_regs(struct kvm_vcpu *vcpu, struct kvm_regs *regs)
 {
-	return xioctl(vcpu->fd, KVM_GET_REGS, regs);
+	return kvm_ioctl(vcpu->fd, KVM_GET_REGS, regs);
 }
 
 int kvm_vcpu_set_regs(struct kvm_vcpu *vcpu, const struct kvm_regs *regs)
 {
-	return xioctl(vcpu->fd, KVM_SET_REGS, (void *)regs);
+	return kvm_ioctl(vcpu->fd, KVM_SET_REGS, (void *)regs);
 }
 
 int kvm_vcpu_get_sregs(struct kvm_vcpu *vcpu, struct kvm_sregs *sregs)
 {
-	return xioctl(vcpu->fd, KVM_GET_SREGS, sregs);
+	return kvm_ioctl(vcpu->fd, KVM_GET_SREGS, sregs);
 }
 
 int kvm_vcpu_set_sregs(struct kvm_vcpu *vcpu, const struct kvm_sregs *sregs)
 {
-	return xioctl(vcpu->fd, KVM_SET_SREGS, (void *)sregs);
+	return kvm_ioctl(vcpu->fd, KVM_SET_SREGS, (void *)sregs);
 }
 
 int kvm_vcpu_set_xcr0(struct kvm_vcpu *vcpu, uint64_t xcr0)
@@ -167,14 +158,14 @@ int kvm_vcpu_set_xcr0(struct kvm_vcpu *vcpu, uint64_t xcr0)
 
 	x.xcrs[0].xcr = 0;
 	x.xcrs[0].value = xcr0;
-	return xioctl(vcpu->fd, KVM_SET_XCRS, &x);
+	return kvm_ioctl(vcpu->fd, KVM_SET_XCRS, &x);
 }
 
 int kvm_vcpu_set_mp_state(struct kvm_vcpu *vcpu, uint32_t mp_state)
 {
 	struct kvm_mp_state mp = { .mp_state = mp_state };
 
-	return xioctl(vcpu->fd, KVM_SET_MP_STATE, &mp);
+	return kvm_ioctl(vcpu->fd, KVM_SET_MP_STATE, &mp);
 }
 
 /* Call on a vCPU that is out of KVM_RUN with no I/O pending (kvm_vcpu_settle). */
@@ -182,28 +173,29 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 {
 	struct kvm_sys *sys = vcpu->vm->sys;
 	struct msr_buf msrs = { .hdr.nmsrs = sys->nmsrs };
+	bool xsave2 = sys->xsave_size > 4096;
 	int r;
 
 	/* mp_state first: reading it lets KVM apply a pending INIT/SIPI, which
 	 * changes CS:RIP; the registers read after it then agree with it. */
-	if ((r = xioctl(vcpu->fd, KVM_GET_MP_STATE, &st->mp_state)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_GET_REGS, &st->regs)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_GET_SREGS, &st->sregs)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_GET_XCRS, &st->xcrs)) < 0 ||
-	    (r = xioctl(vcpu->fd, sys->xsave_size > 4096 ? KVM_GET_XSAVE2 : KVM_GET_XSAVE,
-			st->xsave)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_GET_LAPIC, &st->lapic)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_GET_VCPU_EVENTS, &st->events)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_GET_DEBUGREGS, &st->debugregs)) < 0) {
-		log_error(TAG, "reading vCPU %d state: %s", vcpu->index, strerror(-r));
+	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MP_STATE, &st->mp_state)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_REGS, &st->regs)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_SREGS, &st->sregs)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_XCRS, &st->xcrs)) < 0 ||
+	    (r = kvm_ioctl_logged(vcpu->fd, xsave2 ? KVM_GET_XSAVE2 : KVM_GET_XSAVE, st->xsave,
+				  xsave2 ? "KVM_GET_XSAVE2" : "KVM_GET_XSAVE", vcpu->index)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_LAPIC, &st->lapic)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_VCPU_EVENTS, &st->events)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_DEBUGREGS, &st->debugregs)) < 0)
 		return r;
-	}
 	st->xsave_size = (uint32_t)sys->xsave_size;
 	for (uint32_t i = 0; i < sys->nmsrs; i++)
 		msrs.entries[i].index = sys->msrs[i];
-	r = xioctl(vcpu->fd, KVM_GET_MSRS, &msrs);
+	r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MSRS, &msrs);
 	if (r != (int)sys->nmsrs) {
-		log_error(TAG, "vCPU %d: read %d of %u MSRs", vcpu->index, r, sys->nmsrs);
+		if (r >= 0)
+			log_error(TAG, "KVM_GET_MSRS on vCPU %d: read %d of %u MSRs", vcpu->index, r,
+				  sys->nmsrs);
 		return r < 0 ? r : -EIO;
 	}
 	st->nmsrs = sys->nmsrs;
@@ -235,29 +227,27 @@ int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 			  st->nmsrs, st->xsave_size);
 		return -EINVAL;
 	}
-	if ((r = xioctl(vcpu->fd, KVM_SET_SREGS, (void *)&st->sregs)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_REGS, (void *)&st->regs)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_XCRS, (void *)&st->xcrs)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_XSAVE, (void *)st->xsave)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_LAPIC, (void *)&st->lapic)) < 0)
-		goto err;
+	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_SET_SREGS, &st->sregs)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_REGS, &st->regs)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_XCRS, &st->xcrs)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_XSAVE, st->xsave)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_LAPIC, &st->lapic)) < 0)
+		return r;
 	msrs.hdr = (struct kvm_msrs){ .nmsrs = st->nmsrs };
 	memcpy(msrs.entries, st->msrs, st->nmsrs * sizeof(msrs.entries[0]));
-	r = xioctl(vcpu->fd, KVM_SET_MSRS, &msrs);
+	r = KVM_VCPU_IOCTL(vcpu, KVM_SET_MSRS, &msrs);
 	if (r != (int)st->nmsrs) {
-		log_error(TAG, "vCPU %d: MSR 0x%x refused", vcpu->index,
-			  r >= 0 && r < (int)st->nmsrs ? st->msrs[r].index : 0);
+		if (r >= 0)
+			log_error(TAG, "KVM_SET_MSRS on vCPU %d: MSR 0x%x refused", vcpu->index,
+				  st->msrs[r].index);
 		return r < 0 ? r : -EINVAL;
 	}
 	/* Apply every part of the events, not only what was valid by default. */
 	events.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR |
 			KVM_VCPUEVENT_VALID_SHADOW;
-	if ((r = xioctl(vcpu->fd, KVM_SET_VCPU_EVENTS, &events)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_MP_STATE, (void *)&st->mp_state)) < 0 ||
-	    (r = xioctl(vcpu->fd, KVM_SET_DEBUGREGS, (void *)&st->debugregs)) < 0)
-		goto err;
+	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_SET_VCPU_EVENTS, &events)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_MP_STATE, &st->mp_state)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_DEBUGREGS, &st->debugregs)) < 0)
+		return r;
 	return 0;
-err:
-	log_error(TAG, "writing vCPU %d state: %s", vcpu->index, strerror(-r));
-	return r;
 }

@@ -1,4 +1,4 @@
-/* Machine configuration from command-line values. */
+/* Machine configuration: command-line values, checks, the digest. */
 #include "machine/machine.h"
 
 #include <errno.h>
@@ -33,6 +33,13 @@ int machine_parse_size(const char *s, uint64_t *bytes)
 	if (*end || v > (UINT64_MAX >> shift))
 		return -EINVAL;
 	*bytes = (uint64_t)v << shift;
+	return 0;
+}
+
+int machine_check_mem(uint64_t mem_bytes)
+{
+	if (mem_bytes < MACHINE_MIN_MEM || mem_bytes > MACHINE_MAX_MEM || mem_bytes % MACHINE_MEM_ALIGN)
+		return -EINVAL;
 	return 0;
 }
 

@@ -26,6 +26,29 @@ static size_t bitmap_words(uint64_t npages)
 	return (size_t)((npages + 63) / 64);
 }
 
+size_t machine_bitmap_words(const struct machine *m)
+{
+	return bitmap_words(m->ram_pages);
+}
+
+uint64_t machine_bitmap_count(const uint64_t *bm, size_t words)
+{
+	uint64_t n = 0;
+
+	for (size_t w = 0; w < words; w++)
+		n += (uint64_t)__builtin_popcountll(bm[w]);
+	return n;
+}
+
+void machine_bitmap_fill(const struct machine *m, uint64_t *bm)
+{
+	size_t words = bitmap_words(m->ram_pages);
+
+	memset(bm, 0xff, words * sizeof(uint64_t));
+	if (m->ram_pages % 64)
+		bm[words - 1] = (1ull << (m->ram_pages % 64)) - 1;
+}
+
 int64_t machine_gfn_page(const struct machine *m, uint64_t gfn)
 {
 	uint64_t high0 = MACHINE_HIGH_RAM_GPA >> 12;
@@ -345,15 +368,9 @@ static int init_sync(struct machine *m)
 	return r;
 }
 
-int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
-		struct machine **out)
+static int check_config(const struct machine_config *cfg)
 {
-	struct sigaction sa = { .sa_handler = on_kick };
-	struct machine *m;
-	int r;
-
-	if (cfg->mem_bytes < (8ull << 20) || cfg->mem_bytes > MACHINE_MAX_MEM ||
-	    cfg->mem_bytes % (2ull << 20)) {
+	if (machine_check_mem(cfg->mem_bytes) < 0) {
 		log_error(TAG, "memory size must be a multiple of 2 MiB between 8 MiB and 60 GiB");
 		return -EINVAL;
 	}
@@ -361,6 +378,43 @@ int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
 		log_error(TAG, "vCPU count must be 1..%d", KVM_MAX_VCPUS);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* Creates every vCPU, then starts its thread (which parks at once). */
+static int start_vcpus(struct machine *m)
+{
+	struct sigaction sa = { .sa_handler = on_kick };
+	int r;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(KICK_SIGNAL, &sa, NULL);
+	for (int i = 0; i < m->ncpus; i++) {
+		struct machine_vcpu *vc = &m->vcpus[i];
+
+		vc->m = m;
+		if ((r = kvm_vcpu_create(&vc->kvm, &m->vm, i)) < 0)
+			return r;
+		vc->kvm.run->immediate_exit = 1;   /* first KVM_RUN parks at once */
+	}
+	for (int i = 0; i < m->ncpus; i++) {
+		struct machine_vcpu *vc = &m->vcpus[i];
+
+		if ((r = -pthread_create(&vc->thread, NULL, vcpu_thread, vc)) < 0)
+			return r;
+		vc->thread_started = true;
+	}
+	return 0;
+}
+
+int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
+		struct machine **out)
+{
+	struct machine *m;
+	int r;
+
+	if ((r = check_config(cfg)) < 0)
+		return r;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
@@ -382,27 +436,13 @@ int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
 			  strerror(-r));
 		goto err_vm;
 	}
-	sigemptyset(&sa.sa_mask);
-	sigaction(KICK_SIGNAL, &sa, NULL);
-	for (int i = 0; i < m->ncpus; i++) {
-		struct machine_vcpu *vc = &m->vcpus[i];
-
-		vc->m = m;
-		if ((r = kvm_vcpu_create(&vc->kvm, &m->vm, i)) < 0)
-			goto err_vcpus;
-		vc->kvm.run->immediate_exit = 1;   /* first KVM_RUN parks at once */
-	}
-	for (int i = 0; i < m->ncpus; i++) {
-		struct machine_vcpu *vc = &m->vcpus[i];
-
-		if ((r = -pthread_create(&vc->thread, NULL, vcpu_thread, vc)) < 0)
-			goto err_vcpus;
-		vc->thread_started = true;
-	}
+	if ((r = start_vcpus(m)) < 0)
+		goto err_vcpus;
 	*out = m;
 	return 0;
 
 err_vcpus:
+	/* machine_free copes with vCPUs and threads made part-way. */
 	machine_free(m);
 	return r;
 err_vm:
@@ -466,9 +506,7 @@ int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
 		    (r = kvm_vm_clear_dirty_log(&m->vm, s, m->kvm_dirty)) < 0) {
 			log_error(TAG, "dirty log of slot %d: %s", s, strerror(-r));
 			/* What was taken so far goes back: the next harvest has it. */
-			for (size_t w = 0; w < words; w++)
-				atomic_fetch_or_explicit(&m->vmm_dirty[w], bitmap[w],
-							 memory_order_relaxed);
+			machine_requeue_dirty(m, bitmap);
 			return r;
 		}
 		/* Slots start on 64-page boundaries (0 and 3 GiB). */
@@ -477,6 +515,15 @@ int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
 		first += npages;
 	}
 	return 0;
+}
+
+void machine_requeue_dirty(struct machine *m, const uint64_t *bitmap)
+{
+	size_t words = bitmap_words(m->ram_pages);
+
+	for (size_t w = 0; w < words; w++)
+		if (bitmap[w])
+			atomic_fetch_or_explicit(&m->vmm_dirty[w], bitmap[w], memory_order_relaxed);
 }
 
 int machine_ram_populated(struct machine *m, uint64_t *bitmap)

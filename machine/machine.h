@@ -19,7 +19,9 @@
 
 #define MACHINE_LOW_RAM_MAX (3ull << 30)
 #define MACHINE_HIGH_RAM_GPA (4ull << 30)
+#define MACHINE_MIN_MEM (8ull << 20)
 #define MACHINE_MAX_MEM (60ull << 30)
+#define MACHINE_MEM_ALIGN (2ull << 20)
 
 struct machine_config {
 	uint64_t mem_bytes;
@@ -32,6 +34,9 @@ struct machine_config {
  * errors are messages for the user in err. */
 int machine_parse_guest(struct machine_config *cfg, const char *spec, char *err, size_t errlen);
 int machine_parse_size(const char *s, uint64_t *bytes);
+/* 0 if mem_bytes is a RAM size a machine can have (a multiple of 2 MiB
+ * between 8 MiB and 60 GiB), else -EINVAL. */
+int machine_check_mem(uint64_t mem_bytes) US_MUST_CHECK;
 /* A 64-bit digest of everything that must match for a checkpoint of one
  * machine to apply to another: memory size, vCPUs, devices, guest. */
 uint64_t machine_config_digest(const struct machine_config *cfg);
@@ -137,12 +142,24 @@ static inline void *machine_page_hva(const struct machine *m, uint64_t page)
 /* Page index of a gfn, or -1 if no RAM is there. */
 int64_t machine_gfn_page(const struct machine *m, uint64_t gfn);
 
+/* ---- page bitmaps: one bit a page of RAM, in 64-bit words ---------------- */
+
+/* Words in a bitmap with a bit for every page of m. */
+size_t machine_bitmap_words(const struct machine *m);
+/* Bits set in the first words of bm. */
+uint64_t machine_bitmap_count(const uint64_t *bm, size_t words);
+/* Sets the bit of every page of m, and none beyond. */
+void machine_bitmap_fill(const struct machine *m, uint64_t *bm);
+
 /* Records that the VMM wrote [offset, offset + len) of guest RAM. */
 void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len);
 /* On a paused machine: the pages written since the last harvest, one bit a
  * page (ram_pages bits). Re-protects them in KVM before returning, so every
  * later write is seen by the next harvest. */
 int machine_harvest_dirty(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
+/* Marks the pages set in bitmap dirty again, so the next harvest returns
+ * them: for a harvest whose pages could not be delivered. */
+void machine_requeue_dirty(struct machine *m, const uint64_t *bitmap);
 
 /* One bit for every page of RAM that was ever written (the rest reads as
  * zero and takes no memory): what an initial copy must send to a fresh VM. */

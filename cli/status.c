@@ -2,10 +2,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "net/control.h"
-#include "primary/agent.h"
 
-int agent_cmd_status(int argc, char **argv)
+int cli_cmd_status(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },

@@ -1,4 +1,5 @@
-#include "primary/agent.h"
+/* The options every agent subcommand shares: the VM and the link. */
+#include "cli/cli.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -6,7 +7,7 @@
 #include "guest/guest.h"
 #include "net/console.h"
 
-void vm_options_init(struct vm_options *o)
+void cli_vm_options_init(struct vm_options *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->cfg.mem_bytes = 64ull << 20;
@@ -14,13 +15,13 @@ void vm_options_init(struct vm_options *o)
 	o->console = "stdio";
 }
 
-void agent_print_guests(FILE *f)
+void cli_print_guests(FILE *f)
 {
 	for (const struct guest_image *g = guest_list(); g->name; g++)
 		fprintf(f, "  %-10s %s\n", g->name, g->summary);
 }
 
-int vm_options_parse(struct vm_options *o, int opt, const char *arg)
+static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 {
 	char err[256];
 	char *end;
@@ -34,8 +35,8 @@ int vm_options_parse(struct vm_options *o, int opt, const char *arg)
 		}
 		return 0;
 	case 1001:
-		if (machine_parse_size(arg, &o->cfg.mem_bytes) < 0 || o->cfg.mem_bytes < (8ull << 20) ||
-		    o->cfg.mem_bytes > MACHINE_MAX_MEM || o->cfg.mem_bytes % (2ull << 20)) {
+		if (machine_parse_size(arg, &o->cfg.mem_bytes) < 0 ||
+		    machine_check_mem(o->cfg.mem_bytes) < 0) {
 			fprintf(stderr, "understudy: --mem '%s': need a multiple of 2M between 8M and 60G\n", arg);
 			return 2;
 		}
@@ -66,7 +67,7 @@ int vm_options_parse(struct vm_options *o, int opt, const char *arg)
 	}
 }
 
-int vm_options_check(const struct vm_options *o)
+int cli_vm_options_check(const struct vm_options *o)
 {
 	if (!o->cfg.guest[0]) {
 		fprintf(stderr, "understudy: --guest is required (built-in guests:");
@@ -78,7 +79,7 @@ int vm_options_check(const struct vm_options *o)
 	return 0;
 }
 
-int net_options_parse(struct net_config *n, int opt, const char *arg)
+static int parse_net_option(struct net_config *n, int opt, const char *arg)
 {
 	switch (opt) {
 	case 1100: n->cert = arg; return 0;
@@ -102,7 +103,7 @@ int net_options_parse(struct net_config *n, int opt, const char *arg)
 	}
 }
 
-int net_options_check(struct net_config *n)
+int cli_net_options_check(struct net_config *n)
 {
 	if (n->insecure && n->transport == NET_TLS && !n->cert)
 		n->transport = NET_TCP;
@@ -118,7 +119,7 @@ int net_options_check(struct net_config *n)
 	return 0;
 }
 
-int parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out)
+int cli_parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out)
 {
 	char *end;
 	unsigned long v = strtoul(arg, &end, 10);
@@ -131,14 +132,16 @@ int parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out)
 	return 0;
 }
 
-int agent_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net)
+int cli_parse_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net)
 {
 	if (opt == '?')
 		return 2;
-	return opt >= 1100 ? net_options_parse(net, opt, arg) : vm_options_parse(vo, opt, arg);
+	if (opt >= 1100)
+		return net ? parse_net_option(net, opt, arg) : 2;
+	return parse_vm_option(vo, opt, arg);
 }
 
-int agent_no_more_args(const char *cmd, int argc, char **argv)
+int cli_check_no_more_args(const char *cmd, int argc, char **argv)
 {
 	if (optind >= argc)
 		return 0;

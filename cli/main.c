@@ -6,19 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "primary/agent.h"
+#include "cli/cli.h"
 
 static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
 	const char *summary;
 } commands[] = {
-	{ "run", agent_cmd_run, "run a VM, unprotected" },
-	{ "primary", agent_cmd_primary, "run a VM protected by a secondary" },
-	{ "secondary", agent_cmd_secondary, "keep a hot standby; take over on failure" },
-	{ "status", agent_cmd_status, "epochs, dirty rate, pause times, lag of a running agent" },
-	{ "snapshot", agent_cmd_snapshot, "ask a running VM to write a snapshot file" },
-	{ "restore", agent_cmd_restore, "rebuild a VM from snapshot files and run it" },
+	{ "run", cli_cmd_run, "run a VM, unprotected" },
+	{ "primary", cli_cmd_primary, "run a VM protected by a secondary" },
+	{ "secondary", cli_cmd_secondary, "keep a hot standby; take over on failure" },
+	{ "status", cli_cmd_status, "epochs, dirty rate, pause times, lag of a running agent" },
+	{ "snapshot", cli_cmd_snapshot, "ask a running VM to write a snapshot file" },
+	{ "restore", cli_cmd_restore, "rebuild a VM from snapshot files and run it" },
 };
 
 static void usage(FILE *f)
@@ -27,7 +27,7 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\nbuilt-in guests:\n");
-	agent_print_guests(f);
+	cli_print_guests(f);
 }
 
 int main(int argc, char **argv)

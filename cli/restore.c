@@ -1,14 +1,13 @@
 /* understudy restore: rebuilds a machine from a full snapshot and its diffs
  * (the configuration comes from the file) and runs the guest on. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
-#include "primary/agent.h"
-#include "replication/replication.h"
+#include "cli/cli.h"
+#include "primary/primary.h"
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
@@ -16,40 +15,27 @@ static const char restore_help[] =
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
 	"Nothing runs unless every file is intact and they form one chain.\n";
 
-/* Applies the base already in c (id base_id), then reads and applies every
- * diff in files[1..n), each of which must name the one before as parent. */
-static int apply_chain(struct repl_vm *vm, struct ckpt *c, uint64_t base_id, char **files, int n)
+/* Applies the chain (files[0], already read into c, and the diffs after it)
+ * to vm, saying what is wrong with the first file that does not fit. */
+static int apply_files(struct repl_vm *vm, struct ckpt *c, uint64_t base_id, char **files, int n)
 {
-	struct machine_config cfg;
-	struct ckpt_file_info info = { .id = base_id };
-	uint64_t prev = 0;
-	int r;
+	struct ckpt_chain_error e;
+	int r = ckpt_file_apply_chain(vm->m, c, base_id, files, n, &e);
 
-	for (int i = 0; i < n; i++) {
-		if (i > 0) {
-			if ((r = ckpt_file_read_ex(files[i], c, &cfg, &info)) < 0) {
-				fprintf(stderr, "understudy restore: %s: %s\n", files[i],
-					strerror(-r));
-				return r;
-			}
-			if (c->full || info.parent_id != prev) {
-				fprintf(stderr, "understudy restore: %s is not the diff that follows %s\n",
-					files[i], files[i - 1]);
-				return -EINVAL;
-			}
-		}
-		r = ckpt_apply(vm->m, c);
-		if (r < 0) {
-			fprintf(stderr, "understudy restore: %s does not apply: %s\n", files[i],
-				strerror(-r));
-			return r;
-		}
-		prev = info.id;
-	}
-	return 0;
+	if (r >= 0)
+		return 0;
+	if (e.fault == CKPT_CHAIN_READ)
+		fprintf(stderr, "understudy restore: %s: %s\n", files[e.file], strerror(-r));
+	else if (e.fault == CKPT_CHAIN_LINK)
+		fprintf(stderr, "understudy restore: %s is not the diff that follows %s\n",
+			files[e.file], files[e.file - 1]);
+	else
+		fprintf(stderr, "understudy restore: %s does not apply: %s\n", files[e.file],
+			strerror(-r));
+	return r;
 }
 
-int agent_cmd_restore(int argc, char **argv)
+int cli_cmd_restore(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "console", required_argument, NULL, 'C' },
@@ -93,12 +79,12 @@ int agent_cmd_restore(int argc, char **argv)
 	loop = ev_default_loop(0);
 	if (repl_vm_new(loop, &cfg, console, &vm) < 0)
 		goto err;
-	if (apply_chain(vm, &c, info.id, argv + optind, argc - optind) < 0) {
+	if (apply_files(vm, &c, info.id, argv + optind, argc - optind) < 0) {
 		repl_vm_free(vm);
 		goto err;
 	}
 	ckpt_fini(&c);
-	return agent_serve(loop, vm, control);
+	return primary_serve(loop, vm, control);
 err:
 	ckpt_fini(&c);
 	return 1;

@@ -1,0 +1,77 @@
+/* cli: the command line of the one binary. main() picks the subcommand; each
+ * subcommand parses its options (the VM and link options are shared, here)
+ * and hands the result to an agent (primary/, secondary/) or asks a running
+ * one through its control socket. Exit status 2 means bad options. */
+#ifndef US_CLI_H
+#define US_CLI_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "machine/machine.h"
+#include "net/net.h"
+
+struct vm_options {
+	struct machine_config cfg;
+	const char *console;
+};
+
+/* getopt_long entries of the VM options, ids from 1000 up. */
+#define VM_OPTIONS_LONG \
+	{ "guest", required_argument, NULL, 1000 }, \
+	{ "mem", required_argument, NULL, 1001 }, \
+	{ "cpus", required_argument, NULL, 1002 }, \
+	{ "console", required_argument, NULL, 1003 }, \
+	{ "kernel", required_argument, NULL, 1004 }, \
+	{ "initrd", required_argument, NULL, 1005 }, \
+	{ "append", required_argument, NULL, 1006 }
+
+#define VM_OPTIONS_HELP \
+	"VM options:\n" \
+	"  --guest NAME[:ARGS]   built-in guest (counter, dirty:mb=N,rate_mb=N,report_ms=N)\n" \
+	"  --mem SIZE            guest RAM, e.g. 64M, 1G (default 64M)\n" \
+	"  --cpus N              vCPUs (default 1)\n" \
+	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n"
+
+/* Link options of the agents, ids from 1100 up. */
+#define NET_OPTIONS_LONG \
+	{ "tls-cert", required_argument, NULL, 1100 }, \
+	{ "tls-key", required_argument, NULL, 1101 }, \
+	{ "tls-ca", required_argument, NULL, 1102 }, \
+	{ "insecure", no_argument, NULL, 1103 }, \
+	{ "transport", required_argument, NULL, 1104 }, \
+	{ "rdma-provider", required_argument, NULL, 1105 }
+
+#define NET_OPTIONS_HELP \
+	"link options (TLS 1.3 with mutual certificates is the default):\n" \
+	"  --tls-cert F --tls-key F --tls-ca F   this host's certificate, key, and the CA of the peer\n" \
+	"  --insecure            plaintext TCP (logged as a warning)\n" \
+	"  --transport tls|tcp|rdma   (tcp and rdma need --insecure)\n" \
+	"  --rdma-provider NAME  libfabric provider (default: verbs, else tcp;ofi_rxm)\n"
+
+/* ---- shared option parsing (options.c) ----------------------------------- */
+
+void cli_vm_options_init(struct vm_options *o);
+/* Checks the VM options are complete; 0 or 2 after printing why. */
+int cli_vm_options_check(const struct vm_options *o);
+/* Checks the link options fit together; 0 or 2 after printing why. */
+int cli_net_options_check(struct net_config *n);
+/* One VM option, link option (net may be NULL when the subcommand has none)
+ * or getopt's '?'; 0, or 2 after printing why. */
+int cli_parse_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net);
+/* 0 when getopt consumed every argument, else 2 after saying which is extra. */
+int cli_check_no_more_args(const char *cmd, int argc, char **argv);
+/* Parses "--flag N" milliseconds; 0 or 2 after printing why. */
+int cli_parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out);
+void cli_print_guests(FILE *f);
+
+/* ---- the subcommands: argv[0] is the subcommand; returns the exit status -- */
+
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_primary(int argc, char **argv);
+int cli_cmd_secondary(int argc, char **argv);
+int cli_cmd_status(int argc, char **argv);
+int cli_cmd_snapshot(int argc, char **argv);
+int cli_cmd_restore(int argc, char **argv);
+
+#endif

@@ -1,0 +1,60 @@
+/* understudy primary: run a VM protected by a secondary. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "primary/primary.h"
+
+static const char primary_help[] =
+	"usage: understudy primary [VM options] --peer HOST:PORT [--epoch-ms N]\n"
+	"                          [--timeout-ms N] [--control PATH] [link options]\n"
+	"Runs the VM and checkpoints it every --epoch-ms (default 25) to the secondary at\n"
+	"--peer; guest output leaves only once the secondary holds the checkpoint that\n"
+	"produced it. If the secondary is silent for --timeout-ms (default 500), the VM\n"
+	"runs on UNPROTECTED and says so.\n\n"
+	VM_OPTIONS_HELP NET_OPTIONS_HELP;
+
+int cli_cmd_primary(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		VM_OPTIONS_LONG,
+		NET_OPTIONS_LONG,
+		{ "peer", required_argument, NULL, 'p' },
+		{ "epoch-ms", required_argument, NULL, 'e' },
+		{ "timeout-ms", required_argument, NULL, 't' },
+		{ "control", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct vm_options vo;
+	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500 };
+	int opt;
+
+	cli_vm_options_init(&vo);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		int r = 0;
+
+		switch (opt) {
+		case 'h': fputs(primary_help, stdout); return 0;
+		case 'p': o.peer = optarg; break;
+		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &o.epoch_ms); break;
+		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &o.timeout_ms); break;
+		case 'c': o.control = optarg; break;
+		default: r = cli_parse_option(opt, optarg, &vo, &o.net); break;
+		}
+		if (r)
+			return 2;
+	}
+	if (cli_check_no_more_args("primary", argc, argv))
+		return 2;
+	if (!o.peer) {
+		fprintf(stderr, "understudy primary: --peer HOST:PORT is required\n");
+		return 2;
+	}
+	if (cli_vm_options_check(&vo) || cli_net_options_check(&o.net))
+		return 2;
+	o.cfg = vo.cfg;
+	o.console = vo.console;
+	return primary_run(ev_default_loop(0), &o);
+}

@@ -1,0 +1,53 @@
+/* understudy run: a VM without protection. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "primary/primary.h"
+
+static const char run_help[] =
+	"usage: understudy run [VM options] [--control PATH]\n"
+	"Runs a VM unprotected until the guest powers off, or SIGINT/SIGTERM.\n\n"
+	VM_OPTIONS_HELP
+	"  --control PATH        control socket (understudy snapshot --control PATH ...)\n"
+	"\nexit status: the guest's power-off status; 1 on errors; 2 on bad options\n";
+
+int cli_cmd_run(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		VM_OPTIONS_LONG,
+		{ "control", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct vm_options vo;
+	const char *control = NULL;
+	struct ev_loop *loop;
+	struct repl_vm *vm;
+	int opt, r;
+
+	cli_vm_options_init(&vo);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		r = 0;
+		switch (opt) {
+		case 'h': fputs(run_help, stdout); return 0;
+		case 'c': control = optarg; break;
+		default: r = cli_parse_option(opt, optarg, &vo, NULL); break;
+		}
+		if (r)
+			return 2;
+	}
+	if (cli_check_no_more_args("run", argc, argv) || cli_vm_options_check(&vo))
+		return 2;
+	log_set_role("run");
+
+	loop = ev_default_loop(0);
+	if (repl_vm_new(loop, &vo.cfg, vo.console, &vm) < 0)
+		return 1;
+	if (machine_boot(vm->m) < 0) {
+		repl_vm_free(vm);
+		return 1;
+	}
+	return primary_serve(loop, vm, control);
+}

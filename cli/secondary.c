@@ -1,0 +1,61 @@
+/* understudy secondary: keep a hot standby, take over when the primary dies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "secondary/secondary.h"
+
+static const char secondary_help[] =
+	"usage: understudy secondary --listen HOST:PORT --console tcp:HOST:PORT\n"
+	"                            [--failover-timeout-ms N] [--control PATH] [link options]\n"
+	"                            [--guest NAME --mem SIZE --cpus N]\n"
+	"Waits for a primary, keeps a standby VM at its last complete checkpoint, and when\n"
+	"the primary is silent for --failover-timeout-ms (default 500) resumes the guest\n"
+	"and serves its console. Given --guest/--mem/--cpus, a primary with another machine\n"
+	"configuration is refused.\n\n" NET_OPTIONS_HELP;
+
+int cli_cmd_secondary(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		VM_OPTIONS_LONG,
+		NET_OPTIONS_LONG,
+		{ "listen", required_argument, NULL, 'l' },
+		{ "failover-timeout-ms", required_argument, NULL, 't' },
+		{ "control", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct vm_options vo;
+	struct repl_secondary_opts o = { .timeout_ms = 500 };
+	int opt;
+
+	cli_vm_options_init(&vo);
+	vo.console = NULL;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		int r = 0;
+
+		switch (opt) {
+		case 'h': fputs(secondary_help, stdout); return 0;
+		case 'l': o.listen = optarg; break;
+		case 't': r = cli_parse_ms("--failover-timeout-ms", optarg, 10, &o.timeout_ms); break;
+		case 'c': o.control = optarg; break;
+		default: r = cli_parse_option(opt, optarg, &vo, &o.net); break;
+		}
+		if (r)
+			return 2;
+	}
+	if (cli_check_no_more_args("secondary", argc, argv))
+		return 2;
+	if (!o.listen || !vo.console || strcmp(vo.console, "stdio") == 0) {
+		fprintf(stderr, "understudy secondary: --listen HOST:PORT and --console tcp:HOST:PORT "
+				"are required\n");
+		return 2;
+	}
+	if (cli_net_options_check(&o.net))
+		return 2;
+	if (vo.cfg.guest[0])
+		o.pin = vo.cfg;
+	o.console = vo.console;
+	return secondary_run(ev_default_loop(0), &o);
+}

@@ -1,0 +1,68 @@
+/* understudy snapshot: asks a running VM, through its control socket, to
+ * write a snapshot file (primary/serve.c answers). */
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "net/control.h"
+
+static const char snapshot_help[] =
+	"usage: understudy snapshot --control PATH --out FILE [--incremental]\n"
+	"Asks the VM running with --control PATH to write a snapshot to FILE: a full\n"
+	"one, or with --incremental the pages changed since its previous snapshot.\n"
+	"Restore with: understudy restore FULL [DIFF...]\n";
+
+int cli_cmd_snapshot(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "control", required_argument, NULL, 'c' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "incremental", no_argument, NULL, 'i' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *control = NULL, *out = NULL;
+	char abs[PATH_MAX], req[PATH_MAX + 64], *reply = NULL;
+	bool incremental = false;
+	int opt, r;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c': control = optarg; break;
+		case 'o': out = optarg; break;
+		case 'i': incremental = true; break;
+		case 'h': fputs(snapshot_help, stdout); return 0;
+		default: fputs(snapshot_help, stderr); return 2;
+		}
+	}
+	if (!control || !out || optind < argc) {
+		fputs(snapshot_help, stderr);
+		return 2;
+	}
+	/* The VM resolves the name in its own working directory: send it absolute. */
+	if (out[0] != '/') {
+		char cwd[PATH_MAX];
+
+		if (!getcwd(cwd, sizeof(cwd)) ||
+		    snprintf(abs, sizeof(abs), "%s/%s", cwd, out) >= (int)sizeof(abs)) {
+			fprintf(stderr, "understudy snapshot: path too long\n");
+			return 2;
+		}
+		out = abs;
+	}
+	snprintf(req, sizeof(req), "snapshot %s %s", incremental ? "incremental" : "full", out);
+	r = control_request(control, req, 600000, &reply);
+	if (r < 0) {
+		fprintf(stderr, "understudy snapshot: %s: %s\n", control, strerror(-r));
+		return 1;
+	}
+	fputs(reply, strncmp(reply, "ok", 2) ? stderr : stdout);
+	r = strncmp(reply, "ok", 2) ? 1 : 0;
+	free(reply);
+	return r;
+}

@@ -1,0 +1,157 @@
+/* The primary agent, unprotected: a VM on the loop until it stops or a
+ * signal, with a control socket on which it writes snapshot files on
+ * request, a full one and then diffs against the previous one. */
+#include "primary/primary.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/checkpoint.h"
+#include "net/control.h"
+
+#define TAG "snapshot"
+
+/* The snapshots a running VM writes on request. */
+struct snapshots {
+	struct machine *m;
+	struct ckpt *ckpt;        /* reused buffers */
+	uint64_t last_id;         /* id of the last snapshot written, 0 if none */
+	uint64_t count;
+};
+
+static void snapshots_init(struct snapshots *s, struct machine *m)
+{
+	memset(s, 0, sizeof(*s));
+	s->m = m;
+}
+
+static void snapshots_fini(struct snapshots *s)
+{
+	if (s->ckpt) {
+		ckpt_fini(s->ckpt);
+		free(s->ckpt);
+	}
+	s->ckpt = NULL;
+}
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+	va_list ap;
+	char *s = NULL;
+
+	va_start(ap, f);
+	if (vasprintf(&s, f, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	return s;
+}
+
+/* Control request "snapshot full|incremental FILE" -> reply text (malloc'd).
+ * The pause covers the capture only; the file is written after resume (on
+ * the loop thread, which is idle otherwise in `run`). */
+static char *snapshot_request(struct snapshots *s, const char *request)
+{
+	struct ckpt_file_info info;
+	char kind[16], path[PATH_MAX];
+	bool full;
+	int r;
+
+	if (sscanf(request, "snapshot %15s %4095[^\n]", kind, path) != 2 ||
+	    (strcmp(kind, "full") && strcmp(kind, "incremental")))
+		return fmt("error unknown request (want: snapshot full|incremental FILE)");
+	full = !strcmp(kind, "full");
+	if (!full && !s->last_id)
+		return fmt("error no previous snapshot to diff against: take a full one first");
+	if (!s->ckpt) {
+		s->ckpt = malloc(sizeof(*s->ckpt));
+		if (!s->ckpt)
+			return fmt("error out of memory");
+		ckpt_init(s->ckpt);
+	}
+	if ((r = ckpt_take(s->m, s->ckpt, full)) < 0)
+		return fmt("error capturing the machine: %s", strerror(-r));
+	info.id = ckpt_file_new_id();
+	info.parent_id = full ? 0 : s->last_id;
+	r = ckpt_file_write_ex(path, s->ckpt, &s->m->cfg, &info);
+	if (r < 0) {
+		/* The next diff is against the last good file: keep its pages. */
+		ckpt_requeue(s->m, s->ckpt);
+		return fmt("error writing %s: %s (the previous snapshot is unchanged)", path,
+			   strerror(-r));
+	}
+	s->last_id = info.id;
+	s->count++;
+	log_info(TAG, "%s snapshot %s: %zu pages, pause %.0f us (copy %.0f us)", kind, path,
+		 s->ckpt->npages, s->ckpt->stats.pause_ns / 1e3, s->ckpt->stats.copy_ns / 1e3);
+	return fmt("ok %s %s pages=%zu pause_us=%.0f", kind, path, s->ckpt->npages,
+		   s->ckpt->stats.pause_ns / 1e3);
+}
+
+struct run_ctx {
+	struct ev_loop *loop;
+	struct repl_vm *vm;
+	int status;
+	bool stopped;
+};
+
+static void on_stopped(void *ctx, int status)
+{
+	struct run_ctx *r = ctx;
+
+	r->stopped = true;
+	r->status = status;
+	ev_break(r->loop, EVBREAK_ALL);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	(void)revents;
+	log_info("run", "signal %d: stopping the VM", w->signum);
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static char *on_control(void *ctx, const char *request)
+{
+	return snapshot_request(ctx, request);
+}
+
+int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path)
+{
+	struct run_ctx ctx = { .loop = loop, .vm = vm };
+	struct snapshots snaps;
+	struct control *control = NULL;
+	ev_signal sigint_w, sigterm_w;
+
+	snapshots_init(&snaps, vm->m);
+	vm->on_stopped = on_stopped;
+	vm->cb_ctx = &ctx;
+	if (control_path && control_open(loop, control_path, on_control, &snaps, &control) < 0) {
+		snapshots_fini(&snaps);
+		repl_vm_free(vm);
+		return 1;
+	}
+	ev_signal_init(&sigint_w, on_signal, SIGINT);
+	ev_signal_init(&sigterm_w, on_signal, SIGTERM);
+	ev_signal_start(loop, &sigint_w);
+	ev_signal_start(loop, &sigterm_w);
+	machine_resume(vm->m);
+	ev_run(loop, 0);
+
+	if (!ctx.stopped)
+		machine_stop(vm->m, 0);
+	machine_pause(vm->m);
+	control_free(control);
+	ev_signal_stop(loop, &sigint_w);
+	ev_signal_stop(loop, &sigterm_w);
+	snapshots_fini(&snaps);
+	repl_vm_free(vm);
+	if (!ctx.stopped)
+		return 0;
+	return ctx.status < 0 ? 1 : ctx.status;
+}
