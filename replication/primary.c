@@ -64,7 +64,7 @@ struct repl_primary {
 	uint64_t acked;
 	uint64_t out_mark_prev;
 	bool verify;               /* test mode: digest of all RAM in every epoch */
-	uint32_t verify_crc;
+	struct ckpt_digest verify_digest;   /* issue 13: RAM + complete state at the pause */
 	struct epoch_tx tx[MAX_INFLIGHT];
 	bool finishing;            /* guest stopped: last epoch in flight */
 	bool final_pending;        /* ...not captured yet (no free slot) */
@@ -159,8 +159,7 @@ static int encode_epoch(struct repl_primary *p, struct epoch_tx *tx)
 	}
 	if ((r = repl_section_pack(&tx->buf, "state", p->cap.state, p->cap.state_len)) < 0)
 		return r;
-	if (p->verify &&
-	    (r = repl_section_pack(&tx->buf, "verify", &p->verify_crc, sizeof(p->verify_crc))) < 0)
+	if (p->verify && (r = repl_verify_pack(&tx->buf, &p->verify_digest)) < 0)   /* issue 13 */
 		return r;
 	ee.epoch = tx->epoch;
 	ee.npages = p->cap.npages;
@@ -182,10 +181,12 @@ static int run_epoch(struct repl_primary *p)
 	}
 	t0 = now_ns();
 	machine_pause(p->vm->m);
-	r = ckpt_capture(p->vm->m, &p->cap, false);
+	/* issue 13: read from KVM, not from the capture; before it, so the time
+	 * read here is a lower bound of the time the standby is given. */
+	r = p->verify ? ckpt_digest_machine(p->vm->m, &p->verify_digest) : 0;
+	if (r == 0)
+		r = ckpt_capture(p->vm->m, &p->cap, false);
 	tx->out_mark = repl_vm_output_mark(p->vm);
-	if (p->verify)
-		p->verify_crc = proto_crc32c(0, p->vm->m->ram, p->vm->m->cfg.mem_bytes);
 	if (!p->finishing)
 		machine_resume(p->vm->m);
 	pause_ns = now_ns() - t0;

@@ -111,6 +111,14 @@ struct repl_stats {
 void repl_stats_add_pause(struct repl_stats *s, uint64_t ns);
 void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p99);
 
+/* ---- test mode: the standby equals the primary (verify.c) -- issue 13 ---- */
+struct ckpt_digest;
+/* Appends the "verify" section holding d to b. */
+int repl_verify_pack(struct proto_buf *b, const struct ckpt_digest *d) US_MUST_CHECK;
+/* After applying epoch: reads m back from KVM and compares it with the
+ * primary's digest; logs "VERIFY FAILED" and the parts that differ. */
+bool repl_verify_standby(struct machine *m, const struct ckpt_digest *want, uint64_t epoch);
+
 /* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
 
 struct repl_primary_opts {
