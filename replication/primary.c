@@ -197,6 +197,7 @@ static int run_epoch(struct repl_primary *p)
 	}
 	tx->epoch = ++p->epoch;
 	tx->capture_ns = t0;
+	repl_event_log("capture %llu", (unsigned long long)tx->epoch);   /* issue 13 */
 	tx->busy = true;
 	repl_stats_add_pause(&p->st, pause_ns);
 	if (pause_ns > p->worst.pause_ns) {
@@ -263,11 +264,12 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 			 (unsigned long long)p->epoch);
 		return;
 	}
+	repl_event_log("ack %llu", (unsigned long long)epoch);   /* issue 13 */
 	for (int i = 0; i < MAX_INFLIGHT; i++) {
 		struct epoch_tx *tx = &p->tx[i];
 
 		if (tx->busy && tx->epoch <= epoch) {
-			repl_vm_release(p->vm, tx->out_mark);
+			repl_release_epoch(p->vm, tx->epoch, tx->out_mark);   /* issue 13: logged */
 			if (tx->epoch == epoch)
 				p->st.lag_ns = now_ns() - tx->capture_ns;
 			tx->busy = false;

@@ -119,6 +119,12 @@ int repl_verify_pack(struct proto_buf *b, const struct ckpt_digest *d) US_MUST_C
  * primary's digest; logs "VERIFY FAILED" and the parts that differ. */
 bool repl_verify_standby(struct machine *m, const struct ckpt_digest *want, uint64_t epoch);
 
+/* ---- test hook: output-commit events (events.c) -- issue 13 ------------- */
+/* With UNDERSTUDY_EVENT_LOG=FILE: appends "<CLOCK_MONOTONIC ns> <text>". */
+void repl_event_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* repl_vm_release up to mark, logged as "release <epoch> <from> <to>". */
+void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
+
 /* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
 
 struct repl_primary_opts {

@@ -52,6 +52,7 @@ struct repl_secondary {
 	bool stage_state;
 	bool stage_verify;
 	struct ckpt_digest verify_want;   /* issue 13: the primary's RAM + state digest */
+	struct ckpt_digest verify_last;   /* issue 13: ...of the last applied epoch */
 	uint64_t verify_ok, verify_failed;
 	struct proto_buf stage_out;      /* console output of the epoch in flight */
 	uint64_t stage_released;
@@ -136,6 +137,9 @@ static void take_over(struct repl_secondary *s)
 	s->vm->cb_ctx = s;
 	repl_vm_set_gated(s->vm, false);
 	s->state = S_ACTIVE;
+	/* issue 13: test mode: what resumes is still the last applied epoch */
+	if (s->verify_ok && !repl_verify_standby(s->vm->m, &s->verify_last, s->applied))
+		s->verify_failed++;
 	machine_resume(s->vm->m);
 	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
 		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
@@ -302,6 +306,7 @@ static int hold_output(struct repl_secondary *s)
  * complete state at this acknowledged epoch (issue 13: replication/verify.c). */
 static void verify_applied(struct repl_secondary *s)
 {
+	s->verify_last = s->verify_want;
 	if (repl_verify_standby(s->vm->m, &s->verify_want, s->cur))
 		s->verify_ok++;
 	else
