@@ -198,6 +198,9 @@ static int run_epoch(struct repl_primary *p)
 	tx->epoch = ++p->epoch;
 	tx->capture_ns = t0;
 	repl_event_log("capture %llu", (unsigned long long)tx->epoch);   /* issue 13 */
+#ifdef UNDERSTUDY_MUTANT_release_early   /* make check-mutants: output leaves before ACK */
+	repl_release_epoch(p->vm, tx->epoch, tx->out_mark);
+#endif
 	tx->busy = true;
 	repl_stats_add_pause(&p->st, pause_ns);
 	if (pause_ns > p->worst.pause_ns) {

@@ -203,6 +203,10 @@ static int page_staged(void *ctx, uint64_t gfn, const void *data)
 		return -EBADMSG;
 	s->crc = proto_crc32c(s->crc, &gfn, sizeof(gfn));
 	s->crc = proto_crc32c(s->crc, data, KVM_PAGE_SIZE);
+#ifdef UNDERSTUDY_MUTANT_apply_partial   /* make check-mutants: applied as it arrives */
+	if (page_direct(ctx, gfn, data) < 0)
+		return -EBADMSG;
+#endif
 	return ckpt_add_page(&s->stage, gfn, data);
 }
 
@@ -389,6 +393,9 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 		proto_buf_reset(&s->stage_out);
 		ckpt_reset(&s->stage);
 		s->stage.config_digest = s->hello_digest;
+#ifdef UNDERSTUDY_MUTANT_ack_before_staged   /* make check-mutants: ACK(N) before N is staged */
+		return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->cur);
+#endif
 		return 0;
 	case PROTO_T_SECTION:
 		return on_section(s, (Understudy__Section *)msg);
@@ -397,6 +404,9 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 	case PROTO_T_HEARTBEAT:
 		return 0;
 	case PROTO_T_FENCE:
+#ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
+		return 0;
+#endif
 		log_info(TAG, "primary stops (%s): no takeover", ((Understudy__Fence *)msg)->reason);
 		s->state = S_DONE;
 		ev_break(s->loop, EVBREAK_ALL);
