@@ -34,6 +34,7 @@ struct writer {
 	struct machine *m;
 	uint64_t value;
 	atomic_bool ready, go;
+	atomic_uint_fast64_t done;   /* pages written */
 	uint64_t per_page_ns;
 	uint64_t first_ns;       /* when the first write was done */
 };
@@ -67,6 +68,7 @@ static void *writer_main(void *arg)
 		uint64_t until = mono_ns() + w->per_page_ns;
 
 		write_page(w->m, REGION_PAGE0 + i, w->value);
+		atomic_store(&w->done, i + 1);
 		while (mono_ns() < until)
 			;
 	}
@@ -103,6 +105,9 @@ static void no_write_lost_during_copy(void **state)
 			;
 		t0 = mono_ns();
 		atomic_store(&w.go, true);
+		/* the writer is under way (a few pages ahead) when the capture begins */
+		while (atomic_load(&w.done) < 32)
+			;
 		assert_int_equal(ckpt_capture(src.m, &c, false), 0);
 		t1 = mono_ns();
 		pthread_join(t, NULL);
