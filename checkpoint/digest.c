@@ -357,6 +357,8 @@ static const uint8_t *get64(const uint8_t *p, uint64_t *v)
 #define DIGEST_VERSION 1u
 #define VCPU_BYTES (CKPT_DIGEST_VCPU_PARTS * 4 + 8)
 #define HEAD_BYTES (12 + CKPT_DIGEST_VM_PARTS * 4 + 8)
+_Static_assert(HEAD_BYTES + KVM_MAX_VCPUS * VCPU_BYTES == CKPT_DIGEST_MAX_BYTES,
+	       "CKPT_DIGEST_MAX_BYTES in checkpoint.h follows the layout here");
 
 size_t ckpt_digest_encode(const struct ckpt_digest *d, uint8_t *out, size_t len)
 {
