@@ -5,6 +5,7 @@
 #   make demo       install missing Debian packages, build, run the demo
 #   make bench      run the benchmarks (figure, reference, ratio)
 #   make SAN=1 check   the same with ASan + UBSan (in build/san)
+#   make check-mutants build each mutant of an invariant, check its tests catch it
 
 BUILD    ?= build
 ifeq ($(SAN),1)
@@ -19,6 +20,11 @@ PKGS     := libprotobuf-c openssl liblz4 libfabric
 CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-missing-field-initializers \
             -D_GNU_SOURCE -pthread -I. -I$(BUILD)/gen $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# make check-mutants builds one deliberately broken product per MUTANT
+# (e.g. make BUILD=build/mutant-release_early MUTANT=release_early all).
+ifneq ($(MUTANT),)
+CFLAGS   += -DUNDERSTUDY_MUTANT_$(MUTANT)
+endif
 # libfabric is dlopen'ed by net/rdma.c when an RDMA link is made (see there).
 LDLIBS   := $(shell pkg-config --libs $(filter-out libfabric,$(PKGS)) 2>/dev/null) -lev -lm -ldl -pthread
 LDFLAGS  := $(SANFLAGS)
@@ -50,7 +56,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus
+.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus check-mutants
 .SECONDARY:
 all: $(BIN)
 
@@ -138,6 +144,9 @@ fuzz: $(PROTO_H) $(filter %/images.o,$(LIB_OBJ))
 check: deps
 	@$(MAKE) --no-print-directory all $(TESTS) $(FUZZ_REPLAY)
 	@BUILD=$(BUILD) tests/run.sh
+
+check-mutants: deps
+	@BUILD=$(BUILD) bash tests/mutants.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -188,6 +188,11 @@ int ckpt_capture(struct machine *m, struct ckpt *c, bool full)
 	}
 	t1 = now_ns();
 	copy_dirty(m, c, copy_bm, words);
+#ifdef UNDERSTUDY_MUTANT_clear_after_copy   /* make check-mutants: get, copy, then clear */
+	if (machine_harvest_dirty(m, c->harvest) == 0)   /* writes to copied pages meanwhile: lost */
+		for (size_t w = 0; w < words; w++)
+			atomic_fetch_or(&m->vmm_dirty[w], c->harvest[w] & ~copy_bm[w]);
+#endif
 	t2 = now_ns();
 	if ((r = ckpt_image_read(m, img)) < 0 || (r = ckpt_state_encode(c, img)) < 0) {
 		ckpt_requeue(m, c);

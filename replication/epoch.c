@@ -108,10 +108,13 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	int r;
 
 	machine_pause(m);
-	r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
+	/* Test mode: the digest is read from KVM, not from the capture, and
+	 * before it, so that the clocks it records are a lower bound of what
+	 * the standby is given. */
+	r = q->verify ? ckpt_digest_machine(m, &q->verify_digest) : 0;
+	if (r == 0)
+		r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
 	e->out_mark = repl_vm_output_mark(q->vm);
-	if (q->verify)
-		q->verify_crc = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
 	if (resume)
 		machine_resume(m);
 	pause_ns = now_ns() - t0;
@@ -120,6 +123,10 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	e->epoch = ++q->epoch;
 	e->capture_ns = t0;
 	e->state = REPL_EPOCH_CAPTURED;
+	repl_event_log("capture %llu", (unsigned long long)e->epoch);
+#ifdef UNDERSTUDY_MUTANT_release_early   /* make check-mutants: output leaves before ACK */
+	repl_release_epoch(q->vm, e->epoch, e->out_mark);
+#endif
 	count_pause(q, pause_ns);
 	return 0;
 }
@@ -183,7 +190,7 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 {
 	Understudy__EpochBegin eb = UNDERSTUDY__EPOCH_BEGIN__INIT;
 	Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
-	uint8_t released[PROTO_META_U64_BYTES], verify[PROTO_META_U32_BYTES];
+	uint8_t released[PROTO_META_U64_BYTES];
 	uint8_t digest[PROTO_META_U32_BYTES];
 	uint32_t crc = 0;
 	int r;
@@ -197,8 +204,7 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	    (r = pack_pages(q, e, &crc)) < 0 ||
 	    (r = repl_section_pack(&e->buf, "state", q->cap.state, q->cap.state_len)) < 0)
 		return r;
-	proto_verify_encode(q->verify_crc, verify);
-	if (q->verify && (r = repl_section_pack(&e->buf, "verify", verify, sizeof(verify))) < 0)
+	if (q->verify && (r = repl_verify_pack(&e->buf, &q->verify_digest)) < 0)
 		return r;
 	ee.epoch = e->epoch;
 	ee.npages = q->cap.npages;
@@ -283,7 +289,7 @@ void repl_epoch_sent(struct repl_epochs *q, void *cookie)
 /* ACKED -> RELEASED: the epoch's output leaves (output commit). */
 static void commit(struct repl_epochs *q, struct repl_epoch *e)
 {
-	repl_vm_release(q->vm, e->out_mark);
+	repl_release_epoch(q->vm, e->epoch, e->out_mark);
 	e->state = REPL_EPOCH_RELEASED;
 	settle(e, false);
 }
@@ -297,6 +303,7 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 			 (unsigned long long)q->epoch);
 		return 0;
 	}
+	repl_event_log("ack %llu", (unsigned long long)epoch);
 	for (int i = 0; i < REPL_EPOCH_SLOTS; i++) {
 		struct repl_epoch *e = &q->slot[i];
 

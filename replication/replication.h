@@ -184,8 +184,8 @@ struct repl_epochs {
 	uint64_t epoch;            /* last captured */
 	uint64_t acked;
 	uint64_t out_mark_prev;    /* output up to here went in an earlier epoch */
-	bool verify;               /* test mode: digest of all RAM in every epoch */
-	uint32_t verify_crc;
+	bool verify;               /* test mode: digest of RAM and state in every epoch */
+	struct ckpt_digest verify_digest;   /* ...taken at the pause */
 	struct repl_stats st;
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
 	uint64_t worst_pages;
@@ -254,7 +254,8 @@ struct repl_staging {
 	struct ckpt stage;
 	uint32_t crc;
 	bool has_state, has_verify;
-	uint32_t verify_crc;
+	struct ckpt_digest verify_want;  /* the primary's digest of the epoch in flight */
+	struct ckpt_digest verify_last;  /* ...of the last applied epoch */
 	uint64_t verify_ok, verify_failed;
 	struct proto_buf out;            /* console output of the epoch in flight */
 	uint64_t released;               /* the primary's release mark in that epoch */
@@ -276,6 +277,19 @@ int repl_staging_pages(struct repl_staging *g, const struct proto_frame *f) US_M
  * whose fault it is, nothing of the epoch applied unless f is LOCAL_FATAL. */
 int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee,
 		     struct repl_fault *f) US_MUST_CHECK;
+
+/* ---- test mode: the standby equals the primary (verify.c) --------------- */
+/* Appends the "verify" section holding d to b. */
+int repl_verify_pack(struct proto_buf *b, const struct ckpt_digest *d) US_MUST_CHECK;
+/* After applying epoch: reads m back from KVM and compares it with the
+ * primary's digest; logs "VERIFY FAILED" and the parts that differ. */
+bool repl_verify_standby(struct machine *m, const struct ckpt_digest *want, uint64_t epoch);
+
+/* ---- test hook: output-commit events (events.c) ------------------------ */
+/* With UNDERSTUDY_EVENT_LOG=FILE: appends "<CLOCK_MONOTONIC ns> <text>". */
+void repl_event_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* repl_vm_release up to mark, logged as "release <epoch> <from> <to>". */
+void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 
 /* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
 

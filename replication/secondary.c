@@ -138,6 +138,9 @@ static void take_over(struct repl_secondary *s)
 	s->vm->cb_ctx = s;
 	repl_vm_set_gated(s->vm, false);
 	s->state = S_ACTIVE;
+	/* Test mode: what resumes is still the last applied epoch. */
+	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
+		g->verify_failed++;
 	machine_resume(s->vm->m);
 	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
 		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
@@ -257,6 +260,11 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 		return type == PROTO_T_SECTION ? build_standby(s, (Understudy__Section *)msg) : -EPROTO;
 	switch (type) {
 	case PROTO_T_EPOCH_BEGIN:
+#ifdef UNDERSTUDY_MUTANT_ack_before_staged   /* make check-mutants: ACK(N) before N is staged */
+		if (repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch) < 0)
+			return -EPROTO;
+		return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.cur);
+#endif
 		return repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch);
 	case PROTO_T_SECTION:
 		return repl_staging_section(&s->stage, (Understudy__Section *)msg);
@@ -265,6 +273,9 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 	case PROTO_T_HEARTBEAT:
 		return 0;
 	case PROTO_T_FENCE:
+#ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
+		return 0;
+#endif
 		log_info(TAG, "primary stops (%s): no takeover", ((Understudy__Fence *)msg)->reason);
 		s->state = S_DONE;
 		ev_break(s->loop, EVBREAK_ALL);

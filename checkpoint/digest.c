@@ -1,0 +1,407 @@
+/* A digest of a machine's complete state, part by part, for comparing two
+ * machines that should be equal: the primary at a pause and the standby
+ * after it applied that epoch (UNDERSTUDY_VERIFY), or a restore in a test.
+ *
+ * Computed from the structs field by field (never padding or reserved
+ * bytes), read straight from KVM, so it does not depend on the checkpoint
+ * encoding it is meant to check. Fields that KVM legitimately changes on a
+ * set/get round trip are left out or compared by order; each exception is
+ * listed where it is made, and tests/test_digest.c proves that each is
+ * needed and that nothing else differs:
+ *   - IA32_TSC (MSR 0x10): the guest TSC runs on after KVM_SET_MSRS; the
+ *     standby's reads later, so it is only required not to go backward;
+ *   - kvmclock (KVM_GET_CLOCK): clock runs on likewise (order only);
+ *     realtime, host_tsc and flags describe the host at the reading and are
+ *     not restored (kvm_vm_set_state sets the clock value alone);
+ *   - LAPIC timer current count (TMCCT, 0x390): computed from the time left
+ *     at the reading;
+ *   - PIT count_load_time: a host ktime stamp, re-stamped by KVM_SET_PIT2.
+ * The byte layout of the "verify" section (ckpt_digest_encode) is explicit
+ * little-endian. */
+#include "checkpoint/checkpoint.h"
+#include "proto/proto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MSR_IA32_TSC 0x10u
+#define APIC_TMCCT 0x390u
+
+static const char *const vcpu_part_names[CKPT_DIGEST_VCPU_PARTS] = {
+	"regs", "sregs", "xsave", "xcrs", "msrs", "lapic", "events", "mp_state", "debugregs",
+};
+static const char *const vm_part_names[CKPT_DIGEST_VM_PARTS] = {
+	"pic-master", "pic-slave", "ioapic", "pit", "uart",
+};
+
+#define MIX(crc, field) ((crc) = proto_crc32c((crc), &(field), sizeof(field)))
+
+static uint32_t digest_segment(uint32_t c, const struct kvm_segment *s)
+{
+	MIX(c, s->base);
+	MIX(c, s->limit);
+	MIX(c, s->selector);
+	MIX(c, s->type);
+	MIX(c, s->present);
+	MIX(c, s->dpl);
+	MIX(c, s->db);
+	MIX(c, s->s);
+	MIX(c, s->l);
+	MIX(c, s->g);
+	MIX(c, s->avl);
+	return MIX(c, s->unusable);
+}
+
+static uint32_t digest_dtable(uint32_t c, const struct kvm_dtable *t)
+{
+	MIX(c, t->base);
+	return MIX(c, t->limit);
+}
+
+static uint32_t digest_sregs(const struct kvm_sregs *s)
+{
+	uint32_t c = 0;
+
+	c = digest_segment(c, &s->cs);
+	c = digest_segment(c, &s->ds);
+	c = digest_segment(c, &s->es);
+	c = digest_segment(c, &s->fs);
+	c = digest_segment(c, &s->gs);
+	c = digest_segment(c, &s->ss);
+	c = digest_segment(c, &s->tr);
+	c = digest_segment(c, &s->ldt);
+	c = digest_dtable(c, &s->gdt);
+	c = digest_dtable(c, &s->idt);
+	MIX(c, s->cr0);
+	MIX(c, s->cr2);
+	MIX(c, s->cr3);
+	MIX(c, s->cr4);
+	MIX(c, s->cr8);
+	MIX(c, s->efer);
+	MIX(c, s->apic_base);
+	return MIX(c, s->interrupt_bitmap);
+}
+
+static uint32_t digest_events(const struct kvm_vcpu_events *e)
+{
+	uint32_t c = 0;
+
+	MIX(c, e->exception.injected);
+	MIX(c, e->exception.nr);
+	MIX(c, e->exception.has_error_code);
+	MIX(c, e->exception.pending);
+	MIX(c, e->exception.error_code);
+	MIX(c, e->interrupt.injected);
+	MIX(c, e->interrupt.nr);
+	MIX(c, e->interrupt.soft);
+	MIX(c, e->interrupt.shadow);
+	MIX(c, e->nmi.injected);
+	MIX(c, e->nmi.pending);
+	MIX(c, e->nmi.masked);
+	MIX(c, e->sipi_vector);
+	MIX(c, e->flags);
+	MIX(c, e->smi.smm);
+	MIX(c, e->smi.pending);
+	MIX(c, e->smi.smm_inside_nmi);
+	MIX(c, e->smi.latched_init);
+	MIX(c, e->triple_fault.pending);
+	MIX(c, e->exception_has_payload);
+	return MIX(c, e->exception_payload);
+}
+
+static uint32_t digest_xcrs(const struct kvm_xcrs *x)
+{
+	uint32_t c = 0, n = x->nr_xcrs < KVM_MAX_XCRS ? x->nr_xcrs : KVM_MAX_XCRS;
+
+	MIX(c, x->nr_xcrs);
+	MIX(c, x->flags);
+	for (uint32_t i = 0; i < n; i++) {
+		MIX(c, x->xcrs[i].xcr);
+		MIX(c, x->xcrs[i].value);
+	}
+	return c;
+}
+
+static uint32_t digest_debugregs(const struct kvm_debugregs *d)
+{
+	uint32_t c = 0;
+
+	MIX(c, d->db);
+	MIX(c, d->dr6);
+	MIX(c, d->dr7);
+	return MIX(c, d->flags);
+}
+
+void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct ckpt_digest_vcpu *d)
+{
+	uint32_t c = 0, n = v->nmsrs < KVM_MAX_MSRS ? v->nmsrs : KVM_MAX_MSRS;
+	uint32_t xs = v->xsave_size < KVM_XSAVE_MAX ? v->xsave_size : KVM_XSAVE_MAX;
+
+	memset(d, 0, sizeof(*d));
+	d->part[CKPT_DIGEST_REGS] = proto_crc32c(0, &v->regs, sizeof(v->regs));  /* all u64 */
+	d->part[CKPT_DIGEST_SREGS] = digest_sregs(&v->sregs);
+	MIX(c, v->xsave_size);
+	d->part[CKPT_DIGEST_XSAVE] = proto_crc32c(c, v->xsave, xs);
+	d->part[CKPT_DIGEST_XCRS] = digest_xcrs(&v->xcrs);
+	c = 0;
+	MIX(c, v->nmsrs);
+	for (uint32_t i = 0; i < n; i++) {
+		MIX(c, v->msrs[i].index);
+		if (v->msrs[i].index == MSR_IA32_TSC)
+			d->tsc = v->msrs[i].data;        /* runs on: order only */
+		else
+			MIX(c, v->msrs[i].data);
+	}
+	d->part[CKPT_DIGEST_MSRS] = c;
+	/* The register page, without the timer's current count. */
+	c = proto_crc32c(0, v->lapic.regs, APIC_TMCCT);
+	d->part[CKPT_DIGEST_LAPIC] = proto_crc32c(c, v->lapic.regs + APIC_TMCCT + 4,
+						  sizeof(v->lapic.regs) - APIC_TMCCT - 4);
+	d->part[CKPT_DIGEST_EVENTS] = digest_events(&v->events);
+	d->part[CKPT_DIGEST_MP_STATE] = proto_crc32c(0, &v->mp_state.mp_state,
+						     sizeof(v->mp_state.mp_state));
+	d->part[CKPT_DIGEST_DEBUGREGS] = digest_debugregs(&v->debugregs);
+}
+
+static uint32_t digest_pic(const struct kvm_pic_state *p)
+{
+	uint32_t c = 0;
+
+	MIX(c, p->last_irr);
+	MIX(c, p->irr);
+	MIX(c, p->imr);
+	MIX(c, p->isr);
+	MIX(c, p->priority_add);
+	MIX(c, p->irq_base);
+	MIX(c, p->read_reg_select);
+	MIX(c, p->poll);
+	MIX(c, p->special_mask);
+	MIX(c, p->init_state);
+	MIX(c, p->auto_eoi);
+	MIX(c, p->rotate_on_auto_eoi);
+	MIX(c, p->special_fully_nested_mode);
+	MIX(c, p->init4);
+	MIX(c, p->elcr);
+	return MIX(c, p->elcr_mask);
+}
+
+static uint32_t digest_ioapic(const struct kvm_ioapic_state *io)
+{
+	uint32_t c = 0;
+
+	MIX(c, io->base_address);
+	MIX(c, io->ioregsel);
+	MIX(c, io->id);
+	MIX(c, io->irr);
+	for (int i = 0; i < KVM_IOAPIC_NUM_PINS; i++)
+		MIX(c, io->redirtbl[i].bits);
+	return c;
+}
+
+static uint32_t digest_pit(const struct kvm_pit_state2 *p)
+{
+	uint32_t c = 0;
+
+	for (int i = 0; i < 3; i++) {
+		const struct kvm_pit_channel_state *ch = &p->channels[i];
+
+		/* count_load_time left out: a host timestamp (see the top). */
+		MIX(c, ch->count);
+		MIX(c, ch->latched_count);
+		MIX(c, ch->count_latched);
+		MIX(c, ch->status_latched);
+		MIX(c, ch->status);
+		MIX(c, ch->read_state);
+		MIX(c, ch->write_state);
+		MIX(c, ch->write_latch);
+		MIX(c, ch->rw_mode);
+		MIX(c, ch->mode);
+		MIX(c, ch->bcd);
+		MIX(c, ch->gate);
+	}
+	return MIX(c, p->flags);
+}
+
+static uint32_t digest_uart(const struct uart_state *u)
+{
+	uint32_t c = 0;
+
+	MIX(c, u->ier);
+	MIX(c, u->lcr);
+	MIX(c, u->mcr);
+	MIX(c, u->lsr_err);
+	MIX(c, u->msr);
+	MIX(c, u->scr);
+	MIX(c, u->dll);
+	MIX(c, u->dlm);
+	MIX(c, u->fcr);
+	MIX(c, u->thr_irq);
+	MIX(c, u->irq_level);
+	MIX(c, u->rx_head);
+	MIX(c, u->rx_count);
+	/* The FIFO's live bytes; the rest of the ring is not state. */
+	for (uint32_t i = 0; i < u->rx_count && i < UART_RX_SIZE; i++)
+		MIX(c, u->rx[(u->rx_head + i) % UART_RX_SIZE]);
+	return c;
+}
+
+void ckpt_digest_vm(const struct machine_state *ms, struct ckpt_digest *d)
+{
+	d->vm[CKPT_DIGEST_PIC_MASTER] = digest_pic(&ms->vm.pic_master.chip.pic);
+	d->vm[CKPT_DIGEST_PIC_SLAVE] = digest_pic(&ms->vm.pic_slave.chip.pic);
+	d->vm[CKPT_DIGEST_IOAPIC] = digest_ioapic(&ms->vm.ioapic.chip.ioapic);
+	d->vm[CKPT_DIGEST_PIT] = digest_pit(&ms->vm.pit);
+	d->vm[CKPT_DIGEST_UART] = digest_uart(&ms->uart);
+	d->clock_ns = ms->vm.clock.clock;         /* runs on: order only */
+}
+
+int ckpt_digest_machine(struct machine *m, struct ckpt_digest *d)
+{
+	struct kvm_vcpu_state *v = malloc(sizeof(*v));
+	struct machine_state *ms = malloc(sizeof(*ms));
+	int r = -ENOMEM;
+
+	if (!v || !ms)
+		goto out;
+	memset(d, 0, sizeof(*d));
+	d->ncpus = (uint32_t)m->ncpus;
+	d->mem = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
+	if ((r = machine_get_state(m, ms)) < 0)
+		goto out;
+	ckpt_digest_vm(ms, d);
+	for (int i = 0; i < m->ncpus; i++) {
+		if ((r = machine_get_vcpu_state(m, i, v)) < 0)
+			goto out;
+		ckpt_digest_vcpu(v, &d->vcpu[i]);
+	}
+	r = 0;
+out:
+	free(v);
+	free(ms);
+	return r;
+}
+
+int ckpt_digest_diff(const struct ckpt_digest *want, const struct ckpt_digest *got, char *buf,
+		     size_t len)
+{
+	int n = 0;
+	size_t off = 0;
+
+#define NOTE(...) do { \
+		n++; \
+		if (off < len) \
+			off += (size_t)snprintf(buf + off, len - off, off ? " %s" : "%s", __VA_ARGS__); \
+	} while (0)
+	if (len)
+		buf[0] = 0;
+	if (want->ncpus != got->ncpus) {
+		NOTE("ncpus");
+		return n;
+	}
+	if (want->mem != got->mem)
+		NOTE("memory");
+	for (int k = 0; k < CKPT_DIGEST_VM_PARTS; k++)
+		if (want->vm[k] != got->vm[k])
+			NOTE(vm_part_names[k]);
+	if (got->clock_ns < want->clock_ns)
+		NOTE("clock(backward)");
+	for (uint32_t i = 0; i < want->ncpus && i < KVM_MAX_VCPUS; i++) {
+		char name[48];
+
+		for (int k = 0; k < CKPT_DIGEST_VCPU_PARTS; k++)
+			if (want->vcpu[i].part[k] != got->vcpu[i].part[k]) {
+				snprintf(name, sizeof(name), "vcpu%u.%s", i, vcpu_part_names[k]);
+				NOTE(name);
+			}
+		if (got->vcpu[i].tsc < want->vcpu[i].tsc) {
+			snprintf(name, sizeof(name), "vcpu%u.tsc(backward)", i);
+			NOTE(name);
+		}
+	}
+#undef NOTE
+	return n;
+}
+
+/* ---- the "verify" section: little-endian words ------------------------------ */
+
+static uint8_t *put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		*p++ = (uint8_t)(v >> (8 * i));
+	return p;
+}
+
+static uint8_t *put64(uint8_t *p, uint64_t v)
+{
+	return put32(put32(p, (uint32_t)v), (uint32_t)(v >> 32));
+}
+
+static const uint8_t *get32(const uint8_t *p, uint32_t *v)
+{
+	*v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	return p + 4;
+}
+
+static const uint8_t *get64(const uint8_t *p, uint64_t *v)
+{
+	uint32_t lo, hi;
+
+	p = get32(get32(p, &lo), &hi);
+	*v = (uint64_t)hi << 32 | lo;
+	return p;
+}
+
+/* version, ncpus, mem, vm parts, clock, then per vCPU: parts, tsc */
+#define DIGEST_VERSION 1u
+#define VCPU_BYTES (CKPT_DIGEST_VCPU_PARTS * 4 + 8)
+#define HEAD_BYTES (12 + CKPT_DIGEST_VM_PARTS * 4 + 8)
+_Static_assert(HEAD_BYTES + KVM_MAX_VCPUS * VCPU_BYTES == CKPT_DIGEST_MAX_BYTES,
+	       "CKPT_DIGEST_MAX_BYTES in checkpoint.h follows the layout here");
+
+size_t ckpt_digest_encode(const struct ckpt_digest *d, uint8_t *out, size_t len)
+{
+	size_t need = HEAD_BYTES + d->ncpus * VCPU_BYTES;
+	uint8_t *p = out;
+
+	if (d->ncpus > KVM_MAX_VCPUS || len < need)
+		return 0;
+	p = put32(p, DIGEST_VERSION);
+	p = put32(p, d->ncpus);
+	p = put32(p, d->mem);
+	for (int k = 0; k < CKPT_DIGEST_VM_PARTS; k++)
+		p = put32(p, d->vm[k]);
+	p = put64(p, d->clock_ns);
+	for (uint32_t i = 0; i < d->ncpus; i++) {
+		for (int k = 0; k < CKPT_DIGEST_VCPU_PARTS; k++)
+			p = put32(p, d->vcpu[i].part[k]);
+		p = put64(p, d->vcpu[i].tsc);
+	}
+	return need;
+}
+
+int ckpt_digest_decode(const uint8_t *in, size_t len, struct ckpt_digest *d)
+{
+	const uint8_t *p = in;
+	uint32_t version;
+
+	memset(d, 0, sizeof(*d));
+	if (len < HEAD_BYTES)
+		return -EBADMSG;
+	p = get32(p, &version);
+	p = get32(p, &d->ncpus);
+	if (version != DIGEST_VERSION || d->ncpus < 1 || d->ncpus > KVM_MAX_VCPUS ||
+	    len != HEAD_BYTES + d->ncpus * VCPU_BYTES)
+		return -EBADMSG;
+	p = get32(p, &d->mem);
+	for (int k = 0; k < CKPT_DIGEST_VM_PARTS; k++)
+		p = get32(p, &d->vm[k]);
+	p = get64(p, &d->clock_ns);
+	for (uint32_t i = 0; i < d->ncpus; i++) {
+		for (int k = 0; k < CKPT_DIGEST_VCPU_PARTS; k++)
+			p = get32(p, &d->vcpu[i].part[k]);
+		p = get64(p, &d->vcpu[i].tsc);
+	}
+	return 0;
+}

@@ -1,0 +1,54 @@
+/* Test hook: with UNDERSTUDY_EVENT_LOG=FILE set, the primary appends one
+ * line per output-commit event, stamped with CLOCK_MONOTONIC (the clock of
+ * Python's time.monotonic_ns(), so a test can put its own actions, such as
+ * stopping the secondary, on the same time line):
+ *     <ns> capture <epoch>
+ *     <ns> ack <epoch>
+ *     <ns> release <epoch> <bytes_from> <bytes_to>
+ * Each line is one write() to a file opened with O_APPEND: lines never mix.
+ * Unset, an event costs one getenv(). */
+#include "replication/replication.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+void repl_event_log(const char *fmt, ...)
+{
+	const char *path = getenv("UNDERSTUDY_EVENT_LOG");
+	struct timespec ts;
+	char line[160];
+	va_list ap;
+	int n, fd;
+
+	if (!path || !*path)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	n = snprintf(line, sizeof(line), "%llu ",
+		     (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	if (write(fd, line, (size_t)n) != n)
+		log_warn("events", "event log %s: short write", path);
+	close(fd);
+}
+
+void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark)
+{
+	uint64_t from = v->released;
+
+	repl_vm_release(v, mark);
+	if (v->released != from)
+		repl_event_log("release %llu %llu %llu", (unsigned long long)epoch,
+			       (unsigned long long)from, (unsigned long long)v->released);
+}
