@@ -162,11 +162,18 @@ bool repl_link_sent_owned(void *cookie)
 	return true;
 }
 
+/* The peer was heard when its bytes arrived; the time spent handling them
+ * (a first checkpoint applied, a backlog after this process was stopped) is
+ * ours, not the peer's silence: the clock restarts once they are handled. */
 int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_frame_fn fn, void *ctx)
 {
+	int r;
+
 	l->last_rx_ns = now_ns();
 	l->bytes_rcvd += len;
-	return proto_dec_feed(&l->dec, data, len, fn, ctx);
+	r = proto_dec_feed(&l->dec, data, len, fn, ctx);
+	l->last_rx_ns = now_ns();
+	return r;
 }
 
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg)
