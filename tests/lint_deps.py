@@ -21,11 +21,12 @@ import sys
 # modules on a lower layer. tests/ and bench/ may include anything.
 LAYER = {
     "kmod": 0, "guest": 0,
-    "machine": 1, "proto": 1,
-    "checkpoint": 2, "net": 2,
-    "replication": 3,
-    "primary": 4, "secondary": 4,
-    "cli": 5,
+    "machine": 1,
+    "proto": 2,          # encodes machine state, so above machine
+    "checkpoint": 3, "net": 3,
+    "replication": 4,
+    "primary": 5, "secondary": 5,
+    "cli": 6,
 }
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
