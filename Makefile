@@ -56,7 +56,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus check-mutants
+.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus check-mutants lint
 .SECONDARY:
 all: $(BIN)
 
@@ -144,6 +144,10 @@ fuzz: $(PROTO_H) $(filter %/images.o,$(LIB_OBJ))
 check: deps
 	@$(MAKE) --no-print-directory all $(TESTS) $(FUZZ_REPLAY)
 	@BUILD=$(BUILD) tests/run.sh
+
+# Dependencies point down only; no call cycles inside a module (docs/design.md).
+lint: all
+	@python3 tests/lint_deps.py $(BUILD)
 
 check-mutants: deps
 	@BUILD=$(BUILD) bash tests/mutants.sh
