@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "net/net.h"
 
@@ -97,5 +98,30 @@ void net_queue_taken(struct net_conn *c, size_t n);
 bool net_queue_next(struct net_conn *c, const uint8_t **p, size_t *len);
 void net_queue_issued(struct net_conn *c, size_t n);
 bool net_queue_unissued(const struct net_conn *c);
+
+/* ---- making connections: net_connect() and a listener's accept ------------- */
+
+/* What a listener hands the connections it accepts: fn(l, c, ctx) once one
+ * is up (in place of connected()), and the list of those still in their
+ * setup, which a connection leaves when it comes up or is freed. */
+struct net_conn_acceptor {
+	struct net_listener *l;
+	net_accept_fn fn;
+	void *ctx;
+	struct net_conn *hs_head;
+};
+
+/* A connection on socket fd with transport t; ep and host as for
+ * t->attach(), peer ("HOST:PORT") for log lines. Takes fd: closed on
+ * failure too. 0 or -errno. Free it with net_close(). */
+int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
+		 const char *host, const char *peer, struct net_conn **out) US_MUST_CHECK;
+/* Client: a non-blocking connect of c's socket to ss; connected() or
+ * closed() follows. -errno (logged) leaves c to the caller. */
+int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
+	US_MUST_CHECK;
+/* Server: c was accepted for a: it joins a's list and its setup starts.
+ * c may be gone on return. */
+void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a);
 
 #endif

@@ -34,7 +34,7 @@ struct net_conn {
 	bool connecting, handshaking, dead, freeing;
 	bool closing;                 /* net_close_flush(): close once flushed */
 	int busy;                     /* callbacks on the stack */
-	struct net_listener *listener; /* set while a server handshake runs */
+	struct net_conn_acceptor *acceptor; /* set while a server handshake runs */
 	struct net_conn *hs_next, *hs_prev;
 	const struct net_conn_ops *ops;
 	void *ctx;
@@ -55,9 +55,7 @@ struct net_listener {
 	struct net_config cfg;
 	const struct net_transport_ops *t;
 	void *ep;                     /* the transport's endpoint state */
-	net_accept_fn fn;
-	void *ctx;
-	struct net_conn *hs_head;     /* connections in their handshake */
+	struct net_conn_acceptor acc; /* fn, ctx, connections in their handshake */
 };
 
 static int check_config(const struct net_config *cfg)
@@ -115,10 +113,8 @@ static void endpoint_free(const struct net_transport_ops *t, void *ep)
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 
-/* A connection on fd with transport t; host as for t->attach(). Takes fd:
- * closed on failure too. */
-static int conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
-		    const char *host, struct net_conn **out)
+int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
+		 const char *host, const char *peer, struct net_conn **out)
 {
 	struct net_conn *c = calloc(1, sizeof(*c));
 	int r = -ENOMEM;
@@ -128,6 +124,7 @@ static int conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops
 	c->loop = loop;
 	c->fd = fd;
 	c->t = t;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	c->rbuf = malloc(RBUF_BYTES);
 	if (!c->rbuf)
 		goto err_conn;
@@ -152,17 +149,17 @@ err_fd:
 
 static void hs_unlink(struct net_conn *c)
 {
-	struct net_listener *l = c->listener;
+	struct net_conn_acceptor *a = c->acceptor;
 
-	if (!l)
+	if (!a)
 		return;
 	if (c->hs_prev)
 		c->hs_prev->hs_next = c->hs_next;
 	else
-		l->hs_head = c->hs_next;
+		a->hs_head = c->hs_next;
 	if (c->hs_next)
 		c->hs_next->hs_prev = c->hs_prev;
-	c->listener = NULL;
+	c->acceptor = NULL;
 	c->hs_next = c->hs_prev = NULL;
 }
 
@@ -460,12 +457,12 @@ void net_conn_leave(struct net_conn *c)
 
 void net_conn_up(struct net_conn *c)
 {
-	struct net_listener *l = c->listener;
+	struct net_conn_acceptor *a = c->acceptor;
 
 	c->handshaking = false;
-	if (l) {
+	if (a) {
 		hs_unlink(c);
-		l->fn(l, c, l->ctx);
+		a->fn(a->l, c, a->ctx);
 		if (c->freeing)
 			return;
 		if (!c->ops)
@@ -569,10 +566,23 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 	net_conn_leave(c);
 }
 
+void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a)
+{
+	c->acceptor = a; /* on the list until up */
+	c->hs_next = a->hs_head;
+	if (a->hs_head)
+		a->hs_head->hs_prev = c;
+	a->hs_head = c;
+	ev_io_start(c->loop, &c->rio);
+	net_conn_enter(c); /* the accept callback may close it */
+	conn_start(c);
+	net_conn_leave(c);
+}
+
 /* ---- connect ---------------------------------------------------------------- */
 
-/* A non-blocking connect of c's socket; writable = connect finished. */
-static int conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
+/* Writable = connect finished. */
+int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
 {
 	int r;
 
@@ -611,17 +621,15 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 		r = -errno;
 	} else {
 		net_sock_set_options(fd, cfg);
-		r = conn_new(loop, fd, t, ep, host, &c);
+		r = net_conn_new(loop, fd, t, ep, host, host_port, &c);
 	}
 	endpoint_free(t, ep); /* each connection holds what it needs of it */
 	if (r)
 		return r;
-	snprintf(c->peer, sizeof(c->peer), "%s", host_port);
-	c->ops = ops;
-	c->ctx = ctx;
-	r = conn_dial(c, &ss, sslen);
+	net_conn_set_ops(c, ops, ctx);
+	r = net_conn_dial(c, &ss, sslen);
 	if (r) {
-		conn_free(c);
+		net_close(c); /* not up: frees it, no callbacks */
 		return r;
 	}
 	*out = c;
@@ -636,6 +644,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	struct sockaddr_storage ss;
 	socklen_t sslen = sizeof(ss);
 	struct net_conn *c;
+	char peer[64];
 	int fd, r;
 
 	(void)revents;
@@ -646,21 +655,13 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	net_sock_set_options(fd, &l->cfg);
-	r = conn_new(loop, fd, l->t, l->ep, NULL, &c);
+	net_sock_peer_name(&ss, peer, sizeof(peer));
+	r = net_conn_new(loop, fd, l->t, l->ep, NULL, peer, &c);
 	if (r) {
 		log_error(TAG, "accept: %s", strerror(-r));
 		return;
 	}
-	net_sock_peer_name(&ss, c->peer, sizeof(c->peer));
-	c->listener = l; /* on the list until up */
-	c->hs_next = l->hs_head;
-	if (l->hs_head)
-		l->hs_head->hs_prev = c;
-	l->hs_head = c;
-	ev_io_start(loop, &c->rio);
-	net_conn_enter(c); /* the accept callback may close it */
-	conn_start(c);
-	net_conn_leave(c);
+	net_conn_accept(c, &l->acc);
 }
 
 int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
@@ -681,8 +682,7 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 		return -ENOMEM;
 	l->loop = loop;
 	l->cfg = *cfg;
-	l->fn = fn;
-	l->ctx = ctx;
+	l->acc = (struct net_conn_acceptor){ .l = l, .fn = fn, .ctx = ctx };
 	l->t = transport_of(cfg);
 	r = endpoint_new(l->t, cfg, true, &l->ep);
 	if (r)
@@ -715,8 +715,8 @@ void net_listener_close(struct net_listener *l)
 	if (!l)
 		return;
 	ev_io_stop(l->loop, &l->io);
-	while (l->hs_head)
-		net_close(l->hs_head); /* unlinks itself */
+	while (l->acc.hs_head)
+		net_close(l->acc.hs_head); /* unlinks itself */
 	close(l->fd);
 	endpoint_free(l->t, l->ep);
 	free(l);
