@@ -1,14 +1,18 @@
 /* net/ private: the contract between the connection core (net/net.c) and the
- * transports (net/tcp.c, net/tls.c, net/rdma.c). Not for other modules.
+ * transports (net/tcp.c, net/tls.c, net/rdma.c), and the constructors
+ * net/open.c uses. Not for other modules.
  *
  * net.c owns struct net_conn and keeps it opaque: the socket and its two
  * watchers, the lifecycle (connecting -> handshaking -> up -> closing ->
  * dead) and the send queue. A transport is a table of ops plus a private
  * state per connection, created by attach() and freed by detach(). net.c
- * calls a transport only through its table; a transport sees the
- * connection only through the helpers declared below, and never includes
- * another transport. Dependencies point one way: net.c -> ops; the helpers
- * are the only way back. */
+ * calls a transport only through the table of the connection; a transport
+ * sees the connection only through the helpers declared below, and never
+ * includes another transport. open.c (net_connect, net_listen, accept) is
+ * the only file that names a table: it picks one for the config and makes
+ * the connection with it. Dependencies point one way:
+ * open.c -> {tcp.c, tls.c, rdma.c} -> net.c, and open.c -> net.c; net.c
+ * reaches the ops through pointers only. */
 #ifndef US_NET_CONN_H
 #define US_NET_CONN_H
 
@@ -60,6 +64,7 @@ struct net_transport_ops {
 	void (*shutdown)(void *priv);
 };
 
+/* Named only by net/open.c, which picks one for a config. */
 extern const struct net_transport_ops net_tcp_ops;  /* net/tcp.c */
 extern const struct net_transport_ops net_tls_ops;  /* net/tls.c */
 extern const struct net_transport_ops net_rdma_ops; /* net/rdma.c */
