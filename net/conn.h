@@ -1,19 +1,24 @@
 /* net/ private: the contract between the connection core (net/net.c) and the
- * transports (net/tcp.c, net/tls.c, net/rdma.c). Not for other modules.
+ * transports (net/tcp.c, net/tls.c, net/rdma.c), and the constructors
+ * net/open.c uses. Not for other modules.
  *
  * net.c owns struct net_conn and keeps it opaque: the socket and its two
  * watchers, the lifecycle (connecting -> handshaking -> up -> closing ->
  * dead) and the send queue. A transport is a table of ops plus a private
  * state per connection, created by attach() and freed by detach(). net.c
- * calls a transport only through its table; a transport sees the
- * connection only through the helpers declared below, and never includes
- * another transport. Dependencies point one way: net.c -> ops; the helpers
- * are the only way back. */
+ * calls a transport only through the table of the connection; a transport
+ * sees the connection only through the helpers declared below, and never
+ * includes another transport. open.c (net_connect, net_listen, accept) is
+ * the only file that names a table: it picks one for the config and makes
+ * the connection with it. Dependencies point one way:
+ * open.c -> {tcp.c, tls.c, rdma.c} -> net.c, and open.c -> net.c; net.c
+ * reaches the ops through pointers only. */
 #ifndef US_NET_CONN_H
 #define US_NET_CONN_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "net/net.h"
 
@@ -59,6 +64,7 @@ struct net_transport_ops {
 	void (*shutdown)(void *priv);
 };
 
+/* Named only by net/open.c, which picks one for a config. */
 extern const struct net_transport_ops net_tcp_ops;  /* net/tcp.c */
 extern const struct net_transport_ops net_tls_ops;  /* net/tls.c */
 extern const struct net_transport_ops net_rdma_ops; /* net/rdma.c */
@@ -97,5 +103,30 @@ void net_queue_taken(struct net_conn *c, size_t n);
 bool net_queue_next(struct net_conn *c, const uint8_t **p, size_t *len);
 void net_queue_issued(struct net_conn *c, size_t n);
 bool net_queue_unissued(const struct net_conn *c);
+
+/* ---- making connections: net_connect() and a listener's accept ------------- */
+
+/* What a listener hands the connections it accepts: fn(l, c, ctx) once one
+ * is up (in place of connected()), and the list of those still in their
+ * setup, which a connection leaves when it comes up or is freed. */
+struct net_conn_acceptor {
+	struct net_listener *l;
+	net_accept_fn fn;
+	void *ctx;
+	struct net_conn *hs_head;
+};
+
+/* A connection on socket fd with transport t; ep and host as for
+ * t->attach(), peer ("HOST:PORT") for log lines. Takes fd: closed on
+ * failure too. 0 or -errno. Free it with net_close(). */
+int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
+		 const char *host, const char *peer, struct net_conn **out) US_MUST_CHECK;
+/* Client: a non-blocking connect of c's socket to ss; connected() or
+ * closed() follows. -errno (logged) leaves c to the caller. */
+int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
+	US_MUST_CHECK;
+/* Server: c was accepted for a: it joins a's list and its setup starts.
+ * c may be gone on return. */
+void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a);
 
 #endif

@@ -1,6 +1,6 @@
 /* Console endpoints on libev: stdio or a one-client TCP listener.
  * A service of net/, not a transport: it owns its sockets and uses nothing
- * of the link core (net.c, net/conn.h). See net/net.h. */
+ * of the link core (net.c, open.c, net/conn.h). See net/net.h. */
 #include "net/console.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* Control socket: accept on the loop, read one line, reply, close.
  * A service of net/, not a transport: it owns its sockets and uses nothing
- * of the link core (net.c, net/conn.h). See net/net.h. */
+ * of the link core (net.c, open.c, net/conn.h). See net/net.h. */
 #include "net/control.h"
 
 #include <errno.h>

@@ -1,10 +1,11 @@
-/* Connections on a libev loop: the socket, the lifecycle and the send queue.
- * What goes over the socket is the transport's business (net/tcp.c,
- * net/tls.c, net/rdma.c), reached only through its ops table; see
- * net/conn.h for that contract and net/net.h for the public one. */
+/* Connections on a libev loop: the socket, the lifecycle, the send queue
+ * and the bytes received. What goes over the socket is the transport's
+ * business (net/tcp.c, net/tls.c, net/rdma.c), reached only through the
+ * ops table of the connection; which transport that is, is chosen above
+ * this file (net/open.c: connect, listen, accept). See net/conn.h for that
+ * contract and net/net.h for the public one. */
 #include "net/net.h"
 #include "net/conn.h"
-#include "net/socket.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -34,7 +35,7 @@ struct net_conn {
 	bool connecting, handshaking, dead, freeing;
 	bool closing;                 /* net_close_flush(): close once flushed */
 	int busy;                     /* callbacks on the stack */
-	struct net_listener *listener; /* set while a server handshake runs */
+	struct net_conn_acceptor *acceptor; /* set while a server handshake runs */
 	struct net_conn *hs_next, *hs_prev;
 	const struct net_conn_ops *ops;
 	void *ctx;
@@ -47,78 +48,12 @@ struct net_conn {
 	char peer[64];
 };
 
-struct net_listener {
-	struct ev_loop *loop;
-	ev_io io;
-	int fd;
-	int port;
-	struct net_config cfg;
-	const struct net_transport_ops *t;
-	void *ep;                     /* the transport's endpoint state */
-	net_accept_fn fn;
-	void *ctx;
-	struct net_conn *hs_head;     /* connections in their handshake */
-};
-
-static int check_config(const struct net_config *cfg)
-{
-	switch (cfg->transport) {
-	case NET_TLS:
-		return 0;
-	case NET_TCP:
-		if (!cfg->insecure) {
-			log_error(TAG, "plaintext TCP refused without --insecure");
-			return -EPERM;
-		}
-		log_warn(TAG, "INSECURE: plaintext TCP, no authentication, no encryption");
-		return 0;
-	case NET_RDMA:
-		if (!cfg->insecure) {
-			log_error(TAG, "RDMA refused without --insecure (no encryption on the fabric)");
-			return -EPERM;
-		}
-		log_warn(TAG, "INSECURE: RDMA link, no authentication, no encryption: trusted "
-			 "fabric only");
-		return 0;
-	}
-	return -EINVAL;
-}
-
-/* After check_config(). */
-static const struct net_transport_ops *transport_of(const struct net_config *cfg)
-{
-	switch (cfg->transport) {
-	case NET_TCP:
-		return &net_tcp_ops;
-	case NET_RDMA:
-		return &net_rdma_ops;
-	case NET_TLS:
-	default:
-		return &net_tls_ops;
-	}
-}
-
-static int endpoint_new(const struct net_transport_ops *t, const struct net_config *cfg,
-			bool server, void **ep)
-{
-	*ep = NULL;
-	return t->endpoint_new ? t->endpoint_new(cfg, server, ep) : 0;
-}
-
-static void endpoint_free(const struct net_transport_ops *t, void *ep)
-{
-	if (t->endpoint_free)
-		t->endpoint_free(ep);
-}
-
 /* ---- connection objects ----------------------------------------------------- */
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 
-/* A connection on fd with transport t; host as for t->attach(). Takes fd:
- * closed on failure too. */
-static int conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
-		    const char *host, struct net_conn **out)
+int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
+		 const char *host, const char *peer, struct net_conn **out)
 {
 	struct net_conn *c = calloc(1, sizeof(*c));
 	int r = -ENOMEM;
@@ -128,6 +63,7 @@ static int conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops
 	c->loop = loop;
 	c->fd = fd;
 	c->t = t;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	c->rbuf = malloc(RBUF_BYTES);
 	if (!c->rbuf)
 		goto err_conn;
@@ -152,17 +88,17 @@ err_fd:
 
 static void hs_unlink(struct net_conn *c)
 {
-	struct net_listener *l = c->listener;
+	struct net_conn_acceptor *a = c->acceptor;
 
-	if (!l)
+	if (!a)
 		return;
 	if (c->hs_prev)
 		c->hs_prev->hs_next = c->hs_next;
 	else
-		l->hs_head = c->hs_next;
+		a->hs_head = c->hs_next;
 	if (c->hs_next)
 		c->hs_next->hs_prev = c->hs_prev;
-	c->listener = NULL;
+	c->acceptor = NULL;
 	c->hs_next = c->hs_prev = NULL;
 }
 
@@ -460,12 +396,12 @@ void net_conn_leave(struct net_conn *c)
 
 void net_conn_up(struct net_conn *c)
 {
-	struct net_listener *l = c->listener;
+	struct net_conn_acceptor *a = c->acceptor;
 
 	c->handshaking = false;
-	if (l) {
+	if (a) {
 		hs_unlink(c);
-		l->fn(l, c, l->ctx);
+		a->fn(a->l, c, a->ctx);
 		if (c->freeing)
 			return;
 		if (!c->ops)
@@ -569,10 +505,10 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 	net_conn_leave(c);
 }
 
-/* ---- connect ---------------------------------------------------------------- */
+/* ---- starting a connection, for net/open.c ------------------------------------ */
 
-/* A non-blocking connect of c's socket; writable = connect finished. */
-static int conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
+/* Writable = connect finished. */
+int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
 {
 	int r;
 
@@ -586,138 +522,15 @@ static int conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, sock
 	return 0;
 }
 
-int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
-		const struct net_conn_ops *ops, void *ctx, struct net_conn **out)
+void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a)
 {
-	const struct net_transport_ops *t = transport_of(cfg);
-	struct sockaddr_storage ss;
-	struct net_conn *c;
-	socklen_t sslen;
-	char host[256];
-	void *ep;
-	int fd, r;
-
-	r = check_config(cfg);
-	if (!r)
-		r = net_sock_resolve(host_port, &ss, &sslen);
-	if (!r)
-		r = endpoint_new(t, cfg, false, &ep);
-	if (r)
-		return r;
-	/* The server's name or address, verified against its certificate. */
-	snprintf(host, sizeof(host), "%.*s", (int)(strrchr(host_port, ':') - host_port), host_port);
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		r = -errno;
-	} else {
-		net_sock_set_options(fd, cfg);
-		r = conn_new(loop, fd, t, ep, host, &c);
-	}
-	endpoint_free(t, ep); /* each connection holds what it needs of it */
-	if (r)
-		return r;
-	snprintf(c->peer, sizeof(c->peer), "%s", host_port);
-	c->ops = ops;
-	c->ctx = ctx;
-	r = conn_dial(c, &ss, sslen);
-	if (r) {
-		conn_free(c);
-		return r;
-	}
-	*out = c;
-	return 0;
-}
-
-/* ---- listen ----------------------------------------------------------------- */
-
-static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
-{
-	struct net_listener *l = w->data;
-	struct sockaddr_storage ss;
-	socklen_t sslen = sizeof(ss);
-	struct net_conn *c;
-	int fd, r;
-
-	(void)revents;
-	fd = accept4(l->fd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0) {
-		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-			log_error(TAG, "accept: %s", strerror(errno));
-		return;
-	}
-	net_sock_set_options(fd, &l->cfg);
-	r = conn_new(loop, fd, l->t, l->ep, NULL, &c);
-	if (r) {
-		log_error(TAG, "accept: %s", strerror(-r));
-		return;
-	}
-	net_sock_peer_name(&ss, c->peer, sizeof(c->peer));
-	c->listener = l; /* on the list until up */
-	c->hs_next = l->hs_head;
-	if (l->hs_head)
-		l->hs_head->hs_prev = c;
-	l->hs_head = c;
-	ev_io_start(loop, &c->rio);
+	c->acceptor = a; /* on the list until up */
+	c->hs_next = a->hs_head;
+	if (a->hs_head)
+		a->hs_head->hs_prev = c;
+	a->hs_head = c;
+	ev_io_start(c->loop, &c->rio);
 	net_conn_enter(c); /* the accept callback may close it */
 	conn_start(c);
 	net_conn_leave(c);
-}
-
-int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
-	       net_accept_fn fn, void *ctx, struct net_listener **out)
-{
-	struct sockaddr_storage ss;
-	struct net_listener *l;
-	socklen_t sslen;
-	int r;
-
-	r = check_config(cfg);
-	if (!r)
-		r = net_sock_resolve(host_port, &ss, &sslen);
-	if (r)
-		return r;
-	l = calloc(1, sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	l->loop = loop;
-	l->cfg = *cfg;
-	l->fn = fn;
-	l->ctx = ctx;
-	l->t = transport_of(cfg);
-	r = endpoint_new(l->t, cfg, true, &l->ep);
-	if (r)
-		goto err_l;
-	l->fd = net_sock_listen(cfg, host_port, &ss, sslen, &l->port);
-	if (l->fd < 0) {
-		r = l->fd;
-		goto err_ep;
-	}
-	ev_io_init(&l->io, on_accept, l->fd, EV_READ);
-	l->io.data = l;
-	ev_io_start(loop, &l->io);
-	*out = l;
-	return 0;
-
-err_ep:
-	endpoint_free(l->t, l->ep);
-err_l:
-	free(l);
-	return r;
-}
-
-int net_listener_port(const struct net_listener *l)
-{
-	return l->port;
-}
-
-void net_listener_close(struct net_listener *l)
-{
-	if (!l)
-		return;
-	ev_io_stop(l->loop, &l->io);
-	while (l->hs_head)
-		net_close(l->hs_head); /* unlinks itself */
-	close(l->fd);
-	endpoint_free(l->t, l->ep);
-	free(l);
 }

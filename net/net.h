@@ -2,18 +2,20 @@
  * of frames or checkpoints; the layers above never see a socket.
  *
  * What is in net/. The link, public API in this header: net.c is the core
- * (connection lifecycle, send queue, listen/connect) and reaches the
- * transports tcp.c, tls.c and rdma.c (libfabric in fabric.c) only through
- * their ops table; net/conn.h is that contract and the narrow set of core
- * helpers a transport may call back; socket.c holds address and socket
- * helpers. Beside it, two services: console.c (a VM's console endpoint)
- * and control.c (an agent's control socket) are agent services on the
- * loop, not transports: they own their sockets, never touch a net_conn and
- * must not include net/conn.h. They stay in net/ because only net/ touches
- * sockets (STYLE.md) and the agents include net/console.h and
- * net/control.h. Should they grow (authentication, more clients), the
- * place for them is a services/ folder of their own, with these headers
- * kept as the way in.
+ * (connection lifecycle, send queue, receiving) and reaches the transports
+ * tcp.c, tls.c and rdma.c (libfabric in fabric.c) only through their ops
+ * table; open.c (net_connect, net_listen, the listener and its accept
+ * path) sits above both, picks the transport for a config and is the only
+ * file that names one; net/conn.h is the contract between them and the
+ * narrow set of core helpers a transport may call back; socket.c holds
+ * address and socket helpers. Beside it, two services: console.c (a VM's
+ * console endpoint) and control.c (an agent's control socket) are agent
+ * services on the loop, not transports: they own their sockets, never
+ * touch a net_conn and must not include net/conn.h. They stay in net/
+ * because only net/ touches sockets (STYLE.md) and the agents include
+ * net/console.h and net/control.h. Should they grow (authentication, more
+ * clients), the place for them is a services/ folder of their own, with
+ * these headers kept as the way in.
  *
  * Transports: TLS 1.3 with mutual certificate authentication (the default),
  * plain TCP (only with insecure = true, logged as a warning), and RDMA over

@@ -1,5 +1,5 @@
 /* net/ private: addresses and TCP sockets, no connection state. Used by
- * net/net.c (connect, listen, accept) and net/rdma.c (its local address). */
+ * net/open.c (connect, listen, accept) and net/rdma.c (its local address). */
 #ifndef US_NET_SOCKET_H
 #define US_NET_SOCKET_H
 
