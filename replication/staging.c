@@ -79,7 +79,7 @@ int repl_staging_section(struct repl_staging *g, const Understudy__Section *sec)
 		return proto_released_decode(sec->data.data, sec->data.len, &g->released);
 	if (!strcmp(sec->name, "verify")) {
 		g->has_verify = true;
-		if (ckpt_digest_decode(sec->data.data, sec->data.len, &g->verify_want) < 0 ||
+		if (proto_verify_decode(sec->data.data, sec->data.len, &g->verify_want) < 0 ||
 		    g->verify_want.ncpus != (uint32_t)g->vm->m->ncpus)
 			return -EBADMSG;
 		return 0;
