@@ -226,6 +226,9 @@ const char *proto_strerror(int err);
 /* Names of the Section messages of the replication stream (Section.name). */
 #define PROTO_SECTION_MACHINE_CONFIG "machine-config" /* a packed MachineConfig */
 #define PROTO_SECTION_STATE          "state"          /* a state blob, as above */
+#define PROTO_SECTION_RELEASED       "released"       /* proto_released_encode() */
+#define PROTO_SECTION_VERIFY         "verify"         /* proto_verify_encode() */
+#define PROTO_SECTION_CONSOLE        "console"        /* guest output bytes, as is */
 
 struct kvm_vcpu_state;
 struct kvm_vm_state;

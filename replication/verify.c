@@ -20,7 +20,7 @@ int repl_verify_pack(struct proto_buf *b, const struct proto_verify *d)
 
 	if (!n)
 		return -EINVAL;
-	return repl_section_pack(b, "verify", buf, n);
+	return repl_section_pack(b, PROTO_SECTION_VERIFY, buf, n);
 }
 
 bool repl_verify_standby(struct machine *m, const struct proto_verify *want, uint64_t epoch)
