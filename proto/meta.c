@@ -151,8 +151,3 @@ void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTE
 {
 	put_le(out, digest, PROTO_META_U64_BYTES);
 }
-
-int proto_config_digest_decode(const void *data, size_t len, uint64_t *digest)
-{
-	return get_le(data, len, PROTO_META_U64_BYTES, digest);
-}

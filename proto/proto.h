@@ -380,8 +380,8 @@ int proto_verify_decode(const void *data, size_t len, struct proto_verify *d) US
 uint32_t proto_digest_page(uint32_t crc, uint64_t gfn, const void *page);
 void proto_digest_encode(uint32_t crc, uint8_t out[PROTO_META_U32_BYTES]);
 int proto_digest_decode(const void *data, size_t len, uint32_t *crc) US_MUST_CHECK;
-/* Hello.config_digest: the machine configuration digest as bytes. */
+/* Hello.config_digest: the machine configuration digest as bytes (readers
+ * use Hello.config_digest64). */
 void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTES]);
-int proto_config_digest_decode(const void *data, size_t len, uint64_t *digest) US_MUST_CHECK;
 
 #endif
