@@ -184,37 +184,16 @@ int ckpt_file_apply_chain(struct machine *m, struct ckpt *c, uint64_t base_id, c
  * the standby after applying that epoch). Read from KVM, not from a
  * checkpoint. Time that runs on (guest TSC, kvmclock) is compared by order:
  * the second reading must not be earlier. digest.c lists what is left out. */
-enum { CKPT_DIGEST_REGS, CKPT_DIGEST_SREGS, CKPT_DIGEST_XSAVE, CKPT_DIGEST_XCRS,
-       CKPT_DIGEST_MSRS, CKPT_DIGEST_LAPIC, CKPT_DIGEST_EVENTS, CKPT_DIGEST_MP_STATE,
-       CKPT_DIGEST_DEBUGREGS, CKPT_DIGEST_VCPU_PARTS };
-enum { CKPT_DIGEST_PIC_MASTER, CKPT_DIGEST_PIC_SLAVE, CKPT_DIGEST_IOAPIC, CKPT_DIGEST_PIT,
-       CKPT_DIGEST_UART, CKPT_DIGEST_VM_PARTS };
-#define CKPT_DIGEST_MAX_BYTES (40 + KVM_MAX_VCPUS * (CKPT_DIGEST_VCPU_PARTS * 4 + 8))
+struct proto_verify;       /* proto/proto.h: the digest and its wire form */
+struct proto_verify_vcpu;
 
-struct ckpt_digest_vcpu {
-	uint32_t part[CKPT_DIGEST_VCPU_PARTS];   /* crc32c of each part */
-	uint64_t tsc;                            /* IA32_TSC */
-};
-
-struct ckpt_digest {
-	uint32_t ncpus;
-	uint32_t mem;                            /* crc32c of all guest RAM */
-	uint32_t vm[CKPT_DIGEST_VM_PARTS];
-	uint64_t clock_ns;                       /* kvmclock */
-	struct ckpt_digest_vcpu vcpu[KVM_MAX_VCPUS];
-};
-
-void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct ckpt_digest_vcpu *d);
-void ckpt_digest_vm(const struct machine_state *ms, struct ckpt_digest *d);
+void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct proto_verify_vcpu *d);
+void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d);
 /* On a paused machine: RAM and every piece of state, read from KVM. */
-int ckpt_digest_machine(struct machine *m, struct ckpt_digest *d) US_MUST_CHECK;
+int ckpt_digest_machine(struct machine *m, struct proto_verify *d) US_MUST_CHECK;
 /* Writes the names of the parts where got is not want ("vcpu0.lapic pit")
  * into buf; returns how many differ. */
-int ckpt_digest_diff(const struct ckpt_digest *want, const struct ckpt_digest *got, char *buf,
+int ckpt_digest_diff(const struct proto_verify *want, const struct proto_verify *got, char *buf,
 		     size_t len);
-/* Little-endian form for the wire; encode returns the bytes written (0 if
- * len is too small), decode 0 or -EBADMSG. */
-size_t ckpt_digest_encode(const struct ckpt_digest *d, uint8_t *out, size_t len);
-int ckpt_digest_decode(const uint8_t *in, size_t len, struct ckpt_digest *d) US_MUST_CHECK;
 
 #endif

@@ -16,8 +16,7 @@
  *   - LAPIC timer current count (TMCCT, 0x390): computed from the time left
  *     at the reading;
  *   - PIT count_load_time: a host ktime stamp, re-stamped by KVM_SET_PIT2.
- * The byte layout of the "verify" section (ckpt_digest_encode) is explicit
- * little-endian. */
+ * The digest travels as the "verify" section; proto/meta.c lays it out. */
 #include "checkpoint/checkpoint.h"
 #include "proto/proto.h"
 
@@ -29,10 +28,10 @@
 #define MSR_IA32_TSC 0x10u
 #define APIC_TMCCT 0x390u
 
-static const char *const vcpu_part_names[CKPT_DIGEST_VCPU_PARTS] = {
+static const char *const vcpu_part_names[PROTO_VERIFY_VCPU_PARTS] = {
 	"regs", "sregs", "xsave", "xcrs", "msrs", "lapic", "events", "mp_state", "debugregs",
 };
-static const char *const vm_part_names[CKPT_DIGEST_VM_PARTS] = {
+static const char *const vm_part_names[PROTO_VERIFY_VM_PARTS] = {
 	"pic-master", "pic-slave", "ioapic", "pit", "uart",
 };
 
@@ -134,17 +133,17 @@ static uint32_t digest_debugregs(const struct kvm_debugregs *d)
 	return MIX(c, d->flags);
 }
 
-void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct ckpt_digest_vcpu *d)
+void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct proto_verify_vcpu *d)
 {
 	uint32_t c = 0, n = v->nmsrs < KVM_MAX_MSRS ? v->nmsrs : KVM_MAX_MSRS;
 	uint32_t xs = v->xsave_size < KVM_XSAVE_MAX ? v->xsave_size : KVM_XSAVE_MAX;
 
 	memset(d, 0, sizeof(*d));
-	d->part[CKPT_DIGEST_REGS] = proto_crc32c(0, &v->regs, sizeof(v->regs));  /* all u64 */
-	d->part[CKPT_DIGEST_SREGS] = digest_sregs(&v->sregs);
+	d->part[PROTO_VERIFY_REGS] = proto_crc32c(0, &v->regs, sizeof(v->regs));  /* all u64 */
+	d->part[PROTO_VERIFY_SREGS] = digest_sregs(&v->sregs);
 	MIX(c, v->xsave_size);
-	d->part[CKPT_DIGEST_XSAVE] = proto_crc32c(c, v->xsave, xs);
-	d->part[CKPT_DIGEST_XCRS] = digest_xcrs(&v->xcrs);
+	d->part[PROTO_VERIFY_XSAVE] = proto_crc32c(c, v->xsave, xs);
+	d->part[PROTO_VERIFY_XCRS] = digest_xcrs(&v->xcrs);
 	c = 0;
 	MIX(c, v->nmsrs);
 	for (uint32_t i = 0; i < n; i++) {
@@ -154,15 +153,15 @@ void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct ckpt_digest_vcpu *d
 		else
 			MIX(c, v->msrs[i].data);
 	}
-	d->part[CKPT_DIGEST_MSRS] = c;
+	d->part[PROTO_VERIFY_MSRS] = c;
 	/* The register page, without the timer's current count. */
 	c = proto_crc32c(0, v->lapic.regs, APIC_TMCCT);
-	d->part[CKPT_DIGEST_LAPIC] = proto_crc32c(c, v->lapic.regs + APIC_TMCCT + 4,
+	d->part[PROTO_VERIFY_LAPIC] = proto_crc32c(c, v->lapic.regs + APIC_TMCCT + 4,
 						  sizeof(v->lapic.regs) - APIC_TMCCT - 4);
-	d->part[CKPT_DIGEST_EVENTS] = digest_events(&v->events);
-	d->part[CKPT_DIGEST_MP_STATE] = proto_crc32c(0, &v->mp_state.mp_state,
+	d->part[PROTO_VERIFY_EVENTS] = digest_events(&v->events);
+	d->part[PROTO_VERIFY_MP_STATE] = proto_crc32c(0, &v->mp_state.mp_state,
 						     sizeof(v->mp_state.mp_state));
-	d->part[CKPT_DIGEST_DEBUGREGS] = digest_debugregs(&v->debugregs);
+	d->part[PROTO_VERIFY_DEBUGREGS] = digest_debugregs(&v->debugregs);
 }
 
 static uint32_t digest_pic(const struct kvm_pic_state *p)
@@ -247,17 +246,17 @@ static uint32_t digest_uart(const struct uart_state *u)
 	return c;
 }
 
-void ckpt_digest_vm(const struct machine_state *ms, struct ckpt_digest *d)
+void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d)
 {
-	d->vm[CKPT_DIGEST_PIC_MASTER] = digest_pic(&ms->vm.pic_master.chip.pic);
-	d->vm[CKPT_DIGEST_PIC_SLAVE] = digest_pic(&ms->vm.pic_slave.chip.pic);
-	d->vm[CKPT_DIGEST_IOAPIC] = digest_ioapic(&ms->vm.ioapic.chip.ioapic);
-	d->vm[CKPT_DIGEST_PIT] = digest_pit(&ms->vm.pit);
-	d->vm[CKPT_DIGEST_UART] = digest_uart(&ms->uart);
+	d->vm[PROTO_VERIFY_PIC_MASTER] = digest_pic(&ms->vm.pic_master.chip.pic);
+	d->vm[PROTO_VERIFY_PIC_SLAVE] = digest_pic(&ms->vm.pic_slave.chip.pic);
+	d->vm[PROTO_VERIFY_IOAPIC] = digest_ioapic(&ms->vm.ioapic.chip.ioapic);
+	d->vm[PROTO_VERIFY_PIT] = digest_pit(&ms->vm.pit);
+	d->vm[PROTO_VERIFY_UART] = digest_uart(&ms->uart);
 	d->clock_ns = ms->vm.clock.clock;         /* runs on: order only */
 }
 
-int ckpt_digest_machine(struct machine *m, struct ckpt_digest *d)
+int ckpt_digest_machine(struct machine *m, struct proto_verify *d)
 {
 	struct kvm_vcpu_state *v = malloc(sizeof(*v));
 	struct machine_state *ms = malloc(sizeof(*ms));
@@ -283,7 +282,7 @@ out:
 	return r;
 }
 
-int ckpt_digest_diff(const struct ckpt_digest *want, const struct ckpt_digest *got, char *buf,
+int ckpt_digest_diff(const struct proto_verify *want, const struct proto_verify *got, char *buf,
 		     size_t len)
 {
 	int n = 0;
@@ -302,7 +301,7 @@ int ckpt_digest_diff(const struct ckpt_digest *want, const struct ckpt_digest *g
 	}
 	if (want->mem != got->mem)
 		NOTE("memory");
-	for (int k = 0; k < CKPT_DIGEST_VM_PARTS; k++)
+	for (int k = 0; k < PROTO_VERIFY_VM_PARTS; k++)
 		if (want->vm[k] != got->vm[k])
 			NOTE(vm_part_names[k]);
 	if (got->clock_ns < want->clock_ns)
@@ -310,7 +309,7 @@ int ckpt_digest_diff(const struct ckpt_digest *want, const struct ckpt_digest *g
 	for (uint32_t i = 0; i < want->ncpus && i < KVM_MAX_VCPUS; i++) {
 		char name[48];
 
-		for (int k = 0; k < CKPT_DIGEST_VCPU_PARTS; k++)
+		for (int k = 0; k < PROTO_VERIFY_VCPU_PARTS; k++)
 			if (want->vcpu[i].part[k] != got->vcpu[i].part[k]) {
 				snprintf(name, sizeof(name), "vcpu%u.%s", i, vcpu_part_names[k]);
 				NOTE(name);
@@ -322,86 +321,4 @@ int ckpt_digest_diff(const struct ckpt_digest *want, const struct ckpt_digest *g
 	}
 #undef NOTE
 	return n;
-}
-
-/* ---- the "verify" section: little-endian words ------------------------------ */
-
-static uint8_t *put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		*p++ = (uint8_t)(v >> (8 * i));
-	return p;
-}
-
-static uint8_t *put64(uint8_t *p, uint64_t v)
-{
-	return put32(put32(p, (uint32_t)v), (uint32_t)(v >> 32));
-}
-
-static const uint8_t *get32(const uint8_t *p, uint32_t *v)
-{
-	*v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-	return p + 4;
-}
-
-static const uint8_t *get64(const uint8_t *p, uint64_t *v)
-{
-	uint32_t lo, hi;
-
-	p = get32(get32(p, &lo), &hi);
-	*v = (uint64_t)hi << 32 | lo;
-	return p;
-}
-
-/* version, ncpus, mem, vm parts, clock, then per vCPU: parts, tsc */
-#define DIGEST_VERSION 1u
-#define VCPU_BYTES (CKPT_DIGEST_VCPU_PARTS * 4 + 8)
-#define HEAD_BYTES (12 + CKPT_DIGEST_VM_PARTS * 4 + 8)
-_Static_assert(HEAD_BYTES + KVM_MAX_VCPUS * VCPU_BYTES == CKPT_DIGEST_MAX_BYTES,
-	       "CKPT_DIGEST_MAX_BYTES in checkpoint.h follows the layout here");
-
-size_t ckpt_digest_encode(const struct ckpt_digest *d, uint8_t *out, size_t len)
-{
-	size_t need = HEAD_BYTES + d->ncpus * VCPU_BYTES;
-	uint8_t *p = out;
-
-	if (d->ncpus > KVM_MAX_VCPUS || len < need)
-		return 0;
-	p = put32(p, DIGEST_VERSION);
-	p = put32(p, d->ncpus);
-	p = put32(p, d->mem);
-	for (int k = 0; k < CKPT_DIGEST_VM_PARTS; k++)
-		p = put32(p, d->vm[k]);
-	p = put64(p, d->clock_ns);
-	for (uint32_t i = 0; i < d->ncpus; i++) {
-		for (int k = 0; k < CKPT_DIGEST_VCPU_PARTS; k++)
-			p = put32(p, d->vcpu[i].part[k]);
-		p = put64(p, d->vcpu[i].tsc);
-	}
-	return need;
-}
-
-int ckpt_digest_decode(const uint8_t *in, size_t len, struct ckpt_digest *d)
-{
-	const uint8_t *p = in;
-	uint32_t version;
-
-	memset(d, 0, sizeof(*d));
-	if (len < HEAD_BYTES)
-		return -EBADMSG;
-	p = get32(p, &version);
-	p = get32(p, &d->ncpus);
-	if (version != DIGEST_VERSION || d->ncpus < 1 || d->ncpus > KVM_MAX_VCPUS ||
-	    len != HEAD_BYTES + d->ncpus * VCPU_BYTES)
-		return -EBADMSG;
-	p = get32(p, &d->mem);
-	for (int k = 0; k < CKPT_DIGEST_VM_PARTS; k++)
-		p = get32(p, &d->vm[k]);
-	p = get64(p, &d->clock_ns);
-	for (uint32_t i = 0; i < d->ncpus; i++) {
-		for (int k = 0; k < CKPT_DIGEST_VCPU_PARTS; k++)
-			p = get32(p, &d->vcpu[i].part[k]);
-		p = get64(p, &d->vcpu[i].tsc);
-	}
-	return 0;
 }

@@ -25,6 +25,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "kmod/kmod.h"
 #include "kmod/log.h"
 #include "proto/understudy.pb-c.h"
 
@@ -225,6 +226,9 @@ const char *proto_strerror(int err);
 /* Names of the Section messages of the replication stream (Section.name). */
 #define PROTO_SECTION_MACHINE_CONFIG "machine-config" /* a packed MachineConfig */
 #define PROTO_SECTION_STATE          "state"          /* a state blob, as above */
+#define PROTO_SECTION_RELEASED       "released"       /* proto_released_encode() */
+#define PROTO_SECTION_VERIFY         "verify"         /* proto_verify_encode() */
+#define PROTO_SECTION_CONSOLE        "console"        /* guest output bytes, as is */
 
 struct kvm_vcpu_state;
 struct kvm_vm_state;
@@ -340,16 +344,44 @@ int proto_pages_decode(const void *payload, size_t len, uint64_t max_gfn,
 /* "released" section: total guest output bytes the primary has released. */
 void proto_released_encode(uint64_t released, uint8_t out[PROTO_META_U64_BYTES]);
 int proto_released_decode(const void *data, size_t len, uint64_t *released) US_MUST_CHECK;
-/* "verify" section (test mode): crc32c of all guest RAM at the pause. */
-void proto_verify_encode(uint32_t crc, uint8_t out[PROTO_META_U32_BYTES]);
-int proto_verify_decode(const void *data, size_t len, uint32_t *crc) US_MUST_CHECK;
+/* "verify" section (test mode): a digest of a machine's complete state, part
+ * by part, each part a crc32c (checkpoint/digest.c computes them from KVM).
+ * Time that runs on (guest TSC, kvmclock) travels as the reading itself.
+ *   u32 version (PROTO_VERIFY_VERSION) | u32 ncpus (1 .. KVM_MAX_VCPUS) |
+ *   u32 mem | u32 vm[PROTO_VERIFY_VM_PARTS] | u64 clock_ns |
+ *   ncpus x { u32 part[PROTO_VERIFY_VCPU_PARTS] | u64 tsc } */
+enum { PROTO_VERIFY_REGS, PROTO_VERIFY_SREGS, PROTO_VERIFY_XSAVE, PROTO_VERIFY_XCRS,
+       PROTO_VERIFY_MSRS, PROTO_VERIFY_LAPIC, PROTO_VERIFY_EVENTS, PROTO_VERIFY_MP_STATE,
+       PROTO_VERIFY_DEBUGREGS, PROTO_VERIFY_VCPU_PARTS };
+enum { PROTO_VERIFY_PIC_MASTER, PROTO_VERIFY_PIC_SLAVE, PROTO_VERIFY_IOAPIC, PROTO_VERIFY_PIT,
+       PROTO_VERIFY_UART, PROTO_VERIFY_VM_PARTS };
+#define PROTO_VERIFY_VERSION   1u
+#define PROTO_VERIFY_MAX_BYTES (40 + KVM_MAX_VCPUS * (PROTO_VERIFY_VCPU_PARTS * 4 + 8))
+
+struct proto_verify_vcpu {
+	uint32_t part[PROTO_VERIFY_VCPU_PARTS];  /* crc32c of each part */
+	uint64_t tsc;                            /* IA32_TSC */
+};
+
+struct proto_verify {
+	uint32_t ncpus;
+	uint32_t mem;                            /* crc32c of all guest RAM */
+	uint32_t vm[PROTO_VERIFY_VM_PARTS];
+	uint64_t clock_ns;                       /* kvmclock */
+	struct proto_verify_vcpu vcpu[KVM_MAX_VCPUS];
+};
+
+/* encode returns the bytes written (0 if len is too small or ncpus too
+ * large); decode checks version, ncpus and that len is exactly the size. */
+size_t proto_verify_encode(const struct proto_verify *d, uint8_t *out, size_t len);
+int proto_verify_decode(const void *data, size_t len, struct proto_verify *d) US_MUST_CHECK;
 /* EpochEnd.digest: crc32c over every page of the epoch, each as its gfn
  * (u64 little-endian) followed by its 4096 bytes; start with crc 0. */
 uint32_t proto_digest_page(uint32_t crc, uint64_t gfn, const void *page);
 void proto_digest_encode(uint32_t crc, uint8_t out[PROTO_META_U32_BYTES]);
 int proto_digest_decode(const void *data, size_t len, uint32_t *crc) US_MUST_CHECK;
-/* Hello.config_digest: the machine configuration digest as bytes. */
+/* Hello.config_digest: the machine configuration digest as bytes (readers
+ * use Hello.config_digest64). */
 void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTES]);
-int proto_config_digest_decode(const void *data, size_t len, uint64_t *digest) US_MUST_CHECK;
 
 #endif

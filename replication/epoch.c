@@ -155,7 +155,7 @@ static int pack_output(struct repl_epochs *q, struct repl_epoch *e)
 	for (size_t off = 0; r == 0 && (off < out.len || off == 0); off += CONSOLE_SECTION_MAX) {
 		size_t n = out.len - off < CONSOLE_SECTION_MAX ? out.len - off : CONSOLE_SECTION_MAX;
 
-		r = repl_section_pack(&e->buf, "console", out.data + off, n);
+		r = repl_section_pack(&e->buf, PROTO_SECTION_CONSOLE, out.data + off, n);
 		if (out.len == 0)
 			break;
 	}
@@ -200,9 +200,9 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	proto_released_encode(q->vm->released, released);
 	if ((r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0 ||
 	    (r = pack_output(q, e)) < 0 ||
-	    (r = repl_section_pack(&e->buf, "released", released, sizeof(released))) < 0 ||
+	    (r = repl_section_pack(&e->buf, PROTO_SECTION_RELEASED, released, sizeof(released))) < 0 ||
 	    (r = pack_pages(q, e, &crc)) < 0 ||
-	    (r = repl_section_pack(&e->buf, "state", q->cap.state, q->cap.state_len)) < 0)
+	    (r = repl_section_pack(&e->buf, PROTO_SECTION_STATE, q->cap.state, q->cap.state_len)) < 0)
 		return r;
 	if (q->verify && (r = repl_verify_pack(&e->buf, &q->verify_digest)) < 0)
 		return r;

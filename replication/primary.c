@@ -295,7 +295,7 @@ static void on_connected(struct net_conn *c, void *ctx)
 	p->state = P_HELLO;
 	p->link.last_rx_ns = now_ns();
 	if (n < 0 || (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg)) < 0 ||
-	    (r = repl_link_send_section(&p->link, "machine-config", cfgtext, (size_t)n)) < 0)
+	    (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0)
 		fault(p, repl_fault_send(r), r, "cannot send hello");
 }
 

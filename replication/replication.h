@@ -185,7 +185,7 @@ struct repl_epochs {
 	uint64_t acked;
 	uint64_t out_mark_prev;    /* output up to here went in an earlier epoch */
 	bool verify;               /* test mode: digest of RAM and state in every epoch */
-	struct ckpt_digest verify_digest;   /* ...taken at the pause */
+	struct proto_verify verify_digest;  /* ...taken at the pause */
 	struct repl_stats st;
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
 	uint64_t worst_pages;
@@ -254,8 +254,8 @@ struct repl_staging {
 	struct ckpt stage;
 	uint32_t crc;
 	bool has_state, has_verify;
-	struct ckpt_digest verify_want;  /* the primary's digest of the epoch in flight */
-	struct ckpt_digest verify_last;  /* ...of the last applied epoch */
+	struct proto_verify verify_want; /* the primary's digest of the epoch in flight */
+	struct proto_verify verify_last; /* ...of the last applied epoch */
 	uint64_t verify_ok, verify_failed;
 	struct proto_buf out;            /* console output of the epoch in flight */
 	uint64_t released;               /* the primary's release mark in that epoch */
@@ -280,10 +280,10 @@ int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee,
 
 /* ---- test mode: the standby equals the primary (verify.c) --------------- */
 /* Appends the "verify" section holding d to b. */
-int repl_verify_pack(struct proto_buf *b, const struct ckpt_digest *d) US_MUST_CHECK;
+int repl_verify_pack(struct proto_buf *b, const struct proto_verify *d) US_MUST_CHECK;
 /* After applying epoch: reads m back from KVM and compares it with the
  * primary's digest; logs "VERIFY FAILED" and the parts that differ. */
-bool repl_verify_standby(struct machine *m, const struct ckpt_digest *want, uint64_t epoch);
+bool repl_verify_standby(struct machine *m, const struct proto_verify *want, uint64_t epoch);
 
 /* ---- test hook: output-commit events (events.c) ------------------------ */
 /* With UNDERSTUDY_EVENT_LOG=FILE: appends "<CLOCK_MONOTONIC ns> <text>". */

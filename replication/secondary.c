@@ -181,8 +181,8 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	char err[256];
 	int r;
 
-	if (strcmp(sec->name, "machine-config") || repl_config_decode(sec->data.data, sec->data.len,
-								     &s->cfg) < 0) {
+	if (strcmp(sec->name, PROTO_SECTION_MACHINE_CONFIG) ||
+	    repl_config_decode(sec->data.data, sec->data.len, &s->cfg) < 0) {
 		log_error(TAG, "refusing primary: bad machine configuration section");
 		return -EBADMSG;
 	}

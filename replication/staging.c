@@ -70,21 +70,21 @@ int repl_staging_section(struct repl_staging *g, const Understudy__Section *sec)
 {
 	if (!g->in_epoch)
 		return -EPROTO;
-	if (!strcmp(sec->name, "console")) {
+	if (!strcmp(sec->name, PROTO_SECTION_CONSOLE)) {
 		if (g->out.len + sec->data.len > HELD_OUTPUT_MAX)
 			return -EMSGSIZE;
 		return proto_buf_append(&g->out, sec->data.data, sec->data.len);
 	}
-	if (!strcmp(sec->name, "released"))
+	if (!strcmp(sec->name, PROTO_SECTION_RELEASED))
 		return proto_released_decode(sec->data.data, sec->data.len, &g->released);
-	if (!strcmp(sec->name, "verify")) {
+	if (!strcmp(sec->name, PROTO_SECTION_VERIFY)) {
 		g->has_verify = true;
-		if (ckpt_digest_decode(sec->data.data, sec->data.len, &g->verify_want) < 0 ||
+		if (proto_verify_decode(sec->data.data, sec->data.len, &g->verify_want) < 0 ||
 		    g->verify_want.ncpus != (uint32_t)g->vm->m->ncpus)
 			return -EBADMSG;
 		return 0;
 	}
-	if (!strcmp(sec->name, "state")) {
+	if (!strcmp(sec->name, PROTO_SECTION_STATE)) {
 		g->has_state = true;
 		return ckpt_set_state(&g->stage, sec->data.data, sec->data.len);
 	}

@@ -13,19 +13,19 @@
 
 #define TAG "verify"
 
-int repl_verify_pack(struct proto_buf *b, const struct ckpt_digest *d)
+int repl_verify_pack(struct proto_buf *b, const struct proto_verify *d)
 {
-	uint8_t buf[CKPT_DIGEST_MAX_BYTES];
-	size_t n = ckpt_digest_encode(d, buf, sizeof(buf));
+	uint8_t buf[PROTO_VERIFY_MAX_BYTES];
+	size_t n = proto_verify_encode(d, buf, sizeof(buf));
 
 	if (!n)
 		return -EINVAL;
-	return repl_section_pack(b, "verify", buf, n);
+	return repl_section_pack(b, PROTO_SECTION_VERIFY, buf, n);
 }
 
-bool repl_verify_standby(struct machine *m, const struct ckpt_digest *want, uint64_t epoch)
+bool repl_verify_standby(struct machine *m, const struct proto_verify *want, uint64_t epoch)
 {
-	struct ckpt_digest got;
+	struct proto_verify got;
 	char diff[512];
 	int r, n;
 

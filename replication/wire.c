@@ -180,12 +180,14 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct mac
 {
 	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
 	uint64_t digest = machine_config_digest(cfg);
+	uint8_t digest_le[PROTO_META_U64_BYTES];
 
+	proto_config_digest_encode(digest, digest_le);
 	h.protocol_version = PROTO_VERSION;
 	h.role = role;
 	h.config_digest64 = digest;
-	h.config_digest.data = (uint8_t *)&digest;
-	h.config_digest.len = sizeof(digest);
+	h.config_digest.data = digest_le;
+	h.config_digest.len = sizeof(digest_le);
 	h.capabilities = PROTO_CAPS_REQUIRED;
 	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
 }

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "checkpoint/checkpoint.h"
+#include "proto/proto.h"
 #include "tests/harness.h"
 
 #define MSR_IA32_TSC 0x10u
@@ -67,7 +68,7 @@ static void roundtrip_equal(void **state)
 	(void)state;
 	for (int t = 0; t < trials; t++) {
 		struct th_vm src, dst;
-		struct ckpt_digest da, db;
+		struct proto_verify da, db;
 		struct ckpt c;
 		char diff[512];
 		int n;
@@ -120,7 +121,7 @@ static void names_the_part(void **state)
 {
 	struct th_vm vm;
 	struct side *s = malloc(sizeof(*s)), *x = malloc(sizeof(*x));
-	struct ckpt_digest base, d;
+	struct proto_verify base, d;
 	char diff[512];
 	const char *want[] = {
 		"vcpu1.regs", "vcpu1.sregs", "vcpu1.xsave", "vcpu1.xcrs", "vcpu1.msrs",
@@ -206,7 +207,7 @@ static void missing_state_caught(void **state)
 	const char *what[] = { "vcpu1.lapic", "vcpu0.msrs" };
 	struct th_vm src, f;
 	struct ckpt c;
-	struct ckpt_digest da, db;
+	struct proto_verify da, db;
 
 	(void)state;
 	assert_int_equal(th_vm_new(&f, "stress", 16 << 20, 2, false), 0);
@@ -255,8 +256,8 @@ static void missing_state_caught(void **state)
 
 static void wire_form(void **state)
 {
-	struct ckpt_digest d, e;
-	uint8_t buf[CKPT_DIGEST_MAX_BYTES];
+	struct proto_verify d, e;
+	uint8_t buf[PROTO_VERIFY_MAX_BYTES];
 	size_t n;
 
 	(void)state;
@@ -264,23 +265,23 @@ static void wire_form(void **state)
 	d.ncpus = 3;
 	d.mem = 0x11223344;
 	d.clock_ns = 0x0102030405060708ull;
-	for (int k = 0; k < CKPT_DIGEST_VM_PARTS; k++)
+	for (int k = 0; k < PROTO_VERIFY_VM_PARTS; k++)
 		d.vm[k] = 0xa0000000u + (uint32_t)k;
 	for (int i = 0; i < 3; i++) {
-		for (int k = 0; k < CKPT_DIGEST_VCPU_PARTS; k++)
+		for (int k = 0; k < PROTO_VERIFY_VCPU_PARTS; k++)
 			d.vcpu[i].part[k] = (uint32_t)(i * 100 + k);
 		d.vcpu[i].tsc = 0xfedcba9876543210ull + (uint64_t)i;
 	}
-	n = ckpt_digest_encode(&d, buf, sizeof(buf));
+	n = proto_verify_encode(&d, buf, sizeof(buf));
 	assert_true(n > 0);
 	assert_int_equal(buf[8], 0x44);   /* mem, little-endian */
-	assert_int_equal(ckpt_digest_decode(buf, n, &e), 0);
+	assert_int_equal(proto_verify_decode(buf, n, &e), 0);
 	assert_memory_equal(&d, &e, sizeof(d));
-	assert_int_equal(ckpt_digest_decode(buf, n - 1, &e), -EBADMSG);
-	assert_int_equal(ckpt_digest_decode(buf, 4, &e), -EBADMSG);
+	assert_int_equal(proto_verify_decode(buf, n - 1, &e), -EBADMSG);
+	assert_int_equal(proto_verify_decode(buf, 4, &e), -EBADMSG);
 	buf[4] = 9;                      /* ncpus beyond the bytes */
-	assert_int_equal(ckpt_digest_decode(buf, n, &e), -EBADMSG);
-	assert_int_equal(ckpt_digest_encode(&d, buf, 8), 0);
+	assert_int_equal(proto_verify_decode(buf, n, &e), -EBADMSG);
+	assert_int_equal(proto_verify_encode(&d, buf, 8), 0);
 }
 
 int main(void)
