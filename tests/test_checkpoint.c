@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -186,6 +187,7 @@ static void counter_restore(void **state)
 	struct machine_config cfg = config("counter", "area_mb=4", 16, 1);
 	const char *reqs[COUNTER_REQS];
 	struct saved saved[COUNTER_CKPTS];
+	size_t at[COUNTER_CKPTS];
 	int nsaved = 0;
 	struct vmh *a;
 
@@ -193,11 +195,17 @@ static void counter_restore(void **state)
 	srand(seed);
 	for (int i = 0; i < COUNTER_REQS; i++)
 		reqs[i] = rand() % 4 ? "incr\n" : "get\n";
+	/* One checkpoint in each quarter of the conversation, never after the
+	 * last request: every trial takes all of them and every restore has
+	 * requests left to answer. */
+	for (int k = 0; k < COUNTER_CKPTS; k++)
+		at[k] = (size_t)k * ((COUNTER_REQS - 1) / COUNTER_CKPTS) +
+			(size_t)rand() % ((COUNTER_REQS - 1) / COUNTER_CKPTS);
 	a = vmh_new(&cfg, true);
 	machine_resume(a->m);
 	for (int i = 0; i < COUNTER_REQS; i++) {
 		vmh_send(a, reqs[i]);
-		if (nsaved < COUNTER_CKPTS && rand() % (COUNTER_REQS / COUNTER_CKPTS) == 0) {
+		if (nsaved < COUNTER_CKPTS && (size_t)i == at[nsaved]) {
 			struct saved *s = &saved[nsaved++];
 
 			/* Anywhere: before, during or after the request's work. */
@@ -212,10 +220,15 @@ static void counter_restore(void **state)
 		}
 		assert_true(vmh_wait_lines(a, (size_t)i + 1, 10000));
 	}
-	printf("counter_restore: %d checkpoints, reference output %zu bytes\n", nsaved, a->len);
+	printf("counter_restore: %d checkpoints after requests %zu %zu %zu %zu, reference output "
+	       "%zu bytes\n", nsaved, at[0] + 1, at[1] + 1, at[2] + 1, at[3] + 1, a->len);
+	assert_int_equal(nsaved, COUNTER_CKPTS);
 	for (int k = 0; k < nsaved; k++) {
 		struct vmh *b = vmh_new(&cfg, false);
 		size_t want = a->len - saved[k].out_mark;
+
+		assert_true(saved[k].next_req < COUNTER_REQS);   /* requests left ... */
+		assert_true(want > 0);                           /* ... and output to check */
 
 		for (int j = 0; j <= k; j++)
 			assert_int_equal(ckpt_apply(b->m, &saved[j].c), 0);
@@ -499,7 +512,7 @@ static void files(void **state)
 	struct ckpt c, r;
 	struct vmh *a, *b;
 	struct stat st;
-	char cmd[600], mnt[64];
+	char cmd[600];
 
 	(void)state;
 	assert_non_null(mkdtemp(dir));
@@ -553,33 +566,82 @@ static void files(void **state)
 	assert_int_equal(system(cmd), 0);
 	assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EBADMSG);
 
-	/* ENOSPC: a small tmpfs that holds one snapshot and not two */
-	snprintf(mnt, sizeof(mnt), "%s/small", dir);
-	mkdir(mnt, 0700);
-	if (mount("tmpfs", mnt, "tmpfs", 0, "size=20m") < 0) {
-		printf("SKIP files ENOSPC part: cannot mount tmpfs (%s)\n", strerror(errno));
-	} else {
-		char small[100], second[100];
-
-		snprintf(small, sizeof(small), "%s/snap", mnt);
-		snprintf(second, sizeof(second), "%s/snap2", mnt);
-		assert_int_equal(ckpt_file_write(small, &c, &cfg), 0);
-		assert_int_equal(ckpt_file_write(second, &c, &cfg), -ENOSPC);
-		assert_int_equal(ckpt_file_write(small, &c, &cfg), -ENOSPC);   /* replacing it too */
-		assert_int_equal(ckpt_file_read(small, &r, &rcfg), 0);       /* the old one intact */
-		assert_int_equal(stat(second, &st), -1);
-		unlink(small);
-		assert_int_equal(ckpt_file_write(second, &c, &cfg), 0);      /* with space: complete */
-		assert_int_equal(ckpt_file_read(second, &r, &rcfg), 0);
-		assert_memory_equal(r.pages, c.pages, c.npages * CKPT_PAGE_SIZE);
-		umount2(mnt, MNT_DETACH);
-	}
-	rmdir(mnt);
 	ckpt_fini(&c);
 	ckpt_fini(&r);
 	vmh_free(a);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	assert_int_equal(system(cmd), 0);
+}
+
+/* ENOSPC: a small tmpfs that holds one snapshot and not two. A failed write
+ * (new name or replacing the old file) leaves the old snapshot as it was,
+ * told apart from the new one by its contents; with space the new one is
+ * complete. The tmpfs is mounted in a private mount namespace of this thread
+ * (as root), so nothing outlives the test. */
+static void files_enospc(void **state)
+{
+	struct machine_config cfg = config("counter", "area_mb=1", 16, 1), rcfg;
+	char dir[] = "/tmp/ckpt-enospc-XXXXXX", small[100], second[100], cmd[200];
+	struct ckpt c, c2, r;
+	struct vmh *a;
+	struct stat st;
+
+	(void)state;
+	if (geteuid() != 0) {
+		printf("SKIP files_enospc: mounting a small tmpfs needs root (uid %u)\n", getuid());
+		skip();
+	}
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+		printf("SKIP files_enospc: no private mount namespace: %s\n", strerror(errno));
+		skip();
+	}
+	assert_non_null(mkdtemp(dir));
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=20m") < 0) {
+		printf("SKIP files_enospc: cannot mount a tmpfs: %s\n", strerror(errno));
+		rmdir(dir);
+		skip();
+	}
+	snprintf(small, sizeof(small), "%s/snap", dir);
+	snprintf(second, sizeof(second), "%s/snap2", dir);
+	a = vmh_new(&cfg, true);
+	machine_resume(a->m);
+	ckpt_init(&c);
+	ckpt_init(&c2);
+	ckpt_init(&r);
+	vmh_send(a, "incr\n");
+	assert_true(vmh_wait_lines(a, 1, 5000));
+	assert_int_equal(ckpt_take(a->m, &c, true), 0);
+	vmh_send(a, "incr\n");
+	assert_true(vmh_wait_lines(a, 2, 5000));
+	assert_int_equal(ckpt_take(a->m, &c2, true), 0);
+	/* two different checkpoints of the same size */
+	assert_int_equal(c.npages, c2.npages);
+	assert_true(memcmp(c.pages, c2.pages, c.npages * CKPT_PAGE_SIZE) != 0);
+
+	assert_int_equal(ckpt_file_write(small, &c, &cfg), 0);
+	assert_int_equal(ckpt_file_write(second, &c2, &cfg), -ENOSPC);
+	assert_int_equal(stat(second, &st), -1);                     /* nothing at the name */
+	assert_int_equal(ckpt_file_write(small, &c2, &cfg), -ENOSPC); /* replacing it neither */
+	assert_int_equal(ckpt_file_read(small, &r, &rcfg), 0);       /* the old one, intact */
+	assert_int_equal(r.npages, c.npages);
+	assert_memory_equal(r.pages, c.pages, c.npages * CKPT_PAGE_SIZE);
+	assert_memory_equal(r.state, c.state, c.state_len);
+	snprintf(cmd, sizeof(cmd), "test $(ls -A %s | wc -l) = 1", dir);
+	assert_int_equal(system(cmd), 0);                            /* no temporary left */
+	unlink(small);
+	assert_int_equal(ckpt_file_write(second, &c2, &cfg), 0);     /* with space: complete */
+	assert_int_equal(ckpt_file_read(second, &r, &rcfg), 0);
+	assert_int_equal(r.npages, c2.npages);
+	assert_memory_equal(r.pages, c2.pages, c2.npages * CKPT_PAGE_SIZE);
+	assert_memory_equal(r.state, c2.state, c2.state_len);
+	printf("files_enospc: 20 MiB tmpfs, snapshots of %zu pages: second write ENOSPC, old one "
+	       "intact by contents, new one complete once there is space\n", c.npages);
+	umount2(dir, MNT_DETACH);
+	rmdir(dir);
+	ckpt_fini(&c);
+	ckpt_fini(&c2);
+	ckpt_fini(&r);
+	vmh_free(a);
 }
 
 /* ---- stress: every piece of state matters ----------------------------------- */
@@ -733,6 +795,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(apply_rejects_bad),
 		cmocka_unit_test(files),
+		cmocka_unit_test(files_enospc),
 		cmocka_unit_test(counter_restore),
 		cmocka_unit_test(incremental_chain),
 		cmocka_unit_test(standby_no_lost_write),
@@ -743,7 +806,7 @@ int main(void)
 
 	if (access("/dev/kvm", R_OK | W_OK) != 0) {
 		printf("SKIP test_checkpoint: /dev/kvm not usable\n");
-		return 0;
+		return 77;
 	}
 	log_set_level(LOG_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
