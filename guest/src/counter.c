@@ -4,6 +4,9 @@
  *   incr  n += 1, then rewrite the working area from n; reply "<n> <digest>"
  *   get   reply "<n> <digest>" and change nothing
  *   halt  power off (no reply)
+ *   fault read a non-canonical address at CPL3: a real #GP (vector 13) that
+ *         the runtime's exception stub reports to the VMM (tests: a guest
+ *         fault is reported and stops the machine)
  * digest is a 64-bit hash of the working area (area_mb MiB, default 4), so a
  * lost page write changes it. Deterministic: the k-th incr replies the same
  * in every run. Extra vCPUs idle. */
@@ -71,6 +74,8 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 			reply(&c);
 		} else if (str_eq(line, "halt")) {
 			guest_power_off(0);
+		} else if (str_eq(line, "fault")) {
+			(void)*(volatile uint64_t *)0x8000000000000000ull;
 		} else if (line[0]) {
 			con_puts("error unknown request\n");
 		}
