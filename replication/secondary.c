@@ -394,6 +394,8 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 			return -EPROTO;
 		s->in_epoch = true;
 		s->cur = s->applied + 1;
+		log_debug(TAG, "epoch %llu: begins at %llu ns (monotonic)",
+			  (unsigned long long)s->cur, (unsigned long long)now_ns());
 		s->crc = 0;
 		s->stage_state = s->stage_verify = false;
 		s->stage_released = 0;
