@@ -52,8 +52,8 @@ done
 # 2. status reports on both sides, text and JSON.
 start_pair "" ""
 wait_log "$tmp/pri.log" "protected: secondary holds" 10 || fail "never protected"
-python3 tests/counter_client.py $pcon incr >/dev/null
-sleep 0.3
+# the reply leaves only after its epoch's ACK: acked > 0 by then, no wait needed
+python3 tests/counter_client.py $pcon incr >/dev/null || fail "client"
 j=$("$BIN" status --control "$tmp/pri.ctl" --json)
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["role"]=="primary" and d["acked"]>0 and d["epoch"]>=d["acked"], d' "$j" || fail "primary status: $j"
 j=$("$BIN" status --control "$tmp/sec.ctl" --json)
