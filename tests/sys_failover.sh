@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
 # The heart of the project: a client of the counter guest sees nothing lost
-# when the primary is killed (SIGKILL) or hangs (SIGSTOP) at random moments,
-# including during the initial sync and during checkpoint transfers; the
-# standby equals the primary at every acknowledged epoch (UNDERSTUDY_VERIFY).
+# when the primary is killed (SIGKILL) or hangs (SIGSTOP). Kill moments are
+# stratified over the protocol's phases (initial sync, mid-transfer of an
+# epoch, epoch arrived but not yet applied, idle between epochs) and the
+# secondary's log proves which phase each kill hit; every phase gets its
+# minimum number of trials (failover.py prints the table). The standby's
+# memory and vCPU registers are compared with the primary's at every
+# acknowledged epoch (UNDERSTUDY_VERIFY). Also over TLS and RDMA (tcp;ofi_rxm),
+# and with 16 requests in flight (several output lines per epoch).
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 seed=${UNDERSTUDY_SEED:-$(date +%s)}
-python3 tests/failover.py --trials "${FAILOVER_TRIALS:-50}" --seed "$seed" --signal KILL || fail "SIGKILL trials"
-python3 tests/failover.py --trials "${FAILOVER_STOP_TRIALS:-8}" --seed "$((seed + 1))" --signal STOP || fail "SIGSTOP trials"
-python3 tests/failover.py --trials "${FAILOVER_LINK_TRIALS:-5}" --seed "$((seed + 2))" --transport tls || fail "TLS trials"
-python3 tests/failover.py --trials "${FAILOVER_LINK_TRIALS:-5}" --seed "$((seed + 3))" --transport rdma || fail "RDMA (tcp;ofi_rxm) trials"
-ok "failover consistency held (seed $seed)"
+min=${FAILOVER_MIN_PER_PHASE:-4}
+fo() { python3 tests/failover.py --seed "$@"; }
+fo "$seed" --min-per-phase "$min" --max-seconds 150 --signal KILL || fail "SIGKILL trials"
+# A stopped primary's socket still drains what the kernel holds, so an epoch
+# is torn only when the stop catches it queued in the process: rare, counted,
+# not required.
+fo "$((seed + 1))" --min-per-phase 2 --max-seconds 70 --signal STOP --require sync,apply,idle ||
+	fail "SIGSTOP trials"
+fo "$((seed + 2))" --min-per-phase 1 --max-seconds 50 --transport tls || fail "TLS trials"
+fo "$((seed + 3))" --min-per-phase 1 --max-seconds 60 --transport rdma || fail "RDMA (tcp;ofi_rxm) trials"
+# 16 requests always in flight keep every epoch busy with incrs: no epoch is
+# ever idle and nearly every kill tears one; sync and transfer are required.
+fo "$((seed + 4))" --min-per-phase 1 --max-seconds 60 --pipeline 16 --require sync,transfer ||
+	fail "pipelined trials"
+ok "failover consistency held in every phase (seed $seed)"
