@@ -73,7 +73,7 @@ for t in tests/sys_*.sh; do
 	rc=$?
 	case $rc in
 	0)
-		pass=$((pass + 1)); grep -E '^(ok|PASS|result)' "$log_dir/$n.log" | tail -5 | sed 's/^/    /'
+		pass=$((pass + 1)); grep -E '^(ok|PASS|result)' "$log_dir/$n.log" | tail -8 | sed 's/^/    /'
 		while IFS= read -r line; do   # parts that could not run
 			skip=$((skip + 1)); skip_reasons+=("$n: $line")
 		done < <(grep -E '^SKIP' "$log_dir/$n.log")
