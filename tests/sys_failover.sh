@@ -21,7 +21,11 @@ fo "$seed" --min-per-phase "$min" --max-seconds 150 --signal KILL || fail "SIGKI
 fo "$((seed + 1))" --min-per-phase 2 --max-seconds 70 --signal STOP --require sync,apply,idle ||
 	fail "SIGSTOP trials"
 fo "$((seed + 2))" --min-per-phase 1 --max-seconds 50 --transport tls || fail "TLS trials"
-fo "$((seed + 3))" --min-per-phase 1 --max-seconds 60 --transport rdma || fail "RDMA (tcp;ofi_rxm) trials"
+# Over tcp;ofi_rxm an epoch the primary captured often waits in libfabric's
+# queues without its start reaching the secondary: the aim at a torn epoch
+# misses too often to require one (counted when hit).
+fo "$((seed + 3))" --min-per-phase 1 --max-seconds 60 --transport rdma --require sync,apply,idle ||
+	fail "RDMA (tcp;ofi_rxm) trials"
 # 16 requests always in flight keep every epoch busy with incrs: no epoch is
 # ever idle and nearly every kill tears one; sync and transfer are required.
 fo "$((seed + 4))" --min-per-phase 1 --max-seconds 60 --pipeline 16 --require sync,transfer ||
