@@ -28,6 +28,6 @@ fo "$((seed + 3))" --min-per-phase 1 --max-seconds 60 --transport rdma --require
 	fail "RDMA (tcp;ofi_rxm) trials"
 # 16 requests always in flight keep every epoch busy with incrs: no epoch is
 # ever idle and nearly every kill tears one; sync and transfer are required.
-fo "$((seed + 4))" --min-per-phase 1 --max-seconds 60 --pipeline 16 --require sync,transfer ||
+fo "$((seed + 4))" --min-per-phase 2 --trials 6 --max-seconds 60 --pipeline 16 --require sync,transfer ||
 	fail "pipelined trials"
 ok "failover consistency held in every phase (seed $seed)"
