@@ -57,6 +57,9 @@ int repl_staging_begin(struct repl_staging *g, uint64_t epoch)
 		return -EPROTO;
 	g->in_epoch = true;
 	g->cur = epoch;
+	/* The failover tests place their kills against this line. */
+	log_debug(TAG, "epoch %llu: begins at %llu ns (monotonic)", (unsigned long long)epoch,
+		  (unsigned long long)now_ns());
 	g->crc = 0;
 	g->has_state = g->has_verify = false;
 	g->released = 0;

@@ -4,12 +4,15 @@
 # - $BUILD/tests/test_*     cmocka unit and KVM tests (one binary per module)
 # - $BUILD/fuzz/*-replay     fuzz targets replaying their saved corpus
 # - tests/sys_*.sh           system tests: real processes; exit 0 pass, 77 skip
+# A skip is never silent: a whole test skips with exit 77 (cmocka: skip()),
+# a part of a test that cannot run prints a line "SKIP: <reason>" and is
+# counted as a skip besides the test's pass; every reason is listed at the end.
 # Exit status is non-zero when anything failed.
 set -u
 BUILD=${BUILD:-build}
 cd "$(dirname "$0")/.." || exit 1
 export UNDERSTUDY_BIN=$PWD/$BUILD/understudy
-pass=0 fail=0 skip=0 failed_names=()
+pass=0 fail=0 skip=0 failed_names=() skip_reasons=()
 log_dir=$BUILD/test-logs
 mkdir -p "$log_dir"
 
@@ -24,7 +27,11 @@ count_cmocka() {   # $1 name, $2 log, $3 exit status
 	pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0})); skip=$((skip + ${s:-0}))
 	[ "${f:-0}" -gt 0 ] && failed_names+=("$1")
 	grep -E '^\[  (FAILED|SKIPPED) \] [a-z_]' "$2" | sed 's/^/    /'
-	grep -E 'SKIP' "$2" | grep -v '^\[' | sed 's/^/    /'
+	# a skipped cmocka test prints its reason on a SKIP line before skip()
+	while IFS= read -r line; do skip_reasons+=("$1: $line"); done < <(grep -E 'SKIP' "$2" | grep -v '^\[')
+	if [ "${s:-0}" -gt 0 ] && ! grep -E 'SKIP' "$2" | grep -qv '^\['; then
+		skip_reasons+=("$1: $s test(s) skipped without a reason")
+	fi
 	if [ "$3" != 0 ] && [ "${f:-0}" = 0 ]; then
 		fail=$((fail + 1)); failed_names+=("$1 (exit $3)")
 	fi
@@ -37,6 +44,11 @@ for t in "$BUILD"/tests/test_*; do
 	echo "== $n"
 	CMOCKA_MESSAGE_OUTPUT=stdout timeout 900 "$t" >"$log_dir/$n.log" 2>&1
 	rc=$?
+	if [ "$rc" = 77 ]; then   # the whole binary cannot run here
+		skip=$((skip + 1))
+		skip_reasons+=("$n: $(grep -m1 SKIP "$log_dir/$n.log" || echo "exit 77 without a reason")")
+		continue
+	fi
 	count_cmocka "$n" "$log_dir/$n.log" "$rc"
 	[ "$rc" != 0 ] && tail -30 "$log_dir/$n.log" | sed 's/^/    | /'
 done
@@ -60,13 +72,25 @@ for t in tests/sys_*.sh; do
 	timeout 1500 bash "$t" >"$log_dir/$n.log" 2>&1
 	rc=$?
 	case $rc in
-	0) pass=$((pass + 1)); grep -E '^(ok|PASS|result)' "$log_dir/$n.log" | tail -5 | sed 's/^/    /' ;;
-	77) skip=$((skip + 1)); grep -m1 SKIP "$log_dir/$n.log" | sed 's/^/    /' ;;
+	0)
+		pass=$((pass + 1)); grep -E '^(ok|PASS|result)' "$log_dir/$n.log" | tail -8 | sed 's/^/    /'
+		while IFS= read -r line; do   # parts that could not run
+			skip=$((skip + 1)); skip_reasons+=("$n: $line")
+		done < <(grep -E '^SKIP' "$log_dir/$n.log")
+		;;
+	77)
+		skip=$((skip + 1))
+		skip_reasons+=("$n: $(grep -m1 SKIP "$log_dir/$n.log" || echo "exit 77 without a reason")")
+		;;
 	*) fail=$((fail + 1)); failed_names+=("$n (exit $rc)"); tail -40 "$log_dir/$n.log" | sed 's/^/    | /' ;;
 	esac
 	echo "    ($(( $(date +%s) - start )) s)"
 done
 
+if [ ${#skip_reasons[@]} -gt 0 ]; then
+	echo "skipped:"
+	printf '    %s\n' "${skip_reasons[@]}"
+fi
 if [ ${#failed_names[@]} -gt 0 ]; then
 	echo "failed: ${failed_names[*]}"
 fi

@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
 # The heart of the project: a client of the counter guest sees nothing lost
-# when the primary is killed (SIGKILL) or hangs (SIGSTOP) at random moments,
-# including during the initial sync and during checkpoint transfers.
-# Trials run twice: with UNDERSTUDY_VERIFY (the standby, read back from KVM
-# after every applied epoch, equals the primary's RAM and complete machine
-# state at that pause: checkpoint/digest.c), and without it, because verify
-# adds a full-RAM CRC and a state read to every pause and so runs with other
-# timing than production.
+# when the primary is killed (SIGKILL) or hangs (SIGSTOP). Kill moments are
+# stratified over the protocol's phases (initial sync, mid-transfer of an
+# epoch, epoch arrived but not yet applied, idle between epochs) and the
+# secondary's log proves which phase each kill hit; every phase gets its
+# minimum number of trials (failover.py prints the table). With
+# UNDERSTUDY_VERIFY the standby, read back from KVM after every applied
+# epoch, must equal the primary's RAM and complete machine state at that
+# pause (checkpoint/digest.c). Also over TLS and RDMA (tcp;ofi_rxm), and with
+# 16 requests in flight (several output lines per epoch). Verify adds a
+# full-RAM CRC and a state read to every pause, so the SIGKILL and TLS sets
+# run again without it, at production timing.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 seed=${UNDERSTUDY_SEED:-$(date +%s)}
-for verify in 1 0; do
-	mode=$([ $verify = 1 ] && echo "with verify" || echo "without verify")
-	s=$((seed + 10 * (1 - verify)))
-	export FAILOVER_VERIFY=$verify
-	python3 tests/failover.py --trials "${FAILOVER_TRIALS:-25}" --seed "$s" --signal KILL || fail "SIGKILL trials $mode"
-	python3 tests/failover.py --trials "${FAILOVER_STOP_TRIALS:-4}" --seed "$((s + 1))" --signal STOP || fail "SIGSTOP trials $mode"
-	python3 tests/failover.py --trials "${FAILOVER_LINK_TRIALS:-3}" --seed "$((s + 2))" --transport tls || fail "TLS trials $mode"
-	python3 tests/failover.py --trials "${FAILOVER_LINK_TRIALS:-3}" --seed "$((s + 3))" --transport rdma || fail "RDMA (tcp;ofi_rxm) trials $mode"
-	ok "failover consistency held $mode (seed $seed)"
-done
+min=${FAILOVER_MIN_PER_PHASE:-4}
+fo() { python3 tests/failover.py --seed "$@"; }
+fo "$seed" --min-per-phase "$min" --max-seconds 150 --signal KILL || fail "SIGKILL trials"
+# A stopped primary's socket still drains what the kernel holds, so an epoch
+# is torn only when the stop catches it queued in the process: rare, counted,
+# not required.
+fo "$((seed + 1))" --min-per-phase 2 --max-seconds 70 --signal STOP --require sync,apply,idle ||
+	fail "SIGSTOP trials"
+fo "$((seed + 2))" --min-per-phase 1 --max-seconds 50 --transport tls || fail "TLS trials"
+# Over tcp;ofi_rxm an epoch the primary captured often waits in libfabric's
+# queues without its start reaching the secondary: the aim at a torn epoch
+# misses too often to require one (counted when hit).
+fo "$((seed + 3))" --min-per-phase 1 --max-seconds 60 --transport rdma --require sync,apply,idle ||
+	fail "RDMA (tcp;ofi_rxm) trials"
+# 16 requests always in flight keep every epoch busy with incrs: no epoch is
+# ever idle and nearly every kill tears one; sync and transfer are required.
+fo "$((seed + 4))" --min-per-phase 2 --trials 6 --max-seconds 60 --pipeline 16 --require sync,transfer ||
+	fail "pipelined trials"
+export FAILOVER_VERIFY=0
+fo "$((seed + 5))" --min-per-phase 2 --max-seconds 90 --signal KILL || fail "SIGKILL trials without verify"
+fo "$((seed + 6))" --min-per-phase 1 --max-seconds 50 --transport tls || fail "TLS trials without verify"
+ok "failover consistency held in every phase, with and without verify (seed $seed)"

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "guest/guest.h"
@@ -66,10 +67,15 @@ static void test_state_round_trip(void **st)
 
 		assert_int_equal(th_vm_new(&a, "counter", MEM, 1 + trial % 2, true), 0);
 		assert_int_equal(th_vm_new(&b, "counter", MEM, 1 + trial % 2, false), 0);
+		/* The first m requests go before the move, the rest after it to both:
+		 * the move comes after at least one reply and before the last. */
+		int m = 1 + (int)(rnd() % (n - 1));
+
 		machine_resume(a.m);
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < m; i++)
 			th_vm_send(&a, i % 3 == 2 ? "get\n" : "incr\n");
-		th_sleep_us(rnd() % 50000);
+		assert_true(th_vm_wait_lines(&a, 1, 20000) >= 1);
+		th_sleep_us(rnd() % 20000);
 		machine_pause(a.m);
 		done = th_vm_lines(&a);
 		pthread_mutex_lock(&a.lock);
@@ -78,12 +84,17 @@ static void test_state_round_trip(void **st)
 		move_state(a.m, b.m);
 		machine_resume(a.m);
 		machine_resume(b.m);
+		for (int i = m; i < n; i++) {
+			th_vm_send(&a, i % 3 == 2 ? "get\n" : "incr\n");
+			th_vm_send(&b, i % 3 == 2 ? "get\n" : "incr\n");
+		}
 		assert_int_equal(th_vm_wait_lines(&a, n, 20000), n);
 		assert_int_equal(th_vm_wait_lines(&b, n - done, 20000), n - done);
 		oa = th_vm_output(&a);
 		ob = th_vm_output(&b);
-		printf("trial %d: %d vCPU(s), moved after %d of %d replies\n", trial, 1 + trial % 2,
-		       done, n);
+		printf("trial %d: %d vCPU(s), moved after %d of %d replies (%d requests sent)\n", trial,
+		       1 + trial % 2, done, n, m);
+		assert_true(done > 0 && done < n);   /* really mid-conversation */
 		assert_string_equal(oa + done_bytes, ob);
 		free(oa);
 		free(ob);
@@ -287,7 +298,7 @@ static void test_bad_config(void **st)
 	assert_int_equal(machine_parse_size("", &v), -EINVAL);
 }
 
-/* A guest fault is reported and stops the machine, it does not hang. */
+/* An unknown request gets an error reply; halt stops the machine with status 0. */
 static void test_counter_halt_status(void **st)
 {
 	struct th_vm t;
@@ -306,12 +317,53 @@ static void test_counter_halt_status(void **st)
 	th_vm_free(&t);
 }
 
+/* A real guest fault (the counter guest's "fault": a #GP at CPL3) is reported
+ * with its vector and stops the machine with an error; it does not hang and
+ * nothing after it runs. */
+static void test_guest_fault_reported(void **st)
+{
+	char logpath[] = "/tmp/test-machine-log-XXXXXX", log[4096] = "";
+	int saved, fd;
+	ssize_t len;
+	struct th_vm t;
+	char *o;
+
+	(void)st;
+	REQUIRE_KVM();
+	fd = mkstemp(logpath);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	saved = dup(2);
+	dup2(fd, 2);   /* the machine's log, to read its report */
+	assert_int_equal(th_vm_new(&t, "counter", MEM, 1, true), 0);
+	machine_resume(t.m);
+	th_vm_send(&t, "incr\nfault\nincr\n");
+	th_vm_wait_lines(&t, 99, 5000);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	len = pread(fd, log, sizeof(log) - 1, 0);
+	close(fd);
+	unlink(logpath);
+	log[len > 0 ? len : 0] = 0;
+	printf("log: %s", log);
+	assert_true(t.stopped);
+	assert_int_equal(t.status, -EFAULT);
+	assert_non_null(strstr(log, "guest exception 13 on vCPU 0"));
+	o = th_vm_output(&t);
+	assert_int_equal(strncmp(o, "1 ", 2), 0);   /* the incr before it, */
+	assert_null(strchr(strchr(o, '\n') + 1, '\n'));   /* nothing after it */
+	free(o);
+	th_vm_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_missing_kvm),
 		cmocka_unit_test(test_counter_halt_status),
+		cmocka_unit_test(test_guest_fault_reported),
 		cmocka_unit_test(test_state_round_trip),
 		cmocka_unit_test(test_dirty_log_exact),
 		cmocka_unit_test(test_pause_resume_1000),

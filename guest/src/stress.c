@@ -14,7 +14,9 @@
  *   - checks rdtsc never goes backwards (the TSC MSR);
  *   - vCPU 0 watches the others' step counts (never backwards, advancing).
  * Console (vCPU 0): "check" -> "ok cpus=N ticks=a,b steps=a,b sum=HEX" or
- * "FAIL cpu<i> <what> <detail>"; "halt" powers off. Needs --mem >= 8M. */
+ * "FAIL cpu<i> <what> <detail>"; "time" -> "time <rdtsc> <tsc ticks per ms>"
+ * (the guest's clock, for tests of time across a failover); "halt" powers
+ * off. Needs --mem >= 8M. */
 #include "glib.h"
 
 #define MAX_CPUS 8
@@ -369,6 +371,13 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 				n = do_check(sh, n);
 			else if (str_eq(line, "halt"))
 				guest_power_off(0);
+			else if (str_eq(line, "time")) {
+				con_puts("time ");
+				con_put_u64(rdtsc());
+				con_putc(' ');
+				con_put_u64(sh->tsc_per_ms);
+				con_putc('\n');
+			}
 			else if (line[0])
 				con_puts("error unknown request\n");
 		}
