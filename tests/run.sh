@@ -64,6 +64,13 @@ for t in "$BUILD"/fuzz/*-replay; do
 	fi
 done
 
+echo "== lint (layering, include and call cycles)"
+if python3 tests/lint_deps.py "$BUILD" >"$log_dir/lint.log" 2>&1; then
+	pass=$((pass + 1)); tail -1 "$log_dir/lint.log" | sed 's/^/    /'
+else
+	fail=$((fail + 1)); failed_names+=("lint"); sed 's/^/    | /' "$log_dir/lint.log"
+fi
+
 for t in tests/sys_*.sh; do
 	[ -f "$t" ] || continue
 	n=$(basename "$t" .sh)
