@@ -191,6 +191,10 @@ void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct proto_verify_vcpu *
 void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d);
 /* On a paused machine: RAM and every piece of state, read from KVM. */
 int ckpt_digest_machine(struct machine *m, struct proto_verify *d) US_MUST_CHECK;
+/* The same from a capture just taken (c's state, m's RAM, m still paused):
+ * what the primary sends, so that nothing changes between capture and digest. */
+int ckpt_digest_capture(const struct machine *m, const struct ckpt *c,
+			struct proto_verify *d) US_MUST_CHECK;
 /* Writes the names of the parts where got is not want ("vcpu0.lapic pit")
  * into buf; returns how many differ. */
 int ckpt_digest_diff(const struct proto_verify *want, const struct proto_verify *got, char *buf,

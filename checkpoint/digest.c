@@ -266,7 +266,8 @@ int ckpt_digest_machine(struct machine *m, struct proto_verify *d)
 		goto out;
 	memset(d, 0, sizeof(*d));
 	d->ncpus = (uint32_t)m->ncpus;
-	d->mem = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
+	/* State first, RAM last: a LAPIC timer that fires while the RAM is
+	 * read would otherwise show up as a difference in the IRR. */
 	if ((r = machine_get_state(m, ms)) < 0)
 		goto out;
 	ckpt_digest_vm(ms, d);
@@ -275,10 +276,31 @@ int ckpt_digest_machine(struct machine *m, struct proto_verify *d)
 			goto out;
 		ckpt_digest_vcpu(v, &d->vcpu[i]);
 	}
+	d->mem = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
 	r = 0;
 out:
 	free(v);
 	free(ms);
+	return r;
+}
+
+int ckpt_digest_capture(const struct machine *m, const struct ckpt *c, struct proto_verify *d)
+{
+	struct ckpt_image *img = malloc(sizeof(*img));
+	int r = -ENOMEM;
+
+	if (!img)
+		return r;
+	memset(d, 0, sizeof(*d));
+	r = ckpt_state_decode(c->state, c->state_len, c->config_digest, m->ncpus, img);
+	if (r == 0) {
+		d->ncpus = (uint32_t)m->ncpus;
+		ckpt_digest_vm(&img->ms, d);
+		for (int i = 0; i < m->ncpus; i++)
+			ckpt_digest_vcpu(&img->vcpus[i], &d->vcpu[i]);
+		d->mem = proto_crc32c(0, m->ram, m->cfg.mem_bytes);
+	}
+	free(img);
 	return r;
 }
 

@@ -108,12 +108,11 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	int r;
 
 	machine_pause(m);
-	/* Test mode: the digest is read from KVM, not from the capture, and
-	 * before it, so that the clocks it records are a lower bound of what
-	 * the standby is given. */
-	r = q->verify ? ckpt_digest_machine(m, &q->verify_digest) : 0;
-	if (r == 0)
-		r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
+	r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
+	/* Test mode: a digest of exactly what was captured (with the RAM, still
+	 * paused); the secondary compares it with its standby read from KVM. */
+	if (r == 0 && q->verify)
+		r = ckpt_digest_capture(m, &q->cap, &q->verify_digest);
 	e->out_mark = repl_vm_output_mark(q->vm);
 	if (resume)
 		machine_resume(m);

@@ -949,8 +949,8 @@ static void apply_rejects_bad_contents(void **state)
 	struct vmh *a, *b;
 	const char *what[] = {
 		"mp_state 99", "exception vector 200 injected", "NMI as an injected exception",
-		"unknown vCPU event flags", "debugregs flags", "xcrs flags", "too many XCRs",
-		"PIC master chip id", "IOAPIC chip id", "UART rx_head past the FIFO",
+		"unknown vCPU event flags", "too many XCRs",
+		"UART rx_head past the FIFO",
 		"UART rx_count past the FIFO", "UART IRQ level 2",
 	};
 	enum { NBAD = sizeof(what) / sizeof(what[0]) };
@@ -975,14 +975,13 @@ static void apply_rejects_bad_contents(void **state)
 		case 1: v->events.exception.injected = 1; v->events.exception.nr = 200; break;
 		case 2: v->events.exception.injected = 1; v->events.exception.nr = 2; break;
 		case 3: v->events.flags = 0x80000000u; break;
-		case 4: v->debugregs.flags = 1; break;
-		case 5: v->xcrs.flags = 1; break;
-		case 6: v->xcrs.nr_xcrs = KVM_MAX_XCRS + 1; break;
-		case 7: img->ms.vm.pic_master.chip_id = KVM_IRQCHIP_IOAPIC; break;
-		case 8: img->ms.vm.ioapic.chip_id = KVM_IRQCHIP_PIC_SLAVE; break;
-		case 9: img->ms.uart.rx_head = UART_RX_SIZE; break;
-		case 10: img->ms.uart.rx_count = UART_RX_SIZE + 1; break;
-		case 11: img->ms.uart.irq_level = 2; break;
+		/* Not carried, so not testable here: debugregs.flags and
+		 * xcrs.flags (no field in the "vcpu" section), the irqchip ids
+		 * (set by the decoder from the position in the "vm" section). */
+		case 4: v->xcrs.nr_xcrs = KVM_MAX_XCRS + 1; break;
+		case 5: img->ms.uart.rx_head = UART_RX_SIZE; break;
+		case 6: img->ms.uart.rx_count = UART_RX_SIZE + 1; break;
+		case 7: img->ms.uart.irq_level = 2; break;
 		}
 		assert_int_equal(ckpt_state_encode(&bad, img), 0);   /* fresh checksums */
 		printf("bad contents, valid checksums: %s\n", what[k]);
