@@ -19,9 +19,10 @@ min=${FAILOVER_MIN_PER_PHASE:-4}
 fo() { python3 tests/failover.py --seed "$@"; }
 fo "$seed" --min-per-phase "$min" --max-seconds 150 --signal KILL || fail "SIGKILL trials"
 # A stopped primary's socket still drains what the kernel holds, so an epoch
-# is torn only when the stop catches it queued in the process: rare, counted,
-# not required.
-fo "$((seed + 1))" --min-per-phase 2 --max-seconds 70 --signal STOP --require sync,apply,idle ||
+# is torn only when the stop catches it queued in the process, and one that
+# arrives whole is mostly applied before the stop lands: transfer and apply
+# are counted, not required (the SIGKILL set requires every phase).
+fo "$((seed + 1))" --min-per-phase 2 --max-seconds 90 --signal STOP --require sync,idle ||
 	fail "SIGSTOP trials"
 fo "$((seed + 2))" --min-per-phase 1 --max-seconds 50 --transport tls || fail "TLS trials"
 # Over tcp;ofi_rxm an epoch the primary captured often waits in libfabric's
