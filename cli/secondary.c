@@ -11,7 +11,8 @@ static const char secondary_help[] =
 	"                            [--guest NAME --mem SIZE --cpus N]\n"
 	"Waits for a primary, keeps a standby VM at its last complete checkpoint, and when\n"
 	"the primary is silent for --failover-timeout-ms (default 500) resumes the guest\n"
-	"and serves its console. Given --guest/--mem/--cpus, a primary with another machine\n"
+	"and serves its console. The console port is bound at start: a secondary that cannot\n"
+	"bind it does not start. Given --guest/--mem/--cpus, a primary with another machine\n"
 	"configuration is refused.\n\n" NET_OPTIONS_HELP;
 
 int cli_cmd_secondary(int argc, char **argv)

@@ -42,10 +42,13 @@ struct repl_vm {
 	void *cb_ctx;
 };
 
-/* console may be NULL: a standby opens its console when it takes over. */
+/* console may be NULL: a standby gets the console it bound at start when it
+ * takes over (repl_vm_serve_console). */
 int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const char *console,
 		struct repl_vm **out) US_MUST_CHECK;
 int repl_vm_open_console(struct repl_vm *v, const char *console) US_MUST_CHECK;
+/* Serves con (from console_bind) as this machine's console; takes ownership. */
+void repl_vm_serve_console(struct repl_vm *v, struct console *con);
 /* Appends the output bytes [from, to) not yet released to out; 0 or -ENOMEM. */
 int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to,
 			struct proto_buf *out) US_MUST_CHECK;

@@ -15,7 +15,11 @@
  *    the epoch cannot be acknowledged and never will be, so this standby is
  *    no use: the primary is told why (Error) before the close, the standby
  *    is dropped, we wait again. Never a takeover from a standby KVM refused.
- * The reason of the last failure is in the log and in status. */
+ * The reason of the last failure is in the log and in status.
+ *
+ * Everything a takeover needs (today the console listener) is acquired at
+ * start (acquire_takeover_resources): a secondary that cannot hold it does
+ * not start, and a takeover only starts serving what it already holds. */
 #include "replication/replication.h"
 
 #include <errno.h>
@@ -51,6 +55,7 @@ struct repl_secondary {
 	ev_timer watch_w, hb_w;
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
+	struct console *con;             /* bound at start, served from the takeover on */
 };
 
 static void drop_standby(struct repl_secondary *s)
@@ -117,21 +122,14 @@ static void take_over(struct repl_secondary *s)
 	struct repl_staging *g = &s->stage;
 	uint64_t t0 = now_ns();
 	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
-	int r;
 
 	repl_link_close(&s->link);
 	if (s->lis) {
 		net_listener_close(s->lis);
 		s->lis = NULL;
 	}
-	r = repl_vm_open_console(s->vm, s->o->console);
-	if (r < 0) {
-		log_error(TAG, "takeover failed: console %s: %s", s->o->console, strerror(-r));
-		s->exit_status = 1;
-		s->state = S_DONE;
-		ev_break(s->loop, EVBREAK_ALL);
-		return;
-	}
+	repl_vm_serve_console(s->vm, s->con);
+	s->con = NULL;                   /* the VM owns it now */
 	if (g->held.len)
 		console_write(s->vm->con, g->held.data, g->held.len);
 	s->vm->on_stopped = on_vm_stopped;
@@ -386,6 +384,29 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 
 /* ---- status, signals, setup ------------------------------------------------------- */
 
+/* Binds the console now, so that a takeover cannot fail on its port. */
+static int acquire_takeover_resources(struct repl_secondary *s)
+{
+	int r = console_bind(s->loop, s->o->console, &s->con);
+
+	if (r < 0) {
+		log_error(TAG, "cannot bind the console %s (%s): a takeover could not serve it; "
+			  "refusing to start", s->o->console, strerror(-r));
+		return r;
+	}
+	log_info(TAG, "console %s bound (port %d); served from a takeover on", s->o->console,
+		 console_port(s->con));
+	return 0;
+}
+
+/* The state for status: a standby that could not take over is not healthy. */
+static const char *state_name(const struct repl_secondary *s)
+{
+	if (s->state == S_STANDBY && !s->con)
+		return "standby-unready";
+	return sstate_names[s->state];
+}
+
 static int status_format(void *ctx, const char *req, char *out, size_t len)
 {
 	struct repl_secondary *s = ctx;
@@ -406,7 +427,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
 			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
 			"reason %s\n",
-			sstate_names[s->state], (unsigned long long)g->applied,
+			state_name(s), (unsigned long long)g->applied,
 			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)g->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
@@ -454,6 +475,8 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_link_init(&s->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_init(&s->stage);
 	watchers_init(s);
+	if (acquire_takeover_resources(s) < 0)
+		goto out;
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
 	if (r < 0) {
 		log_error(TAG, "cannot listen on %s: %s", o->listen, strerror(-r));
@@ -475,6 +498,7 @@ out:
 	ev_signal_stop(s->loop, &s->sigint_w);
 	ev_signal_stop(s->loop, &s->sigterm_w);
 	control_free(s->ctl);
+	console_free(s->con);
 	if (s->lis)
 		net_listener_close(s->lis);
 	repl_link_fini(&s->link);
