@@ -306,12 +306,16 @@ struct repl_primary_opts {
 	unsigned timeout_ms;       /* secondary silent this long: go unprotected */
 };
 
+/* Default of handshake_timeout_ms (both agents). */
+#define REPL_HANDSHAKE_TIMEOUT_MS 5000
+
 struct repl_secondary_opts {
 	const char *listen;        /* HOST:PORT */
-	const char *console;       /* served after takeover */
+	const char *console;       /* bound at start, served after takeover */
 	const char *control;
 	struct net_config net;
 	unsigned timeout_ms;       /* primary silent this long: take over */
+	unsigned handshake_timeout_ms;  /* a connection must say Hello within this */
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
 };
 

@@ -17,6 +17,12 @@
  *    is dropped, we wait again. Never a takeover from a standby KVM refused.
  * The reason of the last failure is in the log and in status.
  *
+ * A connection is only a candidate until it says a valid Hello: candidates
+ * do not block each other or a real primary. The first valid Hello wins;
+ * any other candidate is closed when it speaks (a Hello then is refused:
+ * already serving a primary) or, silent, at handshake_timeout_ms after its
+ * connection, as a lost peer.
+ *
  * Everything a takeover needs (today the console listener) is acquired at
  * start (acquire_takeover_resources): a secondary that cannot hold it does
  * not start, and a takeover only starts serving what it already holds. */
@@ -35,6 +41,12 @@
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_ACTIVE, S_DONE };
 
 static const char *const sstate_names[] = { "waiting", "hello", "standby", "active", "done" };
+
+#define PENDING_MAX 8                /* connections still to say Hello */
+
+struct pending;
+struct repl_secondary;
+static void pending_expire(struct repl_secondary *s);
 
 struct repl_secondary {
 	const struct repl_secondary_opts *o;
@@ -56,6 +68,7 @@ struct repl_secondary {
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
 	struct console *con;             /* bound at start, served from the takeover on */
+	struct pending *pending[PENDING_MAX];
 };
 
 static void drop_standby(struct repl_secondary *s)
@@ -154,6 +167,7 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
+	pending_expire(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns > (uint64_t)s->o->timeout_ms * 1000000ull)
@@ -214,7 +228,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg);
 }
 
-static int on_hello(struct repl_secondary *s, const Understudy__Hello *h)
+static int on_hello(struct repl_secondary *s, struct repl_link *l, const Understudy__Hello *h)
 {
 	char err[256];
 	int r;
@@ -225,7 +239,7 @@ static int on_hello(struct repl_secondary *s, const Understudy__Hello *h)
 	if (r < 0) {
 		log_error(TAG, "refusing primary: %s", err);
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the primary: %s", err);
-		if (repl_send_error(&s->link, r, err) < 0)
+		if (repl_send_error(l, r, err) < 0)
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
@@ -251,7 +265,7 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage *msg)
 {
 	if (type == PROTO_T_HELLO)
-		return on_hello(s, (Understudy__Hello *)msg);
+		return on_hello(s, &s->link, (Understudy__Hello *)msg);
 	if (!s->got_hello)
 		return -EPROTO;
 	if (!s->vm)
@@ -303,16 +317,9 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 
 /* ---- connection ------------------------------------------------------------------ */
 
-static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+/* What the frames of one chunk from the primary came to (r: the feed's result). */
+static void after_feed(struct repl_secondary *s, int r)
 {
-	struct repl_secondary *s = ctx;
-	int r;
-
-	(void)c;
-	if (s->refusing)
-		return;
-	s->rx_fault.kind = REPL_FAULT_NONE;
-	r = repl_link_feed(&s->link, data, len, on_frame, s);
 	if (r == -ECONNREFUSED && s->link.conn) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
 		net_close_flush(s->link.conn);
@@ -335,6 +342,17 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "the primary sent bad data (%s)",
 			       proto_strerror(r));
 	end_link(s, true);
+}
+
+static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	(void)c;
+	if (s->refusing)
+		return;
+	s->rx_fault.kind = REPL_FAULT_NONE;
+	after_feed(s, repl_link_feed(&s->link, data, len, on_frame, s));
 }
 
 static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
@@ -363,6 +381,179 @@ static const struct net_conn_ops conn_ops = {
 	.recv = on_recv, .sent = on_sent, .closed = on_closed,
 };
 
+/* ---- connections before their Hello ------------------------------------------------ */
+
+struct pending {
+	struct repl_secondary *s;
+	int slot;
+	struct repl_link link;
+	uint64_t since_ns;               /* accepted */
+	bool refusing;                   /* an Error is on its way, then we close */
+	bool promoted;                   /* said Hello: it is the primary's link now */
+};
+
+static void pending_free(struct pending *pd)
+{
+	pd->s->pending[pd->slot] = NULL;
+	repl_link_fini(&pd->link);       /* closes the connection if still open */
+	free(pd);
+}
+
+static void pending_close_all(struct repl_secondary *s, const char *why)
+{
+	for (int i = 0; i < PENDING_MAX; i++) {
+		if (!s->pending[i])
+			continue;
+		log_info(TAG, "closing %s: %s", net_peer_name(s->pending[i]->link.conn), why);
+		pending_free(s->pending[i]);
+	}
+}
+
+/* A candidate that said a valid Hello becomes the primary's link (the
+ * others stay candidates, see the top). Frames after its Hello go to
+ * on_frame(). */
+static void promote(struct pending *pd)
+{
+	struct repl_secondary *s = pd->s;
+	struct net_conn *c = pd->link.conn;
+
+	s->pending[pd->slot] = NULL;
+	log_info(TAG, "primary %s connected", net_peer_name(c));
+	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
+	s->link.conn = c;
+	pd->link.conn = NULL;
+	s->refusing = false;
+	s->state = S_HELLO;
+	pd->promoted = true;
+	net_conn_set_ops(c, &conn_ops, s);
+}
+
+static int pending_frame(void *ctx, const struct proto_frame *f)
+{
+	struct pending *pd = ctx;
+	struct repl_secondary *s = pd->s;
+	ProtobufCMessage *msg;
+	int r;
+
+	if (pd->promoted)
+		return on_frame(s, f);
+	if (f->type != PROTO_T_HELLO) {
+		log_error(TAG, "%s sent %s before its Hello", net_peer_name(pd->link.conn),
+			  proto_type_name(f->type));
+		return -EPROTO;
+	}
+	if (s->link.conn || s->state != S_WAITING) {
+		log_warn(TAG, "refusing %s: already serving a primary", net_peer_name(pd->link.conn));
+		if (repl_send_error(&pd->link, -EBUSY, "already serving a primary") < 0)
+			log_warn(TAG, "could not tell it why");
+		return -ECONNREFUSED;
+	}
+	if ((r = proto_msg_unpack(f->type, f->payload, f->len, &msg)) < 0)
+		return r;
+	r = on_hello(s, &pd->link, (Understudy__Hello *)msg);
+	if (r == 0)
+		promote(pd);
+	proto_msg_free(msg);
+	return r;
+}
+
+/* The decoder that read the Hello goes on with the primary's stream. */
+static void pending_adopt(struct pending *pd, int r)
+{
+	struct repl_secondary *s = pd->s;
+
+	proto_dec_fini(&s->link.dec);
+	s->link.dec = pd->link.dec;
+	proto_dec_init(&pd->link.dec, 0);
+	s->link.bytes_rcvd += pd->link.bytes_rcvd;
+	s->link.last_rx_ns = now_ns();
+	repl_link_fini(&pd->link);
+	free(pd);
+	after_feed(s, r);
+}
+
+static void pending_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct pending *pd = ctx;
+	struct repl_secondary *s = pd->s;
+	int r;
+
+	if (pd->refusing)
+		return;
+	s->rx_fault.kind = REPL_FAULT_NONE;
+	r = repl_link_feed(&pd->link, data, len, pending_frame, pd);
+	if (pd->promoted) {
+		pending_adopt(pd, r);
+		return;
+	}
+	if (r >= 0)
+		return;
+	if (r == -ECONNREFUSED) {
+		pd->refusing = true;     /* the Error leaves, then closed() follows */
+		net_close_flush(c);
+		return;
+	}
+	log_error(TAG, "bad data from the primary %s before its Hello (%s): closing", net_peer_name(c),
+		  proto_strerror(r));
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "the primary sent bad data (%s)",
+		       proto_strerror(r));
+	pending_free(pd);
+}
+
+static void pending_closed(struct net_conn *c, int reason, void *ctx)
+{
+	struct pending *pd = ctx;
+
+	log_info(TAG, "%s closed before its Hello (%s)", net_peer_name(c),
+		 reason ? strerror(-reason) : "EOF");
+	repl_link_closed(&pd->link);
+	pending_free(pd);
+}
+
+static const struct net_conn_ops pending_ops = {
+	.recv = pending_recv, .sent = on_sent, .closed = pending_closed,
+};
+
+static void pending_add(struct repl_secondary *s, struct net_conn *c)
+{
+	struct pending *pd;
+	int i;
+
+	for (i = 0; i < PENDING_MAX && s->pending[i]; i++)
+		;
+	if (i == PENDING_MAX || !(pd = calloc(1, sizeof(*pd)))) {
+		log_warn(TAG, "refusing %s: %d connections are still to say Hello", net_peer_name(c),
+			 PENDING_MAX);
+		net_close(c);
+		return;
+	}
+	pd->s = s;
+	pd->slot = i;
+	repl_link_init(&pd->link, PROTO_MAX_PAYLOAD_DEFAULT);
+	pd->link.conn = c;
+	pd->since_ns = now_ns();
+	s->pending[i] = pd;
+	log_info(TAG, "%s connected: waiting for its Hello (%u ms)", net_peer_name(c),
+		 s->o->handshake_timeout_ms);
+	net_conn_set_ops(c, &pending_ops, pd);
+}
+
+/* A candidate silent past the deadline is a lost peer: closed. */
+static void pending_expire(struct repl_secondary *s)
+{
+	uint64_t now = now_ns(), limit = (uint64_t)s->o->handshake_timeout_ms * 1000000ull;
+
+	for (int i = 0; i < PENDING_MAX; i++) {
+		struct pending *pd = s->pending[i];
+
+		if (!pd || now - pd->since_ns <= limit)
+			continue;
+		log_warn(TAG, "no Hello from %s within %u ms: closing it (a lost peer)",
+			 net_peer_name(pd->link.conn), s->o->handshake_timeout_ms);
+		pending_free(pd);
+	}
+}
+
 static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 {
 	struct repl_secondary *s = ctx;
@@ -373,13 +564,7 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 		net_close(c);
 		return;
 	}
-	log_info(TAG, "primary %s connected", net_peer_name(c));
-	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
-	s->link.conn = c;
-	s->refusing = false;
-	s->link.last_rx_ns = now_ns();
-	s->state = S_HELLO;
-	net_conn_set_ops(c, &conn_ops, s);
+	pending_add(s, c);
 }
 
 /* ---- status, signals, setup ------------------------------------------------------- */
@@ -499,6 +684,7 @@ out:
 	ev_signal_stop(s->loop, &s->sigterm_w);
 	control_free(s->ctl);
 	console_free(s->con);
+	pending_close_all(s, "stopping");
 	if (s->lis)
 		net_listener_close(s->lis);
 	repl_link_fini(&s->link);
