@@ -296,6 +296,9 @@ void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 
 /* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
 
+/* Default of handshake_timeout_ms (both agents). */
+#define REPL_HANDSHAKE_TIMEOUT_MS 5000
+
 struct repl_primary_opts {
 	struct machine_config cfg;
 	const char *console;
@@ -304,10 +307,8 @@ struct repl_primary_opts {
 	struct net_config net;
 	unsigned epoch_ms;         /* default 25 */
 	unsigned timeout_ms;       /* secondary silent this long: go unprotected */
+	unsigned handshake_timeout_ms;  /* each phase before protection progresses within this */
 };
-
-/* Default of handshake_timeout_ms (both agents). */
-#define REPL_HANDSHAKE_TIMEOUT_MS 5000
 
 struct repl_secondary_opts {
 	const char *listen;        /* HOST:PORT */

@@ -161,6 +161,26 @@ static void take_over(struct repl_secondary *s)
 			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
 }
 
+/* A primary that said Hello must go on until the first checkpoint: silent
+ * longer than the handshake deadline (or the failure timeout, if longer),
+ * it is a lost peer; without a checkpoint the standby is dropped. */
+static void handshake_overdue(struct repl_secondary *s)
+{
+	unsigned limit_ms = s->o->handshake_timeout_ms > s->o->timeout_ms ?
+			    s->o->handshake_timeout_ms : s->o->timeout_ms;
+	uint64_t silent_ms = (now_ns() - s->link.last_rx_ns) / 1000000;
+
+	if (!s->link.conn || s->refusing || s->stage.have_ckpt ||
+	    (s->state != S_HELLO && s->state != S_STANDBY) || silent_ms <= limit_ms)
+		return;
+	log_warn(TAG, "the primary was silent for %llu ms before the first checkpoint: a lost peer",
+		 (unsigned long long)silent_ms);
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, -ETIMEDOUT,
+		       "primary silent for %llu ms before the first checkpoint",
+		       (unsigned long long)silent_ms);
+	end_link(s, false);
+}
+
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
@@ -168,6 +188,7 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	pending_expire(s);
+	handshake_overdue(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns > (uint64_t)s->o->timeout_ms * 1000000ull)
