@@ -151,14 +151,21 @@ def run_trial(trial, rng, table, sig, tmp, transport):
                 c.check(line)
                 pending = False
         before = c.last()
-        # The client reconnects to the secondary's console.
-        s2 = connect(scon, time.time() + TIMEOUT_MS / 1000 + 3)
-        if s2 is None:
+        # The secondary's console is bound from its start (design.md invariant
+        # 6) and served once it took over: wait for that, then reconnect.
+        took, deadline = False, time.time() + TIMEOUT_MS / 1000 + 3
+        while not took and time.time() < deadline:
             took = "TOOK OVER" in open(slog.name).read()
-            if before == 0 and not took:
+            if not took:
+                time.sleep(0.005)
+        if not took:
+            if before == 0:
                 info = "killed before the first checkpoint (%.0f ms): nothing was seen, nothing to resume" % (
                     (t_kill - t_start) * 1000)
                 return "early", info, c
+            raise RuntimeError("secondary never took over (client had seen %d)" % before)
+        s2 = connect(scon, time.time() + 3)
+        if s2 is None:
             raise RuntimeError("secondary console never opened (client had seen %d)" % before)
         t_up = time.time()
         c.attach(s2)
