@@ -141,6 +141,14 @@ static void take_over(struct repl_secondary *s)
 		net_listener_close(s->lis);
 		s->lis = NULL;
 	}
+#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* as it was: a taken port fails the takeover */
+	if (console_bind(s->loop, s->o->console, &s->con) < 0) {
+		s->exit_status = 1;
+		s->state = S_DONE;
+		ev_break(s->loop, EVBREAK_ALL);
+		return;
+	}
+#endif
 	repl_vm_serve_console(s->vm, s->con);
 	s->con = NULL;                   /* the VM owns it now */
 	if (g->held.len)
@@ -593,8 +601,12 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 /* Binds the console now, so that a takeover cannot fail on its port. */
 static int acquire_takeover_resources(struct repl_secondary *s)
 {
-	int r = console_bind(s->loop, s->o->console, &s->con);
+	int r;
 
+#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* make check-mutants: bound at takeover */
+	return 0;
+#endif
+	r = console_bind(s->loop, s->o->console, &s->con);
 	if (r < 0) {
 		log_error(TAG, "cannot bind the console %s (%s): a takeover could not serve it; "
 			  "refusing to start", s->o->console, strerror(-r));
