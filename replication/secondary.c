@@ -467,9 +467,11 @@ static int pending_frame(void *ctx, const struct proto_frame *f)
 	if (pd->promoted)
 		return on_frame(s, f);
 	if (f->type != PROTO_T_HELLO) {
-		log_error(TAG, "%s sent %s before its Hello", net_peer_name(pd->link.conn),
+		log_error(TAG, "%s sent %s before its Hello: closing", net_peer_name(pd->link.conn),
 			  proto_type_name(f->type));
-		return -EPROTO;
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, -EPROTO,
+			       "a peer sent %s before its Hello", proto_type_name(f->type));
+		return -ENOMSG;         /* logged: not bad bytes */
 	}
 	if (s->link.conn || s->state != S_WAITING) {
 		log_warn(TAG, "refusing %s: already serving a primary", net_peer_name(pd->link.conn));
@@ -522,10 +524,12 @@ static void pending_recv(struct net_conn *c, const void *data, size_t len, void 
 		net_close_flush(c);
 		return;
 	}
-	log_error(TAG, "bad data from the primary %s before its Hello (%s): closing", net_peer_name(c),
-		  proto_strerror(r));
-	repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "the primary sent bad data (%s)",
-		       proto_strerror(r));
+	if (r != -ENOMSG) {
+		log_error(TAG, "bad data from the primary %s before its Hello (%s): closing",
+			  net_peer_name(c), proto_strerror(r));
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "the primary sent bad data (%s)",
+			       proto_strerror(r));
+	}
 	pending_free(pd);
 }
 
