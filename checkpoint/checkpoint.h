@@ -140,9 +140,12 @@ int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpu
 /* ---- snapshot files (file.c) ----
  * header (magic, format version, config digest, machine config, snapshot id,
  * parent id), sections (gfns, pages, state) each with a CRC32C, and a
- * trailer with the CRC32C of everything before it. Written to a temporary
- * name, fsynced, renamed, directory fsynced: a failed write leaves the
- * previous file at path untouched. */
+ * trailer with the CRC32C of everything before it. Written with mode 0600
+ * to an unnamed file (O_TMPFILE; where unsupported, a random name created
+ * with O_EXCL|O_NOFOLLOW), fsynced, linked under a random temporary name,
+ * renamed, directory fsynced: a failed write leaves the previous file at
+ * path untouched. A path that is a symbolic link is refused (-ELOOP) before
+ * anything is written. */
 struct ckpt_file_info {
 	uint64_t id;         /* random, unique per file */
 	uint64_t parent_id;  /* 0 for a full snapshot, else the id it is a diff against */

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,20 +199,81 @@ static int fsync_dir(const char *path)
 	return r;
 }
 
+/* A snapshot holds guest RAM: it is private to its owner (0600) and written
+ * where nobody else can have planted anything. The destination must not be
+ * a symbolic link (refused before anything is written). */
+static int refuse_symlink(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+		log_error(TAG, "%s is a symbolic link: refusing to write a snapshot through it", path);
+		return -ELOOP;
+	}
+	return 0;
+}
+
+/* A random temporary name beside path. */
+static int tmp_name(const char *path, char *tmp, size_t len)
+{
+	if (snprintf(tmp, len, "%s.tmp.%016llx", path,
+		     (unsigned long long)ckpt_file_new_id()) >= (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* An unnamed file (O_TMPFILE) in path's directory; *named = false. Where the
+ * file system has none: a new file with a random name created exclusively,
+ * never through a link (tmp), *named = true. Mode 0600 either way. */
+static int open_private(const char *path, char *tmp, size_t len, bool *named)
+{
+	char *copy = strdup(path);
+	int fd, r;
+
+	if (!copy)
+		return -ENOMEM;
+	fd = open(dirname(copy), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+	free(copy);
+	*named = fd < 0;
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+		return fd < 0 ? -errno : fd;
+	if ((r = tmp_name(path, tmp, len)) < 0)
+		return r;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Gives the unnamed file fd the name tmp (new, random: linkat never follows
+ * or replaces anything there). */
+static int link_tmpfile(int fd, const char *path, char *tmp, size_t len)
+{
+	char proc[64];
+	int r;
+
+	if ((r = tmp_name(path, tmp, len)) < 0)
+		return r;
+	if (linkat(fd, "", AT_FDCWD, tmp, AT_EMPTY_PATH) == 0)
+		return 0;
+	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc does not. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
+}
+
 int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct machine_config *cfg,
 		       const struct ckpt_file_info *info)
 {
 	struct file_hdr h;
-	char tmp[4096];
+	char tmp[4096] = "";
+	bool named;
 	int fd, r;
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
+	if ((r = refuse_symlink(path)) < 0)
+		return r;
 	header_fill(&h, c, cfg, info);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = open_private(path, tmp, sizeof(tmp), &named);
 	if (fd < 0) {
-		r = -errno;
-		log_error(TAG, "%s: %s", tmp, strerror(-r));
+		r = fd;
+		log_error(TAG, "%s: cannot create the snapshot file: %s", path, strerror(-r));
 		return r;
 	}
 	if ((r = write_file(fd, &h, c)) < 0)
@@ -220,10 +282,14 @@ int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct mach
 		r = -errno;
 		goto err_file;
 	}
+	if (!named && (r = link_tmpfile(fd, path, tmp, sizeof(tmp))) < 0)
+		goto err_file;
+	named = true;
 	if (close(fd) < 0) {
 		r = -errno;
 		goto err_tmp;
 	}
+	/* rename() replaces a link planted at path since, never its target. */
 	if (rename(tmp, path) < 0) {
 		r = -errno;
 		goto err_tmp;
@@ -235,7 +301,8 @@ int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct mach
 err_file:
 	close(fd);
 err_tmp:
-	unlink(tmp);
+	if (named)
+		unlink(tmp);
 	log_error(TAG, "writing %s: %s (any previous file there is untouched)", path, strerror(-r));
 	return r;
 }

@@ -7,11 +7,15 @@
 
 static const char primary_help[] =
 	"usage: understudy primary [VM options] --peer HOST:PORT [--epoch-ms N]\n"
-	"                          [--timeout-ms N] [--control PATH] [link options]\n"
+	"                          [--timeout-ms N] [--handshake-timeout-ms N] [--control PATH]\n"
+	"                          [link options]\n"
 	"Runs the VM and checkpoints it every --epoch-ms (default 25) to the secondary at\n"
 	"--peer; guest output leaves only once the secondary holds the checkpoint that\n"
 	"produced it. If the secondary is silent for --timeout-ms (default 500), the VM\n"
-	"runs on UNPROTECTED and says so.\n\n"
+	"runs on UNPROTECTED and says so. Until the first checkpoint is acknowledged, each\n"
+	"phase (connect, TLS, Hello, initial sync) must progress within\n"
+	"--handshake-timeout-ms (default 5000): else the VM was never protected and the\n"
+	"primary exits 1, or, once syncing, runs on UNPROTECTED.\n\n"
 	VM_OPTIONS_HELP NET_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
@@ -22,12 +26,14 @@ int cli_cmd_primary(int argc, char **argv)
 		{ "peer", required_argument, NULL, 'p' },
 		{ "epoch-ms", required_argument, NULL, 'e' },
 		{ "timeout-ms", required_argument, NULL, 't' },
+		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct vm_options vo;
-	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500 };
+	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500,
+				       .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
 	int opt;
 
 	cli_vm_options_init(&vo);
@@ -40,6 +46,9 @@ int cli_cmd_primary(int argc, char **argv)
 		case 'p': o.peer = optarg; break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &o.epoch_ms); break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &o.timeout_ms); break;
+		case 'H':
+			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
+			break;
 		case 'c': o.control = optarg; break;
 		default: r = cli_parse_option(opt, optarg, &vo, &o.net); break;
 		}

@@ -7,11 +7,15 @@
 
 static const char secondary_help[] =
 	"usage: understudy secondary --listen HOST:PORT --console tcp:HOST:PORT\n"
-	"                            [--failover-timeout-ms N] [--control PATH] [link options]\n"
+	"                            [--failover-timeout-ms N] [--handshake-timeout-ms N]\n"
+	"                            [--control PATH] [link options]\n"
 	"                            [--guest NAME --mem SIZE --cpus N]\n"
 	"Waits for a primary, keeps a standby VM at its last complete checkpoint, and when\n"
 	"the primary is silent for --failover-timeout-ms (default 500) resumes the guest\n"
-	"and serves its console. Given --guest/--mem/--cpus, a primary with another machine\n"
+	"and serves its console. The console port is bound at start: a secondary that cannot\n"
+	"bind it does not start. A connection that has not said Hello within\n"
+	"--handshake-timeout-ms (default 5000) is closed; until then it does not keep a\n"
+	"primary out. Given --guest/--mem/--cpus, a primary with another machine\n"
 	"configuration is refused.\n\n" NET_OPTIONS_HELP;
 
 int cli_cmd_secondary(int argc, char **argv)
@@ -21,12 +25,14 @@ int cli_cmd_secondary(int argc, char **argv)
 		NET_OPTIONS_LONG,
 		{ "listen", required_argument, NULL, 'l' },
 		{ "failover-timeout-ms", required_argument, NULL, 't' },
+		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct vm_options vo;
-	struct repl_secondary_opts o = { .timeout_ms = 500 };
+	struct repl_secondary_opts o = { .timeout_ms = 500,
+					 .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
 	int opt;
 
 	cli_vm_options_init(&vo);
@@ -39,6 +45,9 @@ int cli_cmd_secondary(int argc, char **argv)
 		case 'h': fputs(secondary_help, stdout); return 0;
 		case 'l': o.listen = optarg; break;
 		case 't': r = cli_parse_ms("--failover-timeout-ms", optarg, 10, &o.timeout_ms); break;
+		case 'H':
+			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
+			break;
 		case 'c': o.control = optarg; break;
 		default: r = cli_parse_option(opt, optarg, &vo, &o.net); break;
 		}

@@ -242,6 +242,27 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 	return 0;
 }
 
+int console_bind(struct ev_loop *loop, const char *spec, struct console **out)
+{
+	static const struct console_ops none;
+	int r = console_open(loop, spec, &none, out);
+
+	if (r < 0)
+		return r;
+	ev_io_stop(loop, &(*out)->accept_w);
+	ev_io_stop(loop, &(*out)->in_w);
+	return 0;
+}
+
+void console_serve(struct console *c, const struct console_ops *ops)
+{
+	c->ops = *ops;
+	if (c->tcp && c->listen_fd >= 0 && c->in_fd < 0)
+		ev_io_start(c->loop, &c->accept_w);
+	else if (c->in_fd >= 0 && !c->input_paused)
+		ev_io_start(c->loop, &c->in_w);
+}
+
 void console_write(struct console *c, const void *buf, size_t len)
 {
 	if (c->out_len + len > c->out_cap) {

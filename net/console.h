@@ -27,6 +27,14 @@ struct console_ops {
 /* spec: "stdio" or "tcp:HOST:PORT" (PORT 0 picks a free port). */
 int console_open(struct ev_loop *loop, const char *spec, const struct console_ops *ops,
 		 struct console **out) __attribute__((warn_unused_result));
+/* Acquires the endpoint of spec (binds and listens on a TCP port) without
+ * serving it: nobody is accepted and nothing is read until console_serve().
+ * A standby holds its console this way so that a takeover cannot fail on
+ * the port. */
+int console_bind(struct ev_loop *loop, const char *spec, struct console **out)
+	__attribute__((warn_unused_result));
+/* Starts serving a console from console_bind() with ops. */
+void console_serve(struct console *c, const struct console_ops *ops);
 void console_free(struct console *c);
 /* Checks a spec without opening anything; 0 or -EINVAL. */
 int console_check_spec(const char *spec);

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -172,6 +174,15 @@ void net_conn_set_ops(struct net_conn *c, const struct net_conn_ops *ops, void *
 
 size_t net_queued_bytes(const struct net_conn *c)
 {
+	return c->queued;
+}
+
+size_t net_unsent_bytes(const struct net_conn *c)
+{
+	int outq = 0;
+
+	if (c->fd >= 0 && ioctl(c->fd, SIOCOUTQ, &outq) == 0 && outq > 0)
+		return c->queued + (size_t)outq;
 	return c->queued;
 }
 

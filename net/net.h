@@ -117,6 +117,10 @@ void net_conn_set_ops(struct net_conn *c, const struct net_conn_ops *ops, void *
  * -ENOTCONN once the connection is dead. */
 int net_send(struct net_conn *c, const struct iovec *iov, int iovcnt, void *cookie) US_MUST_CHECK;
 size_t net_queued_bytes(const struct net_conn *c);
+/* net_queued_bytes() plus what the kernel still holds to send on the socket
+ * (SIOCOUTQ: not yet acknowledged by the peer; TCP and TLS). It changes while
+ * the link moves anything, however slowly. */
+size_t net_unsent_bytes(const struct net_conn *c);
 /* "HOST:PORT" of the peer, for log lines. */
 const char *net_peer_name(const struct net_conn *c);
 /* Closes at once: unsent data is dropped without sent() callbacks (the

@@ -18,6 +18,11 @@
  *    secondary holds a checkpoint, stop this primary without a goodbye and
  *    without releasing unacknowledged output, so that the secondary takes
  *    over from its last epoch; before that, run on UNPROTECTED.
+ * Until the first acknowledged checkpoint every phase (connect, TLS, Hello,
+ * initial sync, first checkpoint) must make progress within
+ * handshake_timeout_ms (handshake_check): missing it is a lost peer, so
+ * before the secondary's Hello the primary exits 1 (no retry), later it runs
+ * UNPROTECTED; held output is never held longer.
  * The reason is logged and shown by status. Fencing against split brain (a
  * secondary that took over while we still run) is left to the fencing work:
  * drop_protection() is where the fence check belongs. */
@@ -61,6 +66,14 @@ struct repl_primary {
 	ev_timer epoch_w, hb_w, finish_w;
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
+
+	ev_timer handshake_w;          /* until protected: every phase progresses */
+	struct {
+		enum pstate state;
+		uint64_t batches;      /* sync batches sent */
+		size_t queued;         /* bytes the link (and the kernel) still hold */
+		uint64_t since_ns;     /* these last changed */
+	} hs;
 };
 
 static void finish(struct repl_primary *p, int status);
@@ -361,6 +374,56 @@ static const struct net_conn_ops conn_ops = {
 	.connected = on_connected, .recv = on_recv, .sent = on_sent, .closed = on_closed,
 };
 
+/* ---- handshake deadline ------------------------------------------------------- */
+
+static const char *phase_what(enum pstate st)
+{
+	switch (st) {
+	case P_CONNECTING: return "no connection to the secondary (TCP connect, TLS handshake)";
+	case P_HELLO: return "no Hello from the secondary";
+	case P_SYNC: return "initial sync stalled";
+	default: return "no acknowledgement of the first checkpoint";
+	}
+}
+
+/* Progress: a new phase, a sync batch, or bytes that left (net_unsent_bytes
+ * changes while a slow link drains; it stays put when the secondary reads
+ * nothing, and at 0 when it reads everything and never acknowledges). */
+static void handshake_check(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+	size_t queued = p->link.conn ? net_unsent_bytes(p->link.conn) : 0;
+	uint64_t now = now_ns();
+	char why[160];
+
+	(void)revents;
+	if (p->state >= P_PROTECTED) {
+		ev_timer_stop(loop, w);
+		return;
+	}
+	if (p->hs.state != p->state || p->hs.batches != p->sync.batches || p->hs.queued != queued) {
+		p->hs.state = p->state;
+		p->hs.batches = p->sync.batches;
+		p->hs.queued = queued;
+		p->hs.since_ns = now;
+		return;
+	}
+	if (now - p->hs.since_ns <= (uint64_t)p->o->handshake_timeout_ms * 1000000ull)
+		return;
+	snprintf(why, sizeof(why), "%s within %u ms", phase_what(p->state), p->o->handshake_timeout_ms);
+	log_error(TAG, "handshake deadline: %s: a lost peer; %s", why, p->state <= P_HELLO ?
+		  "before protection: exit 1, no retry" : "the VM goes on UNPROTECTED");
+	ev_timer_stop(loop, w);
+	fault(p, REPL_FAULT_PEER_LOST, -ETIMEDOUT, why);
+}
+
+static void handshake_start(struct repl_primary *p)
+{
+	p->hs.state = p->state;
+	p->hs.since_ns = now_ns();
+	ev_timer_start(p->loop, &p->handshake_w);
+}
+
 /* ---- heartbeat, shutdown, status ------------------------------------------------ */
 
 static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -534,9 +597,12 @@ static void watchers_init(struct repl_primary *p)
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */
 	ev_set_priority(&p->hb_w, EV_MINPRI);
+	ev_timer_init(&p->handshake_w, handshake_check, o->handshake_timeout_ms / 10e3,
+		      o->handshake_timeout_ms / 10e3);
+	ev_set_priority(&p->handshake_w, EV_MINPRI);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
-	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p;
+	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->handshake_w.data = p;
 	p->sigint_w.data = p->sigterm_w.data = p;
 }
 
@@ -558,6 +624,7 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	ev_signal_start(p->loop, &p->sigint_w);
 	ev_signal_start(p->loop, &p->sigterm_w);
 	ev_timer_start(p->loop, &p->hb_w);
+	handshake_start(p);
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;
@@ -565,6 +632,7 @@ out:
 	ev_timer_stop(p->loop, &p->epoch_w);
 	ev_timer_stop(p->loop, &p->hb_w);
 	ev_timer_stop(p->loop, &p->finish_w);
+	ev_timer_stop(p->loop, &p->handshake_w);
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);
 	repl_sync_fini(&p->sync);

@@ -42,10 +42,13 @@ struct repl_vm {
 	void *cb_ctx;
 };
 
-/* console may be NULL: a standby opens its console when it takes over. */
+/* console may be NULL: a standby gets the console it bound at start when it
+ * takes over (repl_vm_serve_console). */
 int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const char *console,
 		struct repl_vm **out) US_MUST_CHECK;
 int repl_vm_open_console(struct repl_vm *v, const char *console) US_MUST_CHECK;
+/* Serves con (from console_bind) as this machine's console; takes ownership. */
+void repl_vm_serve_console(struct repl_vm *v, struct console *con);
 /* Appends the output bytes [from, to) not yet released to out; 0 or -ENOMEM. */
 int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to,
 			struct proto_buf *out) US_MUST_CHECK;
@@ -293,6 +296,9 @@ void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 
 /* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
 
+/* Default of handshake_timeout_ms (both agents). */
+#define REPL_HANDSHAKE_TIMEOUT_MS 5000
+
 struct repl_primary_opts {
 	struct machine_config cfg;
 	const char *console;
@@ -301,14 +307,16 @@ struct repl_primary_opts {
 	struct net_config net;
 	unsigned epoch_ms;         /* default 25 */
 	unsigned timeout_ms;       /* secondary silent this long: go unprotected */
+	unsigned handshake_timeout_ms;  /* each phase before protection progresses within this */
 };
 
 struct repl_secondary_opts {
 	const char *listen;        /* HOST:PORT */
-	const char *console;       /* served after takeover */
+	const char *console;       /* bound at start, served after takeover */
 	const char *control;
 	struct net_config net;
 	unsigned timeout_ms;       /* primary silent this long: take over */
+	unsigned handshake_timeout_ms;  /* a connection must say Hello within this */
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
 };
 

@@ -15,7 +15,17 @@
  *    the epoch cannot be acknowledged and never will be, so this standby is
  *    no use: the primary is told why (Error) before the close, the standby
  *    is dropped, we wait again. Never a takeover from a standby KVM refused.
- * The reason of the last failure is in the log and in status. */
+ * The reason of the last failure is in the log and in status.
+ *
+ * A connection is only a candidate until it says a valid Hello: candidates
+ * do not block each other or a real primary. The first valid Hello wins;
+ * any other candidate is closed when it speaks (a Hello then is refused:
+ * already serving a primary) or, silent, at handshake_timeout_ms after its
+ * connection, as a lost peer.
+ *
+ * Everything a takeover needs (today the console listener) is acquired at
+ * start (acquire_takeover_resources): a secondary that cannot hold it does
+ * not start, and a takeover only starts serving what it already holds. */
 #include "replication/replication.h"
 
 #include <errno.h>
@@ -31,6 +41,12 @@
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_ACTIVE, S_DONE };
 
 static const char *const sstate_names[] = { "waiting", "hello", "standby", "active", "done" };
+
+#define PENDING_MAX 8                /* connections still to say Hello */
+
+struct pending;
+struct repl_secondary;
+static void pending_expire(struct repl_secondary *s);
 
 struct repl_secondary {
 	const struct repl_secondary_opts *o;
@@ -51,6 +67,8 @@ struct repl_secondary {
 	ev_timer watch_w, hb_w;
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
+	struct console *con;             /* bound at start, served from the takeover on */
+	struct pending *pending[PENDING_MAX];
 };
 
 static void drop_standby(struct repl_secondary *s)
@@ -117,21 +135,22 @@ static void take_over(struct repl_secondary *s)
 	struct repl_staging *g = &s->stage;
 	uint64_t t0 = now_ns();
 	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
-	int r;
 
 	repl_link_close(&s->link);
 	if (s->lis) {
 		net_listener_close(s->lis);
 		s->lis = NULL;
 	}
-	r = repl_vm_open_console(s->vm, s->o->console);
-	if (r < 0) {
-		log_error(TAG, "takeover failed: console %s: %s", s->o->console, strerror(-r));
+#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* as it was: a taken port fails the takeover */
+	if (console_bind(s->loop, s->o->console, &s->con) < 0) {
 		s->exit_status = 1;
 		s->state = S_DONE;
 		ev_break(s->loop, EVBREAK_ALL);
 		return;
 	}
+#endif
+	repl_vm_serve_console(s->vm, s->con);
+	s->con = NULL;                   /* the VM owns it now */
 	if (g->held.len)
 		console_write(s->vm->con, g->held.data, g->held.len);
 	s->vm->on_stopped = on_vm_stopped;
@@ -150,12 +169,34 @@ static void take_over(struct repl_secondary *s)
 			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
 }
 
+/* A primary that said Hello must go on until the first checkpoint: silent
+ * longer than the handshake deadline (or the failure timeout, if longer),
+ * it is a lost peer; without a checkpoint the standby is dropped. */
+static void handshake_overdue(struct repl_secondary *s)
+{
+	unsigned limit_ms = s->o->handshake_timeout_ms > s->o->timeout_ms ?
+			    s->o->handshake_timeout_ms : s->o->timeout_ms;
+	uint64_t silent_ms = (now_ns() - s->link.last_rx_ns) / 1000000;
+
+	if (!s->link.conn || s->refusing || s->stage.have_ckpt ||
+	    (s->state != S_HELLO && s->state != S_STANDBY) || silent_ms <= limit_ms)
+		return;
+	log_warn(TAG, "the primary was silent for %llu ms before the first checkpoint: a lost peer",
+		 (unsigned long long)silent_ms);
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, -ETIMEDOUT,
+		       "primary silent for %llu ms before the first checkpoint",
+		       (unsigned long long)silent_ms);
+	end_link(s, false);
+}
+
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
 
 	(void)loop;
 	(void)revents;
+	pending_expire(s);
+	handshake_overdue(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns > (uint64_t)s->o->timeout_ms * 1000000ull)
@@ -216,7 +257,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg);
 }
 
-static int on_hello(struct repl_secondary *s, const Understudy__Hello *h)
+static int on_hello(struct repl_secondary *s, struct repl_link *l, const Understudy__Hello *h)
 {
 	char err[256];
 	int r;
@@ -227,7 +268,7 @@ static int on_hello(struct repl_secondary *s, const Understudy__Hello *h)
 	if (r < 0) {
 		log_error(TAG, "refusing primary: %s", err);
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the primary: %s", err);
-		if (repl_send_error(&s->link, r, err) < 0)
+		if (repl_send_error(l, r, err) < 0)
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
@@ -253,7 +294,7 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage *msg)
 {
 	if (type == PROTO_T_HELLO)
-		return on_hello(s, (Understudy__Hello *)msg);
+		return on_hello(s, &s->link, (Understudy__Hello *)msg);
 	if (!s->got_hello)
 		return -EPROTO;
 	if (!s->vm)
@@ -305,16 +346,9 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 
 /* ---- connection ------------------------------------------------------------------ */
 
-static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+/* What the frames of one chunk from the primary came to (r: the feed's result). */
+static void after_feed(struct repl_secondary *s, int r)
 {
-	struct repl_secondary *s = ctx;
-	int r;
-
-	(void)c;
-	if (s->refusing)
-		return;
-	s->rx_fault.kind = REPL_FAULT_NONE;
-	r = repl_link_feed(&s->link, data, len, on_frame, s);
 	if (r == -ECONNREFUSED && s->link.conn) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
 		net_close_flush(s->link.conn);
@@ -337,6 +371,17 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "the primary sent bad data (%s)",
 			       proto_strerror(r));
 	end_link(s, true);
+}
+
+static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	(void)c;
+	if (s->refusing)
+		return;
+	s->rx_fault.kind = REPL_FAULT_NONE;
+	after_feed(s, repl_link_feed(&s->link, data, len, on_frame, s));
 }
 
 static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
@@ -365,6 +410,183 @@ static const struct net_conn_ops conn_ops = {
 	.recv = on_recv, .sent = on_sent, .closed = on_closed,
 };
 
+/* ---- connections before their Hello ------------------------------------------------ */
+
+struct pending {
+	struct repl_secondary *s;
+	int slot;
+	struct repl_link link;
+	uint64_t since_ns;               /* accepted */
+	bool refusing;                   /* an Error is on its way, then we close */
+	bool promoted;                   /* said Hello: it is the primary's link now */
+};
+
+static void pending_free(struct pending *pd)
+{
+	pd->s->pending[pd->slot] = NULL;
+	repl_link_fini(&pd->link);       /* closes the connection if still open */
+	free(pd);
+}
+
+static void pending_close_all(struct repl_secondary *s, const char *why)
+{
+	for (int i = 0; i < PENDING_MAX; i++) {
+		if (!s->pending[i])
+			continue;
+		log_info(TAG, "closing %s: %s", net_peer_name(s->pending[i]->link.conn), why);
+		pending_free(s->pending[i]);
+	}
+}
+
+/* A candidate that said a valid Hello becomes the primary's link (the
+ * others stay candidates, see the top). Frames after its Hello go to
+ * on_frame(). */
+static void promote(struct pending *pd)
+{
+	struct repl_secondary *s = pd->s;
+	struct net_conn *c = pd->link.conn;
+
+	s->pending[pd->slot] = NULL;
+	log_info(TAG, "primary %s connected", net_peer_name(c));
+	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
+	s->link.conn = c;
+	pd->link.conn = NULL;
+	s->refusing = false;
+	s->state = S_HELLO;
+	pd->promoted = true;
+	net_conn_set_ops(c, &conn_ops, s);
+}
+
+static int pending_frame(void *ctx, const struct proto_frame *f)
+{
+	struct pending *pd = ctx;
+	struct repl_secondary *s = pd->s;
+	ProtobufCMessage *msg;
+	int r;
+
+	if (pd->promoted)
+		return on_frame(s, f);
+	if (f->type != PROTO_T_HELLO) {
+		log_error(TAG, "%s sent %s before its Hello: closing", net_peer_name(pd->link.conn),
+			  proto_type_name(f->type));
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, -EPROTO,
+			       "a peer sent %s before its Hello", proto_type_name(f->type));
+		return -ENOMSG;         /* logged: not bad bytes */
+	}
+	if (s->link.conn || s->state != S_WAITING) {
+		log_warn(TAG, "refusing %s: already serving a primary", net_peer_name(pd->link.conn));
+		if (repl_send_error(&pd->link, -EBUSY, "already serving a primary") < 0)
+			log_warn(TAG, "could not tell it why");
+		return -ECONNREFUSED;
+	}
+	if ((r = proto_msg_unpack(f->type, f->payload, f->len, &msg)) < 0)
+		return r;
+	r = on_hello(s, &pd->link, (Understudy__Hello *)msg);
+	if (r == 0)
+		promote(pd);
+	proto_msg_free(msg);
+	return r;
+}
+
+/* The decoder that read the Hello goes on with the primary's stream. */
+static void pending_adopt(struct pending *pd, int r)
+{
+	struct repl_secondary *s = pd->s;
+
+	proto_dec_fini(&s->link.dec);
+	s->link.dec = pd->link.dec;
+	proto_dec_init(&pd->link.dec, 0);
+	s->link.bytes_rcvd += pd->link.bytes_rcvd;
+	s->link.last_rx_ns = now_ns();
+	repl_link_fini(&pd->link);
+	free(pd);
+	after_feed(s, r);
+}
+
+static void pending_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct pending *pd = ctx;
+	struct repl_secondary *s = pd->s;
+	int r;
+
+	if (pd->refusing)
+		return;
+	s->rx_fault.kind = REPL_FAULT_NONE;
+	r = repl_link_feed(&pd->link, data, len, pending_frame, pd);
+	if (pd->promoted) {
+		pending_adopt(pd, r);
+		return;
+	}
+	if (r >= 0)
+		return;
+	if (r == -ECONNREFUSED) {
+		pd->refusing = true;     /* the Error leaves, then closed() follows */
+		net_close_flush(c);
+		return;
+	}
+	if (r != -ENOMSG) {
+		log_error(TAG, "bad data from the primary %s before its Hello (%s): closing",
+			  net_peer_name(c), proto_strerror(r));
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "the primary sent bad data (%s)",
+			       proto_strerror(r));
+	}
+	pending_free(pd);
+}
+
+static void pending_closed(struct net_conn *c, int reason, void *ctx)
+{
+	struct pending *pd = ctx;
+
+	log_info(TAG, "%s closed before its Hello (%s)", net_peer_name(c),
+		 reason ? strerror(-reason) : "EOF");
+	repl_link_closed(&pd->link);
+	pending_free(pd);
+}
+
+static const struct net_conn_ops pending_ops = {
+	.recv = pending_recv, .sent = on_sent, .closed = pending_closed,
+};
+
+static void pending_add(struct repl_secondary *s, struct net_conn *c)
+{
+	struct pending *pd;
+	int i;
+
+	for (i = 0; i < PENDING_MAX && s->pending[i]; i++)
+		;
+	if (i == PENDING_MAX || !(pd = calloc(1, sizeof(*pd)))) {
+		log_warn(TAG, "refusing %s: %d connections are still to say Hello", net_peer_name(c),
+			 PENDING_MAX);
+		net_close(c);
+		return;
+	}
+	pd->s = s;
+	pd->slot = i;
+	repl_link_init(&pd->link, PROTO_MAX_PAYLOAD_DEFAULT);
+	pd->link.conn = c;
+	pd->since_ns = now_ns();
+	s->pending[i] = pd;
+	log_info(TAG, "%s connected: waiting for its Hello (%u ms)", net_peer_name(c),
+		 s->o->handshake_timeout_ms);
+	net_conn_set_ops(c, &pending_ops, pd);
+}
+
+/* A candidate silent past the deadline is a lost peer: closed. */
+static void pending_expire(struct repl_secondary *s)
+{
+	uint64_t now = now_ns(), limit = (uint64_t)s->o->handshake_timeout_ms * 1000000ull;
+
+	for (int i = 0; i < PENDING_MAX; i++) {
+		struct pending *pd = s->pending[i];
+
+		if (!pd || now - pd->since_ns <= limit)
+			continue;
+		log_warn(TAG, "no Hello from %s within %u ms: closing it (a lost peer)",
+			 net_peer_name(pd->link.conn), s->o->handshake_timeout_ms);
+		pending_free(pd);
+	}
+}
+
 static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 {
 	struct repl_secondary *s = ctx;
@@ -375,16 +597,37 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 		net_close(c);
 		return;
 	}
-	log_info(TAG, "primary %s connected", net_peer_name(c));
-	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
-	s->link.conn = c;
-	s->refusing = false;
-	s->link.last_rx_ns = now_ns();
-	s->state = S_HELLO;
-	net_conn_set_ops(c, &conn_ops, s);
+	pending_add(s, c);
 }
 
 /* ---- status, signals, setup ------------------------------------------------------- */
+
+/* Binds the console now, so that a takeover cannot fail on its port. */
+static int acquire_takeover_resources(struct repl_secondary *s)
+{
+	int r;
+
+#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* make check-mutants: bound at takeover */
+	return 0;
+#endif
+	r = console_bind(s->loop, s->o->console, &s->con);
+	if (r < 0) {
+		log_error(TAG, "cannot bind the console %s (%s): a takeover could not serve it; "
+			  "refusing to start", s->o->console, strerror(-r));
+		return r;
+	}
+	log_info(TAG, "console %s bound (port %d); served from a takeover on", s->o->console,
+		 console_port(s->con));
+	return 0;
+}
+
+/* The state for status: a standby that could not take over is not healthy. */
+static const char *state_name(const struct repl_secondary *s)
+{
+	if (s->state == S_STANDBY && !s->con)
+		return "standby-unready";
+	return sstate_names[s->state];
+}
 
 static int status_format(void *ctx, const char *req, char *out, size_t len)
 {
@@ -406,7 +649,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
 			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
 			"reason %s\n",
-			sstate_names[s->state], (unsigned long long)g->applied,
+			state_name(s), (unsigned long long)g->applied,
 			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)g->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
@@ -454,6 +697,8 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_link_init(&s->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_init(&s->stage);
 	watchers_init(s);
+	if (acquire_takeover_resources(s) < 0)
+		goto out;
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
 	if (r < 0) {
 		log_error(TAG, "cannot listen on %s: %s", o->listen, strerror(-r));
@@ -475,6 +720,8 @@ out:
 	ev_signal_stop(s->loop, &s->sigint_w);
 	ev_signal_stop(s->loop, &s->sigterm_w);
 	control_free(s->ctl);
+	console_free(s->con);
+	pending_close_all(s, "stopping");
 	if (s->lis)
 		net_listener_close(s->lis);
 	repl_link_fini(&s->link);

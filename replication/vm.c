@@ -183,6 +183,14 @@ int repl_vm_open_console(struct repl_vm *v, const char *console)
 	return console_open(v->loop, console, &cops, &v->con);
 }
 
+void repl_vm_serve_console(struct repl_vm *v, struct console *con)
+{
+	struct console_ops cops = { .input = on_input, .hangup = on_hangup, .ctx = v };
+
+	v->con = con;
+	console_serve(con, &cops);
+}
+
 int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to, struct proto_buf *out)
 {
 	int r = 0;

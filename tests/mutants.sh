@@ -18,7 +18,8 @@ clear_after_copy|3 dirty bit cleared before the copy|test_capture_race test_chec
 apply_partial|2 an epoch applies whole or not at all|sys_commit_order
 drop_state_section|4 standby = primary, every piece of state|test_digest sys_commit_order
 ack_before_staged|4 standby = last acknowledged checkpoint|sys_commit_order
-takeover_while_alive|5 one live copy (no takeover after goodbye)|sys_commit_order sys_protect"
+takeover_while_alive|5 one live copy (no takeover after goodbye)|sys_commit_order sys_protect
+console_at_takeover|6 takeover resources acquired at start|sys_takeover_resources"
 only=${MUTANTS:-}
 
 # run_test BUILD_DIR TEST LOG: 0 when the test passes

@@ -70,6 +70,30 @@ diff <(sed -n '7,8p' "$T/ref.out") "$T/r.out" >/dev/null || fail "restored conve
 echo "ok restore of full + 2 diffs continues the conversation ($(head -1 "$T/r.out"))"
 ls "$T" | grep -q tmp && fail "temporary files left behind"
 
+# 1b. a snapshot holds guest RAM: private (0600 whatever the umask), and never
+# written through a symbolic link planted at the destination or at the
+# temporary name the writer once used (<path>.tmp.<pid>).
+umask 022
+echo victim >"$T/victim"; echo victim2 >"$T/victim2"
+start_vm p --mem 16M
+printf 'incr\n' >&3; wait_lines "$T/p.out" 1
+"$BIN" snapshot --control "$T/p.ctl" --out "$T/priv" || fail "snapshot for the mode check"
+[ "$(stat -c %a "$T/priv")" = 600 ] || fail "snapshot mode $(stat -c %a "$T/priv"), want 600"
+ln -s "$T/victim" "$T/link"
+if "$BIN" snapshot --control "$T/p.ctl" --out "$T/link" 2>"$T/link.err"; then
+	fail "a snapshot was written to a symbolic link"
+fi
+grep -q "symbolic link" "$T/link.err" || fail "symlink refusal unclear: $(cat "$T/link.err")"
+[ -L "$T/link" ] && [ "$(cat "$T/victim")" = victim ] || fail "the link or its target changed"
+ln -s "$T/victim2" "$T/pred.tmp.$VMPID"
+"$BIN" snapshot --control "$T/p.ctl" --out "$T/pred" || fail "snapshot beside a planted temporary name"
+[ "$(cat "$T/victim2")" = victim2 ] || fail "written through the link at the old temporary name"
+[ -f "$T/pred" ] && [ ! -L "$T/pred" ] && [ "$(stat -c %a "$T/pred")" = 600 ] ||
+	fail "snapshot beside a planted temporary name: $(ls -l "$T/pred")"
+rm -f "$T/pred.tmp.$VMPID" "$T/link"
+stop_vm
+echo "ok snapshots are 0600; a symlinked destination is refused ($(head -c 120 "$T/link.err")); links at the destination and the old temporary name are never written through"
+
 # 2. bad snapshots: a clear error, no guest output.
 expect_refused() {   # what, files...
 	local what=$1; shift
