@@ -14,7 +14,10 @@
  *     realtime, host_tsc and flags describe the host at the reading and are
  *     not restored (kvm_vm_set_state sets the clock value alone);
  *   - LAPIC timer current count (TMCCT, 0x390): computed from the time left
- *     at the reading;
+ *     at the reading; and the processor priority (PPR, 0xa0), derived by
+ *     KVM from TPR and ISR and recomputed on KVM_SET_LAPIC (seen with the
+ *     stress guest: captured 0x20 mid-interrupt, 0 on the standby, ISR and
+ *     TPR equal);
  *   - PIT count_load_time: a host ktime stamp, re-stamped by KVM_SET_PIT2.
  * The digest travels as the "verify" section; proto/meta.c lays it out. */
 #include "checkpoint/checkpoint.h"
@@ -27,6 +30,7 @@
 
 #define MSR_IA32_TSC 0x10u
 #define APIC_TMCCT 0x390u
+#define APIC_PPR 0xa0u
 
 static const char *const vcpu_part_names[PROTO_VERIFY_VCPU_PARTS] = {
 	"regs", "sregs", "xsave", "xcrs", "msrs", "lapic", "events", "mp_state", "debugregs",
@@ -34,6 +38,20 @@ static const char *const vcpu_part_names[PROTO_VERIFY_VCPU_PARTS] = {
 static const char *const vm_part_names[PROTO_VERIFY_VM_PARTS] = {
 	"pic-master", "pic-slave", "ioapic", "pit", "uart",
 };
+
+/* The register page without the timer's current count and without the
+ * processor priority, which KVM derives from TPR and ISR (on KVM_SET_LAPIC
+ * it recomputes it; the value read on the primary may be one it had not
+ * brought up to date yet). */
+static uint32_t digest_lapic(const struct kvm_lapic_state *l)
+{
+	uint8_t regs[sizeof(l->regs)];
+
+	memcpy(regs, l->regs, sizeof(regs));
+	memset(regs + APIC_TMCCT, 0, 4);
+	memset(regs + APIC_PPR, 0, 4);
+	return proto_crc32c(0, regs, sizeof(regs));
+}
 
 #define MIX(crc, field) ((crc) = proto_crc32c((crc), &(field), sizeof(field)))
 
@@ -154,10 +172,7 @@ void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct proto_verify_vcpu *
 			MIX(c, v->msrs[i].data);
 	}
 	d->part[PROTO_VERIFY_MSRS] = c;
-	/* The register page, without the timer's current count. */
-	c = proto_crc32c(0, v->lapic.regs, APIC_TMCCT);
-	d->part[PROTO_VERIFY_LAPIC] = proto_crc32c(c, v->lapic.regs + APIC_TMCCT + 4,
-						  sizeof(v->lapic.regs) - APIC_TMCCT - 4);
+	d->part[PROTO_VERIFY_LAPIC] = digest_lapic(&v->lapic);
 	d->part[PROTO_VERIFY_EVENTS] = digest_events(&v->events);
 	d->part[PROTO_VERIFY_MP_STATE] = proto_crc32c(0, &v->mp_state.mp_state,
 						     sizeof(v->mp_state.mp_state));

@@ -93,8 +93,8 @@ refused() {   # case, log pattern, what; sets answer
 refused hello99 "refusing primary: protocol version 99" "Hello with protocol version 99"
 # the Error frame (type 9) tells the primary why
 [ "$answer" = 9 ] || fail "Hello version 99: the secondary sent frames '$answer', want one Error (9)"
-refused frame7 "bad data from the primary (wrong protocol version)" "frame header version 7"
-refused garbage "bad data from the primary (bad magic)" "garbage"
+refused frame7 "bad data from the primary [0-9.:]* before its Hello (wrong protocol version)" "frame header version 7"
+refused garbage "bad data from the primary [0-9.:]* before its Hello (bad magic)" "garbage"
 "$BIN" status --control "$tmp/sec.ctl" | grep -q "state waiting" || fail "secondary not waiting after bad peers"
 ok "wrong protocol version, wrong frame version and garbage refused, each by name; connections closed; secondary still waiting"
 kill -9 $sp 2>/dev/null; wait 2>/dev/null
