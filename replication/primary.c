@@ -9,8 +9,13 @@
  *  - peer lost (connection closed, silent for timeout_ms) or peer protocol
  *    error (bad data, refusal): the secondary cannot be counted on; say so
  *    loudly, release held output and run on UNPROTECTED. We never wait for
- *    a secondary that is gone. Before the secondary accepted us the VM was
+ *    a secondary that is gone. A link still open gets a goodbye first (Fence
+ *    "the primary continues"): the secondary stands down instead of reading
+ *    the close as our death. Before the secondary accepted us the VM was
  *    never protected: stop (exit 1).
+ *  - the secondary says it took over (Fence from it, e.g. after this process
+ *    was stopped past its failover timeout): another copy runs; stop at once,
+ *    releasing nothing more (exit 1).
  *  - local transient (no memory for a buffer or on the link): the failed
  *    epoch or sync batch was undone; retry, output stays held. A shortage
  *    lasting longer than timeout_ms counts as fatal.
@@ -18,9 +23,9 @@
  *    secondary holds a checkpoint, stop this primary without a goodbye and
  *    without releasing unacknowledged output, so that the secondary takes
  *    over from its last epoch; before that, run on UNPROTECTED.
- * The reason is logged and shown by status. Fencing against split brain (a
- * secondary that took over while we still run) is left to the fencing work:
- * drop_protection() is where the fence check belongs. */
+ * The reason is logged and shown by status. Without a witness, a secondary
+ * that took over while this side was cut off (partition) is not detected:
+ * drop_protection() is where a fence check belongs. */
 #include "replication/replication.h"
 
 #include <errno.h>
@@ -58,7 +63,7 @@ struct repl_primary {
 	struct repl_fault rx_fault;    /* what a frame of the secondary said */
 	struct repl_fault fault;       /* the last failure: status reason */
 
-	ev_timer epoch_w, hb_w, finish_w;
+	ev_timer epoch_w, hb_w, finish_w, goodbye_w;
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
 };
@@ -66,6 +71,53 @@ struct repl_primary {
 static void finish(struct repl_primary *p, int status);
 
 /* ---- failures ---------------------------------------------------------------- */
+
+/* The epochs on the link are freed once nothing reads them any more. */
+static void link_gone(struct repl_primary *p)
+{
+	ev_timer_stop(p->loop, &p->goodbye_w);
+	repl_link_close(&p->link);
+	repl_epochs_drop(&p->ep);
+}
+
+/* This side gives the secondary up and runs on: tell it first (Fence "the
+ * primary continues": stand down, do not take over), then let what is
+ * queued leave and close. Epoch buffers stay until the link is closed
+ * (on_closed, or the goodbye deadline if the secondary does not read). A
+ * killed primary sends nothing, so a crash still fails over. */
+static void say_goodbye(struct repl_primary *p, const char *why)
+{
+	double deadline_s = p->o->timeout_ms * 2e-3 > 10.0 ? p->o->timeout_ms * 2e-3 : 10.0;
+	int r;
+
+	if (!p->link.conn) {
+		link_gone(p);
+		return;
+	}
+	r = repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES,
+			    p->ep.acked, why);
+	if (r < 0) {
+		log_error(TAG, "could not tell the secondary we go on without it (%s): closing "
+			  "without a goodbye", strerror(-r));
+		link_gone(p);
+		return;
+	}
+	log_info(TAG, "goodbye sent: the secondary is told to stand down (no takeover)");
+	net_close_flush(p->link.conn);
+	ev_timer_set(&p->goodbye_w, deadline_s, 0);
+	ev_timer_start(p->loop, &p->goodbye_w);
+}
+
+static void on_goodbye_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+
+	(void)loop;
+	(void)revents;
+	log_warn(TAG, "the goodbye did not leave before its deadline (the secondary does not "
+		 "read): closing");
+	link_gone(p);
+}
 
 static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 {
@@ -83,8 +135,7 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	p->state = P_UNPROTECTED;
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
-	repl_link_close(&p->link);
-	repl_epochs_drop(&p->ep);
+	say_goodbye(p, f->what);
 	repl_vm_set_gated(p->vm, false);   /* releases everything held */
 	if (p->finishing)
 		finish(p, p->exit_status);
@@ -103,6 +154,24 @@ static void stop_for_takeover(struct repl_primary *p, const struct repl_fault *f
 	repl_link_close(&p->link);
 	repl_epochs_drop(&p->ep);
 	finish(p, 1);
+}
+
+/* The secondary runs the guest now: this copy must not. Nothing more is
+ * released (output it did not acknowledge never leaves here). */
+static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
+{
+	if (f->action != UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER) {
+		log_error(TAG, "unexpected goodbye from the secondary (action %d)", f->action);
+		return -EPROTO;
+	}
+	repl_fault_set(&p->fault, REPL_FAULT_PEER_LOST, -ECANCELED,
+		       "the secondary took over from epoch %llu (%s)", (unsigned long long)f->epoch,
+		       f->reason);
+	log_error(TAG, "%s: another copy runs the guest; this primary stops now and releases "
+		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
+	link_gone(p);
+	finish(p, 1);
+	return -ECANCELED;
 }
 
 /* True while a shortage is young enough to retry. */
@@ -267,6 +336,9 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 		break;
 	case PROTO_T_HEARTBEAT:
 		break;
+	case PROTO_T_FENCE:
+		r = on_fence(p, (Understudy__Fence *)msg);
+		break;
 	case PROTO_T_ERROR:
 		e = (Understudy__Error *)msg;
 		log_error(TAG, "secondary says: %s (code %d)", e->text, e->code);
@@ -305,6 +377,8 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	int r;
 
 	(void)c;
+	if (p->state >= P_UNPROTECTED)
+		return;               /* the secondary was given up: nothing it says counts */
 	p->rx_fault.kind = REPL_FAULT_NONE;
 	r = repl_link_feed(&p->link, data, len, on_frame, p);
 	if (r >= 0 || !p->link.conn)
@@ -352,6 +426,12 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 		ev_break(p->loop, EVBREAK_ALL);
 		return;
 	}
+	if (p->state == P_UNPROTECTED) {
+		log_info(TAG, "link to the secondary closed after the goodbye (%s)",
+			 reason ? strerror(-reason) : "delivered");
+		link_gone(p);
+		return;
+	}
 	snprintf(why, sizeof(why), "connection to the secondary %s",
 		 reason ? strerror(-reason) : "closed");
 	fault(p, REPL_FAULT_PEER_LOST, reason, why);
@@ -390,11 +470,8 @@ static void finish(struct repl_primary *p, int status)
 	if (p->state == P_DONE)
 		return;
 	if (p->link.conn && p->state >= P_SYNC && p->state != P_UNPROTECTED) {
-		Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
-
-		f.epoch = p->ep.acked;
-		f.reason = "primary shutting down: the guest stopped";
-		if (repl_link_send_msg(&p->link, PROTO_T_FENCE, &f.base) < 0)
+		if (repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
+				    "primary shutting down: the guest stopped") < 0)
 			log_warn(TAG, "could not tell the secondary we stop");
 	}
 	p->state = P_DONE;
@@ -531,12 +608,13 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->epoch_w, on_epoch_timer, o->epoch_ms / 1e3, o->epoch_ms / 1e3);
 	ev_timer_init(&p->hb_w, on_hb, 0.01, repl_heartbeat_interval(o->timeout_ms));
 	ev_timer_init(&p->finish_w, on_finish_timeout, 2.0, 0);
+	ev_timer_init(&p->goodbye_w, on_goodbye_timeout, 10.0, 0);
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */
 	ev_set_priority(&p->hb_w, EV_MINPRI);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
-	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p;
+	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->goodbye_w.data = p;
 	p->sigint_w.data = p->sigterm_w.data = p;
 }
 
@@ -565,6 +643,7 @@ out:
 	ev_timer_stop(p->loop, &p->epoch_w);
 	ev_timer_stop(p->loop, &p->hb_w);
 	ev_timer_stop(p->loop, &p->finish_w);
+	ev_timer_stop(p->loop, &p->goodbye_w);
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);
 	repl_sync_fini(&p->sync);

@@ -96,6 +96,9 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role,
 		    const struct machine_config *cfg) US_MUST_CHECK;
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen);
 int repl_send_error(struct repl_link *l, int code, const char *text) US_MUST_CHECK;
+/* A goodbye before a deliberate close (see Fence in proto/understudy.proto). */
+int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
+		    const char *reason) US_MUST_CHECK;
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch) US_MUST_CHECK;
 int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len);

@@ -11,6 +11,10 @@
  *  - peer protocol error (bad frame, bad or torn epoch, bad configuration):
  *    nothing of it is applied, the standby is dropped, we wait again: a
  *    confused primary never causes a takeover while it may still run.
+ *  - the primary says goodbye (Fence): it either stops (guest powered off:
+ *    we end, no takeover) or goes on without us (it gave us up: we stand
+ *    down, drop the standby and wait for a new primary, no takeover). Only a
+ *    primary that went silent without a goodbye (killed, hung) is replaced.
  *  - local failure (no memory to stage an epoch, KVM refusing to apply one):
  *    the epoch cannot be acknowledged and never will be, so this standby is
  *    no use: the primary is told why (Error) before the close, the standby
@@ -40,6 +44,7 @@ struct repl_secondary {
 	enum sstate state;
 	bool got_hello;
 	bool refusing;                   /* an Error is on its way, then we close */
+	bool standing_down;              /* the primary said it goes on without us */
 	uint64_t hello_digest;           /* the primary's machine configuration digest */
 	struct machine_config cfg;
 	struct repl_vm *vm;
@@ -112,6 +117,22 @@ static void on_vm_stopped(void *ctx, int status)
 	ev_break(s->loop, EVBREAK_ALL);
 }
 
+/* A primary that is only stopped or slow still holds the link: the last
+ * thing it reads from it says that this side runs the guest now, so that
+ * it stops instead of running on (see primary.c on_fence). */
+static void tell_primary_took_over(struct repl_secondary *s)
+{
+	if (!s->link.conn)
+		return;
+	if (repl_send_fence(&s->link, UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER,
+			    s->stage.applied, "the secondary took over: stop, release nothing") == 0) {
+		net_close_flush(s->link.conn);   /* closed() follows; nothing read counts */
+		return;
+	}
+	log_warn(TAG, "could not tell the primary that this side took over");
+	repl_link_close(&s->link);
+}
+
 static void take_over(struct repl_secondary *s)
 {
 	struct repl_staging *g = &s->stage;
@@ -119,7 +140,7 @@ static void take_over(struct repl_secondary *s)
 	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
 	int r;
 
-	repl_link_close(&s->link);
+	tell_primary_took_over(s);
 	if (s->lis) {
 		net_listener_close(s->lis);
 		s->lis = NULL;
@@ -250,6 +271,25 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 	return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.applied);
 }
 
+/* A goodbye: whatever follows (close, silence), no takeover. */
+static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
+{
+#ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
+	return 0;
+#endif
+	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES) {
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the primary goes on "
+			       "without this secondary (%s)", f->reason);
+		log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
+		s->standing_down = true;
+		return -ECANCELED;       /* on_recv ends the link */
+	}
+	log_info(TAG, "primary stops (%s): no takeover", f->reason);
+	s->state = S_DONE;
+	ev_break(s->loop, EVBREAK_ALL);
+	return 0;
+}
+
 static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage *msg)
 {
 	if (type == PROTO_T_HELLO)
@@ -273,13 +313,7 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 	case PROTO_T_HEARTBEAT:
 		return 0;
 	case PROTO_T_FENCE:
-#ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
-		return 0;
-#endif
-		log_info(TAG, "primary stops (%s): no takeover", ((Understudy__Fence *)msg)->reason);
-		s->state = S_DONE;
-		ev_break(s->loop, EVBREAK_ALL);
-		return 0;
+		return on_fence(s, (Understudy__Fence *)msg);
 	default:
 		return -EPROTO;
 	}
@@ -311,10 +345,15 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	int r;
 
 	(void)c;
-	if (s->refusing)
-		return;
+	if (s->refusing || s->state >= S_ACTIVE)
+		return;                  /* after a takeover nothing the old primary says counts */
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	r = repl_link_feed(&s->link, data, len, on_frame, s);
+	if (s->standing_down) {
+		s->standing_down = false;
+		end_link(s, true);
+		return;
+	}
 	if (r == -ECONNREFUSED && s->link.conn) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
 		net_close_flush(s->link.conn);
@@ -353,6 +392,8 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 
 	(void)c;
 	repl_link_closed(&s->link);
+	if (s->state >= S_ACTIVE)
+		return;                  /* the link of the primary we replaced */
 	log_info(TAG, "primary connection closed (%s)", reason ? strerror(-reason) : "EOF");
 	if (!s->refusing)
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, reason, "primary connection closed (%s)",

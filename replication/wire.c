@@ -267,6 +267,17 @@ int repl_send_error(struct repl_link *l, int code, const char *text)
 	return repl_link_send_msg(l, PROTO_T_ERROR, &e.base);
 }
 
+int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
+		    const char *reason)
+{
+	Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
+
+	f.action = action;
+	f.epoch = epoch;
+	f.reason = (char *)reason;
+	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
+}
+
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch)
 {
 	Understudy__Ack a = UNDERSTUDY__ACK__INIT;
