@@ -62,6 +62,8 @@ struct repl_primary {
 	uint64_t transient_progress;   /* epochs + sync batches then */
 	struct repl_fault rx_fault;    /* what a frame of the secondary said */
 	struct repl_fault fault;       /* the last failure: status reason */
+	struct repl_timing timing;     /* ours, in our Hello */
+	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
 
 	ev_timer epoch_w, hb_w, finish_w, goodbye_w;
 	ev_signal sigint_w, sigterm_w;
@@ -304,12 +306,37 @@ static void start_sync(struct repl_primary *p)
 
 /* ---- link callbacks ---------------------------------------------------------- */
 
+/* The secondary accepted us (it checked our settings already); its own
+ * settings are checked here too, and a refusal is told to it (Error). */
+static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
+{
+	char err[256];
+	int r;
+
+	r = repl_check_hello(h, UNDERSTUDY__ROLE__ROLE_SECONDARY, err, sizeof(err));
+	if (r < 0) {
+		log_error(TAG, "secondary refused: %s", err);
+		return r;
+	}
+	r = repl_hello_timing(h, &p->peer_timing, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_timing(&p->timing, &p->peer_timing, err, sizeof(err));
+	if (r < 0) {
+		log_error(TAG, "refusing the secondary: %s", err);
+		repl_fault_set(&p->rx_fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the secondary: %s", err);
+		if (repl_send_error(&p->link, r, err) < 0)
+			log_warn(TAG, "could not tell the secondary why");
+		return -ECONNREFUSED;
+	}
+	start_sync(p);
+	return 0;
+}
+
 static int on_frame(void *ctx, const struct proto_frame *f)
 {
 	struct repl_primary *p = ctx;
 	ProtobufCMessage *msg = NULL;
 	Understudy__Error *e;
-	char err[256];
 	int r;
 
 	if (f->type == PROTO_T_PAGES)
@@ -323,13 +350,7 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 			r = -EPROTO;
 			break;
 		}
-		r = repl_check_hello((Understudy__Hello *)msg, UNDERSTUDY__ROLE__ROLE_SECONDARY, err,
-				     sizeof(err));
-		if (r < 0) {
-			log_error(TAG, "secondary refused: %s", err);
-			break;
-		}
-		start_sync(p);
+		r = on_hello(p, (Understudy__Hello *)msg);
 		break;
 	case PROTO_T_ACK:
 		on_ack(p, ((Understudy__Ack *)msg)->epoch);
@@ -366,7 +387,8 @@ static void on_connected(struct net_conn *c, void *ctx)
 	(void)c;
 	p->state = P_HELLO;
 	p->link.last_rx_ns = now_ns();
-	if (n < 0 || (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg)) < 0 ||
+	if (n < 0 ||
+	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing)) < 0 ||
 	    (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0)
 		fault(p, repl_fault_send(r), r, "cannot send hello");
 }
@@ -628,6 +650,7 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	p->o = o;
 	p->loop = loop;
 	p->state = P_CONNECTING;
+	repl_timing_init(&p->timing, o->timeout_ms, o->epoch_ms);
 	watchers_init(p);
 	if (setup(p) < 0) {
 		status = 1;

@@ -92,9 +92,28 @@ char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, siz
 			void *ctx, const char *req);
 int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_frame_fn fn,
 		   void *ctx) US_MUST_CHECK;
-int repl_send_hello(struct repl_link *l, Understudy__Role role,
-		    const struct machine_config *cfg) US_MUST_CHECK;
+/* A side's failure detection settings, as its Hello carries them. */
+struct repl_timing {
+	unsigned heartbeat_ms;     /* sends something at least this often */
+	unsigned timeout_ms;       /* gives the peer up after this much silence */
+	unsigned epoch_ms;         /* primary only */
+};
+/* Heartbeat every repl_heartbeat_interval(timeout_ms); epoch_ms 0 for a secondary. */
+void repl_timing_init(struct repl_timing *t, unsigned timeout_ms, unsigned epoch_ms);
+int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
+		    const struct repl_timing *t) US_MUST_CHECK;
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen);
+/* Reads the peer's settings from its Hello (-EPROTO if it did not say them). */
+int repl_hello_timing(const Understudy__Hello *h, struct repl_timing *t, char *err,
+		      size_t errlen) US_MUST_CHECK;
+/* Refuses (-EINVAL, err names both values) settings under which a healthy
+ * side could be taken for dead: the secondary's failover timeout must be at
+ * least REPL_TIMING_MARGIN x the primary's heartbeat interval and epoch
+ * interval, the primary's timeout at least as much x the secondary's
+ * heartbeat interval. */
+#define REPL_TIMING_MARGIN 2
+int repl_check_timing(const struct repl_timing *pri, const struct repl_timing *sec, char *err,
+		      size_t errlen) US_MUST_CHECK;
 int repl_send_error(struct repl_link *l, int code, const char *text) US_MUST_CHECK;
 /* A goodbye before a deliberate close (see Fence in proto/understudy.proto). */
 int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,

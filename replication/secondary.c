@@ -46,6 +46,7 @@ struct repl_secondary {
 	bool refusing;                   /* an Error is on its way, then we close */
 	bool standing_down;              /* the primary said it goes on without us */
 	uint64_t hello_digest;           /* the primary's machine configuration digest */
+	struct repl_timing timing;       /* ours, in our Hello */
 	struct machine_config cfg;
 	struct repl_vm *vm;
 	struct repl_staging stage;
@@ -234,17 +235,22 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	s->state = S_STANDBY;
 	log_info(TAG, "standby built: guest %s, %llu MiB, %d vCPU(s); syncing", s->cfg.guest,
 		 (unsigned long long)(s->cfg.mem_bytes >> 20), s->cfg.ncpus);
-	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg);
+	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing);
 }
 
 static int on_hello(struct repl_secondary *s, const Understudy__Hello *h)
 {
+	struct repl_timing peer;
 	char err[256];
 	int r;
 
 	if (s->got_hello)
 		return -EPROTO;
 	r = repl_check_hello(h, UNDERSTUDY__ROLE__ROLE_PRIMARY, err, sizeof(err));
+	if (r == 0)
+		r = repl_hello_timing(h, &peer, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_timing(&peer, &s->timing, err, sizeof(err));
 	if (r < 0) {
 		log_error(TAG, "refusing primary: %s", err);
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the primary: %s", err);
@@ -492,6 +498,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 		return 1;
 	s->o = o;
 	s->loop = loop;
+	repl_timing_init(&s->timing, o->timeout_ms, 0);
 	repl_link_init(&s->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_init(&s->stage);
 	watchers_init(s);

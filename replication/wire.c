@@ -176,7 +176,15 @@ int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_fram
 	return r;
 }
 
-int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg)
+void repl_timing_init(struct repl_timing *t, unsigned timeout_ms, unsigned epoch_ms)
+{
+	t->heartbeat_ms = (unsigned)(repl_heartbeat_interval(timeout_ms) * 1e3 + 0.5);
+	t->timeout_ms = timeout_ms;
+	t->epoch_ms = epoch_ms;
+}
+
+int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
+		    const struct repl_timing *t)
 {
 	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
 	uint64_t digest = machine_config_digest(cfg);
@@ -189,7 +197,45 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct mac
 	h.config_digest.data = digest_le;
 	h.config_digest.len = sizeof(digest_le);
 	h.capabilities = PROTO_CAPS_REQUIRED;
+	h.heartbeat_ms = t->heartbeat_ms;
+	h.timeout_ms = t->timeout_ms;
+	h.epoch_ms = t->epoch_ms;
 	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
+}
+
+int repl_hello_timing(const Understudy__Hello *h, struct repl_timing *t, char *err, size_t errlen)
+{
+	if (!h->heartbeat_ms || !h->timeout_ms) {
+		snprintf(err, errlen, "peer does not say its heartbeat interval and timeout");
+		return -EPROTO;
+	}
+	t->heartbeat_ms = h->heartbeat_ms;
+	t->timeout_ms = h->timeout_ms;
+	t->epoch_ms = h->epoch_ms;
+	return 0;
+}
+
+int repl_check_timing(const struct repl_timing *pri, const struct repl_timing *sec, char *err,
+		      size_t errlen)
+{
+	bool by_epoch = pri->epoch_ms > pri->heartbeat_ms;
+	unsigned every_ms = by_epoch ? pri->epoch_ms : pri->heartbeat_ms;
+
+	if ((uint64_t)sec->timeout_ms < (uint64_t)every_ms * REPL_TIMING_MARGIN) {
+		snprintf(err, errlen, "the primary's %s is %u ms, the secondary's "
+			 "--failover-timeout-ms is %u ms: it must be at least %u x %u ms, or the "
+			 "secondary takes over from a healthy primary", by_epoch ? "--epoch-ms" :
+			 "heartbeat interval", every_ms, sec->timeout_ms, REPL_TIMING_MARGIN, every_ms);
+		return -EINVAL;
+	}
+	if ((uint64_t)pri->timeout_ms < (uint64_t)sec->heartbeat_ms * REPL_TIMING_MARGIN) {
+		snprintf(err, errlen, "the primary's --timeout-ms is %u ms, the secondary's "
+			 "heartbeat interval is %u ms: it must be at least %u x %u ms, or the primary "
+			 "gives up a healthy secondary", pri->timeout_ms, sec->heartbeat_ms,
+			 REPL_TIMING_MARGIN, sec->heartbeat_ms);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen)
@@ -310,10 +356,13 @@ void repl_stats_add_epoch(struct repl_stats *s, uint64_t npages)
 	s->dirty_pages_total += npages;
 }
 
-/* Four heartbeats per timeout, at most one every 5 ms. */
+/* Four heartbeats per timeout, at most one every 5 ms, at least one every
+ * 100 ms: a heartbeat also keeps the peer's timeout, which may be shorter. */
 double repl_heartbeat_interval(unsigned timeout_ms)
 {
-	return timeout_ms / 4e3 > 0.005 ? timeout_ms / 4e3 : 0.005;
+	double s = timeout_ms / 4e3;
+
+	return s < 0.005 ? 0.005 : s > 0.1 ? 0.1 : s;
 }
 
 uint64_t repl_bits_count(const uint64_t *bm, uint64_t words)
