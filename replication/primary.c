@@ -572,12 +572,12 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
 			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
 			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
-			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\"}\n" :
+			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
 			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
 			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
-			"copy %.1f us, state %.1f us\nreason %s\n",
+			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n",
 			pstate_names[p->state], (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
@@ -586,7 +586,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)q->st.stretched, hb_ms, q->worst.pause_ns / 1e3,
 			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
-			json || reason[0] ? reason : "none");
+			json || reason[0] ? reason : "none", REPL_FENCING);
 }
 
 static char *status_text(void *ctx, const char *req)
@@ -659,6 +659,7 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	ev_signal_start(p->loop, &p->sigint_w);
 	ev_signal_start(p->loop, &p->sigterm_w);
 	ev_timer_start(p->loop, &p->hb_w);
+	log_info(TAG, "fencing: " REPL_FENCING);
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;

@@ -334,6 +334,12 @@ struct repl_secondary_opts {
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
 };
 
+/* The only fencing mode so far: failure detection by heartbeat, with
+ * goodbyes and the stall check. Safe against crashes and stopped or
+ * starved processes, not against a partition between two live hosts. Said
+ * at start and in status. */
+#define REPL_FENCING "none (heartbeat only: a partition can leave two live copies)"
+
 /* Run on the caller's loop until the guest powers off or a signal; return
  * the exit status. */
 int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);

@@ -448,17 +448,17 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
 			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
-			"\"verify_failed\":%llu,\"reason\":\"%s\"}\n" :
+			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
 			"role secondary\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
 			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
-			"reason %s\n",
+			"reason %s\nfencing: %s\n",
 			sstate_names[s->state], (unsigned long long)g->applied,
 			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)g->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
 			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
-			json || reason[0] ? reason : "none");
+			json || reason[0] ? reason : "none", REPL_FENCING);
 }
 
 static char *status_text(void *ctx, const char *req)
@@ -511,6 +511,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 		goto out;
 	log_info(TAG, "waiting for a primary on %s (takeover after %u ms of silence)", o->listen,
 		 o->timeout_ms);
+	log_info(TAG, "fencing: " REPL_FENCING);
 	ev_timer_start(s->loop, &s->watch_w);
 	ev_timer_start(s->loop, &s->hb_w);
 	ev_signal_start(s->loop, &s->sigint_w);
