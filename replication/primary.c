@@ -16,6 +16,13 @@
  *  - the secondary says it took over (Fence from it, e.g. after this process
  *    was stopped past its failover timeout): another copy runs; stop at once,
  *    releasing nothing more (exit 1).
+ *  - this process stalled (stopped, starved: its loop late by more than the
+ *    shorter of the two timeouts): not the secondary's silence; the clock
+ *    restarts and pending input is read first (a takeover's Fence). If the
+ *    secondary is then lost without word, after a stall longer than its
+ *    failover timeout while it held a checkpoint, it may have taken over:
+ *    stop without a goodbye and without releasing, as for a local fatal
+ *    failure (a partition at that moment is the remaining risk).
  *  - local transient (no memory for a buffer or on the link): the failed
  *    epoch or sync batch was undone; retry, output stays held. A shortage
  *    lasting longer than timeout_ms counts as fatal.
@@ -193,6 +200,30 @@ static bool retry_transient(struct repl_primary *p, const struct repl_fault *f)
 	return now - p->transient_since_ns <= (uint64_t)p->o->timeout_ms * 1000000ull;
 }
 
+/* The shorter of the two timeouts: a stall longer than that may have
+ * cost us the secondary, or the secondary us. */
+static unsigned stall_ms(const struct repl_primary *p)
+{
+	unsigned peer_ms = p->peer_timing.timeout_ms;
+
+	return peer_ms && peer_ms < p->o->timeout_ms ? peer_ms : p->o->timeout_ms;
+}
+
+/* The secondary is lost right after this process stalled longer than its
+ * failover timeout: it may run the guest now (its Fence did not reach us). */
+static bool maybe_replaced(struct repl_primary *p, const struct repl_fault *f)
+{
+	uint64_t stall_ns = repl_link_stalled_ns(&p->link, stall_ms(p));
+
+	if (f->kind != REPL_FAULT_PEER_LOST || p->state != P_PROTECTED || !p->ep.acked ||
+	    stall_ns < (uint64_t)p->peer_timing.timeout_ms * 1000000ull)
+		return false;
+	log_error(TAG, "this process was stalled for %llu ms, longer than the secondary's failover "
+		  "timeout (%u ms), and then lost it: the secondary may have taken over",
+		  (unsigned long long)(stall_ns / 1000000), p->peer_timing.timeout_ms);
+	return true;
+}
+
 static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 {
 	struct repl_fault fatal;
@@ -204,8 +235,8 @@ static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 			       (unsigned long long)((now_ns() - p->transient_since_ns) / 1000000));
 		f = &fatal;
 	}
-	if (f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED && p->ep.acked &&
-	    !p->finishing)
+	if ((f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED && p->ep.acked &&
+	     !p->finishing) || maybe_replaced(p, f))
 		stop_for_takeover(p, f);
 	else
 		drop_protection(p, f);
@@ -474,6 +505,13 @@ static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
+	silent_ns = repl_link_tick(&p->link, stall_ms(p));
+	if (silent_ns) {
+		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
+			 "the secondary's silence; reading what is pending first",
+			 (unsigned long long)(silent_ns / 1000000));
+		return;
+	}
 	if (p->state < P_HELLO || p->state >= P_UNPROTECTED || !p->link.conn)
 		return;
 	silent_ns = now_ns() - p->link.last_rx_ns;
@@ -660,6 +698,7 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	ev_signal_start(p->loop, &p->sigterm_w);
 	ev_timer_start(p->loop, &p->hb_w);
 	log_info(TAG, "fencing: " REPL_FENCING);
+	p->link.last_tick_ns = now_ns();   /* the stall check starts now, not at setup */
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;

@@ -69,6 +69,10 @@ struct repl_link {
 	struct proto_dec dec;
 	uint64_t last_rx_ns;
 	uint64_t bytes_sent, bytes_rcvd;
+	/* Stalls of this process (repl_link_tick), all CLOCK_MONOTONIC. */
+	uint64_t last_tick_ns;     /* the silence check last ran */
+	uint64_t resumed_ns;       /* the last stall ended (0: none yet) */
+	uint64_t stall_ns;         /* ...and lasted this long */
 };
 
 void repl_link_init(struct repl_link *l, uint32_t max_payload);
@@ -92,6 +96,17 @@ char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, siz
 			void *ctx, const char *req);
 int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_frame_fn fn,
 		   void *ctx) US_MUST_CHECK;
+/* Call first in the silence check, a timer at most a quarter of stall_ms
+ * apart at the lowest priority. When this process's own loop ran late by
+ * more than stall_ms (stopped, starved), the gap is not the peer's silence:
+ * the silence clock restarts now, the caller skips this check (what is
+ * pending is read before the next one) and the stall's length is returned;
+ * else 0. */
+uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms);
+/* How long this process was stalled, if its loop is late by more than
+ * stall_ms right now or a stall ended less than stall_ms ago; else 0. An
+ * event seen then (a close) may be the peer reacting to our stall. */
+uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
 /* A side's failure detection settings, as its Hello carries them. */
 struct repl_timing {
 	unsigned heartbeat_ms;     /* sends something at least this often */

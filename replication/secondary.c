@@ -15,6 +15,13 @@
  *    we end, no takeover) or goes on without us (it gave us up: we stand
  *    down, drop the standby and wait for a new primary, no takeover). Only a
  *    primary that went silent without a goodbye (killed, hung) is replaced.
+ *  - this process stalled (SIGSTOP, starved: its own loop late by more than
+ *    timeout_ms): the gap is not the primary's silence. The silence clock
+ *    restarts when we resume, pending input is read first, and a takeover
+ *    needs a fresh full timeout of silence. A link found closed right after
+ *    such a stall, without a goodbye, may be a primary that gave us up
+ *    while we were stopped as well as a dead one: we stand down, no
+ *    takeover (a crash of the primary during our stall is not covered).
  *  - local failure (no memory to stage an epoch, KVM refusing to apply one):
  *    the epoch cannot be acknowledged and never will be, so this standby is
  *    no use: the primary is told why (Error) before the close, the standby
@@ -121,12 +128,15 @@ static void on_vm_stopped(void *ctx, int status)
 /* A primary that is only stopped or slow still holds the link: the last
  * thing it reads from it says that this side runs the guest now, so that
  * it stops instead of running on (see primary.c on_fence). */
-static void tell_primary_took_over(struct repl_secondary *s)
+static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
 {
+	char why[64];
+
 	if (!s->link.conn)
 		return;
+	snprintf(why, sizeof(why), "the primary was silent for %llu ms", (unsigned long long)silent_ms);
 	if (repl_send_fence(&s->link, UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER,
-			    s->stage.applied, "the secondary took over: stop, release nothing") == 0) {
+			    s->stage.applied, why) == 0) {
 		net_close_flush(s->link.conn);   /* closed() follows; nothing read counts */
 		return;
 	}
@@ -141,7 +151,7 @@ static void take_over(struct repl_secondary *s)
 	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
 	int r;
 
-	tell_primary_took_over(s);
+	tell_primary_took_over(s, silent_ms);
 	if (s->lis) {
 		net_listener_close(s->lis);
 		s->lis = NULL;
@@ -175,9 +185,17 @@ static void take_over(struct repl_secondary *s)
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
+	uint64_t stall_ns;
 
 	(void)loop;
 	(void)revents;
+	stall_ns = repl_link_tick(&s->link, s->o->timeout_ms);
+	if (stall_ns) {
+		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
+			 "the primary's silence; reading what is pending, then a fresh %u ms",
+			 (unsigned long long)(stall_ns / 1000000), s->o->timeout_ms);
+		return;
+	}
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns > (uint64_t)s->o->timeout_ms * 1000000ull)
@@ -392,6 +410,23 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	repl_link_sent_owned(cookie);
 }
 
+/* A close found right after our own stall, without a goodbye: the primary
+ * may have given us up while we were stopped and run on (its goodbye lost
+ * or not sent in time). That alone is no ground for a takeover: stand down. */
+static bool closed_after_stall(struct repl_secondary *s)
+{
+	uint64_t stall_ns = repl_link_stalled_ns(&s->link, s->o->timeout_ms);
+
+	if (!stall_ns || s->state != S_STANDBY || !s->stage.have_ckpt)
+		return false;
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the link closed after this "
+		       "process was stalled for %llu ms; a primary that gave it up cannot be told from "
+		       "a dead one", (unsigned long long)(stall_ns / 1000000));
+	log_warn(TAG, "%s: no takeover, waiting for a new primary", s->fault.what);
+	end_link(s, true);
+	return true;
+}
+
 static void on_closed(struct net_conn *c, int reason, void *ctx)
 {
 	struct repl_secondary *s = ctx;
@@ -401,6 +436,8 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	if (s->state >= S_ACTIVE)
 		return;                  /* the link of the primary we replaced */
 	log_info(TAG, "primary connection closed (%s)", reason ? strerror(-reason) : "EOF");
+	if (!s->refusing && closed_after_stall(s))
+		return;
 	if (!s->refusing)
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, reason, "primary connection closed (%s)",
 			       reason ? strerror(-reason) : "EOF");
@@ -479,10 +516,12 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 static void watchers_init(struct repl_secondary *s)
 {
 	double hb = repl_heartbeat_interval(s->o->timeout_ms);
+	double tick = s->o->timeout_ms / 4e3 < 0.005 ? s->o->timeout_ms / 4e3 : 0.005;
 
-	ev_timer_init(&s->watch_w, on_watch, 0.005, 0.005);
+	ev_timer_init(&s->watch_w, on_watch, tick, tick);
 	ev_timer_init(&s->hb_w, on_hb, hb, hb);
-	/* Silence is judged after pending reads are handled (see primary.c). */
+	/* Silence is judged after pending reads are handled (see primary.c);
+	 * the same timer notices a stall of this process (repl_link_tick). */
 	ev_set_priority(&s->watch_w, EV_MINPRI);
 	ev_signal_init(&s->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&s->sigterm_w, on_signal, SIGTERM);

@@ -44,7 +44,7 @@ void repl_link_init(struct repl_link *l, uint32_t max_payload)
 {
 	memset(l, 0, sizeof(*l));
 	proto_dec_init(&l->dec, max_payload);
-	l->last_rx_ns = now_ns();
+	l->last_rx_ns = l->last_tick_ns = now_ns();
 }
 
 void repl_link_fini(struct repl_link *l)
@@ -181,6 +181,30 @@ void repl_timing_init(struct repl_timing *t, unsigned timeout_ms, unsigned epoch
 	t->heartbeat_ms = (unsigned)(repl_heartbeat_interval(timeout_ms) * 1e3 + 0.5);
 	t->timeout_ms = timeout_ms;
 	t->epoch_ms = epoch_ms;
+}
+
+uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms)
+{
+	uint64_t now = now_ns(), gap = now - l->last_tick_ns;
+
+	l->last_tick_ns = now;
+	if (gap <= (uint64_t)stall_ms * 1000000ull)
+		return 0;
+	l->resumed_ns = now;
+	l->stall_ns = gap;
+	l->last_rx_ns = now;
+	return gap;
+}
+
+uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms)
+{
+	uint64_t now = now_ns(), ns = (uint64_t)stall_ms * 1000000ull;
+
+	if (now - l->last_tick_ns > ns)
+		return now - l->last_tick_ns;
+	if (l->resumed_ns && now - l->resumed_ns <= ns)
+		return l->stall_ns;
+	return 0;
 }
 
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
