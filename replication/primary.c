@@ -417,7 +417,7 @@ static void on_connected(struct net_conn *c, void *ctx)
 
 	(void)c;
 	p->state = P_HELLO;
-	p->link.last_rx_ns = now_ns();
+	p->link.last_rx_ns = p->link.up_ns = now_ns();
 	if (n < 0 ||
 	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing)) < 0 ||
 	    (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0)
@@ -499,17 +499,17 @@ static const struct net_conn_ops conn_ops = {
 static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_primary *p = w->data;
-	uint64_t silent_ns;
+	uint64_t silent_ns, stall_ns;
 	char why[96];
 	int r;
 
 	(void)loop;
 	(void)revents;
-	silent_ns = repl_link_tick(&p->link, stall_ms(p));
-	if (silent_ns) {
+	stall_ns = repl_link_tick(&p->link, stall_ms(p));
+	if (stall_ns) {
 		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
 			 "the secondary's silence; reading what is pending first",
-			 (unsigned long long)(silent_ns / 1000000));
+			 (unsigned long long)(stall_ns / 1000000));
 		return;
 	}
 	if (p->state < P_HELLO || p->state >= P_UNPROTECTED || !p->link.conn)

@@ -68,6 +68,7 @@ struct repl_link {
 	struct owned_tx *owned;    /* sends whose bytes the link owns */
 	struct proto_dec dec;
 	uint64_t last_rx_ns;
+	uint64_t up_ns;            /* the connection came up (set by the agent) */
 	uint64_t bytes_sent, bytes_rcvd;
 	/* Stalls of this process (repl_link_tick), all CLOCK_MONOTONIC. */
 	uint64_t last_tick_ns;     /* the silence check last ran */
@@ -103,9 +104,10 @@ int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_fram
  * pending is read before the next one) and the stall's length is returned;
  * else 0. */
 uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms);
-/* How long this process was stalled, if its loop is late by more than
- * stall_ms right now or a stall ended less than stall_ms ago; else 0. An
- * event seen then (a close) may be the peer reacting to our stall. */
+/* How long this process was stalled while the connection was up, if its
+ * loop is late by more than stall_ms right now or a stall ended less than
+ * stall_ms ago; else 0. An event seen then (a close) may be the peer
+ * reacting to our stall, if the stall lasted longer than its timeout. */
 uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
 /* A side's failure detection settings, as its Hello carries them. */
 struct repl_timing {

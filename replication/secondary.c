@@ -54,6 +54,7 @@ struct repl_secondary {
 	bool standing_down;              /* the primary said it goes on without us */
 	uint64_t hello_digest;           /* the primary's machine configuration digest */
 	struct repl_timing timing;       /* ours, in our Hello */
+	struct repl_timing peer_timing;  /* the primary's, from its Hello */
 	struct machine_config cfg;
 	struct repl_vm *vm;
 	struct repl_staging stage;
@@ -182,6 +183,15 @@ static void take_over(struct repl_secondary *s)
 			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
 }
 
+/* The shorter of the two timeouts: a stall longer than that may have made
+ * the primary give us up, or us it. */
+static unsigned stall_ms(const struct repl_secondary *s)
+{
+	unsigned peer_ms = s->peer_timing.timeout_ms;
+
+	return peer_ms && peer_ms < s->o->timeout_ms ? peer_ms : s->o->timeout_ms;
+}
+
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
@@ -189,7 +199,7 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	stall_ns = repl_link_tick(&s->link, s->o->timeout_ms);
+	stall_ns = repl_link_tick(&s->link, stall_ms(s));
 	if (stall_ns) {
 		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
 			 "the primary's silence; reading what is pending, then a fresh %u ms",
@@ -258,7 +268,6 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 
 static int on_hello(struct repl_secondary *s, const Understudy__Hello *h)
 {
-	struct repl_timing peer;
 	char err[256];
 	int r;
 
@@ -266,9 +275,9 @@ static int on_hello(struct repl_secondary *s, const Understudy__Hello *h)
 		return -EPROTO;
 	r = repl_check_hello(h, UNDERSTUDY__ROLE__ROLE_PRIMARY, err, sizeof(err));
 	if (r == 0)
-		r = repl_hello_timing(h, &peer, err, sizeof(err));
+		r = repl_hello_timing(h, &s->peer_timing, err, sizeof(err));
 	if (r == 0)
-		r = repl_check_timing(&peer, &s->timing, err, sizeof(err));
+		r = repl_check_timing(&s->peer_timing, &s->timing, err, sizeof(err));
 	if (r < 0) {
 		log_error(TAG, "refusing primary: %s", err);
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the primary: %s", err);
@@ -415,9 +424,11 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
  * or not sent in time). That alone is no ground for a takeover: stand down. */
 static bool closed_after_stall(struct repl_secondary *s)
 {
-	uint64_t stall_ns = repl_link_stalled_ns(&s->link, s->o->timeout_ms);
+	uint64_t stall_ns = repl_link_stalled_ns(&s->link, stall_ms(s));
 
-	if (!stall_ns || s->state != S_STANDBY || !s->stage.have_ckpt)
+	/* A stall shorter than the primary's timeout cannot have made it give us up. */
+	if (stall_ns < (uint64_t)s->peer_timing.timeout_ms * 1000000ull || !stall_ns ||
+	    s->state != S_STANDBY || !s->stage.have_ckpt)
 		return false;
 	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the link closed after this "
 		       "process was stalled for %llu ms; a primary that gave it up cannot be told from "
@@ -463,7 +474,8 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
 	s->link.conn = c;
 	s->refusing = false;
-	s->link.last_rx_ns = now_ns();
+	s->link.last_rx_ns = s->link.up_ns = now_ns();
+	memset(&s->peer_timing, 0, sizeof(s->peer_timing));
 	s->state = S_HELLO;
 	net_conn_set_ops(c, &conn_ops, s);
 }

@@ -198,13 +198,20 @@ uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms)
 
 uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms)
 {
-	uint64_t now = now_ns(), ns = (uint64_t)stall_ms * 1000000ull;
+	uint64_t now = now_ns(), ns = (uint64_t)stall_ms * 1000000ull, from, to;
 
-	if (now - l->last_tick_ns > ns)
-		return now - l->last_tick_ns;
-	if (l->resumed_ns && now - l->resumed_ns <= ns)
-		return l->stall_ns;
-	return 0;
+	if (now - l->last_tick_ns > ns) {
+		from = l->last_tick_ns;
+		to = now;
+	} else if (l->resumed_ns && now - l->resumed_ns <= ns) {
+		from = l->resumed_ns - l->stall_ns;
+		to = l->resumed_ns;
+	} else {
+		return 0;
+	}
+	if (from < l->up_ns)
+		from = l->up_ns;     /* the peer saw only the part while connected */
+	return to > from ? to - from : 0;
 }
 
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,

@@ -12,6 +12,7 @@
 #   4. SIGKILL of the primary still fails over.
 # A network partition is not covered: without a witness it can leave two
 # live copies (docs/design.md).
+# SPLIT_CASES="1 3" runs some cases; SPLIT_KEEP=DIR keeps the logs there.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
