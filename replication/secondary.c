@@ -16,12 +16,13 @@
  *    down, drop the standby and wait for a new primary, no takeover). Only a
  *    primary that went silent without a goodbye (killed, hung) is replaced.
  *  - this process stalled (SIGSTOP, starved: its own loop late by more than
- *    timeout_ms): the gap is not the primary's silence. The silence clock
- *    restarts when we resume, pending input is read first, and a takeover
- *    needs a fresh full timeout of silence. A link found closed right after
- *    such a stall, without a goodbye, may be a primary that gave us up
- *    while we were stopped as well as a dead one: we stand down, no
- *    takeover (a crash of the primary during our stall is not covered).
+ *    the shorter of the two timeouts): the gap is not the primary's silence.
+ *    The silence clock restarts when we resume, pending input is read
+ *    first, and a takeover needs a fresh full timeout of silence. A link
+ *    found closed right after a stall at least as long as the primary's
+ *    timeout (while connected), without a goodbye, may be a primary that
+ *    gave us up as well as a dead one: we stand down, no takeover (a crash
+ *    of the primary during our stall is not covered).
  *  - local failure (no memory to stage an epoch, KVM refusing to apply one):
  *    the epoch cannot be acknowledged and never will be, so this standby is
  *    no use: the primary is told why (Error) before the close, the standby
