@@ -9,8 +9,20 @@
  *  - peer lost (connection closed, silent for timeout_ms) or peer protocol
  *    error (bad data, refusal): the secondary cannot be counted on; say so
  *    loudly, release held output and run on UNPROTECTED. We never wait for
- *    a secondary that is gone. Before the secondary accepted us the VM was
+ *    a secondary that is gone. A link still open gets a goodbye first (Fence
+ *    "the primary continues"): the secondary stands down instead of reading
+ *    the close as our death. Before the secondary accepted us the VM was
  *    never protected: stop (exit 1).
+ *  - the secondary says it took over (Fence from it, e.g. after this process
+ *    was stopped past its failover timeout): another copy runs; stop at once,
+ *    releasing nothing more (exit 1).
+ *  - this process stalled (stopped, starved: its loop late by more than the
+ *    shorter of the two timeouts): not the secondary's silence; the clock
+ *    restarts and pending input is read first (a takeover's Fence). If the
+ *    secondary is then lost without word, after a stall longer than its
+ *    failover timeout while it held a checkpoint, it may have taken over:
+ *    stop without a goodbye and without releasing, as for a local fatal
+ *    failure (a partition at that moment is the remaining risk).
  *  - local transient (no memory for a buffer or on the link): the failed
  *    epoch or sync batch was undone; retry, output stays held. A shortage
  *    lasting longer than timeout_ms counts as fatal.
@@ -23,9 +35,9 @@
  * handshake_timeout_ms (handshake_check): missing it is a lost peer, so
  * before the secondary's Hello the primary exits 1 (no retry), later it runs
  * UNPROTECTED; held output is never held longer.
- * The reason is logged and shown by status. Fencing against split brain (a
- * secondary that took over while we still run) is left to the fencing work:
- * drop_protection() is where the fence check belongs. */
+ * The reason is logged and shown by status. Without a witness, a secondary
+ * that took over while this side was cut off (partition) is not detected:
+ * drop_protection() is where a fence check belongs. */
 #include "replication/replication.h"
 
 #include <errno.h>
@@ -62,8 +74,10 @@ struct repl_primary {
 	uint64_t transient_progress;   /* epochs + sync batches then */
 	struct repl_fault rx_fault;    /* what a frame of the secondary said */
 	struct repl_fault fault;       /* the last failure: status reason */
+	struct repl_timing timing;     /* ours, in our Hello */
+	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
 
-	ev_timer epoch_w, hb_w, finish_w;
+	ev_timer epoch_w, hb_w, finish_w, goodbye_w;
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
 
@@ -79,6 +93,53 @@ struct repl_primary {
 static void finish(struct repl_primary *p, int status);
 
 /* ---- failures ---------------------------------------------------------------- */
+
+/* The epochs on the link are freed once nothing reads them any more. */
+static void link_gone(struct repl_primary *p)
+{
+	ev_timer_stop(p->loop, &p->goodbye_w);
+	repl_link_close(&p->link);
+	repl_epochs_drop(&p->ep);
+}
+
+/* This side gives the secondary up and runs on: tell it first (Fence "the
+ * primary continues": stand down, do not take over), then let what is
+ * queued leave and close. Epoch buffers stay until the link is closed
+ * (on_closed, or the goodbye deadline if the secondary does not read). A
+ * killed primary sends nothing, so a crash still fails over. */
+static void say_goodbye(struct repl_primary *p, const char *why)
+{
+	double deadline_s = p->o->timeout_ms * 2e-3 > 10.0 ? p->o->timeout_ms * 2e-3 : 10.0;
+	int r;
+
+	if (!p->link.conn) {
+		link_gone(p);
+		return;
+	}
+	r = repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES,
+			    p->ep.acked, why);
+	if (r < 0) {
+		log_error(TAG, "could not tell the secondary we go on without it (%s): closing "
+			  "without a goodbye", strerror(-r));
+		link_gone(p);
+		return;
+	}
+	log_info(TAG, "goodbye sent: the secondary is told to stand down (no takeover)");
+	net_close_flush(p->link.conn);
+	ev_timer_set(&p->goodbye_w, deadline_s, 0);
+	ev_timer_start(p->loop, &p->goodbye_w);
+}
+
+static void on_goodbye_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+
+	(void)loop;
+	(void)revents;
+	log_warn(TAG, "the goodbye did not leave before its deadline (the secondary does not "
+		 "read): closing");
+	link_gone(p);
+}
 
 static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 {
@@ -96,8 +157,7 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	p->state = P_UNPROTECTED;
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
-	repl_link_close(&p->link);
-	repl_epochs_drop(&p->ep);
+	say_goodbye(p, f->what);
 	repl_vm_set_gated(p->vm, false);   /* releases everything held */
 	if (p->finishing)
 		finish(p, p->exit_status);
@@ -118,6 +178,24 @@ static void stop_for_takeover(struct repl_primary *p, const struct repl_fault *f
 	finish(p, 1);
 }
 
+/* The secondary runs the guest now: this copy must not. Nothing more is
+ * released (output it did not acknowledge never leaves here). */
+static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
+{
+	if (f->action != UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER) {
+		log_error(TAG, "unexpected goodbye from the secondary (action %d)", f->action);
+		return -EPROTO;
+	}
+	repl_fault_set(&p->fault, REPL_FAULT_PEER_LOST, -ECANCELED,
+		       "the secondary took over from epoch %llu (%s)", (unsigned long long)f->epoch,
+		       f->reason);
+	log_error(TAG, "%s: another copy runs the guest; this primary stops now and releases "
+		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
+	link_gone(p);
+	finish(p, 1);
+	return -ECANCELED;
+}
+
 /* True while a shortage is young enough to retry. */
 static bool retry_transient(struct repl_primary *p, const struct repl_fault *f)
 {
@@ -135,6 +213,30 @@ static bool retry_transient(struct repl_primary *p, const struct repl_fault *f)
 	return now - p->transient_since_ns <= (uint64_t)p->o->timeout_ms * 1000000ull;
 }
 
+/* The shorter of the two timeouts: a stall longer than that may have
+ * cost us the secondary, or the secondary us. */
+static unsigned stall_ms(const struct repl_primary *p)
+{
+	unsigned peer_ms = p->peer_timing.timeout_ms;
+
+	return peer_ms && peer_ms < p->o->timeout_ms ? peer_ms : p->o->timeout_ms;
+}
+
+/* The secondary is lost right after this process stalled longer than its
+ * failover timeout: it may run the guest now (its Fence did not reach us). */
+static bool maybe_replaced(struct repl_primary *p, const struct repl_fault *f)
+{
+	uint64_t stall_ns = repl_link_stalled_ns(&p->link, stall_ms(p));
+
+	if (f->kind != REPL_FAULT_PEER_LOST || p->state != P_PROTECTED || !p->ep.acked ||
+	    stall_ns < (uint64_t)p->peer_timing.timeout_ms * 1000000ull)
+		return false;
+	log_error(TAG, "this process was stalled for %llu ms, longer than the secondary's failover "
+		  "timeout (%u ms), and then lost it: the secondary may have taken over",
+		  (unsigned long long)(stall_ns / 1000000), p->peer_timing.timeout_ms);
+	return true;
+}
+
 static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 {
 	struct repl_fault fatal;
@@ -146,8 +248,8 @@ static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 			       (unsigned long long)((now_ns() - p->transient_since_ns) / 1000000));
 		f = &fatal;
 	}
-	if (f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED && p->ep.acked &&
-	    !p->finishing)
+	if ((f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED && p->ep.acked &&
+	     !p->finishing) || maybe_replaced(p, f))
 		stop_for_takeover(p, f);
 	else
 		drop_protection(p, f);
@@ -248,12 +350,37 @@ static void start_sync(struct repl_primary *p)
 
 /* ---- link callbacks ---------------------------------------------------------- */
 
+/* The secondary accepted us (it checked our settings already); its own
+ * settings are checked here too, and a refusal is told to it (Error). */
+static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
+{
+	char err[256];
+	int r;
+
+	r = repl_check_hello(h, UNDERSTUDY__ROLE__ROLE_SECONDARY, err, sizeof(err));
+	if (r < 0) {
+		log_error(TAG, "secondary refused: %s", err);
+		return r;
+	}
+	r = repl_hello_timing(h, &p->peer_timing, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_timing(&p->timing, &p->peer_timing, err, sizeof(err));
+	if (r < 0) {
+		log_error(TAG, "refusing the secondary: %s", err);
+		repl_fault_set(&p->rx_fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the secondary: %s", err);
+		if (repl_send_error(&p->link, r, err) < 0)
+			log_warn(TAG, "could not tell the secondary why");
+		return -ECONNREFUSED;
+	}
+	start_sync(p);
+	return 0;
+}
+
 static int on_frame(void *ctx, const struct proto_frame *f)
 {
 	struct repl_primary *p = ctx;
 	ProtobufCMessage *msg = NULL;
 	Understudy__Error *e;
-	char err[256];
 	int r;
 
 	if (f->type == PROTO_T_PAGES)
@@ -267,18 +394,15 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 			r = -EPROTO;
 			break;
 		}
-		r = repl_check_hello((Understudy__Hello *)msg, UNDERSTUDY__ROLE__ROLE_SECONDARY, err,
-				     sizeof(err));
-		if (r < 0) {
-			log_error(TAG, "secondary refused: %s", err);
-			break;
-		}
-		start_sync(p);
+		r = on_hello(p, (Understudy__Hello *)msg);
 		break;
 	case PROTO_T_ACK:
 		on_ack(p, ((Understudy__Ack *)msg)->epoch);
 		break;
 	case PROTO_T_HEARTBEAT:
+		break;
+	case PROTO_T_FENCE:
+		r = on_fence(p, (Understudy__Fence *)msg);
 		break;
 	case PROTO_T_ERROR:
 		e = (Understudy__Error *)msg;
@@ -306,8 +430,9 @@ static void on_connected(struct net_conn *c, void *ctx)
 
 	(void)c;
 	p->state = P_HELLO;
-	p->link.last_rx_ns = now_ns();
-	if (n < 0 || (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg)) < 0 ||
+	p->link.last_rx_ns = p->link.up_ns = now_ns();
+	if (n < 0 ||
+	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing)) < 0 ||
 	    (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0)
 		fault(p, repl_fault_send(r), r, "cannot send hello");
 }
@@ -318,6 +443,8 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	int r;
 
 	(void)c;
+	if (p->state >= P_UNPROTECTED)
+		return;               /* the secondary was given up: nothing it says counts */
 	p->rx_fault.kind = REPL_FAULT_NONE;
 	r = repl_link_feed(&p->link, data, len, on_frame, p);
 	if (r >= 0 || !p->link.conn)
@@ -363,6 +490,12 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	repl_link_closed(&p->link);
 	if (p->state == P_DONE) {
 		ev_break(p->loop, EVBREAK_ALL);
+		return;
+	}
+	if (p->state == P_UNPROTECTED) {
+		log_info(TAG, "link to the secondary closed after the goodbye (%s)",
+			 reason ? strerror(-reason) : "delivered");
+		link_gone(p);
 		return;
 	}
 	snprintf(why, sizeof(why), "connection to the secondary %s",
@@ -429,12 +562,19 @@ static void handshake_start(struct repl_primary *p)
 static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_primary *p = w->data;
-	uint64_t silent_ns;
+	uint64_t silent_ns, stall_ns;
 	char why[96];
 	int r;
 
 	(void)loop;
 	(void)revents;
+	stall_ns = repl_link_tick(&p->link, stall_ms(p));
+	if (stall_ns) {
+		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
+			 "the secondary's silence; reading what is pending first",
+			 (unsigned long long)(stall_ns / 1000000));
+		return;
+	}
 	if (p->state < P_HELLO || p->state >= P_UNPROTECTED || !p->link.conn)
 		return;
 	silent_ns = now_ns() - p->link.last_rx_ns;
@@ -453,11 +593,8 @@ static void finish(struct repl_primary *p, int status)
 	if (p->state == P_DONE)
 		return;
 	if (p->link.conn && p->state >= P_SYNC && p->state != P_UNPROTECTED) {
-		Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
-
-		f.epoch = p->ep.acked;
-		f.reason = "primary shutting down: the guest stopped";
-		if (repl_link_send_msg(&p->link, PROTO_T_FENCE, &f.base) < 0)
+		if (repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
+				    "primary shutting down: the guest stopped") < 0)
 			log_warn(TAG, "could not tell the secondary we stop");
 	}
 	p->state = P_DONE;
@@ -536,12 +673,12 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
 			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
 			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
-			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\"}\n" :
+			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
 			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
 			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
-			"copy %.1f us, state %.1f us\nreason %s\n",
+			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n",
 			pstate_names[p->state], (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
@@ -550,7 +687,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)q->st.stretched, hb_ms, q->worst.pause_ns / 1e3,
 			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
-			json || reason[0] ? reason : "none");
+			json || reason[0] ? reason : "none", REPL_FENCING);
 }
 
 static char *status_text(void *ctx, const char *req)
@@ -594,6 +731,7 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->epoch_w, on_epoch_timer, o->epoch_ms / 1e3, o->epoch_ms / 1e3);
 	ev_timer_init(&p->hb_w, on_hb, 0.01, repl_heartbeat_interval(o->timeout_ms));
 	ev_timer_init(&p->finish_w, on_finish_timeout, 2.0, 0);
+	ev_timer_init(&p->goodbye_w, on_goodbye_timeout, 10.0, 0);
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */
 	ev_set_priority(&p->hb_w, EV_MINPRI);
@@ -602,7 +740,8 @@ static void watchers_init(struct repl_primary *p)
 	ev_set_priority(&p->handshake_w, EV_MINPRI);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
-	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->handshake_w.data = p;
+	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->goodbye_w.data = p;
+	p->handshake_w.data = p;
 	p->sigint_w.data = p->sigterm_w.data = p;
 }
 
@@ -616,6 +755,7 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	p->o = o;
 	p->loop = loop;
 	p->state = P_CONNECTING;
+	repl_timing_init(&p->timing, o->timeout_ms, o->epoch_ms);
 	watchers_init(p);
 	if (setup(p) < 0) {
 		status = 1;
@@ -625,6 +765,8 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	ev_signal_start(p->loop, &p->sigterm_w);
 	ev_timer_start(p->loop, &p->hb_w);
 	handshake_start(p);
+	log_info(TAG, "fencing: " REPL_FENCING);
+	p->link.last_tick_ns = now_ns();   /* the stall check starts now, not at setup */
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;
@@ -633,6 +775,7 @@ out:
 	ev_timer_stop(p->loop, &p->hb_w);
 	ev_timer_stop(p->loop, &p->finish_w);
 	ev_timer_stop(p->loop, &p->handshake_w);
+	ev_timer_stop(p->loop, &p->goodbye_w);
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);
 	repl_sync_fini(&p->sync);

@@ -71,7 +71,12 @@ struct repl_link {
 	struct owned_tx *owned;    /* sends whose bytes the link owns */
 	struct proto_dec dec;
 	uint64_t last_rx_ns;
+	uint64_t up_ns;            /* the connection came up (set by the agent) */
 	uint64_t bytes_sent, bytes_rcvd;
+	/* Stalls of this process (repl_link_tick), all CLOCK_MONOTONIC. */
+	uint64_t last_tick_ns;     /* the silence check last ran */
+	uint64_t resumed_ns;       /* the last stall ended (0: none yet) */
+	uint64_t stall_ns;         /* ...and lasted this long */
 };
 
 void repl_link_init(struct repl_link *l, uint32_t max_payload);
@@ -95,10 +100,44 @@ char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, siz
 			void *ctx, const char *req);
 int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_frame_fn fn,
 		   void *ctx) US_MUST_CHECK;
-int repl_send_hello(struct repl_link *l, Understudy__Role role,
-		    const struct machine_config *cfg) US_MUST_CHECK;
+/* Call first in the silence check, a timer at most a quarter of stall_ms
+ * apart at the lowest priority. When this process's own loop ran late by
+ * more than stall_ms (stopped, starved), the gap is not the peer's silence:
+ * the silence clock restarts now, the caller skips this check (what is
+ * pending is read before the next one) and the stall's length is returned;
+ * else 0. */
+uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms);
+/* How long this process was stalled while the connection was up, if its
+ * loop is late by more than stall_ms right now or a stall ended less than
+ * stall_ms ago; else 0. An event seen then (a close) may be the peer
+ * reacting to our stall, if the stall lasted longer than its timeout. */
+uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
+/* A side's failure detection settings, as its Hello carries them. */
+struct repl_timing {
+	unsigned heartbeat_ms;     /* sends something at least this often */
+	unsigned timeout_ms;       /* gives the peer up after this much silence */
+	unsigned epoch_ms;         /* primary only */
+};
+/* Heartbeat every repl_heartbeat_interval(timeout_ms); epoch_ms 0 for a secondary. */
+void repl_timing_init(struct repl_timing *t, unsigned timeout_ms, unsigned epoch_ms);
+int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
+		    const struct repl_timing *t) US_MUST_CHECK;
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen);
+/* Reads the peer's settings from its Hello (-EPROTO if it did not say them). */
+int repl_hello_timing(const Understudy__Hello *h, struct repl_timing *t, char *err,
+		      size_t errlen) US_MUST_CHECK;
+/* Refuses (-EINVAL, err names both values) settings under which a healthy
+ * side could be taken for dead: the secondary's failover timeout must be at
+ * least REPL_TIMING_MARGIN x the primary's heartbeat interval and epoch
+ * interval, the primary's timeout at least as much x the secondary's
+ * heartbeat interval. */
+#define REPL_TIMING_MARGIN 2
+int repl_check_timing(const struct repl_timing *pri, const struct repl_timing *sec, char *err,
+		      size_t errlen) US_MUST_CHECK;
 int repl_send_error(struct repl_link *l, int code, const char *text) US_MUST_CHECK;
+/* A goodbye before a deliberate close (see Fence in proto/understudy.proto). */
+int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
+		    const char *reason) US_MUST_CHECK;
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch) US_MUST_CHECK;
 int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len);
@@ -319,6 +358,12 @@ struct repl_secondary_opts {
 	unsigned handshake_timeout_ms;  /* a connection must say Hello within this */
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
 };
+
+/* The only fencing mode so far: failure detection by heartbeat, with
+ * goodbyes and the stall check. Safe against crashes and stopped or
+ * starved processes, not against a partition between two live hosts. Said
+ * at start and in status. */
+#define REPL_FENCING "none (heartbeat only: a partition can leave two live copies)"
 
 /* Run on the caller's loop until the guest powers off or a signal; return
  * the exit status. */

@@ -11,6 +11,18 @@
  *  - peer protocol error (bad frame, bad or torn epoch, bad configuration):
  *    nothing of it is applied, the standby is dropped, we wait again: a
  *    confused primary never causes a takeover while it may still run.
+ *  - the primary says goodbye (Fence): it either stops (guest powered off:
+ *    we end, no takeover) or goes on without us (it gave us up: we stand
+ *    down, drop the standby and wait for a new primary, no takeover). Only a
+ *    primary that went silent without a goodbye (killed, hung) is replaced.
+ *  - this process stalled (SIGSTOP, starved: its own loop late by more than
+ *    the shorter of the two timeouts): the gap is not the primary's silence.
+ *    The silence clock restarts when we resume, pending input is read
+ *    first, and a takeover needs a fresh full timeout of silence. A link
+ *    found closed right after a stall at least as long as the primary's
+ *    timeout (while connected), without a goodbye, may be a primary that
+ *    gave us up as well as a dead one: we stand down, no takeover (a crash
+ *    of the primary during our stall is not covered).
  *  - local failure (no memory to stage an epoch, KVM refusing to apply one):
  *    the epoch cannot be acknowledged and never will be, so this standby is
  *    no use: the primary is told why (Error) before the close, the standby
@@ -56,7 +68,10 @@ struct repl_secondary {
 	enum sstate state;
 	bool got_hello;
 	bool refusing;                   /* an Error is on its way, then we close */
+	bool standing_down;              /* the primary said it goes on without us */
 	uint64_t hello_digest;           /* the primary's machine configuration digest */
+	struct repl_timing timing;       /* ours, in our Hello */
+	struct repl_timing peer_timing;  /* the primary's, from its Hello */
 	struct machine_config cfg;
 	struct repl_vm *vm;
 	struct repl_staging stage;
@@ -130,13 +145,32 @@ static void on_vm_stopped(void *ctx, int status)
 	ev_break(s->loop, EVBREAK_ALL);
 }
 
+/* A primary that is only stopped or slow still holds the link: the last
+ * thing it reads from it says that this side runs the guest now, so that
+ * it stops instead of running on (see primary.c on_fence). */
+static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
+{
+	char why[64];
+
+	if (!s->link.conn)
+		return;
+	snprintf(why, sizeof(why), "the primary was silent for %llu ms", (unsigned long long)silent_ms);
+	if (repl_send_fence(&s->link, UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER,
+			    s->stage.applied, why) == 0) {
+		net_close_flush(s->link.conn);   /* closed() follows; nothing read counts */
+		return;
+	}
+	log_warn(TAG, "could not tell the primary that this side took over");
+	repl_link_close(&s->link);
+}
+
 static void take_over(struct repl_secondary *s)
 {
 	struct repl_staging *g = &s->stage;
 	uint64_t t0 = now_ns();
 	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
 
-	repl_link_close(&s->link);
+	tell_primary_took_over(s, silent_ms);
 	if (s->lis) {
 		net_listener_close(s->lis);
 		s->lis = NULL;
@@ -189,12 +223,29 @@ static void handshake_overdue(struct repl_secondary *s)
 	end_link(s, false);
 }
 
+/* The shorter of the two timeouts: a stall longer than that may have made
+ * the primary give us up, or us it. */
+static unsigned stall_ms(const struct repl_secondary *s)
+{
+	unsigned peer_ms = s->peer_timing.timeout_ms;
+
+	return peer_ms && peer_ms < s->o->timeout_ms ? peer_ms : s->o->timeout_ms;
+}
+
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
+	uint64_t stall_ns;
 
 	(void)loop;
 	(void)revents;
+	stall_ns = repl_link_tick(&s->link, stall_ms(s));
+	if (stall_ns) {
+		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
+			 "the primary's silence; reading what is pending, then a fresh %u ms",
+			 (unsigned long long)(stall_ns / 1000000), s->o->timeout_ms);
+		return;
+	}
 	pending_expire(s);
 	handshake_overdue(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
@@ -254,7 +305,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	s->state = S_STANDBY;
 	log_info(TAG, "standby built: guest %s, %llu MiB, %d vCPU(s); syncing", s->cfg.guest,
 		 (unsigned long long)(s->cfg.mem_bytes >> 20), s->cfg.ncpus);
-	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg);
+	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing);
 }
 
 static int on_hello(struct repl_secondary *s, struct repl_link *l, const Understudy__Hello *h)
@@ -265,6 +316,10 @@ static int on_hello(struct repl_secondary *s, struct repl_link *l, const Underst
 	if (s->got_hello)
 		return -EPROTO;
 	r = repl_check_hello(h, UNDERSTUDY__ROLE__ROLE_PRIMARY, err, sizeof(err));
+	if (r == 0)
+		r = repl_hello_timing(h, &s->peer_timing, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_timing(&s->peer_timing, &s->timing, err, sizeof(err));
 	if (r < 0) {
 		log_error(TAG, "refusing primary: %s", err);
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the primary: %s", err);
@@ -291,6 +346,25 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 	return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.applied);
 }
 
+/* A goodbye: whatever follows (close, silence), no takeover. */
+static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
+{
+#ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
+	return 0;
+#endif
+	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES) {
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the primary goes on "
+			       "without this secondary (%s)", f->reason);
+		log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
+		s->standing_down = true;
+		return -ECANCELED;       /* on_recv ends the link */
+	}
+	log_info(TAG, "primary stops (%s): no takeover", f->reason);
+	s->state = S_DONE;
+	ev_break(s->loop, EVBREAK_ALL);
+	return 0;
+}
+
 static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage *msg)
 {
 	if (type == PROTO_T_HELLO)
@@ -314,13 +388,7 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 	case PROTO_T_HEARTBEAT:
 		return 0;
 	case PROTO_T_FENCE:
-#ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
-		return 0;
-#endif
-		log_info(TAG, "primary stops (%s): no takeover", ((Understudy__Fence *)msg)->reason);
-		s->state = S_DONE;
-		ev_break(s->loop, EVBREAK_ALL);
-		return 0;
+		return on_fence(s, (Understudy__Fence *)msg);
 	default:
 		return -EPROTO;
 	}
@@ -349,6 +417,11 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 /* What the frames of one chunk from the primary came to (r: the feed's result). */
 static void after_feed(struct repl_secondary *s, int r)
 {
+	if (s->standing_down) {
+		s->standing_down = false;
+		end_link(s, true);
+		return;
+	}
 	if (r == -ECONNREFUSED && s->link.conn) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
 		net_close_flush(s->link.conn);
@@ -378,8 +451,8 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	struct repl_secondary *s = ctx;
 
 	(void)c;
-	if (s->refusing)
-		return;
+	if (s->refusing || s->state >= S_ACTIVE)
+		return;                  /* after a takeover nothing the old primary says counts */
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	after_feed(s, repl_link_feed(&s->link, data, len, on_frame, s));
 }
@@ -392,13 +465,36 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	repl_link_sent_owned(cookie);
 }
 
+/* A close found right after our own stall, without a goodbye: the primary
+ * may have given us up while we were stopped and run on (its goodbye lost
+ * or not sent in time). That alone is no ground for a takeover: stand down. */
+static bool closed_after_stall(struct repl_secondary *s)
+{
+	uint64_t stall_ns = repl_link_stalled_ns(&s->link, stall_ms(s));
+
+	/* A stall shorter than the primary's timeout cannot have made it give us up. */
+	if (stall_ns < (uint64_t)s->peer_timing.timeout_ms * 1000000ull || !stall_ns ||
+	    s->state != S_STANDBY || !s->stage.have_ckpt)
+		return false;
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the link closed after this "
+		       "process was stalled for %llu ms; a primary that gave it up cannot be told from "
+		       "a dead one", (unsigned long long)(stall_ns / 1000000));
+	log_warn(TAG, "%s: no takeover, waiting for a new primary", s->fault.what);
+	end_link(s, true);
+	return true;
+}
+
 static void on_closed(struct net_conn *c, int reason, void *ctx)
 {
 	struct repl_secondary *s = ctx;
 
 	(void)c;
 	repl_link_closed(&s->link);
+	if (s->state >= S_ACTIVE)
+		return;                  /* the link of the primary we replaced */
 	log_info(TAG, "primary connection closed (%s)", reason ? strerror(-reason) : "EOF");
+	if (!s->refusing && closed_after_stall(s))
+		return;
 	if (!s->refusing)
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, reason, "primary connection closed (%s)",
 			       reason ? strerror(-reason) : "EOF");
@@ -452,6 +548,7 @@ static void promote(struct pending *pd)
 	s->link.conn = c;
 	pd->link.conn = NULL;
 	s->refusing = false;
+	s->link.last_rx_ns = s->link.up_ns = now_ns();
 	s->state = S_HELLO;
 	pd->promoted = true;
 	net_conn_set_ops(c, &conn_ops, s);
@@ -481,6 +578,7 @@ static int pending_frame(void *ctx, const struct proto_frame *f)
 	}
 	if ((r = proto_msg_unpack(f->type, f->payload, f->len, &msg)) < 0)
 		return r;
+	memset(&s->peer_timing, 0, sizeof(s->peer_timing));   /* the Hello brings them */
 	r = on_hello(s, &pd->link, (Understudy__Hello *)msg);
 	if (r == 0)
 		promote(pd);
@@ -644,17 +742,17 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
 			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
-			"\"verify_failed\":%llu,\"reason\":\"%s\"}\n" :
+			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
 			"role secondary\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
 			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
-			"reason %s\n",
+			"reason %s\nfencing: %s\n",
 			state_name(s), (unsigned long long)g->applied,
 			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)g->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
 			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
-			json || reason[0] ? reason : "none");
+			json || reason[0] ? reason : "none", REPL_FENCING);
 }
 
 static char *status_text(void *ctx, const char *req)
@@ -675,10 +773,12 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 static void watchers_init(struct repl_secondary *s)
 {
 	double hb = repl_heartbeat_interval(s->o->timeout_ms);
+	double tick = s->o->timeout_ms / 4e3 < 0.005 ? s->o->timeout_ms / 4e3 : 0.005;
 
-	ev_timer_init(&s->watch_w, on_watch, 0.005, 0.005);
+	ev_timer_init(&s->watch_w, on_watch, tick, tick);
 	ev_timer_init(&s->hb_w, on_hb, hb, hb);
-	/* Silence is judged after pending reads are handled (see primary.c). */
+	/* Silence is judged after pending reads are handled (see primary.c);
+	 * the same timer notices a stall of this process (repl_link_tick). */
 	ev_set_priority(&s->watch_w, EV_MINPRI);
 	ev_signal_init(&s->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&s->sigterm_w, on_signal, SIGTERM);
@@ -694,6 +794,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 		return 1;
 	s->o = o;
 	s->loop = loop;
+	repl_timing_init(&s->timing, o->timeout_ms, 0);
 	repl_link_init(&s->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_init(&s->stage);
 	watchers_init(s);
@@ -708,6 +809,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 		goto out;
 	log_info(TAG, "waiting for a primary on %s (takeover after %u ms of silence)", o->listen,
 		 o->timeout_ms);
+	log_info(TAG, "fencing: " REPL_FENCING);
 	ev_timer_start(s->loop, &s->watch_w);
 	ev_timer_start(s->loop, &s->hb_w);
 	ev_signal_start(s->loop, &s->sigint_w);

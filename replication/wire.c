@@ -44,7 +44,7 @@ void repl_link_init(struct repl_link *l, uint32_t max_payload)
 {
 	memset(l, 0, sizeof(*l));
 	proto_dec_init(&l->dec, max_payload);
-	l->last_rx_ns = now_ns();
+	l->last_rx_ns = l->last_tick_ns = now_ns();
 }
 
 void repl_link_fini(struct repl_link *l)
@@ -176,7 +176,46 @@ int repl_link_feed(struct repl_link *l, const void *data, size_t len, proto_fram
 	return r;
 }
 
-int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg)
+void repl_timing_init(struct repl_timing *t, unsigned timeout_ms, unsigned epoch_ms)
+{
+	t->heartbeat_ms = (unsigned)(repl_heartbeat_interval(timeout_ms) * 1e3 + 0.5);
+	t->timeout_ms = timeout_ms;
+	t->epoch_ms = epoch_ms;
+}
+
+uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms)
+{
+	uint64_t now = now_ns(), gap = now - l->last_tick_ns;
+
+	l->last_tick_ns = now;
+	if (gap <= (uint64_t)stall_ms * 1000000ull)
+		return 0;
+	l->resumed_ns = now;
+	l->stall_ns = gap;
+	l->last_rx_ns = now;
+	return gap;
+}
+
+uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms)
+{
+	uint64_t now = now_ns(), ns = (uint64_t)stall_ms * 1000000ull, from, to;
+
+	if (now - l->last_tick_ns > ns) {
+		from = l->last_tick_ns;
+		to = now;
+	} else if (l->resumed_ns && now - l->resumed_ns <= ns) {
+		from = l->resumed_ns - l->stall_ns;
+		to = l->resumed_ns;
+	} else {
+		return 0;
+	}
+	if (from < l->up_ns)
+		from = l->up_ns;     /* the peer saw only the part while connected */
+	return to > from ? to - from : 0;
+}
+
+int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
+		    const struct repl_timing *t)
 {
 	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
 	uint64_t digest = machine_config_digest(cfg);
@@ -189,7 +228,45 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct mac
 	h.config_digest.data = digest_le;
 	h.config_digest.len = sizeof(digest_le);
 	h.capabilities = PROTO_CAPS_REQUIRED;
+	h.heartbeat_ms = t->heartbeat_ms;
+	h.timeout_ms = t->timeout_ms;
+	h.epoch_ms = t->epoch_ms;
 	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
+}
+
+int repl_hello_timing(const Understudy__Hello *h, struct repl_timing *t, char *err, size_t errlen)
+{
+	if (!h->heartbeat_ms || !h->timeout_ms) {
+		snprintf(err, errlen, "peer does not say its heartbeat interval and timeout");
+		return -EPROTO;
+	}
+	t->heartbeat_ms = h->heartbeat_ms;
+	t->timeout_ms = h->timeout_ms;
+	t->epoch_ms = h->epoch_ms;
+	return 0;
+}
+
+int repl_check_timing(const struct repl_timing *pri, const struct repl_timing *sec, char *err,
+		      size_t errlen)
+{
+	bool by_epoch = pri->epoch_ms > pri->heartbeat_ms;
+	unsigned every_ms = by_epoch ? pri->epoch_ms : pri->heartbeat_ms;
+
+	if ((uint64_t)sec->timeout_ms < (uint64_t)every_ms * REPL_TIMING_MARGIN) {
+		snprintf(err, errlen, "the primary's %s is %u ms, the secondary's "
+			 "--failover-timeout-ms is %u ms: it must be at least %u x %u ms, or the "
+			 "secondary takes over from a healthy primary", by_epoch ? "--epoch-ms" :
+			 "heartbeat interval", every_ms, sec->timeout_ms, REPL_TIMING_MARGIN, every_ms);
+		return -EINVAL;
+	}
+	if ((uint64_t)pri->timeout_ms < (uint64_t)sec->heartbeat_ms * REPL_TIMING_MARGIN) {
+		snprintf(err, errlen, "the primary's --timeout-ms is %u ms, the secondary's "
+			 "heartbeat interval is %u ms: it must be at least %u x %u ms, or the primary "
+			 "gives up a healthy secondary", pri->timeout_ms, sec->heartbeat_ms,
+			 REPL_TIMING_MARGIN, sec->heartbeat_ms);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen)
@@ -267,6 +344,17 @@ int repl_send_error(struct repl_link *l, int code, const char *text)
 	return repl_link_send_msg(l, PROTO_T_ERROR, &e.base);
 }
 
+int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
+		    const char *reason)
+{
+	Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
+
+	f.action = action;
+	f.epoch = epoch;
+	f.reason = (char *)reason;
+	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
+}
+
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch)
 {
 	Understudy__Ack a = UNDERSTUDY__ACK__INIT;
@@ -299,10 +387,13 @@ void repl_stats_add_epoch(struct repl_stats *s, uint64_t npages)
 	s->dirty_pages_total += npages;
 }
 
-/* Four heartbeats per timeout, at most one every 5 ms. */
+/* Four heartbeats per timeout, at most one every 5 ms, at least one every
+ * 100 ms: a heartbeat also keeps the peer's timeout, which may be shorter. */
 double repl_heartbeat_interval(unsigned timeout_ms)
 {
-	return timeout_ms / 4e3 > 0.005 ? timeout_ms / 4e3 : 0.005;
+	double s = timeout_ms / 4e3;
+
+	return s < 0.005 ? 0.005 : s > 0.1 ? 0.1 : s;
 }
 
 uint64_t repl_bits_count(const uint64_t *bm, uint64_t words)
