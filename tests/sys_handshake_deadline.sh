@@ -121,7 +121,7 @@ def crc32c(b):
         for _ in range(8):
             c = (c >> 1) ^ (0x82f63b78 if c & 1 else 0)
     return c ^ 0xffffffff
-hello = bytes([0x08, 1, 0x10, 1, 0x28, 3])   # Hello{version 1, role PRIMARY, capabilities LZ4|XOR}
+hello = bytes([0x08, 1, 0x10, 1, 0x28, 3, 0x40, 0x64, 0x48, 0xe8, 0x07])   # Hello{version 1, role PRIMARY, LZ4|XOR, heartbeat 100 ms, timeout 1000 ms}
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60)
 s.sendall(struct.pack("<IHHII", 0x44545355, 1, 1, len(hello), crc32c(hello)) + hello)
 try:

@@ -109,7 +109,7 @@ case_3() {
 	grep -q "2000 ms.*500 ms\|500 ms.*2000 ms" "$tmp/pri.log" || fail "settings: primary does not name both values: $(tail -3 "$tmp/pri.log")"
 	sleep 1
 	grep -q "TOOK OVER" "$tmp/sec.log" && fail "settings: the secondary took over"
-	listening $scon && fail "settings: the secondary's console listens"
+	answers $scon && fail "settings: the secondary's console answers"
 	"$BIN" status --control "$tmp/sec.ctl" | grep -q "state waiting" || fail "settings: secondary not waiting"
 	ok "settings refused: $(grep -o 'refusing primary.*' "$tmp/sec.log" | head -1 | cut -c1-120)"
 	stop_pair
