@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kmod/log.h"
+#include "net/net.h"
 
 #define TAG "console"
 
@@ -38,35 +39,38 @@ static void set_nonblock(int fd)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-int console_check_spec(const char *spec)
+/* "stdio" or "tcp:HOST:PORT" through net's one HOST:PORT parser. */
+static int check_spec(const char *spec, bool port0_ok, char *host, size_t host_len, int *port)
 {
-	const char *colon;
-
 	if (!strcmp(spec, "stdio"))
 		return 0;
 	if (strncmp(spec, "tcp:", 4))
 		return -EINVAL;
-	colon = strrchr(spec + 4, ':');
-	if (!colon || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1))
-		return -EINVAL;
-	return 0;
+	return net_parse_host_port(spec + 4, port0_ok, host, host_len, port);
 }
 
-static int listen_tcp(const char *hostport, int *port_out)
+int console_check_spec(const char *spec)
 {
 	char host[256];
-	const char *colon = strrchr(hostport, ':');
+	int port;
+
+	return check_spec(spec, false, host, sizeof(host), &port);
+}
+
+static int listen_tcp(const char *host, int port, int *port_out)
+{
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE };
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	struct addrinfo *ai;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
+	char service[8];
 	int fd, one = 1, r;
 
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - hostport), hostport);
-	r = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+	snprintf(service, sizeof(service), "%d", port);
+	r = getaddrinfo(host[0] ? host : NULL, service, &hints, &ai);
 	if (r) {
-		log_error(TAG, "%s: %s", hostport, gai_strerror(r));
+		log_error(TAG, "%s:%d: %s", host, port, gai_strerror(r));
 		return -EINVAL;
 	}
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -77,7 +81,7 @@ static int listen_tcp(const char *hostport, int *port_out)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 4) < 0) {
 		r = -errno;
-		log_error(TAG, "listening on %s: %s", hostport, strerror(errno));
+		log_error(TAG, "listening on %s:%d: %s", host, port, strerror(errno));
 		close(fd);
 		goto out;
 	}
@@ -204,9 +208,13 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 		 struct console **out)
 {
 	struct console *c;
+	char host[256];
+	int port = 0, r;
 
-	if (console_check_spec(spec) < 0) {
-		log_error(TAG, "bad console '%s': use stdio or tcp:HOST:PORT", spec);
+	r = check_spec(spec, true, host, sizeof(host), &port);
+	if (r) {
+		log_error(TAG, "bad console '%s': %s", spec,
+			  r == -ERANGE ? "port needs 1..65535" : "use stdio or tcp:HOST:PORT");
 		return -EINVAL;
 	}
 	c = calloc(1, sizeof(*c));
@@ -226,10 +234,9 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 	} else {
 		c->tcp = true;
 		c->in_fd = c->out_fd = -1;
-		c->listen_fd = listen_tcp(spec + 4, &c->port);
+		c->listen_fd = listen_tcp(host, port, &c->port);
 		if (c->listen_fd < 0) {
-			int r = c->listen_fd;
-
+			r = c->listen_fd;
 			free(c);
 			return r;
 		}

@@ -24,11 +24,13 @@ struct console_ops {
 	void *ctx;
 };
 
-/* spec: "stdio" or "tcp:HOST:PORT" (PORT 0 picks a free port). */
+/* spec: "stdio" or "tcp:HOST:PORT" (HOST:PORT as net_parse_host_port; PORT 0
+ * picks a free port here, but is refused by console_check_spec). */
 int console_open(struct ev_loop *loop, const char *spec, const struct console_ops *ops,
 		 struct console **out) __attribute__((warn_unused_result));
 void console_free(struct console *c);
-/* Checks a spec without opening anything; 0 or -EINVAL. */
+/* Checks a spec from the command line without opening anything: 0, -EINVAL
+ * or -ERANGE (a port outside 1..65535). */
 int console_check_spec(const char *spec);
 void console_write(struct console *c, const void *buf, size_t len);
 void console_input_resume(struct console *c);

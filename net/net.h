@@ -100,6 +100,14 @@ struct net_conn_ops {
  * net_close(). */
 typedef void (*net_accept_fn)(struct net_listener *l, struct net_conn *c, void *ctx);
 
+/* The one parser of "HOST:PORT", for net/, the console and the command line.
+ * HOST is a name or an address (IPv6 in brackets: "[::1]:7000"), copied to
+ * host without brackets (may be empty). PORT is decimal, 1..65535, or 0 (a
+ * free port) only when port0_ok. 0, -EINVAL (not HOST:PORT, or HOST longer
+ * than host_len - 1) or -ERANGE (a bad port). Logs nothing. */
+int net_parse_host_port(const char *host_port, bool port0_ok, char *host, size_t host_len,
+			int *port) US_MUST_CHECK;
+
 /* host_port: "HOST:PORT", port 0 picks a free port (see net_listener_port). */
 int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,
 	       net_accept_fn fn, void *ctx, struct net_listener **out) US_MUST_CHECK;

@@ -89,17 +89,18 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 	socklen_t sslen;
 	char host[256];
 	void *ep;
-	int fd, r;
+	int fd, port, r;
 
 	r = check_config(cfg);
 	if (!r)
-		r = net_sock_resolve(host_port, &ss, &sslen);
+		r = net_sock_resolve(host_port, false, &ss, &sslen);
+	if (!r)
+		r = net_parse_host_port(host_port, false, host, sizeof(host), &port);
 	if (!r)
 		r = endpoint_new(t, cfg, false, &ep);
 	if (r)
 		return r;
-	/* The server's name or address, verified against its certificate. */
-	snprintf(host, sizeof(host), "%.*s", (int)(strrchr(host_port, ':') - host_port), host_port);
+	/* host: the server's name or address, verified against its certificate. */
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		r = -errno;
@@ -158,7 +159,7 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 
 	r = check_config(cfg);
 	if (!r)
-		r = net_sock_resolve(host_port, &ss, &sslen);
+		r = net_sock_resolve(host_port, true, &ss, &sslen);
 	if (r)
 		return r;
 	l = calloc(1, sizeof(*l));

@@ -13,23 +13,56 @@
 #define TAG "net"
 #define SOCKBUF_DEFAULT (4 * 1024 * 1024)
 
-int net_sock_resolve(const char *host_port, struct sockaddr_storage *ss, socklen_t *sslen)
+int net_parse_host_port(const char *host_port, bool port0_ok, char *host, size_t host_len,
+			int *port)
 {
-	char host[256];
-	const char *colon = strrchr(host_port, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
-	struct addrinfo *ai;
+	const char *colon = strrchr(host_port, ':'), *h = host_port, *d;
+	unsigned long v = 0;
 	size_t hlen;
-	int r;
 
-	if (!colon || colon == host_port)
+	if (!colon)
 		return -EINVAL;
 	hlen = (size_t)(colon - host_port);
-	if (hlen >= sizeof(host))
+	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+		h++;
+		hlen -= 2;
+	}
+	if (hlen >= host_len)
 		return -EINVAL;
-	memcpy(host, host_port, hlen);
+	/* Digits only: no sign, no space, no hex; at most 5 of them, so that
+	 * a long string cannot wrap either. */
+	for (d = colon + 1; *d; d++) {
+		if (*d < '0' || *d > '9' || d - colon > 5)
+			return -ERANGE;
+		v = v * 10 + (unsigned long)(*d - '0');
+	}
+	if (d == colon + 1 || v > 65535 || (v == 0 && !port0_ok))
+		return -ERANGE;
+	memcpy(host, h, hlen);
 	host[hlen] = 0;
-	r = getaddrinfo(host, colon + 1, &hints, &ai);
+	*port = (int)v;
+	return 0;
+}
+
+int net_sock_resolve(const char *host_port, bool port0_ok, struct sockaddr_storage *ss,
+		     socklen_t *sslen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai;
+	char host[256], service[8];
+	int port, r;
+
+	r = net_parse_host_port(host_port, port0_ok, host, sizeof(host), &port);
+	if (r == -ERANGE) {
+		log_error(TAG, "%s: bad port, need 1..65535", host_port);
+		return -EINVAL;
+	}
+	if (r) {
+		log_error(TAG, "%s: need HOST:PORT", host_port);
+		return -EINVAL;
+	}
+	snprintf(service, sizeof(service), "%d", port);
+	r = getaddrinfo(host, service, &hints, &ai);
 	if (r) {
 		log_error(TAG, "cannot resolve %s: %s", host_port, gai_strerror(r));
 		return -EHOSTUNREACH;
