@@ -68,6 +68,11 @@ struct net_config {
 	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */
 	const char *rdma_provider;
 	int sockbuf_bytes;           /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
+	/* Deadline of a connection's setup, from connect() or accept() until
+	 * it is up (TCP connect, TLS handshake, RDMA setup); 0: 5000 ms. Past
+	 * it the connection fails with -ETIMEDOUT (logged): closed() for
+	 * net_connect(), dropped before the accept callback for a listener. */
+	unsigned setup_timeout_ms;
 };
 
 struct net_conn;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #define TAG "net"
+#define SETUP_MS_DEFAULT 5000
 
 struct net_listener {
 	struct ev_loop *loop;
@@ -65,6 +66,11 @@ static const struct net_transport_ops *transport_of(const struct net_config *cfg
 	}
 }
 
+static unsigned setup_ms(const struct net_config *cfg)
+{
+	return cfg->setup_timeout_ms ? cfg->setup_timeout_ms : SETUP_MS_DEFAULT;
+}
+
 static int endpoint_new(const struct net_transport_ops *t, const struct net_config *cfg,
 			bool server, void **ep)
 {
@@ -112,7 +118,7 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 	if (r)
 		return r;
 	net_conn_set_ops(c, ops, ctx);
-	r = net_conn_dial(c, &ss, sslen);
+	r = net_conn_dial(c, &ss, sslen, setup_ms(cfg));
 	if (r) {
 		net_close(c); /* not up: frees it, no callbacks */
 		return r;
@@ -167,7 +173,8 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 		return -ENOMEM;
 	l->loop = loop;
 	l->cfg = *cfg;
-	l->acc = (struct net_conn_acceptor){ .l = l, .fn = fn, .ctx = ctx };
+	l->acc = (struct net_conn_acceptor){ .l = l, .fn = fn, .ctx = ctx,
+					     .setup_ms = setup_ms(cfg) };
 	l->t = transport_of(cfg);
 	r = endpoint_new(l->t, cfg, true, &l->ep);
 	if (r)

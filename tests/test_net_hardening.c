@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,16 @@
 #include "net/net.h"
 
 static char cert_dir[256];
+
+static char *cert(const char *name)
+{
+	static char paths[8][PATH_MAX];
+	static int next;
+	char *p = paths[next++ % 8];
+
+	snprintf(p, PATH_MAX, "%s/%s", cert_dir, name);
+	return p;
+}
 
 static int setup(void **state)
 {
@@ -49,6 +60,103 @@ static int teardown(void **state)
 }
 
 static const struct net_config tcp_cfg = { .transport = NET_TCP, .insecure = true };
+
+static struct net_config tls_cfg(const char *crt, const char *key, unsigned setup_ms)
+{
+	return (struct net_config){ .transport = NET_TLS, .cert = cert(crt), .key = cert(key),
+				    .ca = cert("ca.pem"), .setup_timeout_ms = setup_ms };
+}
+
+/* Runs the loop until *flag becomes non-zero or timeout_ms passes. */
+static void run_until(struct ev_loop *loop, const int *flag, int timeout_ms)
+{
+	uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000;
+
+	while (!*flag && now_ns() < end) {
+		ev_run(loop, EVRUN_NOWAIT);
+		if (!*flag)
+			usleep(200);
+	}
+}
+
+/* A blocking TCP client of 127.0.0.1:port: the fd. */
+static int dial(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* A TCP listener on 127.0.0.1 that never accepts (the kernel completes the
+ * TCP handshake anyway): the fd, its port in *port. */
+static int mute_listener(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 64), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/* ---- a peer that counts events ------------------------------------------------ */
+
+struct peer {
+	struct net_conn *conn;
+	int accepted, connected, closed, close_reason;
+	bool close_second;            /* the accept callback closes the 2nd */
+};
+
+static void p_connected(struct net_conn *c, void *ctx)
+{
+	(void)c;
+	((struct peer *)ctx)->connected++;
+}
+
+static void p_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	(void)c;
+	(void)data;
+	(void)len;
+	(void)ctx;
+}
+
+static void p_closed(struct net_conn *c, int reason, void *ctx)
+{
+	struct peer *p = ctx;
+
+	(void)c;
+	p->closed++;
+	p->close_reason = reason;
+	p->conn = NULL;
+}
+
+static const struct net_conn_ops peer_ops = { .connected = p_connected, .recv = p_recv,
+					      .closed = p_closed };
+
+static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
+{
+	struct peer *p = ctx;
+
+	(void)l;
+	if (++p->accepted == 2 && p->close_second) {
+		net_close(c);
+		return;
+	}
+	if (p->conn)
+		net_close(p->conn);
+	p->conn = c;
+	net_conn_set_ops(c, &peer_ops, p);
+}
 
 /* ---- 8: HOST:PORT, one parser, ports 1..65535 ----------------------------------- */
 
@@ -101,10 +209,64 @@ static void test_host_port(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ---- 4: a connection that is not up in time fails -------------------------------- */
+
+/* A client whose server takes the TCP connection and never speaks TLS. */
+static void test_tls_silent_server(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_config cfg = tls_cfg("client.pem", "client.key", 300);
+	struct peer p = { 0 };
+	char addr[64];
+	uint64_t t0;
+	int port, lfd = mute_listener(&port);
+
+	(void)state;
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	t0 = now_ns();
+	assert_int_equal(net_connect(loop, &cfg, addr, &peer_ops, &p, &p.conn), 0);
+	run_until(loop, &p.closed, 10000);
+	assert_int_equal(p.closed, 1);
+	assert_int_equal(p.close_reason, -ETIMEDOUT);
+	assert_int_equal(p.connected, 0);
+	assert_true(now_ns() - t0 >= 250 * 1000000ull); /* not before its deadline */
+	close(lfd);
+	ev_loop_destroy(loop);
+}
+
+/* A server whose client connects and never speaks TLS: dropped before the
+ * accept callback, the client sees the connection end. */
+static void test_tls_silent_client(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_config cfg = tls_cfg("server.pem", "server.key", 300);
+	struct net_listener *l;
+	struct peer p = { 0 };
+	char buf[16];
+	int fd, eof = 0;
+
+	(void)state;
+	assert_int_equal(net_listen(loop, &cfg, "127.0.0.1:0", on_accept, &p, &l), 0);
+	fd = dial(net_listener_port(l));
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	for (int i = 0; i < 200 && !eof; i++) {
+		ev_run(loop, EVRUN_NOWAIT);
+		usleep(10000);
+		eof = read(fd, buf, sizeof(buf)) >= 0 || errno != EAGAIN;
+	}
+	assert_true(eof);
+	assert_int_equal(p.accepted, 0);
+	close(fd);
+	net_listener_close(l);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_host_port),
+		cmocka_unit_test(test_tls_silent_server),
+		cmocka_unit_test(test_tls_silent_client),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
