@@ -114,6 +114,7 @@ struct net_conn_acceptor {
 	net_accept_fn fn;
 	void *ctx;
 	struct net_conn *hs_head;
+	unsigned hs_count;            /* on that list */
 	unsigned setup_ms;            /* deadline of each one's setup */
 };
 

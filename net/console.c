@@ -17,6 +17,7 @@
 
 #include "kmod/log.h"
 #include "net/net.h"
+#include "net/socket.h"
 
 #define TAG "console"
 
@@ -27,6 +28,7 @@ struct console {
 	int in_fd, out_fd, listen_fd;
 	int port;
 	ev_io in_w, out_w, accept_w;
+	struct net_accept_guard guard; /* out of fds: pause, log little */
 	bool input_paused;
 	uint8_t pending_in[4096];   /* read but not yet taken by the guest */
 	size_t pending_in_len, pending_in_off;
@@ -191,8 +193,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 
 	(void)revents;
 	fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	if (fd < 0)
+	if (fd < 0) {
+		net_accept_failed(&c->guard, errno);
 		return;
+	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->in_fd = c->out_fd = fd;
 	ev_io_stop(loop, &c->accept_w);
@@ -242,6 +246,7 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 		}
 		ev_io_init(&c->accept_w, on_accept, c->listen_fd, EV_READ);
 		c->accept_w.data = c;
+		net_accept_guard_init(&c->guard, loop, &c->accept_w, TAG, spec);
 		ev_io_start(loop, &c->accept_w);
 		log_info(TAG, "console on tcp port %d", c->port);
 	}
@@ -310,6 +315,7 @@ void console_close_endpoint(struct console *c)
 	drop_client(c);
 	if (c->listen_fd >= 0) {
 		ev_io_stop(c->loop, &c->accept_w);
+		net_accept_guard_fini(&c->guard);
 		close(c->listen_fd);
 		c->listen_fd = -1;
 	}

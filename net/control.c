@@ -19,8 +19,11 @@
 #include <unistd.h>
 
 #include "kmod/log.h"
+#include "net/socket.h"
 
 #define TAG "control"
+/* Clients that have not had their reply yet: a new one beyond is closed. */
+#define CONTROL_MAX_CLIENTS 16
 
 struct conn {
 	struct control *ctl;
@@ -38,9 +41,11 @@ struct control {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int fd;
 	ev_io accept_w;
+	struct net_accept_guard guard; /* out of fds: pause, log little */
 	control_handler handler;
 	void *ctx;
 	struct conn *conns;
+	unsigned nconns;
 };
 
 static void conn_free(struct conn *k)
@@ -49,8 +54,10 @@ static void conn_free(struct conn *k)
 
 	while (*p && *p != k)
 		p = &(*p)->next;
-	if (*p)
+	if (*p) {
 		*p = k->next;
+		k->ctl->nconns--;
+	}
 	ev_io_stop(k->ctl->loop, &k->w);
 	close(k->fd);
 	free(k->out);
@@ -161,10 +168,17 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 
 	(void)revents;
 	fd = accept4(c->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
+		net_accept_failed(&c->guard, errno);
 		return;
+	}
 	if (check_peer(fd))
 		return;
+	if (c->nconns >= CONTROL_MAX_CLIENTS) {
+		net_accept_log(&c->guard, "client closed: too many clients waiting for a reply");
+		close(fd);
+		return;
+	}
 	k = calloc(1, sizeof(*k));
 	if (!k) {
 		close(fd);
@@ -174,6 +188,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	k->fd = fd;
 	k->next = c->conns;
 	c->conns = k;
+	c->nconns++;
 	ev_io_init(&k->w, on_conn_read, fd, EV_READ);
 	k->w.data = k;
 	ev_io_start(loop, &k->w);
@@ -239,6 +254,7 @@ int control_open(struct ev_loop *loop, const char *path, control_handler handler
 	}
 	ev_io_init(&c->accept_w, on_accept, c->fd, EV_READ);
 	c->accept_w.data = c;
+	net_accept_guard_init(&c->guard, loop, &c->accept_w, TAG, path);
 	ev_io_start(loop, &c->accept_w);
 	*out = c;
 	return 0;
@@ -260,6 +276,7 @@ void control_free(struct control *c)
 	while (c->conns)
 		conn_free(c->conns);
 	ev_io_stop(c->loop, &c->accept_w);
+	net_accept_guard_fini(&c->guard);
 	close(c->fd);
 	unlink(c->path);
 	free(c);

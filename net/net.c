@@ -103,6 +103,7 @@ static void hs_unlink(struct net_conn *c)
 		a->hs_head = c->hs_next;
 	if (c->hs_next)
 		c->hs_next->hs_prev = c->hs_prev;
+	a->hs_count--;
 	c->acceptor = NULL;
 	c->hs_next = c->hs_prev = NULL;
 }
@@ -562,6 +563,7 @@ void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a)
 	if (a->hs_head)
 		a->hs_head->hs_prev = c;
 	a->hs_head = c;
+	a->hs_count++;
 	ev_io_start(c->loop, &c->rio);
 	setup_deadline(c, a->setup_ms);
 	net_conn_enter(c); /* the accept callback may close it */

@@ -16,6 +16,10 @@
 
 #define TAG "net"
 #define SETUP_MS_DEFAULT 5000
+/* Connections of a listener still in their setup (TLS handshake): beyond
+ * this many a new one is closed at once, so a flood of silent clients
+ * cannot take every file descriptor. */
+#define LISTEN_MAX_SETUPS 16
 
 struct net_listener {
 	struct ev_loop *loop;
@@ -26,6 +30,7 @@ struct net_listener {
 	const struct net_transport_ops *t;
 	void *ep;                     /* the transport's endpoint state */
 	struct net_conn_acceptor acc; /* fn, ctx, connections in their handshake */
+	struct net_accept_guard guard;
 };
 
 static int check_config(const struct net_config *cfg)
@@ -141,12 +146,20 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	(void)revents;
 	fd = accept4(l->fd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0) {
-		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-			log_error(TAG, "accept: %s", strerror(errno));
+		net_accept_failed(&l->guard, errno);
+		return;
+	}
+	net_sock_peer_name(&ss, peer, sizeof(peer));
+	if (l->acc.hs_count >= LISTEN_MAX_SETUPS) {
+		char what[128];
+
+		snprintf(what, sizeof(what), "%s closed: %d connections already in their setup",
+			 peer, LISTEN_MAX_SETUPS);
+		net_accept_log(&l->guard, what);
+		close(fd);
 		return;
 	}
 	net_sock_set_options(fd, &l->cfg);
-	net_sock_peer_name(&ss, peer, sizeof(peer));
 	r = net_conn_new(loop, fd, l->t, l->ep, NULL, peer, &c);
 	if (r) {
 		log_error(TAG, "accept: %s", strerror(-r));
@@ -161,6 +174,7 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	struct sockaddr_storage ss;
 	struct net_listener *l;
 	socklen_t sslen;
+	char name[64];
 	int r;
 
 	r = check_config(cfg);
@@ -186,6 +200,8 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	}
 	ev_io_init(&l->io, on_accept, l->fd, EV_READ);
 	l->io.data = l;
+	snprintf(name, sizeof(name), "listener on port %d", l->port);
+	net_accept_guard_init(&l->guard, loop, &l->io, TAG, name);
 	ev_io_start(loop, &l->io);
 	*out = l;
 	return 0;
@@ -207,6 +223,7 @@ void net_listener_close(struct net_listener *l)
 	if (!l)
 		return;
 	ev_io_stop(l->loop, &l->io);
+	net_accept_guard_fini(&l->guard);
 	while (l->acc.hs_head)
 		net_close(l->acc.hs_head); /* unlinks itself */
 	close(l->fd);

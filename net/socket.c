@@ -129,3 +129,68 @@ int net_sock_local_host(int fd, char *host, size_t len)
 				     : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
 	return inet_ntop(ss.ss_family, a, host, (socklen_t)len) ? 0 : -errno;
 }
+
+/* ---- accepting under pressure ----------------------------------------------------- */
+
+static void on_accept_pause_end(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct net_accept_guard *g = w->data;
+
+	(void)revents;
+	ev_io_start(loop, g->io);
+}
+
+void net_accept_guard_init(struct net_accept_guard *g, struct ev_loop *loop, ev_io *io,
+			   const char *tag, const char *name)
+{
+	memset(g, 0, sizeof(*g));
+	g->loop = loop;
+	g->io = io;
+	g->tag = tag;
+	g->last_log = -NET_ACCEPT_LOG_S;
+	snprintf(g->name, sizeof(g->name), "%s", name);
+	ev_timer_init(&g->pause_w, on_accept_pause_end, NET_ACCEPT_PAUSE_MS / 1e3, 0);
+	g->pause_w.data = g;
+}
+
+void net_accept_guard_fini(struct net_accept_guard *g)
+{
+	ev_timer_stop(g->loop, &g->pause_w);
+}
+
+void net_accept_log(struct net_accept_guard *g, const char *what)
+{
+	ev_tstamp now = ev_now(g->loop);
+
+	if (now - g->last_log < NET_ACCEPT_LOG_S) {
+		g->unlogged++;
+		return;
+	}
+	if (g->unlogged)
+		log_warn(g->tag, "%s: %s (and %u more since the last line)", g->name, what,
+			 g->unlogged);
+	else
+		log_warn(g->tag, "%s: %s", g->name, what);
+	g->last_log = now;
+	g->unlogged = 0;
+}
+
+void net_accept_failed(struct net_accept_guard *g, int err)
+{
+	char what[128];
+	bool pause = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+
+	if (err == EAGAIN || err == EINTR || err == ECONNABORTED)
+		return;
+	if (pause)
+		snprintf(what, sizeof(what), "accept: %s: accepting again in %d ms", strerror(err),
+			 NET_ACCEPT_PAUSE_MS);
+	else
+		snprintf(what, sizeof(what), "accept: %s", strerror(err));
+	net_accept_log(g, what);
+	if (pause && !ev_is_active(&g->pause_w)) {
+		ev_io_stop(g->loop, g->io);
+		ev_timer_set(&g->pause_w, NET_ACCEPT_PAUSE_MS / 1e3, 0);
+		ev_timer_start(g->loop, &g->pause_w);
+	}
+}

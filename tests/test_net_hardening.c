@@ -261,12 +261,61 @@ static void test_tls_silent_client(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ---- 6: a listener bounds the connections in their handshake --------------------- */
+
+/* 24 silent clients of a TLS listener: 16 wait in their handshake, the rest
+ * are closed at once; once those 16 are gone a real client still gets in. */
+static void test_handshake_bound(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_config scfg = tls_cfg("server.pem", "server.key", 60000);
+	struct net_config ccfg = tls_cfg("client.pem", "client.key", 5000);
+	struct net_listener *l;
+	struct peer p = { 0 }, cli = { 0 };
+	int fds[24], ended = 0;
+	char buf[16], addr[64];
+
+	(void)state;
+	assert_int_equal(net_listen(loop, &scfg, "127.0.0.1:0", on_accept, &p, &l), 0);
+	for (int i = 0; i < 24; i++) {
+		fds[i] = dial(net_listener_port(l));
+		fcntl(fds[i], F_SETFL, O_NONBLOCK);
+		for (int j = 0; j < 20; j++) {
+			ev_run(loop, EVRUN_NOWAIT);
+			usleep(500);
+		}
+	}
+	for (int j = 0; j < 50; j++) {
+		ev_run(loop, EVRUN_NOWAIT);
+		usleep(1000);
+	}
+	for (int i = 0; i < 24; i++)
+		ended += read(fds[i], buf, sizeof(buf)) >= 0 || errno != EAGAIN;
+	assert_int_equal(ended, 24 - 16);
+	assert_int_equal(p.accepted, 0);
+	for (int i = 0; i < 24; i++)
+		close(fds[i]);
+	for (int j = 0; j < 100; j++) { /* the server sees them go */
+		ev_run(loop, EVRUN_NOWAIT);
+		usleep(1000);
+	}
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+	assert_int_equal(net_connect(loop, &ccfg, addr, &peer_ops, &cli, &cli.conn), 0);
+	run_until(loop, &p.accepted, 5000);
+	assert_int_equal(p.accepted, 1);
+	net_close(cli.conn);
+	net_close(p.conn);
+	net_listener_close(l);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_host_port),
 		cmocka_unit_test(test_tls_silent_server),
 		cmocka_unit_test(test_tls_silent_client),
+		cmocka_unit_test(test_handshake_bound),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
