@@ -32,9 +32,15 @@ struct console {
 	bool input_paused;
 	uint8_t pending_in[4096];   /* read but not yet taken by the guest */
 	size_t pending_in_len, pending_in_off;
-	uint8_t *out;               /* bytes waiting to be written */
-	size_t out_len, out_cap;
+	uint8_t *out;               /* bytes waiting: [out_off, out_len) */
+	size_t out_off, out_len, out_cap;
+	bool out_dropping;          /* stdout too slow, oldest output dropped */
 };
+
+static size_t out_pending(const struct console *c)
+{
+	return c->out_len - c->out_off;
+}
 
 static void set_nonblock(int fd)
 {
@@ -110,8 +116,8 @@ static void drop_client(struct console *c)
 
 static void try_write(struct console *c)
 {
-	while (c->out_len && c->out_fd >= 0) {
-		ssize_t n = write(c->out_fd, c->out, c->out_len);
+	while (out_pending(c) && c->out_fd >= 0) {
+		ssize_t n = write(c->out_fd, c->out + c->out_off, out_pending(c));
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -123,21 +129,87 @@ static void try_write(struct console *c)
 				drop_client(c);
 			} else {
 				c->out_fd = -1;   /* stdout gone: output is dropped from now on */
-				c->out_len = 0;
+				c->out_off = c->out_len = 0;
 			}
 			if (c->ops.hangup)
 				c->ops.hangup(c->ops.ctx);
 			return;
 		}
-		memmove(c->out, c->out + n, c->out_len - (size_t)n);
-		c->out_len -= (size_t)n;
+		c->out_off += (size_t)n;
+	}
+	if (!out_pending(c)) {
+		c->out_off = c->out_len = 0;
+		c->out_dropping = false;
 	}
 	if (c->out_fd < 0)
 		return;
-	if (c->out_len)
+	if (out_pending(c))
 		ev_io_start(c->loop, &c->out_w);
 	else
 		ev_io_stop(c->loop, &c->out_w);
+}
+
+/* Room for len more bytes at the end. The bytes waiting move to the front
+ * only when they fill at most half of the buffer, else it doubles: each
+ * byte is moved a bounded number of times, so writing is O(n) overall. */
+static int out_reserve(struct console *c, size_t len)
+{
+	size_t need = out_pending(c) + len, cap = c->out_cap ? c->out_cap : 4096;
+	uint8_t *p;
+
+	if (c->out_len + len <= c->out_cap)
+		return 0;
+	if (c->out_off && need <= c->out_cap / 2) {
+		memmove(c->out, c->out + c->out_off, out_pending(c));
+		c->out_len -= c->out_off;
+		c->out_off = 0;
+		return 0;
+	}
+	while (cap < 2 * need)
+		cap *= 2;
+	p = malloc(cap);
+	if (!p)
+		return -ENOMEM;
+	if (c->out)
+		memcpy(p, c->out + c->out_off, out_pending(c));
+	c->out_len -= c->out_off;
+	c->out_off = 0;
+	free(c->out);
+	c->out = p;
+	c->out_cap = cap;
+	return 0;
+}
+
+/* Only the latest keep bytes stay waiting. */
+static void out_trim(struct console *c, size_t keep)
+{
+	if (out_pending(c) > keep)
+		c->out_off = c->out_len - keep;
+}
+
+/* A connected reader that lets more than CONSOLE_CLIENT_MAX bytes wait: a
+ * TCP client is dropped (the next one gets the usual backlog), stdout loses
+ * its oldest bytes. Memory stays bounded either way. */
+static void out_limit(struct console *c)
+{
+	size_t pending = out_pending(c);
+
+	if (c->out_fd < 0 || pending <= CONSOLE_CLIENT_MAX)
+		return;
+	if (c->tcp) {
+		log_warn(TAG, "console client not reading: %zu bytes waiting, more than %u MiB: "
+			 "dropped", pending, CONSOLE_CLIENT_MAX >> 20);
+		drop_client(c);
+		out_trim(c, CONSOLE_BACKLOG);
+		if (c->ops.hangup)
+			c->ops.hangup(c->ops.ctx);
+		return;
+	}
+	if (!c->out_dropping)
+		log_warn(TAG, "console output not read: more than %u MiB waiting, oldest bytes "
+			 "dropped", CONSOLE_CLIENT_MAX >> 20);
+	c->out_dropping = true;
+	out_trim(c, CONSOLE_CLIENT_MAX);
 }
 
 static void deliver_input(struct console *c)
@@ -256,31 +328,18 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 
 void console_write(struct console *c, const void *buf, size_t len)
 {
-	if (c->out_len + len > c->out_cap) {
-		size_t cap = c->out_cap ? c->out_cap : 4096;
-		uint8_t *p;
-
-		while (cap < c->out_len + len)
-			cap *= 2;
-		p = realloc(c->out, cap);
-		if (!p) {
-			log_error(TAG, "out of memory: %zu console bytes dropped", len);
-			return;
-		}
-		c->out = p;
-		c->out_cap = cap;
-	}
 	if (!c->tcp && c->out_fd < 0)
 		return;
+	if (out_reserve(c, len)) {
+		log_error(TAG, "out of memory: %zu console bytes dropped", len);
+		return;
+	}
 	memcpy(c->out + c->out_len, buf, len);
 	c->out_len += len;
-	if (c->out_fd < 0 && c->out_len > CONSOLE_BACKLOG) {
-		size_t drop = c->out_len - CONSOLE_BACKLOG;
-
-		memmove(c->out, c->out + drop, CONSOLE_BACKLOG);
-		c->out_len = CONSOLE_BACKLOG;
-	}
+	if (c->out_fd < 0)
+		out_trim(c, CONSOLE_BACKLOG); /* kept for the next client */
 	try_write(c);
+	out_limit(c);
 }
 
 void console_input_resume(struct console *c)
@@ -297,7 +356,7 @@ void console_flush(struct console *c)
 {
 	uint64_t deadline = now_ns() + 2000000000ull;
 
-	while (c->out_len && c->out_fd >= 0 && now_ns() < deadline) {
+	while (out_pending(c) && c->out_fd >= 0 && now_ns() < deadline) {
 		struct pollfd p = { .fd = c->out_fd, .events = POLLOUT };
 
 		poll(&p, 1, 100);

@@ -2,7 +2,10 @@
  * The console endpoint of a VM: stdio, or a TCP listener that one client at a
  * time connects to ("tcp:HOST:PORT"). Runs on a libev loop; only that loop's
  * thread may call these functions. Output written while no client is
- * connected is kept (up to CONSOLE_BACKLOG bytes) for the next client. */
+ * connected is kept (the latest CONSOLE_BACKLOG bytes) for the next client.
+ * A connected client that lets more than CONSOLE_CLIENT_MAX bytes wait is
+ * dropped (logged), and the next one gets the backlog; on stdio the oldest
+ * waiting bytes are dropped instead. */
 #ifndef US_NET_CONSOLE_H
 #define US_NET_CONSOLE_H
 
@@ -12,6 +15,7 @@
 #include <stdint.h>
 
 #define CONSOLE_BACKLOG (1u << 20)
+#define CONSOLE_CLIENT_MAX (4u << 20)
 
 struct console;
 

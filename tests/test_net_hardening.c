@@ -309,6 +309,89 @@ static void test_handshake_bound(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ---- 9: the console's output to a client that does not read is bounded ------------ */
+
+static size_t c_input(void *ctx, const uint8_t *buf, size_t len)
+{
+	(void)ctx;
+	(void)buf;
+	return len;
+}
+
+static void c_hangup(void *ctx)
+{
+	(*(int *)ctx)++;
+}
+
+/* Reads what is there until EOF or ms pass: bytes read, the last 8 in tail. */
+static size_t drain(struct ev_loop *loop, int fd, int ms, uint8_t tail[8], bool *eof)
+{
+	static uint8_t buf[1 << 16];
+	size_t total = 0;
+	ssize_t n;
+
+	*eof = false;
+	for (int i = 0; i < ms && !*eof; i++) {
+		ev_run(loop, EVRUN_NOWAIT);
+		while ((n = read(fd, buf, sizeof(buf))) > 0) {
+			total += (size_t)n;
+			if (n >= 8)
+				memcpy(tail, buf + n - 8, 8);
+		}
+		*eof = n == 0 || (n < 0 && errno != EAGAIN);
+		if (!*eof)
+			usleep(1000);
+	}
+	return total;
+}
+
+/* 32 MiB written to a client that reads nothing: it is dropped once 4 MiB
+ * wait, the next client gets the latest output (at most the backlog). */
+static void test_console_slow_client(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	int hangups = 0, fd, fd2;
+	struct console_ops ops = { .input = c_input, .hangup = c_hangup, .ctx = &hangups };
+	static uint8_t chunk[1 << 16];
+	struct console *con;
+	uint8_t tail[8] = { 0 };
+	uint64_t seq = 0;
+	size_t got;
+	bool eof;
+
+	(void)state;
+	assert_int_equal(console_open(loop, "tcp:127.0.0.1:0", &ops, &con), 0);
+	fd = dial(console_port(con));
+	for (int i = 0; i < 20; i++) { /* accepted */
+		ev_run(loop, EVRUN_NOWAIT);
+		usleep(1000);
+	}
+	for (int i = 0; i < 512; i++) {
+		for (size_t j = 0; j < sizeof(chunk); j += 8, seq++)
+			memcpy(chunk + j, &seq, 8);
+		console_write(con, chunk, sizeof(chunk));
+		ev_run(loop, EVRUN_NOWAIT);
+	}
+	assert_int_equal(hangups, 1);
+	/* The slow client sees its connection end after what the kernel held. */
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	got = drain(loop, fd, 5000, tail, &eof);
+	assert_true(eof);
+	assert_true(got < 32u << 20);
+	close(fd);
+	/* The next client gets the latest output, no more than the backlog. */
+	fd2 = dial(console_port(con));
+	fcntl(fd2, F_SETFL, O_NONBLOCK);
+	got = drain(loop, fd2, 300, tail, &eof);
+	assert_false(eof);
+	assert_true(got > 0 && got <= CONSOLE_BACKLOG);
+	seq--;
+	assert_memory_equal(tail, &seq, 8);
+	close(fd2);
+	console_free(con);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -316,6 +399,7 @@ int main(void)
 		cmocka_unit_test(test_tls_silent_server),
 		cmocka_unit_test(test_tls_silent_client),
 		cmocka_unit_test(test_handshake_bound),
+		cmocka_unit_test(test_console_slow_client),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
