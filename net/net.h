@@ -8,10 +8,12 @@
  * path) sits above both, picks the transport for a config and is the only
  * file that names one; net/conn.h is the contract between them and the
  * narrow set of core helpers a transport may call back; socket.c holds
- * address and socket helpers. Beside it, two services: console.c (a VM's
- * console endpoint) and control.c (an agent's control socket) are agent
- * services on the loop, not transports: they own their sockets, never
- * touch a net_conn and must not include net/conn.h. They stay in net/
+ * address and socket helpers (the one HOST:PORT parser, and the accept
+ * guard every listener of net/ uses to back off when out of fds). Beside
+ * it, two services: console.c (a VM's console endpoint) and control.c (an
+ * agent's control socket) are agent services on the loop, not transports:
+ * they own their sockets, never touch a net_conn and must not include
+ * net/conn.h. They stay in net/
  * because only net/ touches sockets (STYLE.md) and the agents include
  * net/console.h and net/control.h. Should they grow (authentication, more
  * clients), the place for them is a services/ folder of their own, with

@@ -392,6 +392,39 @@ static void test_console_slow_client(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ---- 7: an accept callback that closes a plaintext connection --------------------- */
+
+/* On a plaintext link the connection comes up inside its start, and the
+ * accept callback ran there; closing the connection in it freed it while
+ * net_conn_up still used it (found by ASan with a second primary refused
+ * by a secondary). The second of two clients is closed in the callback;
+ * run it under make SAN=1. */
+static void test_accept_closes_plaintext(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct peer srv = { .close_second = true }, c1 = { 0 }, c2 = { 0 };
+	struct net_listener *l;
+	char addr[64];
+
+	(void)state;
+	assert_int_equal(net_listen(loop, &tcp_cfg, "127.0.0.1:0", on_accept, &srv, &l), 0);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+	assert_int_equal(net_connect(loop, &tcp_cfg, addr, &peer_ops, &c1, &c1.conn), 0);
+	run_until(loop, &srv.accepted, 5000);
+	assert_int_equal(net_connect(loop, &tcp_cfg, addr, &peer_ops, &c2, &c2.conn), 0);
+	run_until(loop, &c2.closed, 5000);
+	assert_int_equal(srv.accepted, 2);
+	assert_int_equal(c2.closed, 1);     /* refused: the peer closed */
+	assert_int_equal(c2.close_reason, 0);
+	assert_int_equal(c1.connected, 1);  /* the first one lives on */
+	assert_int_equal(c1.closed, 0);
+	assert_non_null(srv.conn);
+	net_close(c1.conn);
+	net_close(srv.conn);
+	net_listener_close(l);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -400,6 +433,7 @@ int main(void)
 		cmocka_unit_test(test_tls_silent_client),
 		cmocka_unit_test(test_handshake_bound),
 		cmocka_unit_test(test_console_slow_client),
+		cmocka_unit_test(test_accept_closes_plaintext),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
