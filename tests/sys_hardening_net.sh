@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Hardening of net/ seen from the agents (issue 9): ports that used to wrap
 # are refused with exit status 2; a secondary out of file descriptors under
-# a flood of connections (link and control socket) does not spin.
+# a flood of connections (link and control socket) does not spin; a second
+# plaintext primary refused in the accept callback is no use after free
+# (run with BUILD=build/san to have the sanitizers check it).
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -n "${BUILD:-}" ] && BIN=${UNDERSTUDY_BIN:-$PWD/$BUILD/understudy}
@@ -65,5 +67,25 @@ sleep 0.5
 "$BIN" status --control "$tmp/ctl" >"$tmp/status" 2>&1 || fail "status after the flood: $(cat "$tmp/status")"
 ok "out of fds: accept backs off, logs little, recovers"
 kill $spid; wait $spid 2>/dev/null
+
+# ---- 7: two plaintext connections, the second refused in the accept callback ----
+lport=$(free_port); cport=$(free_port)
+"$BIN" secondary --insecure --listen 127.0.0.1:$lport --console tcp:127.0.0.1:$cport \
+	2>"$tmp/uaf.err" &
+spid=$!
+wait_port $lport || fail "secondary never listened: $(cat "$tmp/uaf.err")"
+timeout 10 python3 - $lport <<'PY' || fail "clients: second connection not refused"
+import socket, sys, time
+port = int(sys.argv[1])
+a = socket.create_connection(("127.0.0.1", port)); time.sleep(0.3)
+b = socket.create_connection(("127.0.0.1", port)); b.settimeout(5)
+sys.exit(0 if b.recv(1) == b"" else 1)
+PY
+sleep 0.3
+kill -0 $spid 2>/dev/null || fail "secondary died: $(tail -20 "$tmp/uaf.err")"
+grep -q "already serving" "$tmp/uaf.err" || fail "no refusal logged: $(cat "$tmp/uaf.err")"
+kill $spid; wait $spid 2>/dev/null
+grep -q "AddressSanitizer\|runtime error" "$tmp/uaf.err" && fail "sanitizer: $(grep -A5 Sanitizer "$tmp/uaf.err")"
+ok "second plaintext primary refused in the accept callback, secondary fine"
 
 exit 0
