@@ -1,6 +1,7 @@
 /* The options every agent subcommand shares: the VM and the link. */
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,13 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		o->cfg.ncpus = (int)n;
 		return 0;
 	case 1003:
-		if (console_check_spec(arg) < 0) {
+		switch (console_check_spec(arg)) {
+		case 0:
+			break;
+		case -ERANGE:
+			fprintf(stderr, "understudy: --console '%s': bad port, need 1..65535\n", arg);
+			return 2;
+		default:
 			fprintf(stderr, "understudy: --console '%s': use stdio or tcp:HOST:PORT\n", arg);
 			return 2;
 		}
@@ -147,4 +154,48 @@ int cli_check_no_more_args(const char *cmd, int argc, char **argv)
 		return 0;
 	fprintf(stderr, "understudy %s: unexpected argument '%s'\n", cmd, argv[optind]);
 	return 2;
+}
+
+int cli_check_host_port(const char *flag, const char *arg)
+{
+	char host[256];
+	int port;
+
+	switch (net_parse_host_port(arg, false, host, sizeof(host), &port)) {
+	case 0:
+		return 0;
+	case -ERANGE:
+		fprintf(stderr, "understudy: %s '%s': bad port, need 1..65535\n", flag, arg);
+		return 2;
+	default:
+		fprintf(stderr, "understudy: %s '%s': need HOST:PORT\n", flag, arg);
+		return 2;
+	}
+}
+
+/* The long options whose value is HOST:PORT (cli.h). */
+static const char *const host_port_options[] = { "peer", "listen", NULL };
+
+/* The real getopt_long, wrapped: see cli.h. */
+#undef getopt_long
+int cli_getopt_long(int argc, char *const argv[], const char *optstring,
+		    const struct option *longopts, int *longindex)
+{
+	int idx = -1, opt;
+
+	opt = getopt_long(argc, argv, optstring, longopts, &idx);
+	if (longindex)
+		*longindex = idx;
+	if (opt == -1 || opt == '?' || idx < 0 || !optarg)
+		return opt;
+	for (const char *const *n = host_port_options; *n; n++) {
+		char flag[64];
+
+		if (strcmp(longopts[idx].name, *n))
+			continue;
+		snprintf(flag, sizeof(flag), "--%s", *n);
+		if (cli_check_host_port(flag, optarg))
+			return '?';
+	}
+	return opt;
 }

@@ -114,6 +114,8 @@ struct net_conn_acceptor {
 	net_accept_fn fn;
 	void *ctx;
 	struct net_conn *hs_head;
+	unsigned hs_count;            /* on that list */
+	unsigned setup_ms;            /* deadline of each one's setup */
 };
 
 /* A connection on socket fd with transport t; ep and host as for
@@ -122,11 +124,12 @@ struct net_conn_acceptor {
 int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
 		 const char *host, const char *peer, struct net_conn **out) US_MUST_CHECK;
 /* Client: a non-blocking connect of c's socket to ss; connected() or
- * closed() follows. -errno (logged) leaves c to the caller. */
-int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
-	US_MUST_CHECK;
-/* Server: c was accepted for a: it joins a's list and its setup starts.
- * c may be gone on return. */
+ * closed() follows, closed(-ETIMEDOUT) if c is not up within setup_ms.
+ * -errno (logged) leaves c to the caller. */
+int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen,
+		  unsigned setup_ms) US_MUST_CHECK;
+/* Server: c was accepted for a: it joins a's list and its setup starts,
+ * dropped if not up within a->setup_ms. c may be gone on return. */
 void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a);
 
 #endif

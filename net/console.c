@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "kmod/log.h"
+#include "net/net.h"
+#include "net/socket.h"
 
 #define TAG "console"
 
@@ -26,47 +28,57 @@ struct console {
 	int in_fd, out_fd, listen_fd;
 	int port;
 	ev_io in_w, out_w, accept_w;
+	struct net_accept_guard guard; /* out of fds: pause, log little */
 	bool input_paused;
 	uint8_t pending_in[4096];   /* read but not yet taken by the guest */
 	size_t pending_in_len, pending_in_off;
-	uint8_t *out;               /* bytes waiting to be written */
-	size_t out_len, out_cap;
+	uint8_t *out;               /* bytes waiting: [out_off, out_len) */
+	size_t out_off, out_len, out_cap;
+	bool out_dropping;          /* stdout too slow, oldest output dropped */
 };
+
+static size_t out_pending(const struct console *c)
+{
+	return c->out_len - c->out_off;
+}
 
 static void set_nonblock(int fd)
 {
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-int console_check_spec(const char *spec)
+/* "stdio" or "tcp:HOST:PORT" through net's one HOST:PORT parser. */
+static int check_spec(const char *spec, bool port0_ok, char *host, size_t host_len, int *port)
 {
-	const char *colon;
-
 	if (!strcmp(spec, "stdio"))
 		return 0;
 	if (strncmp(spec, "tcp:", 4))
 		return -EINVAL;
-	colon = strrchr(spec + 4, ':');
-	if (!colon || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1))
-		return -EINVAL;
-	return 0;
+	return net_parse_host_port(spec + 4, port0_ok, host, host_len, port);
 }
 
-static int listen_tcp(const char *hostport, int *port_out)
+int console_check_spec(const char *spec)
 {
 	char host[256];
-	const char *colon = strrchr(hostport, ':');
+	int port;
+
+	return check_spec(spec, false, host, sizeof(host), &port);
+}
+
+static int listen_tcp(const char *host, int port, int *port_out)
+{
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE };
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	struct addrinfo *ai;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
+	char service[8];
 	int fd, one = 1, r;
 
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - hostport), hostport);
-	r = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+	snprintf(service, sizeof(service), "%d", port);
+	r = getaddrinfo(host[0] ? host : NULL, service, &hints, &ai);
 	if (r) {
-		log_error(TAG, "%s: %s", hostport, gai_strerror(r));
+		log_error(TAG, "%s:%d: %s", host, port, gai_strerror(r));
 		return -EINVAL;
 	}
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -77,7 +89,7 @@ static int listen_tcp(const char *hostport, int *port_out)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 4) < 0) {
 		r = -errno;
-		log_error(TAG, "listening on %s: %s", hostport, strerror(errno));
+		log_error(TAG, "listening on %s:%d: %s", host, port, strerror(errno));
 		close(fd);
 		goto out;
 	}
@@ -104,8 +116,8 @@ static void drop_client(struct console *c)
 
 static void try_write(struct console *c)
 {
-	while (c->out_len && c->out_fd >= 0) {
-		ssize_t n = write(c->out_fd, c->out, c->out_len);
+	while (out_pending(c) && c->out_fd >= 0) {
+		ssize_t n = write(c->out_fd, c->out + c->out_off, out_pending(c));
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -117,21 +129,87 @@ static void try_write(struct console *c)
 				drop_client(c);
 			} else {
 				c->out_fd = -1;   /* stdout gone: output is dropped from now on */
-				c->out_len = 0;
+				c->out_off = c->out_len = 0;
 			}
 			if (c->ops.hangup)
 				c->ops.hangup(c->ops.ctx);
 			return;
 		}
-		memmove(c->out, c->out + n, c->out_len - (size_t)n);
-		c->out_len -= (size_t)n;
+		c->out_off += (size_t)n;
+	}
+	if (!out_pending(c)) {
+		c->out_off = c->out_len = 0;
+		c->out_dropping = false;
 	}
 	if (c->out_fd < 0)
 		return;
-	if (c->out_len)
+	if (out_pending(c))
 		ev_io_start(c->loop, &c->out_w);
 	else
 		ev_io_stop(c->loop, &c->out_w);
+}
+
+/* Room for len more bytes at the end. The bytes waiting move to the front
+ * only when they fill at most half of the buffer, else it doubles: each
+ * byte is moved a bounded number of times, so writing is O(n) overall. */
+static int out_reserve(struct console *c, size_t len)
+{
+	size_t need = out_pending(c) + len, cap = c->out_cap ? c->out_cap : 4096;
+	uint8_t *p;
+
+	if (c->out_len + len <= c->out_cap)
+		return 0;
+	if (c->out_off && need <= c->out_cap / 2) {
+		memmove(c->out, c->out + c->out_off, out_pending(c));
+		c->out_len -= c->out_off;
+		c->out_off = 0;
+		return 0;
+	}
+	while (cap < 2 * need)
+		cap *= 2;
+	p = malloc(cap);
+	if (!p)
+		return -ENOMEM;
+	if (c->out)
+		memcpy(p, c->out + c->out_off, out_pending(c));
+	c->out_len -= c->out_off;
+	c->out_off = 0;
+	free(c->out);
+	c->out = p;
+	c->out_cap = cap;
+	return 0;
+}
+
+/* Only the latest keep bytes stay waiting. */
+static void out_trim(struct console *c, size_t keep)
+{
+	if (out_pending(c) > keep)
+		c->out_off = c->out_len - keep;
+}
+
+/* A connected reader that lets more than CONSOLE_CLIENT_MAX bytes wait: a
+ * TCP client is dropped (the next one gets the usual backlog), stdout loses
+ * its oldest bytes. Memory stays bounded either way. */
+static void out_limit(struct console *c)
+{
+	size_t pending = out_pending(c);
+
+	if (c->out_fd < 0 || pending <= CONSOLE_CLIENT_MAX)
+		return;
+	if (c->tcp) {
+		log_warn(TAG, "console client not reading: %zu bytes waiting, more than %u MiB: "
+			 "dropped", pending, CONSOLE_CLIENT_MAX >> 20);
+		drop_client(c);
+		out_trim(c, CONSOLE_BACKLOG);
+		if (c->ops.hangup)
+			c->ops.hangup(c->ops.ctx);
+		return;
+	}
+	if (!c->out_dropping)
+		log_warn(TAG, "console output not read: more than %u MiB waiting, oldest bytes "
+			 "dropped", CONSOLE_CLIENT_MAX >> 20);
+	c->out_dropping = true;
+	out_trim(c, CONSOLE_CLIENT_MAX);
 }
 
 static void deliver_input(struct console *c)
@@ -187,8 +265,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 
 	(void)revents;
 	fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	if (fd < 0)
+	if (fd < 0) {
+		net_accept_failed(&c->guard, errno);
 		return;
+	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->in_fd = c->out_fd = fd;
 	ev_io_stop(loop, &c->accept_w);
@@ -204,9 +284,13 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 		 struct console **out)
 {
 	struct console *c;
+	char host[256];
+	int port = 0, r;
 
-	if (console_check_spec(spec) < 0) {
-		log_error(TAG, "bad console '%s': use stdio or tcp:HOST:PORT", spec);
+	r = check_spec(spec, true, host, sizeof(host), &port);
+	if (r) {
+		log_error(TAG, "bad console '%s': %s", spec,
+			  r == -ERANGE ? "port needs 1..65535" : "use stdio or tcp:HOST:PORT");
 		return -EINVAL;
 	}
 	c = calloc(1, sizeof(*c));
@@ -226,15 +310,15 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 	} else {
 		c->tcp = true;
 		c->in_fd = c->out_fd = -1;
-		c->listen_fd = listen_tcp(spec + 4, &c->port);
+		c->listen_fd = listen_tcp(host, port, &c->port);
 		if (c->listen_fd < 0) {
-			int r = c->listen_fd;
-
+			r = c->listen_fd;
 			free(c);
 			return r;
 		}
 		ev_io_init(&c->accept_w, on_accept, c->listen_fd, EV_READ);
 		c->accept_w.data = c;
+		net_accept_guard_init(&c->guard, loop, &c->accept_w, TAG, spec);
 		ev_io_start(loop, &c->accept_w);
 		log_info(TAG, "console on tcp port %d", c->port);
 	}
@@ -265,31 +349,18 @@ void console_serve(struct console *c, const struct console_ops *ops)
 
 void console_write(struct console *c, const void *buf, size_t len)
 {
-	if (c->out_len + len > c->out_cap) {
-		size_t cap = c->out_cap ? c->out_cap : 4096;
-		uint8_t *p;
-
-		while (cap < c->out_len + len)
-			cap *= 2;
-		p = realloc(c->out, cap);
-		if (!p) {
-			log_error(TAG, "out of memory: %zu console bytes dropped", len);
-			return;
-		}
-		c->out = p;
-		c->out_cap = cap;
-	}
 	if (!c->tcp && c->out_fd < 0)
 		return;
+	if (out_reserve(c, len)) {
+		log_error(TAG, "out of memory: %zu console bytes dropped", len);
+		return;
+	}
 	memcpy(c->out + c->out_len, buf, len);
 	c->out_len += len;
-	if (c->out_fd < 0 && c->out_len > CONSOLE_BACKLOG) {
-		size_t drop = c->out_len - CONSOLE_BACKLOG;
-
-		memmove(c->out, c->out + drop, CONSOLE_BACKLOG);
-		c->out_len = CONSOLE_BACKLOG;
-	}
+	if (c->out_fd < 0)
+		out_trim(c, CONSOLE_BACKLOG); /* kept for the next client */
 	try_write(c);
+	out_limit(c);
 }
 
 void console_input_resume(struct console *c)
@@ -306,7 +377,7 @@ void console_flush(struct console *c)
 {
 	uint64_t deadline = now_ns() + 2000000000ull;
 
-	while (c->out_len && c->out_fd >= 0 && now_ns() < deadline) {
+	while (out_pending(c) && c->out_fd >= 0 && now_ns() < deadline) {
 		struct pollfd p = { .fd = c->out_fd, .events = POLLOUT };
 
 		poll(&p, 1, 100);
@@ -324,6 +395,7 @@ void console_close_endpoint(struct console *c)
 	drop_client(c);
 	if (c->listen_fd >= 0) {
 		ev_io_stop(c->loop, &c->accept_w);
+		net_accept_guard_fini(&c->guard);
 		close(c->listen_fd);
 		c->listen_fd = -1;
 	}

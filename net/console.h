@@ -2,7 +2,10 @@
  * The console endpoint of a VM: stdio, or a TCP listener that one client at a
  * time connects to ("tcp:HOST:PORT"). Runs on a libev loop; only that loop's
  * thread may call these functions. Output written while no client is
- * connected is kept (up to CONSOLE_BACKLOG bytes) for the next client. */
+ * connected is kept (the latest CONSOLE_BACKLOG bytes) for the next client.
+ * A connected client that lets more than CONSOLE_CLIENT_MAX bytes wait is
+ * dropped (logged), and the next one gets the backlog; on stdio the oldest
+ * waiting bytes are dropped instead. */
 #ifndef US_NET_CONSOLE_H
 #define US_NET_CONSOLE_H
 
@@ -12,6 +15,7 @@
 #include <stdint.h>
 
 #define CONSOLE_BACKLOG (1u << 20)
+#define CONSOLE_CLIENT_MAX (4u << 20)
 
 struct console;
 
@@ -24,7 +28,8 @@ struct console_ops {
 	void *ctx;
 };
 
-/* spec: "stdio" or "tcp:HOST:PORT" (PORT 0 picks a free port). */
+/* spec: "stdio" or "tcp:HOST:PORT" (HOST:PORT as net_parse_host_port; PORT 0
+ * picks a free port here, but is refused by console_check_spec). */
 int console_open(struct ev_loop *loop, const char *spec, const struct console_ops *ops,
 		 struct console **out) __attribute__((warn_unused_result));
 /* Acquires the endpoint of spec (binds and listens on a TCP port) without
@@ -36,7 +41,8 @@ int console_bind(struct ev_loop *loop, const char *spec, struct console **out)
 /* Starts serving a console from console_bind() with ops. */
 void console_serve(struct console *c, const struct console_ops *ops);
 void console_free(struct console *c);
-/* Checks a spec without opening anything; 0 or -EINVAL. */
+/* Checks a spec from the command line without opening anything: 0, -EINVAL
+ * or -ERANGE (a port outside 1..65535). */
 int console_check_spec(const char *spec);
 void console_write(struct console *c, const void *buf, size_t len);
 void console_input_resume(struct console *c);

@@ -1,4 +1,8 @@
 /* Control socket: accept on the loop, read one line, reply, close.
+ * Private to the agent's user: the socket file is 0600 from the moment it
+ * exists (the socket's mode is set before bind, which creates the file with
+ * it), and each client is checked with SO_PEERCRED: the agent's own uid or
+ * root, anyone else gets one "error" line and the connection closes.
  * A service of net/, not a transport: it owns its sockets and uses nothing
  * of the link core (net.c, open.c, net/conn.h). See net/net.h. */
 #include "net/control.h"
@@ -15,8 +19,11 @@
 #include <unistd.h>
 
 #include "kmod/log.h"
+#include "net/socket.h"
 
 #define TAG "control"
+/* Clients that have not had their reply yet: a new one beyond is closed. */
+#define CONTROL_MAX_CLIENTS 16
 
 struct conn {
 	struct control *ctl;
@@ -34,9 +41,11 @@ struct control {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int fd;
 	ev_io accept_w;
+	struct net_accept_guard guard; /* out of fds: pause, log little */
 	control_handler handler;
 	void *ctx;
 	struct conn *conns;
+	unsigned nconns;
 };
 
 static void conn_free(struct conn *k)
@@ -45,8 +54,10 @@ static void conn_free(struct conn *k)
 
 	while (*p && *p != k)
 		p = &(*p)->next;
-	if (*p)
+	if (*p) {
 		*p = k->next;
+		k->ctl->nconns--;
+	}
 	ev_io_stop(k->ctl->loop, &k->w);
 	close(k->fd);
 	free(k->out);
@@ -127,6 +138,28 @@ static void on_conn_read(struct ev_loop *loop, ev_io *w, int revents)
 	reply(k, k->ctl->handler(k->ctl->ctx, k->in));
 }
 
+/* Same user as the agent, or root: 0, else -EACCES (logged, told, closed). */
+static int check_peer(int fd)
+{
+	static const char refused[] = "error permission denied: not the agent's user\n";
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	ssize_t n;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
+		log_warn(TAG, "client refused: no peer credentials: %s", strerror(errno));
+	} else if (cr.uid == 0 || cr.uid == geteuid()) {
+		return 0;
+	} else {
+		log_warn(TAG, "client refused: pid %d uid %u is not uid %u or root", (int)cr.pid,
+			 (unsigned)cr.uid, (unsigned)geteuid());
+	}
+	n = write(fd, refused, sizeof(refused) - 1); /* a fresh socket takes one line */
+	(void)n;
+	close(fd);
+	return -EACCES;
+}
+
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct control *c = w->data;
@@ -135,8 +168,17 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 
 	(void)revents;
 	fd = accept4(c->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
+		net_accept_failed(&c->guard, errno);
 		return;
+	}
+	if (check_peer(fd))
+		return;
+	if (c->nconns >= CONTROL_MAX_CLIENTS) {
+		net_accept_log(&c->guard, "client closed: too many clients waiting for a reply");
+		close(fd);
+		return;
+	}
 	k = calloc(1, sizeof(*k));
 	if (!k) {
 		close(fd);
@@ -146,9 +188,25 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	k->fd = fd;
 	k->next = c->conns;
 	c->conns = k;
+	c->nconns++;
 	ev_io_init(&k->w, on_conn_read, fd, EV_READ);
 	k->w.data = k;
 	ev_io_start(loop, &k->w);
+}
+
+/* A socket file left by an agent that died is replaced; anything else at
+ * path is not ours to remove. */
+static int remove_stale(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode)) {
+		log_error(TAG, "%s exists and is not a socket: not replaced", path);
+		return -EEXIST;
+	}
+	return unlink(path) < 0 ? -errno : 0;
 }
 
 int control_open(struct ev_loop *loop, const char *path, control_handler handler, void *ctx,
@@ -156,6 +214,7 @@ int control_open(struct ev_loop *loop, const char *path, control_handler handler
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct control *c;
+	struct stat st;
 	int r;
 
 	if (strlen(path) >= sizeof(sa.sun_path)) {
@@ -175,18 +234,33 @@ int control_open(struct ev_loop *loop, const char *path, control_handler handler
 		r = -errno;
 		goto err;
 	}
-	unlink(path);
-	if (bind(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(c->fd, 8) < 0) {
+	r = remove_stale(path);
+	if (r)
+		goto err_fd;
+	/* bind() creates the file with the socket's mode (less the umask):
+	 * 0600 before it exists, no window where others may connect. */
+	if (fchmod(c->fd, 0600) < 0 || bind(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = -errno;
 		goto err_fd;
 	}
-	chmod(path, 0600);
+	if (lstat(path, &st) < 0 || (st.st_mode & 077)) {
+		r = -EPERM;
+		log_error(TAG, "control socket %s is not private to its user", path);
+		goto err_file;
+	}
+	if (listen(c->fd, 8) < 0) {
+		r = -errno;
+		goto err_file;
+	}
 	ev_io_init(&c->accept_w, on_accept, c->fd, EV_READ);
 	c->accept_w.data = c;
+	net_accept_guard_init(&c->guard, loop, &c->accept_w, TAG, path);
 	ev_io_start(loop, &c->accept_w);
 	*out = c;
 	return 0;
 
+err_file:
+	unlink(path);
 err_fd:
 	close(c->fd);
 err:
@@ -202,6 +276,7 @@ void control_free(struct control *c)
 	while (c->conns)
 		conn_free(c->conns);
 	ev_io_stop(c->loop, &c->accept_w);
+	net_accept_guard_fini(&c->guard);
 	close(c->fd);
 	unlink(c->path);
 	free(c);

@@ -17,7 +17,10 @@ struct control;
  * reply, malloc'd (the control socket frees it), or NULL for "error". */
 typedef char *(*control_handler)(void *ctx, const char *request);
 
-/* Listens at path (a stale socket file there is replaced). */
+/* Listens at path (a stale socket file there is replaced; anything else
+ * there is an error). The socket file is 0600 from its creation; a client
+ * that is neither the agent's uid nor root gets "error permission denied..."
+ * and is closed without reaching the handler. */
 int control_open(struct ev_loop *loop, const char *path, control_handler handler, void *ctx,
 		 struct control **out) __attribute__((warn_unused_result));
 /* Stops listening, drops open connections, removes the socket file. */

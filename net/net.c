@@ -31,6 +31,8 @@ struct seg {
 struct net_conn {
 	struct ev_loop *loop;
 	ev_io rio, wio;
+	ev_timer setup_w;             /* deadline of connect + setup */
+	unsigned setup_ms;
 	int fd;                       /* TCP; for RDMA the bootstrap and liveness socket */
 	const struct net_transport_ops *t;
 	void *tp;                     /* the transport's state (t->attach) */
@@ -53,6 +55,7 @@ struct net_conn {
 /* ---- connection objects ----------------------------------------------------- */
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+static void on_setup_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 
 int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t, void *ep,
 		 const char *host, const char *peer, struct net_conn **out)
@@ -74,8 +77,10 @@ int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t
 		goto err_rbuf;
 	ev_io_init(&c->rio, on_io, fd, EV_READ);
 	ev_io_init(&c->wio, on_io, fd, EV_WRITE);
+	ev_timer_init(&c->setup_w, on_setup_timeout, 0, 0);
 	c->rio.data = c;
 	c->wio.data = c;
+	c->setup_w.data = c;
 	*out = c;
 	return 0;
 
@@ -100,6 +105,7 @@ static void hs_unlink(struct net_conn *c)
 		a->hs_head = c->hs_next;
 	if (c->hs_next)
 		c->hs_next->hs_prev = c->hs_prev;
+	a->hs_count--;
 	c->acceptor = NULL;
 	c->hs_next = c->hs_prev = NULL;
 }
@@ -108,6 +114,7 @@ static void conn_free(struct net_conn *c)
 {
 	ev_io_stop(c->loop, &c->rio);
 	ev_io_stop(c->loop, &c->wio);
+	ev_timer_stop(c->loop, &c->setup_w);
 	hs_unlink(c);
 	c->t->detach(c->tp);
 	if (c->fd >= 0)
@@ -124,6 +131,7 @@ static void conn_release(struct net_conn *c)
 	hs_unlink(c);
 	ev_io_stop(c->loop, &c->rio);
 	ev_io_stop(c->loop, &c->wio);
+	ev_timer_stop(c->loop, &c->setup_w);
 	if (!c->busy)
 		conn_free(c);
 }
@@ -136,6 +144,7 @@ void net_conn_fail(struct net_conn *c, int reason)
 	c->busy++;
 	ev_io_stop(c->loop, &c->rio);
 	ev_io_stop(c->loop, &c->wio);
+	ev_timer_stop(c->loop, &c->setup_w);
 	while (c->qhead < c->qtail) {
 		struct seg s = c->q[c->qhead++];
 
@@ -410,6 +419,7 @@ void net_conn_up(struct net_conn *c)
 	struct net_conn_acceptor *a = c->acceptor;
 
 	c->handshaking = false;
+	ev_timer_stop(c->loop, &c->setup_w);
 	if (a) {
 		hs_unlink(c);
 		a->fn(a->l, c, a->ctx);
@@ -518,8 +528,31 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- starting a connection, for net/open.c ------------------------------------ */
 
+/* Not up in time: a peer that takes the TCP connection but never completes
+ * the setup (a silent TLS peer) is handled as a lost one. */
+static void on_setup_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct net_conn *c = w->data;
+
+	(void)loop;
+	(void)revents;
+	log_error(TAG, "%s %s: no %s within %u ms", c->acceptor ? "accepted" : "connection to",
+		  c->peer, c->connecting ? "connection" : "handshake", c->setup_ms);
+	net_conn_enter(c);
+	net_conn_fail(c, -ETIMEDOUT);
+	net_conn_leave(c);
+}
+
+static void setup_deadline(struct net_conn *c, unsigned setup_ms)
+{
+	c->setup_ms = setup_ms;
+	ev_timer_set(&c->setup_w, setup_ms / 1e3, 0);
+	ev_timer_start(c->loop, &c->setup_w);
+}
+
 /* Writable = connect finished. */
-int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen)
+int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen,
+		  unsigned setup_ms)
 {
 	int r;
 
@@ -530,6 +563,7 @@ int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen
 		return r;
 	}
 	ev_io_start(c->loop, &c->wio);
+	setup_deadline(c, setup_ms);
 	return 0;
 }
 
@@ -540,7 +574,9 @@ void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a)
 	if (a->hs_head)
 		a->hs_head->hs_prev = c;
 	a->hs_head = c;
+	a->hs_count++;
 	ev_io_start(c->loop, &c->rio);
+	setup_deadline(c, a->setup_ms);
 	net_conn_enter(c); /* the accept callback may close it */
 	conn_start(c);
 	net_conn_leave(c);

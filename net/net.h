@@ -8,10 +8,12 @@
  * path) sits above both, picks the transport for a config and is the only
  * file that names one; net/conn.h is the contract between them and the
  * narrow set of core helpers a transport may call back; socket.c holds
- * address and socket helpers. Beside it, two services: console.c (a VM's
- * console endpoint) and control.c (an agent's control socket) are agent
- * services on the loop, not transports: they own their sockets, never
- * touch a net_conn and must not include net/conn.h. They stay in net/
+ * address and socket helpers (the one HOST:PORT parser, and the accept
+ * guard every listener of net/ uses to back off when out of fds). Beside
+ * it, two services: console.c (a VM's console endpoint) and control.c (an
+ * agent's control socket) are agent services on the loop, not transports:
+ * they own their sockets, never touch a net_conn and must not include
+ * net/conn.h. They stay in net/
  * because only net/ touches sockets (STYLE.md) and the agents include
  * net/console.h and net/control.h. Should they grow (authentication, more
  * clients), the place for them is a services/ folder of their own, with
@@ -68,6 +70,11 @@ struct net_config {
 	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */
 	const char *rdma_provider;
 	int sockbuf_bytes;           /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
+	/* Deadline of a connection's setup, from connect() or accept() until
+	 * it is up (TCP connect, TLS handshake, RDMA setup); 0: 5000 ms. Past
+	 * it the connection fails with -ETIMEDOUT (logged): closed() for
+	 * net_connect(), dropped before the accept callback for a listener. */
+	unsigned setup_timeout_ms;
 };
 
 struct net_conn;
@@ -99,6 +106,14 @@ struct net_conn_ops {
  * certificate check). Call net_conn_set_ops() before returning, or
  * net_close(). */
 typedef void (*net_accept_fn)(struct net_listener *l, struct net_conn *c, void *ctx);
+
+/* The one parser of "HOST:PORT", for net/, the console and the command line.
+ * HOST is a name or an address (IPv6 in brackets: "[::1]:7000"), copied to
+ * host without brackets (may be empty). PORT is decimal, 1..65535, or 0 (a
+ * free port) only when port0_ok. 0, -EINVAL (not HOST:PORT, or HOST longer
+ * than host_len - 1) or -ERANGE (a bad port). Logs nothing. */
+int net_parse_host_port(const char *host_port, bool port0_ok, char *host, size_t host_len,
+			int *port) US_MUST_CHECK;
 
 /* host_port: "HOST:PORT", port 0 picks a free port (see net_listener_port). */
 int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *host_port,

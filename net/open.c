@@ -15,6 +15,11 @@
 #include <unistd.h>
 
 #define TAG "net"
+#define SETUP_MS_DEFAULT 5000
+/* Connections of a listener still in their setup (TLS handshake): beyond
+ * this many a new one is closed at once, so a flood of silent clients
+ * cannot take every file descriptor. */
+#define LISTEN_MAX_SETUPS 16
 
 struct net_listener {
 	struct ev_loop *loop;
@@ -25,6 +30,7 @@ struct net_listener {
 	const struct net_transport_ops *t;
 	void *ep;                     /* the transport's endpoint state */
 	struct net_conn_acceptor acc; /* fn, ctx, connections in their handshake */
+	struct net_accept_guard guard;
 };
 
 static int check_config(const struct net_config *cfg)
@@ -65,6 +71,11 @@ static const struct net_transport_ops *transport_of(const struct net_config *cfg
 	}
 }
 
+static unsigned setup_ms(const struct net_config *cfg)
+{
+	return cfg->setup_timeout_ms ? cfg->setup_timeout_ms : SETUP_MS_DEFAULT;
+}
+
 static int endpoint_new(const struct net_transport_ops *t, const struct net_config *cfg,
 			bool server, void **ep)
 {
@@ -89,17 +100,18 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 	socklen_t sslen;
 	char host[256];
 	void *ep;
-	int fd, r;
+	int fd, port, r;
 
 	r = check_config(cfg);
 	if (!r)
-		r = net_sock_resolve(host_port, &ss, &sslen);
+		r = net_sock_resolve(host_port, false, &ss, &sslen);
+	if (!r)
+		r = net_parse_host_port(host_port, false, host, sizeof(host), &port);
 	if (!r)
 		r = endpoint_new(t, cfg, false, &ep);
 	if (r)
 		return r;
-	/* The server's name or address, verified against its certificate. */
-	snprintf(host, sizeof(host), "%.*s", (int)(strrchr(host_port, ':') - host_port), host_port);
+	/* host: the server's name or address, verified against its certificate. */
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		r = -errno;
@@ -111,7 +123,7 @@ int net_connect(struct ev_loop *loop, const struct net_config *cfg, const char *
 	if (r)
 		return r;
 	net_conn_set_ops(c, ops, ctx);
-	r = net_conn_dial(c, &ss, sslen);
+	r = net_conn_dial(c, &ss, sslen, setup_ms(cfg));
 	if (r) {
 		net_close(c); /* not up: frees it, no callbacks */
 		return r;
@@ -134,12 +146,20 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	(void)revents;
 	fd = accept4(l->fd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0) {
-		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-			log_error(TAG, "accept: %s", strerror(errno));
+		net_accept_failed(&l->guard, errno);
+		return;
+	}
+	net_sock_peer_name(&ss, peer, sizeof(peer));
+	if (l->acc.hs_count >= LISTEN_MAX_SETUPS) {
+		char what[128];
+
+		snprintf(what, sizeof(what), "%s closed: %d connections already in their setup",
+			 peer, LISTEN_MAX_SETUPS);
+		net_accept_log(&l->guard, what);
+		close(fd);
 		return;
 	}
 	net_sock_set_options(fd, &l->cfg);
-	net_sock_peer_name(&ss, peer, sizeof(peer));
 	r = net_conn_new(loop, fd, l->t, l->ep, NULL, peer, &c);
 	if (r) {
 		log_error(TAG, "accept: %s", strerror(-r));
@@ -154,11 +174,12 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	struct sockaddr_storage ss;
 	struct net_listener *l;
 	socklen_t sslen;
+	char name[64];
 	int r;
 
 	r = check_config(cfg);
 	if (!r)
-		r = net_sock_resolve(host_port, &ss, &sslen);
+		r = net_sock_resolve(host_port, true, &ss, &sslen);
 	if (r)
 		return r;
 	l = calloc(1, sizeof(*l));
@@ -166,7 +187,8 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 		return -ENOMEM;
 	l->loop = loop;
 	l->cfg = *cfg;
-	l->acc = (struct net_conn_acceptor){ .l = l, .fn = fn, .ctx = ctx };
+	l->acc = (struct net_conn_acceptor){ .l = l, .fn = fn, .ctx = ctx,
+					     .setup_ms = setup_ms(cfg) };
 	l->t = transport_of(cfg);
 	r = endpoint_new(l->t, cfg, true, &l->ep);
 	if (r)
@@ -178,6 +200,8 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	}
 	ev_io_init(&l->io, on_accept, l->fd, EV_READ);
 	l->io.data = l;
+	snprintf(name, sizeof(name), "listener on port %d", l->port);
+	net_accept_guard_init(&l->guard, loop, &l->io, TAG, name);
 	ev_io_start(loop, &l->io);
 	*out = l;
 	return 0;
@@ -199,6 +223,7 @@ void net_listener_close(struct net_listener *l)
 	if (!l)
 		return;
 	ev_io_stop(l->loop, &l->io);
+	net_accept_guard_fini(&l->guard);
 	while (l->acc.hs_head)
 		net_close(l->acc.hs_head); /* unlinks itself */
 	close(l->fd);

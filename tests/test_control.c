@@ -1,13 +1,18 @@
-/* net/control: one request line in, one reply out, on a libev loop. */
+/* net/control: one request line in, one reply out, on a libev loop; the
+ * socket is private to the agent's user from its creation. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -15,6 +20,16 @@
 
 #include "kmod/log.h"
 #include "net/control.h"
+
+/* The control socket must not depend on a chmod() after bind(): a client
+ * that connects between the two is served. This stands in for that window
+ * by making every chmod() of this binary a no-op that succeeds. */
+int chmod(const char *path, mode_t mode)
+{
+	(void)path;
+	(void)mode;
+	return 0;
+}
 
 struct server {
 	struct ev_loop *loop;
@@ -127,11 +142,86 @@ static void bad_clients(void **state)
 	assert_int_equal(control_request("/tmp/us-control-nobody", "x", 1000, &reply), -ENOENT);
 }
 
+/* Created private even with umask 0, and with no chmod() to fix it later. */
+static void private_socket(void **state)
+{
+	struct server *s = *state;
+	struct ev_loop *loop = ev_loop_new(0);
+	struct control *ctl;
+	struct stat st;
+	char path[64];
+	mode_t old = umask(0);
+	int fd;
+
+	(void)s;
+	snprintf(path, sizeof(path), "/tmp/us-control-umask-%d", (int)getpid());
+	assert_int_equal(control_open(loop, path, echo, NULL, &ctl), 0);
+	umask(old);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 077, 0);
+	control_free(ctl);
+	/* Something that is not a socket is not removed to make room. */
+	fd = open(path, O_CREAT | O_WRONLY | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(control_open(loop, path, echo, NULL, &ctl), -EEXIST);
+	assert_int_equal(unlink(path), 0);
+	ev_loop_destroy(loop);
+}
+
+/* A client of another uid that gets past the file's mode (root opened it up
+ * here) is refused by its credentials: one error line, then end of file,
+ * and the handler never runs. */
+static void foreign_peer(void **state)
+{
+	struct server *s = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char buf[256] = "", *reply = NULL;
+	int status, fd;
+	size_t len = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		printf("SKIP: foreign_peer needs root to connect as another uid\n");
+		skip();
+	}
+	strcpy(sa.sun_path, s->path);
+	assert_int_equal(fchmodat(AT_FDCWD, s->path, 0666, 0), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(3);
+		fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			_exit(4);
+		signal(SIGPIPE, SIG_IGN); /* the server may have closed already */
+		n = write(fd, "status\n", 7);
+		while ((n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+			len += (size_t)n;
+		buf[len] = 0;
+		_exit(strncmp(buf, "error permission denied", 23) || !strchr(buf, '\n') ||
+		      strchr(buf, '\n')[1] ? 6 : 0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(s->requests, 0);
+	/* The agent's own user is still served. */
+	assert_int_equal(control_request(s->path, "mine", 5000, &reply), 0);
+	assert_string_equal(reply, "got [mine]\n");
+	free(reply);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(request_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_clients, setup, teardown),
+		cmocka_unit_test_setup_teardown(private_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(foreign_peer, setup, teardown),
 	};
 
 	log_set_level(LOG_ERROR);
