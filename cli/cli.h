@@ -51,16 +51,10 @@ struct vm_options {
 
 /* ---- shared option parsing (options.c) ----------------------------------- */
 
-/* Long options whose value is HOST:PORT: "peer", "listen". Every
- * subcommand's getopt_long() is cli_getopt_long(), which checks their value
- * with net's one parser (net_parse_host_port: port 1..65535, never 0 from
- * the command line) as getopt parses it and turns a bad one into '?' (exit
- * status 2) after printing why. The subcommands keep plain getopt_long()
- * calls; --console is checked by cli_parse_option(). */
-int cli_getopt_long(int argc, char *const argv[], const char *optstring,
-		    const struct option *longopts, int *longindex);
-#define getopt_long cli_getopt_long
-/* A HOST:PORT value of flag: 0, or 2 after printing why. */
+/* A HOST:PORT value of flag (--peer, --listen), checked with net's one
+ * parser (net_parse_host_port: port 1..65535, never 0 from the command
+ * line): 0, or 2 after printing why. --console is checked by
+ * cli_parse_option(). */
 int cli_check_host_port(const char *flag, const char *arg);
 
 void cli_vm_options_init(struct vm_options *o);

@@ -172,30 +172,3 @@ int cli_check_host_port(const char *flag, const char *arg)
 		return 2;
 	}
 }
-
-/* The long options whose value is HOST:PORT (cli.h). */
-static const char *const host_port_options[] = { "peer", "listen", NULL };
-
-/* The real getopt_long, wrapped: see cli.h. */
-#undef getopt_long
-int cli_getopt_long(int argc, char *const argv[], const char *optstring,
-		    const struct option *longopts, int *longindex)
-{
-	int idx = -1, opt;
-
-	opt = getopt_long(argc, argv, optstring, longopts, &idx);
-	if (longindex)
-		*longindex = idx;
-	if (opt == -1 || opt == '?' || idx < 0 || !optarg)
-		return opt;
-	for (const char *const *n = host_port_options; *n; n++) {
-		char flag[64];
-
-		if (strcmp(longopts[idx].name, *n))
-			continue;
-		snprintf(flag, sizeof(flag), "--%s", *n);
-		if (cli_check_host_port(flag, optarg))
-			return '?';
-	}
-	return opt;
-}

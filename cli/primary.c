@@ -43,7 +43,7 @@ int cli_cmd_primary(int argc, char **argv)
 
 		switch (opt) {
 		case 'h': fputs(primary_help, stdout); return 0;
-		case 'p': o.peer = optarg; break;
+		case 'p': o.peer = optarg; r = cli_check_host_port("--peer", optarg); break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &o.epoch_ms); break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &o.timeout_ms); break;
 		case 'H':

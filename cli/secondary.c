@@ -43,7 +43,7 @@ int cli_cmd_secondary(int argc, char **argv)
 
 		switch (opt) {
 		case 'h': fputs(secondary_help, stdout); return 0;
-		case 'l': o.listen = optarg; break;
+		case 'l': o.listen = optarg; r = cli_check_host_port("--listen", optarg); break;
 		case 't': r = cli_parse_ms("--failover-timeout-ms", optarg, 10, &o.timeout_ms); break;
 		case 'H':
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
