@@ -68,24 +68,28 @@ sleep 0.5
 ok "out of fds: accept backs off, logs little, recovers"
 kill $spid; wait $spid 2>/dev/null
 
-# ---- 7: two plaintext connections, the second refused in the accept callback ----
+# ---- 7: two plaintext connections at once ----
+# The use-after-free itself (an accept callback that closes the connection)
+# is reproduced at the net level by test_net_hardening under the sanitizers;
+# here a secondary takes two plaintext connections (both wait as candidates
+# for their Hello), closes one as it goes, and stays well.
 lport=$(free_port); cport=$(free_port)
 "$BIN" secondary --insecure --listen 127.0.0.1:$lport --console tcp:127.0.0.1:$cport \
 	2>"$tmp/uaf.err" &
 spid=$!
 wait_port $lport || fail "secondary never listened: $(cat "$tmp/uaf.err")"
-timeout 10 python3 - $lport <<'PY' || fail "clients: second connection not refused"
+timeout 10 python3 - $lport <<'PY' || fail "clients: could not connect twice"
 import socket, sys, time
 port = int(sys.argv[1])
 a = socket.create_connection(("127.0.0.1", port)); time.sleep(0.3)
-b = socket.create_connection(("127.0.0.1", port)); b.settimeout(5)
-sys.exit(0 if b.recv(1) == b"" else 1)
+b = socket.create_connection(("127.0.0.1", port)); time.sleep(0.3)
+a.close(); time.sleep(0.3); b.close()
 PY
 sleep 0.3
 kill -0 $spid 2>/dev/null || fail "secondary died: $(tail -20 "$tmp/uaf.err")"
-grep -q "already serving" "$tmp/uaf.err" || fail "no refusal logged: $(cat "$tmp/uaf.err")"
+[ "$(grep -c "closed before its Hello" "$tmp/uaf.err")" -ge 2 ] || fail "both connections not seen closing: $(cat "$tmp/uaf.err")"
 kill $spid; wait $spid 2>/dev/null
 grep -q "AddressSanitizer\|runtime error" "$tmp/uaf.err" && fail "sanitizer: $(grep -A5 Sanitizer "$tmp/uaf.err")"
-ok "second plaintext primary refused in the accept callback, secondary fine"
+ok "two plaintext connections, closed before their Hello: secondary fine"
 
 exit 0
