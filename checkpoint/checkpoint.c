@@ -102,15 +102,6 @@ int ckpt_set_state(struct ckpt *c, const void *blob, size_t len)
 
 /* ---- capture ------------------------------------------------------------- */
 
-static size_t count_bits(const uint64_t *bm, size_t words)
-{
-	size_t n = 0;
-
-	for (size_t w = 0; w < words; w++)
-		n += (size_t)__builtin_popcountll(bm[w]);
-	return n;
-}
-
 /* Copies the pages set in bm, runs of adjacent pages in one memcpy. */
 static void copy_dirty(struct machine *m, struct ckpt *c, const uint64_t *bm, size_t words)
 {
@@ -135,15 +126,6 @@ static void copy_dirty(struct machine *m, struct ckpt *c, const uint64_t *bm, si
 		}
 	}
 	c->npages = (size_t)(gfn - c->gfns);
-}
-
-static void set_all(uint64_t *bm, uint64_t npages)
-{
-	size_t words = (size_t)((npages + 63) / 64);
-
-	memset(bm, 0xff, words * sizeof(uint64_t));
-	if (npages % 64)
-		bm[words - 1] = (1ull << (npages % 64)) - 1;
 }
 
 int ckpt_capture(struct machine *m, struct ckpt *c, bool full)
@@ -178,10 +160,10 @@ int ckpt_capture(struct machine *m, struct ckpt *c, bool full)
 	if ((r = machine_harvest_dirty(m, c->harvest)) < 0)
 		goto out;
 	if (full)
-		set_all(copy_bm, m->ram_pages);
+		machine_bitmap_fill(m, copy_bm);
 	else
 		memcpy(copy_bm, c->harvest, words * sizeof(uint64_t));
-	n = count_bits(copy_bm, words);
+	n = (size_t)machine_bitmap_count(copy_bm, words);
 	if ((r = ckpt_reserve(c, n)) < 0) {
 		ckpt_requeue(m, c);
 		goto out;

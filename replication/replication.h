@@ -157,8 +157,6 @@ void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p
 void repl_stats_add_epoch(struct repl_stats *s, uint64_t npages);
 /* Period of an agent's heartbeat for a failure-detection timeout (seconds). */
 double repl_heartbeat_interval(unsigned timeout_ms);
-/* Set bits in a bitmap of words 64-bit words. */
-uint64_t repl_bits_count(const uint64_t *bm, uint64_t words);
 
 /* ---- failures and what they mean (fault.c) ------------------------------- */
 

@@ -21,11 +21,6 @@
 
 static void on_idle(struct ev_loop *loop, ev_idle *w, int revents);
 
-static uint64_t bitmap_words(const struct repl_sync *s)
-{
-	return (s->vm->m->ram_pages + 63) / 64;
-}
-
 int repl_sync_init(struct repl_sync *s, struct ev_loop *loop, struct repl_vm *vm,
 		   struct repl_link *link, struct proto_page_enc *enc)
 {
@@ -36,7 +31,7 @@ int repl_sync_init(struct repl_sync *s, struct ev_loop *loop, struct repl_vm *vm
 	s->enc = enc;
 	ev_idle_init(&s->idle_w, on_idle);
 	s->idle_w.data = s;
-	s->todo = calloc(bitmap_words(s), 8);
+	s->todo = calloc(machine_bitmap_words(s->vm->m), 8);
 	if (!s->todo)
 		return -ENOMEM;
 	s->snap = malloc(BATCH_PAGES * KVM_PAGE_SIZE);
@@ -92,17 +87,9 @@ static void fail(struct repl_sync *s, enum repl_fault_kind kind, int err, const 
 	s->failed(s->ctx, &f);
 }
 
-/* Pages of todo go into the dirty log again (for the first checkpoint). */
-static void requeue(struct machine *m, const uint64_t *todo, uint64_t words)
-{
-	for (uint64_t w = 0; w < words; w++)
-		for (uint64_t b = todo[w]; b; b &= b - 1)
-			machine_mark_dirty(m, (w * 64 + (uint64_t)__builtin_ctzll(b)) * KVM_PAGE_SIZE, 1);
-}
-
 static void done_round(struct repl_sync *s)
 {
-	uint64_t words = bitmap_words(s), dirty;
+	uint64_t words = machine_bitmap_words(s->vm->m), dirty;
 	int r;
 
 	machine_pause(s->vm->m);
@@ -112,7 +99,7 @@ static void done_round(struct repl_sync *s)
 		fail(s, repl_fault_local(r), r, "dirty log failed");
 		return;
 	}
-	dirty = repl_bits_count(s->todo, words);
+	dirty = machine_bitmap_count(s->todo, words);
 	log_info(TAG, "sync round %d: %llu pages sent, %llu dirtied meanwhile", s->round,
 		 (unsigned long long)s->round_pages, (unsigned long long)dirty);
 	s->round++;
@@ -120,7 +107,7 @@ static void done_round(struct repl_sync *s)
 	s->round_pages = 0;
 	if (dirty <= SYNC_DONE_PAGES || s->round > SYNC_ROUNDS_MAX) {
 		/* The rest goes in the first checkpoint. */
-		requeue(s->vm->m, s->todo, words);
+		machine_requeue_dirty(s->vm->m, s->todo);   /* into the first checkpoint */
 		repl_sync_stop(s);
 		s->done(s->ctx);
 	}
@@ -198,7 +185,7 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
 {
 	struct machine *m = s->vm->m;
-	uint64_t words = bitmap_words(s);
+	uint64_t words = machine_bitmap_words(s->vm->m);
 	int r;
 
 	/* Round 0 is every page; clear the log first so later writes show. */
@@ -223,6 +210,6 @@ int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
 	ev_idle_start(s->loop, &s->idle_w);
 	log_info(TAG, "secondary accepted us: initial sync while the guest runs (%llu pages, "
 		 "%llu of them ever written)", (unsigned long long)m->ram_pages,
-		 (unsigned long long)repl_bits_count(s->todo, words));
+		 (unsigned long long)machine_bitmap_count(s->todo, words));
 	return 0;
 }

@@ -396,15 +396,6 @@ double repl_heartbeat_interval(unsigned timeout_ms)
 	return s < 0.005 ? 0.005 : s > 0.1 ? 0.1 : s;
 }
 
-uint64_t repl_bits_count(const uint64_t *bm, uint64_t words)
-{
-	uint64_t n = 0;
-
-	for (uint64_t w = 0; w < words; w++)
-		n += (uint64_t)__builtin_popcountll(bm[w]);
-	return n;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
