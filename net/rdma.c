@@ -9,7 +9,7 @@
  * message is checked like any network input; a peer that sends none within
  * 10 s is dropped. Its layout is private to this transport (like TLS
  * handshake bytes), little-endian:
- *   u32 magic "URDM" | u32 address length | u64 ring address (0 unless the
+ *   u32 magic "URD2" | u32 address length | u64 ring address (0 unless the
  *   provider uses virtual addresses) | u64 ring key | u64 ring bytes | address
  *
  * Data: each side registers an 8 MiB receive ring for remote writes. net_send
@@ -66,7 +66,7 @@
 #define NRECV 16             /* posted buffers: credit and bytes written */
 #define WRITTEN_FLAG (1ull << 63) /* in a message: bytes written, not credit */
 #define CQ_BATCH 32
-#define SETUP_MAGIC 0x4d445255u /* "URDM" */
+#define SETUP_MAGIC 0x32445255u /* "URD2"; "URDM" wrote with CQ data */
 #define SETUP_HDR 32
 #define ADDR_MAX 128
 #define SETUP_TIMEOUT_NS (10 * 1000000000ull) /* a peer silent this long is dropped */

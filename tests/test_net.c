@@ -374,9 +374,9 @@ static void test_rdma_bad_setup(void **state)
 	} junk[] = {
 		{ "GET / HTTP/1.0\r\n\r\nand then more bytes to fill a header", 52 },
 		/* Right magic, address length over the limit. */
-		{ "URDM\x00\x10\x00\x00................................", 40 },
+		{ "URD2\x00\x10\x00\x00................................", 40 },
 		/* Right magic and address length, ring size 0. */
-		{ "URDM\x10\x00\x00\x00................\0\0\0\0\0\0\0\0"
+		{ "URD2\x10\x00\x00\x00................\0\0\0\0\0\0\0\0"
 		  "0123456789abcdef", 48 },
 	};
 
