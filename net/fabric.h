@@ -1,5 +1,5 @@
 /* net/ private, for net/rdma.c: libfabric, opened on first use, and one
- * reliable-datagram endpoint (FI_EP_RDM, FI_MSG | FI_RMA, writes ordered)
+ * reliable-datagram endpoint (FI_EP_RDM, FI_MSG | FI_RMA, sends ordered after writes)
  * with a receive ring registered for remote writes. */
 #ifndef US_NET_FABRIC_H
 #define US_NET_FABRIC_H

@@ -1,6 +1,7 @@
 /* net/: TCP, TLS and RDMA transports on 127.0.0.1, certificate rejection
  * cases, a large verified page transfer (proto/ frames over net/), and the
- * end of an RDMA link drained without holding up the loop. */
+ * end of an RDMA link drained without holding up the loop, and an RDMA link
+ * closed while its peer is stuck in the middle of a write. */
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -12,7 +13,9 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "net/net.h"
@@ -371,9 +374,9 @@ static void test_rdma_bad_setup(void **state)
 	} junk[] = {
 		{ "GET / HTTP/1.0\r\n\r\nand then more bytes to fill a header", 52 },
 		/* Right magic, address length over the limit. */
-		{ "URDM\x00\x10\x00\x00................................", 40 },
+		{ "URD2\x00\x10\x00\x00................................", 40 },
 		/* Right magic and address length, ring size 0. */
-		{ "URDM\x10\x00\x00\x00................\0\0\0\0\0\0\0\0"
+		{ "URD2\x10\x00\x00\x00................\0\0\0\0\0\0\0\0"
 		  "0123456789abcdef", 48 },
 	};
 
@@ -817,6 +820,98 @@ static void test_rdma_drain_on_loop(void **state)
 	proto_buf_fini(&srv.rx);
 }
 
+/* ---- closed while the peer is stuck in the middle of a write ------------------- */
+
+#define STUCK_BYTES (4u << 20)
+
+/* The writer, in a child process (exit codes, no asserts): connects, sends
+ * one byte (the provider's connection is then up), waits for fd, queues
+ * STUCK_BYTES and runs its loop for 50 ms while the parent does not read,
+ * so its writes stop where the kernel's socket buffers are full, then says
+ * so on fd and never runs its loop again. */
+static void stuck_writer(const char *addr, int fd)
+{
+	static char big[STUCK_BYTES];
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct peer p = { 0 };
+	struct iovec iov = { big, 1 };
+	char ch;
+
+	proto_buf_init(&p.rx);
+	if (!loop || net_connect(loop, &rdma_cfg, addr, &peer_ops, &p, &p.conn) ||
+	    net_send(p.conn, &iov, 1, NULL))
+		_exit(2);
+	run_until(loop, &p.sent, 5000);
+	if (!p.sent || read(fd, &ch, 1) != 1)
+		_exit(3);
+	iov.iov_len = sizeof(big);
+	if (net_send(p.conn, &iov, 1, NULL))
+		_exit(4);
+	run_for(loop, 50);
+	if (write(fd, "w", 1) != 1)
+		_exit(5);
+	while (read(fd, &ch, 1) != 0)
+		;
+	_exit(0);
+}
+
+/* The standby's situation when the primary dies or stalls in the middle of
+ * an epoch: part of a remote write has arrived, the rest never will, and
+ * this side closes the link. The close must not crash (libfabric 1.17's
+ * tcp;ofi_rxm did, in fi_close(), on a cut write that carried CQ data).
+ * Repeated, the writer in turn still stopped at the close or just killed. */
+static void test_rdma_close_mid_write(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 6; round++) {
+		bool killed = round % 2;
+		struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+		struct peer srv = { 0 };
+		struct net_listener *l;
+		char addr[64], ch;
+		int sv[2], status;
+		pid_t pid;
+
+		proto_buf_init(&srv.rx);
+		assert_int_equal(net_listen(loop, &rdma_cfg, "127.0.0.1:0", on_accept, &srv, &l), 0);
+		snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (!pid) {
+			close(sv[0]);
+			stuck_writer(addr, sv[1]);
+		}
+		close(sv[1]);
+		for (int i = 0; i < 500 && srv.rx.len < 1; i++)
+			run_for(loop, 10);
+		assert_int_equal(srv.rx.len, 1);
+		/* Not reading while the writer writes: its writes stop midway. */
+		assert_int_equal(write(sv[0], "g", 1), 1);
+		assert_int_equal(read(sv[0], &ch, 1), 1);
+		run_for(loop, 100);
+		assert_true(srv.rx.len < 1 + STUCK_BYTES);
+		printf("round %d (writer %s): %zu of %u bytes arrived, closing\n", round,
+		       killed ? "killed" : "stopped", srv.rx.len - 1, STUCK_BYTES);
+		/* Killed: closed before this side's provider sees the end. */
+		if (killed) {
+			assert_int_equal(kill(pid, SIGKILL), 0);
+			assert_int_equal(waitpid(pid, &status, 0), pid);
+		}
+		assert_non_null(srv.conn);
+		net_close(srv.conn);
+		if (!killed) {
+			assert_int_equal(waitpid(pid, &status, WNOHANG), 0); /* still stuck */
+			kill(pid, SIGKILL);
+			assert_int_equal(waitpid(pid, &status, 0), pid);
+		}
+		close(sv[0]);
+		net_listener_close(l);
+		ev_loop_destroy(loop);
+		proto_buf_fini(&srv.rx);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -834,6 +929,7 @@ int main(void)
 		cmocka_unit_test(test_transfer_rdma),
 		cmocka_unit_test(test_close_flush),
 		cmocka_unit_test(test_rdma_drain_on_loop),
+		cmocka_unit_test(test_rdma_close_mid_write),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
