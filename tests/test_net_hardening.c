@@ -4,7 +4,6 @@
  * accept callback that closes a plaintext connection. */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,62 +20,14 @@
 
 #include "net/console.h"
 #include "net/net.h"
-
-static char cert_dir[256];
-
-static char *cert(const char *name)
-{
-	static char paths[8][PATH_MAX];
-	static int next;
-	char *p = paths[next++ % 8];
-
-	snprintf(p, PATH_MAX, "%s/%s", cert_dir, name);
-	return p;
-}
-
-static int setup(void **state)
-{
-	char cmd[PATH_MAX * 2];
-
-	(void)state;
-	snprintf(cert_dir, sizeof(cert_dir), "/tmp/understudy-certs-XXXXXX");
-	if (!mkdtemp(cert_dir))
-		return -1;
-	snprintf(cmd, sizeof(cmd), "tests/mkcerts.sh %s >/dev/null", cert_dir);
-	if (system(cmd) != 0) {
-		fprintf(stderr, "tests/mkcerts.sh failed (run from the repository root)\n");
-		return -1;
-	}
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	char cmd[PATH_MAX + 16];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", cert_dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
-
-static const struct net_config tcp_cfg = { .transport = NET_TCP, .insecure = true };
+#include "net_harness.h"
 
 static struct net_config tls_cfg(const char *crt, const char *key, unsigned setup_ms)
 {
-	return (struct net_config){ .transport = NET_TLS, .cert = cert(crt), .key = cert(key),
-				    .ca = cert("ca.pem"), .setup_timeout_ms = setup_ms };
-}
+	struct net_config cfg = nt_tls_cfg(crt, key, "ca.pem");
 
-/* Runs the loop until *flag becomes non-zero or timeout_ms passes. */
-static void run_until(struct ev_loop *loop, const int *flag, int timeout_ms)
-{
-	uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000;
-
-	while (!*flag && now_ns() < end) {
-		ev_run(loop, EVRUN_NOWAIT);
-		if (!*flag)
-			usleep(200);
-	}
+	cfg.setup_timeout_ms = setup_ms;
+	return cfg;
 }
 
 /* A blocking TCP client of 127.0.0.1:port: the fd. */
@@ -197,9 +148,9 @@ static void test_host_port(void **state)
 	assert_int_equal(net_parse_host_port("averyveryverylonghostname:80", true, host, 8, &port),
 			 -EINVAL);
 	/* Everywhere: the link, the console, its command-line check. */
-	assert_int_equal(net_listen(loop, &tcp_cfg, "127.0.0.1:70000", NULL, NULL, &l), -EINVAL);
-	assert_int_equal(net_connect(loop, &tcp_cfg, "127.0.0.1:65536", NULL, NULL, &c), -EINVAL);
-	assert_int_equal(net_connect(loop, &tcp_cfg, "127.0.0.1:0", NULL, NULL, &c), -EINVAL);
+	assert_int_equal(net_listen(loop, &nt_tcp_cfg, "127.0.0.1:70000", NULL, NULL, &l), -EINVAL);
+	assert_int_equal(net_connect(loop, &nt_tcp_cfg, "127.0.0.1:65536", NULL, NULL, &c), -EINVAL);
+	assert_int_equal(net_connect(loop, &nt_tcp_cfg, "127.0.0.1:0", NULL, NULL, &c), -EINVAL);
 	assert_int_equal(console_check_spec("tcp:127.0.0.1:70000"), -ERANGE);
 	assert_int_equal(console_check_spec("tcp:127.0.0.1:0"), -ERANGE);
 	assert_int_equal(console_check_spec("tcp:127.0.0.1:5000"), 0);
@@ -225,7 +176,7 @@ static void test_tls_silent_server(void **state)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	t0 = now_ns();
 	assert_int_equal(net_connect(loop, &cfg, addr, &peer_ops, &p, &p.conn), 0);
-	run_until(loop, &p.closed, 10000);
+	nt_run_until(loop, &p.closed, 10000);
 	assert_int_equal(p.closed, 1);
 	assert_int_equal(p.close_reason, -ETIMEDOUT);
 	assert_int_equal(p.connected, 0);
@@ -313,7 +264,7 @@ static void test_handshake_bound(void **state)
 	}
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
 	assert_int_equal(net_connect(loop, &ccfg, addr, &peer_ops, &cli, &cli.conn), 0);
-	run_until(loop, &p.accepted, 5000);
+	nt_run_until(loop, &p.accepted, 5000);
 	assert_int_equal(p.accepted, 1);
 	net_close(cli.conn);
 	net_close(p.conn);
@@ -419,12 +370,12 @@ static void test_accept_closes_plaintext(void **state)
 	char addr[64];
 
 	(void)state;
-	assert_int_equal(net_listen(loop, &tcp_cfg, "127.0.0.1:0", on_accept, &srv, &l), 0);
+	assert_int_equal(net_listen(loop, &nt_tcp_cfg, "127.0.0.1:0", on_accept, &srv, &l), 0);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
-	assert_int_equal(net_connect(loop, &tcp_cfg, addr, &peer_ops, &c1, &c1.conn), 0);
-	run_until(loop, &srv.accepted, 5000);
-	assert_int_equal(net_connect(loop, &tcp_cfg, addr, &peer_ops, &c2, &c2.conn), 0);
-	run_until(loop, &c2.closed, 5000);
+	assert_int_equal(net_connect(loop, &nt_tcp_cfg, addr, &peer_ops, &c1, &c1.conn), 0);
+	nt_run_until(loop, &srv.accepted, 5000);
+	assert_int_equal(net_connect(loop, &nt_tcp_cfg, addr, &peer_ops, &c2, &c2.conn), 0);
+	nt_run_until(loop, &c2.closed, 5000);
 	assert_int_equal(srv.accepted, 2);
 	assert_int_equal(c2.closed, 1);     /* refused: the peer closed */
 	assert_int_equal(c2.close_reason, 0);
@@ -448,5 +399,5 @@ int main(void)
 		cmocka_unit_test(test_accept_closes_plaintext),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, nt_setup, nt_teardown);
 }
