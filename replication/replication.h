@@ -331,6 +331,48 @@ void repl_event_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* repl_vm_release up to mark, logged as "release <epoch> <from> <to>". */
 void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 
+/* ---- connections before their Hello (candidates.c) ----------------------- */
+
+/* A connection to the secondary is a candidate until it says a valid Hello:
+ * candidates do not block each other or a real primary. Each must say it
+ * within handshake_timeout_ms of its connection, or is closed as a lost
+ * peer. The agent decides on the Hello; a candidate it accepts is handed
+ * over (promote), and so is the decoder that read the Hello (adopt). */
+#define REPL_CANDIDATES_MAX 8        /* connections still to say Hello */
+
+struct repl_candidate;
+
+struct repl_candidates_ops {
+	/* The candidate's Hello: 0 accepts it (promote follows), < 0 refuses
+	 * it (-ECONNREFUSED: an Error is on its way, then it is closed). */
+	int (*hello)(void *ctx, struct repl_link *l, const struct proto_frame *f);
+	/* Accepted: c is the agent's now. */
+	void (*promote)(void *ctx, struct net_conn *c);
+	/* Frames after the Hello, in the chunk that carried it. */
+	int (*frame)(void *ctx, const struct proto_frame *f);
+	/* Take the decoder (and its counts) that read the Hello from l. */
+	void (*adopt)(void *ctx, struct repl_link *l);
+	/* What the frames of that chunk came to (r: the feed's result). */
+	void (*fed)(void *ctx, int r);
+};
+
+struct repl_candidates {
+	const struct repl_candidates_ops *ops;
+	void *ctx;
+	unsigned handshake_timeout_ms;
+	struct repl_fault *fault;        /* the agent's: why a candidate was closed */
+	struct repl_candidate *slot[REPL_CANDIDATES_MAX];
+};
+
+void repl_candidates_init(struct repl_candidates *cs, const struct repl_candidates_ops *ops,
+			  void *ctx, unsigned handshake_timeout_ms, struct repl_fault *fault);
+/* Takes ownership of c: it waits for its Hello, or is closed when all
+ * slots are taken. */
+void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c);
+/* Closes the candidates silent past the deadline. */
+void repl_candidates_expire(struct repl_candidates *cs);
+void repl_candidates_close_all(struct repl_candidates *cs, const char *why);
+
 /* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
 
 /* Default of handshake_timeout_ms (both agents). */

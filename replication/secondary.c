@@ -29,11 +29,11 @@
  *    is dropped, we wait again. Never a takeover from a standby KVM refused.
  * The reason of the last failure is in the log and in status.
  *
- * A connection is only a candidate until it says a valid Hello: candidates
- * do not block each other or a real primary. The first valid Hello wins;
- * any other candidate is closed when it speaks (a Hello then is refused:
- * already serving a primary) or, silent, at handshake_timeout_ms after its
- * connection, as a lost peer.
+ * A connection is only a candidate until it says a valid Hello
+ * (candidates.c): candidates do not block each other or a real primary.
+ * The first valid Hello wins; any other candidate is closed when it speaks
+ * (a Hello then is refused: already serving a primary) or, silent, at
+ * handshake_timeout_ms after its connection, as a lost peer.
  *
  * Everything a takeover needs (today the console listener) is acquired at
  * start (acquire_takeover_resources): a secondary that cannot hold it does
@@ -53,12 +53,6 @@
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_ACTIVE, S_DONE };
 
 static const char *const sstate_names[] = { "waiting", "hello", "standby", "active", "done" };
-
-#define PENDING_MAX 8                /* connections still to say Hello */
-
-struct pending;
-struct repl_secondary;
-static void pending_expire(struct repl_secondary *s);
 
 struct repl_secondary {
 	const struct repl_secondary_opts *o;
@@ -83,7 +77,7 @@ struct repl_secondary {
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
 	struct console *con;             /* bound at start, served from the takeover on */
-	struct pending *pending[PENDING_MAX];
+	struct repl_candidates cands;    /* connections before their Hello */
 };
 
 static void drop_standby(struct repl_secondary *s)
@@ -246,7 +240,7 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 			 (unsigned long long)(stall_ns / 1000000), s->o->timeout_ms);
 		return;
 	}
-	pending_expire(s);
+	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
@@ -506,184 +500,66 @@ static const struct net_conn_ops conn_ops = {
 	.recv = on_recv, .sent = on_sent, .closed = on_closed,
 };
 
-/* ---- connections before their Hello ------------------------------------------------ */
+/* ---- connections before their Hello (candidates.c) ------------------------------ */
 
-struct pending {
-	struct repl_secondary *s;
-	int slot;
-	struct repl_link link;
-	uint64_t since_ns;               /* accepted */
-	bool refusing;                   /* an Error is on its way, then we close */
-	bool promoted;                   /* said Hello: it is the primary's link now */
-};
-
-static void pending_free(struct pending *pd)
+/* A candidate's Hello: refused while a primary is served. */
+static int cand_hello(void *ctx, struct repl_link *l, const struct proto_frame *f)
 {
-	pd->s->pending[pd->slot] = NULL;
-	repl_link_fini(&pd->link);       /* closes the connection if still open */
-	free(pd);
-}
-
-static void pending_close_all(struct repl_secondary *s, const char *why)
-{
-	for (int i = 0; i < PENDING_MAX; i++) {
-		if (!s->pending[i])
-			continue;
-		log_info(TAG, "closing %s: %s", net_peer_name(s->pending[i]->link.conn), why);
-		pending_free(s->pending[i]);
-	}
-}
-
-/* A candidate that said a valid Hello becomes the primary's link (the
- * others stay candidates, see the top). Frames after its Hello go to
- * on_frame(). */
-static void promote(struct pending *pd)
-{
-	struct repl_secondary *s = pd->s;
-	struct net_conn *c = pd->link.conn;
-
-	s->pending[pd->slot] = NULL;
-	log_info(TAG, "primary %s connected", net_peer_name(c));
-	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
-	s->link.conn = c;
-	pd->link.conn = NULL;
-	s->refusing = false;
-	s->link.last_rx_ns = s->link.up_ns = now_ns();
-	s->state = S_HELLO;
-	pd->promoted = true;
-	net_conn_set_ops(c, &conn_ops, s);
-}
-
-static int pending_frame(void *ctx, const struct proto_frame *f)
-{
-	struct pending *pd = ctx;
-	struct repl_secondary *s = pd->s;
+	struct repl_secondary *s = ctx;
 	ProtobufCMessage *msg;
 	int r;
 
-	if (pd->promoted)
-		return on_frame(s, f);
-	if (f->type != PROTO_T_HELLO) {
-		log_error(TAG, "%s sent %s before its Hello: closing", net_peer_name(pd->link.conn),
-			  proto_type_name(f->type));
-		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, -EPROTO,
-			       "a peer sent %s before its Hello", proto_type_name(f->type));
-		return -ENOMSG;         /* logged: not bad bytes */
-	}
 	if (s->link.conn || s->state != S_WAITING) {
-		log_warn(TAG, "refusing %s: already serving a primary", net_peer_name(pd->link.conn));
-		if (repl_send_error(&pd->link, -EBUSY, "already serving a primary") < 0)
+		log_warn(TAG, "refusing %s: already serving a primary", net_peer_name(l->conn));
+		if (repl_send_error(l, -EBUSY, "already serving a primary") < 0)
 			log_warn(TAG, "could not tell it why");
 		return -ECONNREFUSED;
 	}
 	if ((r = proto_msg_unpack(f->type, f->payload, f->len, &msg)) < 0)
 		return r;
 	memset(&s->peer_timing, 0, sizeof(s->peer_timing));   /* the Hello brings them */
-	r = on_hello(s, &pd->link, (Understudy__Hello *)msg);
-	if (r == 0)
-		promote(pd);
+	r = on_hello(s, l, (Understudy__Hello *)msg);
 	proto_msg_free(msg);
 	return r;
 }
 
-/* The decoder that read the Hello goes on with the primary's stream. */
-static void pending_adopt(struct pending *pd, int r)
+/* A candidate that said a valid Hello becomes the primary's link. Frames
+ * after its Hello go to on_frame(). */
+static void cand_promote(void *ctx, struct net_conn *c)
 {
-	struct repl_secondary *s = pd->s;
+	struct repl_secondary *s = ctx;
+
+	log_info(TAG, "primary %s connected", net_peer_name(c));
+	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
+	s->rx_fault.kind = REPL_FAULT_NONE;
+	s->link.conn = c;
+	s->refusing = false;
+	s->link.last_rx_ns = s->link.up_ns = now_ns();
+	s->state = S_HELLO;
+	net_conn_set_ops(c, &conn_ops, s);
+}
+
+/* The decoder that read the Hello goes on with the primary's stream. */
+static void cand_adopt(void *ctx, struct repl_link *l)
+{
+	struct repl_secondary *s = ctx;
 
 	proto_dec_fini(&s->link.dec);
-	s->link.dec = pd->link.dec;
-	proto_dec_init(&pd->link.dec, 0);
-	s->link.bytes_rcvd += pd->link.bytes_rcvd;
+	s->link.dec = l->dec;
+	proto_dec_init(&l->dec, 0);
+	s->link.bytes_rcvd += l->bytes_rcvd;
 	s->link.last_rx_ns = now_ns();
-	repl_link_fini(&pd->link);
-	free(pd);
-	after_feed(s, r);
 }
 
-static void pending_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+static void cand_fed(void *ctx, int r)
 {
-	struct pending *pd = ctx;
-	struct repl_secondary *s = pd->s;
-	int r;
-
-	if (pd->refusing)
-		return;
-	s->rx_fault.kind = REPL_FAULT_NONE;
-	r = repl_link_feed(&pd->link, data, len, pending_frame, pd);
-	if (pd->promoted) {
-		pending_adopt(pd, r);
-		return;
-	}
-	if (r >= 0)
-		return;
-	if (r == -ECONNREFUSED) {
-		pd->refusing = true;     /* the Error leaves, then closed() follows */
-		net_close_flush(c);
-		return;
-	}
-	if (r != -ENOMSG) {
-		log_error(TAG, "bad data from the primary %s before its Hello (%s): closing",
-			  net_peer_name(c), proto_strerror(r));
-		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, r, "the primary sent bad data (%s)",
-			       proto_strerror(r));
-	}
-	pending_free(pd);
+	after_feed(ctx, r);
 }
 
-static void pending_closed(struct net_conn *c, int reason, void *ctx)
-{
-	struct pending *pd = ctx;
-
-	log_info(TAG, "%s closed before its Hello (%s)", net_peer_name(c),
-		 reason ? strerror(-reason) : "EOF");
-	repl_link_closed(&pd->link);
-	pending_free(pd);
-}
-
-static const struct net_conn_ops pending_ops = {
-	.recv = pending_recv, .sent = on_sent, .closed = pending_closed,
+static const struct repl_candidates_ops cand_ops = {
+	.hello = cand_hello, .promote = cand_promote, .frame = on_frame, .adopt = cand_adopt,
+	.fed = cand_fed,
 };
-
-static void pending_add(struct repl_secondary *s, struct net_conn *c)
-{
-	struct pending *pd;
-	int i;
-
-	for (i = 0; i < PENDING_MAX && s->pending[i]; i++)
-		;
-	if (i == PENDING_MAX || !(pd = calloc(1, sizeof(*pd)))) {
-		log_warn(TAG, "refusing %s: %d connections are still to say Hello", net_peer_name(c),
-			 PENDING_MAX);
-		net_close(c);
-		return;
-	}
-	pd->s = s;
-	pd->slot = i;
-	repl_link_init(&pd->link, PROTO_MAX_PAYLOAD_DEFAULT);
-	pd->link.conn = c;
-	pd->since_ns = now_ns();
-	s->pending[i] = pd;
-	log_info(TAG, "%s connected: waiting for its Hello (%u ms)", net_peer_name(c),
-		 s->o->handshake_timeout_ms);
-	net_conn_set_ops(c, &pending_ops, pd);
-}
-
-/* A candidate silent past the deadline is a lost peer: closed. */
-static void pending_expire(struct repl_secondary *s)
-{
-	uint64_t now = now_ns(), limit = (uint64_t)s->o->handshake_timeout_ms * 1000000ull;
-
-	for (int i = 0; i < PENDING_MAX; i++) {
-		struct pending *pd = s->pending[i];
-
-		if (!pd || now - pd->since_ns <= limit)
-			continue;
-		log_warn(TAG, "no Hello from %s within %u ms: closing it (a lost peer)",
-			 net_peer_name(pd->link.conn), s->o->handshake_timeout_ms);
-		pending_free(pd);
-	}
-}
 
 static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 {
@@ -695,7 +571,7 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 		net_close(c);
 		return;
 	}
-	pending_add(s, c);
+	repl_candidates_add(&s->cands, c);
 }
 
 /* ---- status, signals, setup ------------------------------------------------------- */
@@ -797,6 +673,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_timing_init(&s->timing, o->timeout_ms, 0);
 	repl_link_init(&s->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_init(&s->stage);
+	repl_candidates_init(&s->cands, &cand_ops, s, o->handshake_timeout_ms, &s->fault);
 	watchers_init(s);
 	if (acquire_takeover_resources(s) < 0)
 		goto out;
@@ -823,7 +700,7 @@ out:
 	ev_signal_stop(s->loop, &s->sigterm_w);
 	control_free(s->ctl);
 	console_free(s->con);
-	pending_close_all(s, "stopping");
+	repl_candidates_close_all(&s->cands, "stopping");
 	if (s->lis)
 		net_listener_close(s->lis);
 	repl_link_fini(&s->link);

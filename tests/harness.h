@@ -35,4 +35,27 @@ void th_sleep_us(uint64_t us);
 void th_deadline(struct timespec *until, int timeout_ms);
 uint64_t th_seed(void);
 
+/* ---- checkpoint tests: a machine with its console collected --------------
+ * (assertions fail the calling cmocka test) */
+
+struct th_vmh {
+	struct machine *m;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	char *out;
+	size_t len, cap;
+};
+
+struct machine_config th_config(const char *guest, const char *args, uint64_t mem_mb, int ncpus);
+/* A machine (booted when boot is set), parked. */
+struct th_vmh *th_vmh_new(const struct machine_config *cfg, bool boot);
+void th_vmh_free(struct th_vmh *h);
+size_t th_vmh_len(struct th_vmh *h);
+/* Waits until the output holds at least len bytes; false on timeout. */
+bool th_vmh_wait_len(struct th_vmh *h, size_t len, int timeout_ms);
+bool th_vmh_wait_lines(struct th_vmh *h, size_t lines, int timeout_ms);
+void th_vmh_send(struct th_vmh *h, const char *s);
+/* Prints the seed of a seeded test; CKPT_SEED=N replays one. */
+unsigned th_ckpt_seed(const char *name);
+
 #endif

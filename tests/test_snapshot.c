@@ -1,0 +1,271 @@
+/* checkpoint/: snapshot files and incremental chains on real KVM: a chain
+ * of diffs equals a full capture, a snapshot file restores a machine that
+ * answers as the original, a damaged or truncated file is refused with
+ * nothing read, a full disk leaves the old snapshot intact.
+ * Seeded tests print their seed; CKPT_SEED=N replays one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "checkpoint/checkpoint.h"
+#include "tests/harness.h"
+#include "proto/proto.h"
+
+/* ---- incremental chain: base + diffs == full capture ------------------------ */
+
+static void compare_vcpu(const struct kvm_vcpu_state *x, const struct kvm_vcpu_state *y)
+{
+	assert_memory_equal(&x->regs, &y->regs, sizeof(x->regs));
+	assert_int_equal(x->sregs.cr0, y->sregs.cr0);
+	assert_int_equal(x->sregs.cr3, y->sregs.cr3);
+	assert_int_equal(x->sregs.cr4, y->sregs.cr4);
+	assert_int_equal(x->sregs.efer, y->sregs.efer);
+	assert_memory_equal(&x->sregs.cs, &y->sregs.cs, sizeof(x->sregs.cs));
+	assert_int_equal(x->xsave_size, y->xsave_size);
+	/* legacy region + header + AVX: what the guests use */
+	assert_memory_equal(x->xsave + 160, y->xsave + 160, 256);
+	assert_memory_equal(x->xsave + 576, y->xsave + 576, 256);
+	assert_int_equal(x->mp_state.mp_state, y->mp_state.mp_state);
+}
+
+static void incremental_chain(void **state)
+{
+	unsigned seed = th_ckpt_seed("incremental_chain");
+	struct machine_config cfg = th_config("dirty", "mb=8,report_ms=1000", 16, 1);
+	enum { NDIFFS = 6 };
+	struct ckpt chain[NDIFFS + 1], full;
+	struct kvm_vcpu_state *sa = malloc(sizeof(*sa)), *sb = malloc(sizeof(*sb));
+	struct th_vmh *a, *b;
+	size_t total = 0;
+
+	(void)state;
+	srand(seed);
+	a = th_vmh_new(&cfg, true);
+	machine_resume(a->m);
+	th_sleep_us(20000);
+	for (int i = 0; i <= NDIFFS; i++) {
+		ckpt_init(&chain[i]);
+		if (i)
+			th_sleep_us(1000 + (unsigned)(rand() % 15000));
+		if (i < NDIFFS)
+			assert_int_equal(ckpt_take(a->m, &chain[i], i == 0), 0);
+		total += chain[i].npages;
+	}
+	/* The last diff and a full capture at the same moment. */
+	ckpt_init(&full);
+	machine_pause(a->m);
+	assert_int_equal(ckpt_capture(a->m, &chain[NDIFFS], false), 0);
+	assert_int_equal(ckpt_capture(a->m, &full, true), 0);
+	assert_true(chain[NDIFFS].npages > 0);
+	printf("incremental_chain: base %zu pages, diffs %zu pages in all\n", chain[0].npages,
+	       total + chain[NDIFFS].npages - chain[0].npages);
+
+	b = th_vmh_new(&cfg, false);
+	for (int i = 0; i <= NDIFFS; i++)
+		assert_int_equal(ckpt_apply(b->m, &chain[i]), 0);
+	assert_int_equal(full.npages, b->m->ram_pages);
+	for (size_t i = 0; i < full.npages; i++) {
+		int64_t p = machine_gfn_page(b->m, full.gfns[i]);
+
+		assert_true(p >= 0);
+		if (memcmp(machine_page_hva(b->m, (uint64_t)p), full.pages + i * CKPT_PAGE_SIZE,
+			   CKPT_PAGE_SIZE))
+			fail_msg("page gfn 0x%llx differs after base + %d diffs",
+				 (unsigned long long)full.gfns[i], NDIFFS);
+	}
+	assert_memory_equal(b->m->ram, a->m->ram, a->m->ram_pages * KVM_PAGE_SIZE);
+	assert_int_equal(machine_get_vcpu_state(a->m, 0, sa), 0);
+	assert_int_equal(machine_get_vcpu_state(b->m, 0, sb), 0);
+	compare_vcpu(sa, sb);
+	/* and the restored guest runs on */
+	machine_resume(b->m);
+	assert_true(th_vmh_wait_lines(b, 1, 10000));
+	assert_non_null(strstr(b->out, "pages "));
+	th_vmh_free(b);
+	th_vmh_free(a);
+	for (int i = 0; i <= NDIFFS; i++)
+		ckpt_fini(&chain[i]);
+	ckpt_fini(&full);
+	free(sa);
+	free(sb);
+}
+
+/* ---- snapshot files ------------------------------------------------------------ */
+
+static void corrupt_at(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, off), 1);
+	b ^= 0x01;
+	assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+static void files(void **state)
+{
+	struct machine_config cfg = th_config("counter", "area_mb=1", 16, 1), rcfg;
+	char dir[] = "/tmp/ckpt-test-XXXXXX", path[64], bad[64];
+	struct ckpt c, r;
+	struct th_vmh *a, *b;
+	struct stat st;
+	char cmd[600];
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/snap", dir);
+	snprintf(bad, sizeof(bad), "%s/bad", dir);
+	a = th_vmh_new(&cfg, true);
+	machine_resume(a->m);
+	th_vmh_send(a, "incr\nincr\n");
+	assert_true(th_vmh_wait_lines(a, 2, 5000));
+	ckpt_init(&c);
+	ckpt_init(&r);
+	assert_int_equal(ckpt_take(a->m, &c, true), 0);
+	assert_int_equal(ckpt_file_write(path, &c, &cfg), 0);
+	assert_int_equal(ckpt_file_read(path, &r, &rcfg), 0);
+	assert_int_equal(rcfg.mem_bytes, cfg.mem_bytes);
+	assert_string_equal(rcfg.guest_args, cfg.guest_args);
+	assert_int_equal(r.npages, c.npages);
+	assert_memory_equal(r.pages, c.pages, c.npages * CKPT_PAGE_SIZE);
+	assert_memory_equal(r.state, c.state, c.state_len);
+
+	/* restored from the file, it answers as the original would */
+	b = th_vmh_new(&rcfg, false);
+	assert_int_equal(ckpt_apply(b->m, &r), 0);
+	machine_resume(b->m);
+	th_vmh_send(b, "get\n");
+	assert_true(th_vmh_wait_lines(b, 1, 5000));
+	assert_int_equal(strncmp(b->out, "2 ", 2), 0);
+	th_vmh_free(b);
+
+	/* damaged anywhere: a clear error, nothing read */
+	assert_int_equal(stat(path, &st), 0);
+	{
+		off_t offs[40] = { 3, 100, 500, st.st_size / 2, st.st_size - 100, st.st_size - 4 };
+		unsigned seed = th_ckpt_seed("files flips");
+
+		srand(seed);
+		for (size_t i = 6; i < 40; i++)   /* the first 4 KiB (headers, gfns) and anywhere */
+			offs[i] = i % 2 ? rand() % 4096 : (off_t)(((uint64_t)rand() << 16 ^ (uint64_t)rand()) %
+								  (uint64_t)st.st_size);
+		for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+			snprintf(cmd, sizeof(cmd), "cp %s %s", path, bad);
+			assert_int_equal(system(cmd), 0);
+			corrupt_at(bad, offs[i]);
+			/* -EBADMSG, or -EPROTONOSUPPORT when the flip hits the version field */
+			if (ckpt_file_read(bad, &r, &rcfg) >= 0)
+				fail_msg("a flipped bit at offset %lld was not noticed", (long long)offs[i]);
+			assert_int_equal(r.npages, 0);
+		}
+	}
+	snprintf(cmd, sizeof(cmd), "cp %s %s && truncate -s -4096 %s", path, bad, bad);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EBADMSG);
+
+	ckpt_fini(&c);
+	ckpt_fini(&r);
+	th_vmh_free(a);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* ENOSPC: a small tmpfs that holds one snapshot and not two. A failed write
+ * (new name or replacing the old file) leaves the old snapshot as it was,
+ * told apart from the new one by its contents; with space the new one is
+ * complete. The tmpfs is mounted in a private mount namespace of this thread
+ * (as root), so nothing outlives the test. */
+static void files_enospc(void **state)
+{
+	struct machine_config cfg = th_config("counter", "area_mb=1", 16, 1), rcfg;
+	char dir[] = "/tmp/ckpt-enospc-XXXXXX", small[100], second[100], cmd[200];
+	struct ckpt c, c2, r;
+	struct th_vmh *a;
+	struct stat st;
+
+	(void)state;
+	if (geteuid() != 0) {
+		printf("SKIP files_enospc: mounting a small tmpfs needs root (uid %u)\n", getuid());
+		skip();
+	}
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+		printf("SKIP files_enospc: no private mount namespace: %s\n", strerror(errno));
+		skip();
+	}
+	assert_non_null(mkdtemp(dir));
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=20m") < 0) {
+		printf("SKIP files_enospc: cannot mount a tmpfs: %s\n", strerror(errno));
+		rmdir(dir);
+		skip();
+	}
+	snprintf(small, sizeof(small), "%s/snap", dir);
+	snprintf(second, sizeof(second), "%s/snap2", dir);
+	a = th_vmh_new(&cfg, true);
+	machine_resume(a->m);
+	ckpt_init(&c);
+	ckpt_init(&c2);
+	ckpt_init(&r);
+	th_vmh_send(a, "incr\n");
+	assert_true(th_vmh_wait_lines(a, 1, 5000));
+	assert_int_equal(ckpt_take(a->m, &c, true), 0);
+	th_vmh_send(a, "incr\n");
+	assert_true(th_vmh_wait_lines(a, 2, 5000));
+	assert_int_equal(ckpt_take(a->m, &c2, true), 0);
+	/* two different checkpoints of the same size */
+	assert_int_equal(c.npages, c2.npages);
+	assert_true(memcmp(c.pages, c2.pages, c.npages * CKPT_PAGE_SIZE) != 0);
+
+	assert_int_equal(ckpt_file_write(small, &c, &cfg), 0);
+	assert_int_equal(ckpt_file_write(second, &c2, &cfg), -ENOSPC);
+	assert_int_equal(stat(second, &st), -1);                     /* nothing at the name */
+	assert_int_equal(ckpt_file_write(small, &c2, &cfg), -ENOSPC); /* replacing it neither */
+	assert_int_equal(ckpt_file_read(small, &r, &rcfg), 0);       /* the old one, intact */
+	assert_int_equal(r.npages, c.npages);
+	assert_memory_equal(r.pages, c.pages, c.npages * CKPT_PAGE_SIZE);
+	assert_memory_equal(r.state, c.state, c.state_len);
+	snprintf(cmd, sizeof(cmd), "test $(ls -A %s | wc -l) = 1", dir);
+	assert_int_equal(system(cmd), 0);                            /* no temporary left */
+	unlink(small);
+	assert_int_equal(ckpt_file_write(second, &c2, &cfg), 0);     /* with space: complete */
+	assert_int_equal(ckpt_file_read(second, &r, &rcfg), 0);
+	assert_int_equal(r.npages, c2.npages);
+	assert_memory_equal(r.pages, c2.pages, c2.npages * CKPT_PAGE_SIZE);
+	assert_memory_equal(r.state, c2.state, c2.state_len);
+	printf("files_enospc: 20 MiB tmpfs, snapshots of %zu pages: second write ENOSPC, old one "
+	       "intact by contents, new one complete once there is space\n", c.npages);
+	umount2(dir, MNT_DETACH);
+	rmdir(dir);
+	ckpt_fini(&c);
+	ckpt_fini(&c2);
+	ckpt_fini(&r);
+	th_vmh_free(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(files),
+		cmocka_unit_test(files_enospc),
+		cmocka_unit_test(incremental_chain),
+	};
+
+	if (access("/dev/kvm", R_OK | W_OK) != 0) {
+		printf("SKIP test_snapshot: /dev/kvm not usable\n");
+		return 77;
+	}
+	log_set_level(LOG_WARN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
