@@ -76,7 +76,7 @@ for t in tests/sys_*.sh; do
 	n=$(basename "$t" .sh)
 	echo "== $n"
 	start=$(date +%s)
-	timeout 1500 bash "$t" >"$log_dir/$n.log" 2>&1
+	timeout 2400 bash "$t" >"$log_dir/$n.log" 2>&1
 	rc=$?
 	case $rc in
 	0)

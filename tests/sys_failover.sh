@@ -17,26 +17,26 @@ need_kvm
 seed=${UNDERSTUDY_SEED:-$(date +%s)}
 min=${FAILOVER_MIN_PER_PHASE:-4}
 fo() { python3 tests/failover.py --seed "$@"; }
-fo "$seed" --min-per-phase "$min" --max-seconds 150 --signal KILL || fail "SIGKILL trials"
+fo "$seed" --min-per-phase "$min" --max-seconds 360 --signal KILL || fail "SIGKILL trials"
 # A stopped primary's socket still drains what the kernel holds, so an epoch
 # is torn only when the stop catches it queued in the process, and one that
 # arrives whole is mostly applied before the stop lands: transfer and apply
 # are counted, not required (the SIGKILL set requires every phase).
-fo "$((seed + 1))" --min-per-phase 2 --max-seconds 90 --signal STOP --require sync,idle ||
+fo "$((seed + 1))" --min-per-phase 2 --max-seconds 200 --signal STOP --require sync,idle ||
 	fail "SIGSTOP trials"
-fo "$((seed + 2))" --min-per-phase 1 --max-seconds 50 --transport tls || fail "TLS trials"
+fo "$((seed + 2))" --min-per-phase 1 --max-seconds 120 --transport tls || fail "TLS trials"
 # Over tcp;ofi_rxm an epoch the primary captured often waits in libfabric's
 # queues, so kills aimed at a phase mostly land "inflight": only the initial
 # sync is required here, the other phases are counted when hit (the TCP
 # SIGKILL set above requires every phase).
-fo "$((seed + 3))" --min-per-phase 1 --max-seconds 60 --transport rdma --require sync ||
+fo "$((seed + 3))" --min-per-phase 1 --max-seconds 150 --transport rdma --require sync ||
 	fail "RDMA (tcp;ofi_rxm) trials"
 # 16 requests always in flight keep every epoch busy with incrs: no epoch is
 # ever idle and nearly every kill tears one; sync and transfer are required.
-fo "$((seed + 4))" --min-per-phase 2 --trials 6 --max-seconds 60 --pipeline 16 --require sync,transfer ||
+fo "$((seed + 4))" --min-per-phase 2 --trials 6 --max-seconds 150 --pipeline 16 --require sync,transfer ||
 	fail "pipelined trials"
 export FAILOVER_VERIFY=0
 # Without verify the initial sync takes milliseconds: kills there are counted, not required.
-fo "$((seed + 5))" --min-per-phase 2 --max-seconds 90 --signal KILL --require transfer,apply,idle || fail "SIGKILL trials without verify"
-fo "$((seed + 6))" --min-per-phase 1 --max-seconds 50 --transport tls || fail "TLS trials without verify"
+fo "$((seed + 5))" --min-per-phase 2 --max-seconds 200 --signal KILL --require transfer,apply,idle || fail "SIGKILL trials without verify"
+fo "$((seed + 6))" --min-per-phase 1 --max-seconds 120 --transport tls || fail "TLS trials without verify"
 ok "failover consistency held in every phase, with and without verify (seed $seed)"
