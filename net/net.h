@@ -65,6 +65,11 @@ enum net_transport {
 struct net_config {
 	enum net_transport transport;
 	const char *cert, *key, *ca; /* PEM files, TLS only */
+	/* TLS: the peer's certificate must carry extended key usage for its
+	 * role (the server's serverAuth, the client's clientAuth). peer_name,
+	 * when set, is a name it must also carry (DNS SAN, else CN); a client
+	 * checks it instead of the address it connected to. */
+	const char *peer_name;
 	bool insecure;               /* allow plaintext (NET_TCP, NET_RDMA) */
 	/* libfabric provider; NULL: "verbs;ofi_rxm", falling back to
 	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */
