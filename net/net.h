@@ -33,6 +33,9 @@
  *    caller's buffers; sent() fires once the kernel has taken every byte.
  *  - RDMA: no copy either, written from the caller's buffers into the
  *    peer's registered ring; sent() fires once the write has completed.
+ *    The receiver copies bytes out of its ring before recv() (into
+ *    recv_buf's buffer when given): the peer can write the ring at any
+ *    time, so nothing is ever parsed in place there.
  *  - TLS: segments of 16 KiB or more are encrypted straight from the
  *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
  *    ones are gathered into a 64 KiB staging buffer first (sent() fires
