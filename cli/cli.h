@@ -40,11 +40,15 @@ struct vm_options {
 	{ "tls-ca", required_argument, NULL, 1102 }, \
 	{ "insecure", no_argument, NULL, 1103 }, \
 	{ "transport", required_argument, NULL, 1104 }, \
-	{ "rdma-provider", required_argument, NULL, 1105 }
+	{ "rdma-provider", required_argument, NULL, 1105 }, \
+	{ "tls-peer-name", required_argument, NULL, 1106 }
 
 #define NET_OPTIONS_HELP \
 	"link options (TLS 1.3 with mutual certificates is the default):\n" \
 	"  --tls-cert F --tls-key F --tls-ca F   this host's certificate, key, and the CA of the peer\n" \
+	"                        (the secondary's certificate needs extended key usage serverAuth,\n" \
+	"                        the primary's clientAuth; tests/mkcerts.sh makes both)\n" \
+	"  --tls-peer-name NAME  the peer's certificate must also name NAME (DNS name or CN)\n" \
 	"  --insecure            plaintext TCP (logged as a warning)\n" \
 	"  --transport tls|tcp|rdma   (tcp and rdma need --insecure)\n" \
 	"  --rdma-provider NAME  libfabric provider (default: verbs, else tcp;ofi_rxm)\n"

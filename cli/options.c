@@ -106,6 +106,13 @@ static int parse_net_option(struct net_config *n, int opt, const char *arg)
 		}
 		return 0;
 	case 1105: n->rdma_provider = arg; return 0;
+	case 1106:
+		if (!*arg) {
+			fprintf(stderr, "understudy: --tls-peer-name: need a name\n");
+			return 2;
+		}
+		n->peer_name = arg;
+		return 0;
 	default: return 2;
 	}
 }
@@ -117,6 +124,10 @@ int cli_net_options_check(struct net_config *n)
 	if (n->transport == NET_TLS && (!n->cert || !n->key || !n->ca)) {
 		fprintf(stderr, "understudy: the link is TLS by default: give --tls-cert, --tls-key and "
 				"--tls-ca (or --insecure for plaintext)\n");
+		return 2;
+	}
+	if (n->transport != NET_TLS && n->peer_name) {
+		fprintf(stderr, "understudy: --tls-peer-name needs the TLS transport\n");
 		return 2;
 	}
 	if (n->transport != NET_TLS && !n->insecure) {

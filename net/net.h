@@ -33,6 +33,9 @@
  *    caller's buffers; sent() fires once the kernel has taken every byte.
  *  - RDMA: no copy either, written from the caller's buffers into the
  *    peer's registered ring; sent() fires once the write has completed.
+ *    The receiver copies bytes out of its ring before recv() (into
+ *    recv_buf's buffer when given): the peer can write the ring at any
+ *    time, so nothing is ever parsed in place there.
  *  - TLS: segments of 16 KiB or more are encrypted straight from the
  *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
  *    ones are gathered into a 64 KiB staging buffer first (sent() fires
@@ -65,6 +68,11 @@ enum net_transport {
 struct net_config {
 	enum net_transport transport;
 	const char *cert, *key, *ca; /* PEM files, TLS only */
+	/* TLS: the peer's certificate must carry extended key usage for its
+	 * role (the server's serverAuth, the client's clientAuth). peer_name,
+	 * when set, is a name it must also carry (DNS SAN, else CN); a client
+	 * checks it instead of the address it connected to. */
+	const char *peer_name;
 	bool insecure;               /* allow plaintext (NET_TCP, NET_RDMA) */
 	/* libfabric provider; NULL: "verbs;ofi_rxm", falling back to
 	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */

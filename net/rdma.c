@@ -19,8 +19,9 @@
  * tells the peer the total bytes written (8 bytes, bit 63 set; one in flight,
  * the next when it has completed, for all written since: one per write cost
  * 40% of the throughput over tcp;ofi_rxm); sends do not pass the writes
- * before them (FI_ORDER_SAW is asked for), so the receiver delivers the ring
- * up to that total through ops->recv and returns ring credit (total bytes
+ * before them (FI_ORDER_SAW is asked for), so the receiver copies the ring
+ * up to that total out to ops->recv (never parsed in place: the peer can
+ * still write there) and returns ring credit (total bytes
  * consumed, 8 bytes, bit 63 clear) with fi_inject(). The writes carry no
  * remote CQ data on purpose: libfabric 1.17's tcp provider reports a remote
  * write with CQ data that was cut short (the writer died or stalled in it) as
@@ -215,11 +216,16 @@ static int send_written(struct rdma_link *r)
 	return 0;
 }
 
-/* The peer wrote our ring up to total: deliver from rx_done on, in at most
- * two pieces (its writes never cross the ring's end, a span of them may). */
+/* The peer wrote our ring up to total: deliver from rx_done on. The ring
+ * stays writable by the peer (one-sided writes need no action of ours), so
+ * a parser must never read it in place: a length checked there could change
+ * before it is used. Each piece is copied out first, into the consumer's
+ * receive buffer when it offers one (as TCP's read() would), else net's:
+ * one copy, like every other transport, and the ring is only read here. */
 static int deliver(struct rdma_link *r, uint64_t total)
 {
-	size_t off, len;
+	size_t off, len, cap;
+	uint8_t *buf;
 
 	if (total < r->rx_done || total - r->rx_done > RING_BYTES)
 		return fail_proto(r, "bytes written beyond the ring");
@@ -228,8 +234,12 @@ static int deliver(struct rdma_link *r, uint64_t total)
 		len = (size_t)(total - r->rx_done);
 		if (len > RING_BYTES - off)
 			len = RING_BYTES - off;
+		buf = net_conn_rbuf(r->c, &cap);
+		if (len > cap)
+			len = cap;
+		memcpy(buf, r->fab.ring + off, len);
 		r->rx_done += len;
-		net_conn_deliver(r->c, r->fab.ring + off, len);
+		net_conn_deliver(r->c, buf, len);
 	}
 	if (r->rx_done - r->rx_credited >= RING_BYTES / 4)
 		send_credit(r);

@@ -52,8 +52,27 @@ static void log_errors(const char *what, const char *peer)
 		log_error(TAG, "%s %s failed", what, peer);
 }
 
+/* The peer's certificate must name its role. OpenSSL's purpose check
+ * (SSL_CTX_set_purpose) refuses a certificate whose extended key usage
+ * lacks the role but lets one with no extended key usage act as anything;
+ * this refuses that one too, so every certificate is bound to a role. */
+static int verify_role(int ok, X509_STORE_CTX *sctx)
+{
+	X509 *cert = X509_STORE_CTX_get_current_cert(sctx);
+
+	if (!ok || X509_STORE_CTX_get_error_depth(sctx) != 0 || !cert)
+		return ok;
+	if (!(X509_get_extension_flags(cert) & EXFLAG_XKUSAGE)) {
+		X509_STORE_CTX_set_error(sctx, X509_V_ERR_INVALID_PURPOSE);
+		return 0;
+	}
+	return ok;
+}
+
 /* TLS 1.3 only; both sides present a certificate and verify the peer's
- * against cfg->ca (the server requires one from the client). */
+ * against cfg->ca (the server requires one from the client), its role
+ * (extended key usage: the server accepts only clientAuth certificates,
+ * the client only serverAuth ones) and, when given, cfg->peer_name. */
 static SSL_CTX *ctx_new(const struct net_config *cfg, bool server)
 {
 	SSL_CTX *ctx;
@@ -77,7 +96,12 @@ static SSL_CTX *ctx_new(const struct net_config *cfg, bool server)
 	if (SSL_CTX_load_verify_locations(ctx, cfg->ca, NULL) != 1)
 		goto err_ctx;
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
-			   NULL);
+			   verify_role);
+	if (SSL_CTX_set_purpose(ctx, server ? X509_PURPOSE_SSL_CLIENT : X509_PURPOSE_SSL_SERVER) != 1)
+		goto err_ctx;
+	if (cfg->peer_name &&
+	    X509_VERIFY_PARAM_set1_host(SSL_CTX_get0_param(ctx), cfg->peer_name, 0) != 1)
+		goto err_ctx;
 	SSL_CTX_set_num_tickets(ctx, 0);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	/* AES-128-GCM is the fastest suite with AES-NI; the server decides. */
@@ -227,12 +251,18 @@ static void tls_detach(void *priv)
 	free(t);
 }
 
-/* A client verifies the server's name or address against its certificate. */
+/* A client verifies the server's name or address against its certificate;
+ * a peer name given in the config (already in the SSL's parameters) takes
+ * the place of the address. */
 static int set_server_name(SSL *ssl, const char *host)
 {
 	X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+	const char *peer_name = X509_VERIFY_PARAM_get0_host(vp, 0);
 
-	if (X509_VERIFY_PARAM_set1_ip_asc(vp, host) != 1 &&
+	if (peer_name) {
+		if (SSL_set_tlsext_host_name(ssl, peer_name) != 1)
+			return -EINVAL;
+	} else if (X509_VERIFY_PARAM_set1_ip_asc(vp, host) != 1 &&
 	    (X509_VERIFY_PARAM_set1_host(vp, host, 0) != 1 ||
 	     SSL_set_tlsext_host_name(ssl, host) != 1))
 		return -EINVAL;
@@ -410,6 +440,26 @@ static void tls_shutdown(void *priv)
 
 /* ---- handshake ------------------------------------------------------------------ */
 
+/* Says why this side refused the peer's certificate, if it did. */
+static void log_rejection(struct tls_conn *t)
+{
+	long v = SSL_get_verify_result(t->ssl);
+	const char *name = X509_VERIFY_PARAM_get0_host(SSL_get0_param(t->ssl), 0);
+
+	if (v == X509_V_OK)
+		return;
+	if (v == X509_V_ERR_INVALID_PURPOSE)
+		log_error(TAG, "TLS peer %s: certificate rejected: not a %s certificate (its "
+			  "extended key usage must include %s)", net_peer_name(t->c),
+			  t->server ? "client" : "server", t->server ? "clientAuth" : "serverAuth");
+	else if (v == X509_V_ERR_HOSTNAME_MISMATCH && name)
+		log_error(TAG, "TLS peer %s: certificate rejected: it does not name %s",
+			  net_peer_name(t->c), name);
+	else
+		log_error(TAG, "TLS peer %s: certificate rejected: %s", net_peer_name(t->c),
+			  X509_verify_cert_error_string(v));
+}
+
 static void tls_handshake(void *priv)
 {
 	struct tls_conn *t = priv;
@@ -435,9 +485,7 @@ static void tls_handshake(void *priv)
 		net_conn_watch_write(c, SSL_want_write(t->ssl) || tls_pending(t));
 		return;
 	}
-	if (SSL_get_verify_result(t->ssl) != X509_V_OK)
-		log_error(TAG, "TLS peer %s: certificate rejected: %s", net_peer_name(c),
-			  X509_verify_cert_error_string(SSL_get_verify_result(t->ssl)));
+	log_rejection(t);
 	/* Abortive close (RST): the peer must see a refusal, not a clean end,
 	 * even when read-ahead has drained what it sent. */
 	setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &(struct linger){ 1, 0 }, sizeof(struct linger));

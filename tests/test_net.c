@@ -160,6 +160,45 @@ static void test_tls_rejections(void **state)
 	expect_rejected(&srv, &nt_tcp_cfg);
 }
 
+/* Certificates are bound to a role by their extended key usage, and a
+ * peer name, when given, must match. */
+static void test_tls_roles(void **state)
+{
+	struct net_config srv = nt_tls_cfg("server.pem", "server.key", "ca.pem");
+	struct net_config cli = nt_tls_cfg("client.pem", "client.key", "ca.pem");
+	struct net_config c, s;
+
+	(void)state;
+	/* A client (clientAuth) certificate as the server: the client refuses it. */
+	s = nt_tls_cfg("client.pem", "client.key", "ca.pem");
+	expect_rejected(&s, &cli);
+	/* A server (serverAuth) certificate as the client: the server refuses it. */
+	c = nt_tls_cfg("server.pem", "server.key", "ca.pem");
+	expect_rejected(&srv, &c);
+	/* No extended key usage at all: refused in either role. (nt_cert()
+	 * reuses its 16 paths: fresh configs for each part.) */
+	srv = nt_tls_cfg("server.pem", "server.key", "ca.pem");
+	cli = nt_tls_cfg("client.pem", "client.key", "ca.pem");
+	s = nt_tls_cfg("noeku.pem", "noeku.key", "ca.pem");
+	expect_rejected(&s, &cli);
+	c = nt_tls_cfg("noeku.pem", "noeku.key", "ca.pem");
+	expect_rejected(&srv, &c);
+	/* A peer name the certificate does not carry: refused by either side. */
+	srv = nt_tls_cfg("server.pem", "server.key", "ca.pem");
+	cli = nt_tls_cfg("client.pem", "client.key", "ca.pem");
+	c = cli;
+	c.peer_name = "someone-else";
+	expect_rejected(&srv, &c);
+	s = srv;
+	s.peer_name = "someone-else";
+	expect_rejected(&s, &cli);
+	/* The right names on both sides (the client checks its name instead of
+	 * the address it dialled): the normal pairing works. */
+	s.peer_name = "understudy-primary";
+	c.peer_name = "understudy-secondary";
+	nt_exchange(&s, &c);
+}
+
 /* TLS client against a plaintext server that talks first: handshake fails. */
 static void test_tls_against_plaintext(void **state)
 {
@@ -201,6 +240,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_exchange),
 		cmocka_unit_test(test_tls_exchange),
 		cmocka_unit_test(test_tls_rejections),
+		cmocka_unit_test(test_tls_roles),
 		cmocka_unit_test(test_tls_against_plaintext),
 		cmocka_unit_test(test_transfer_tcp),
 		cmocka_unit_test(test_transfer_tls),

@@ -76,6 +76,66 @@ static void test_transfer_rdma(void **state)
 	nt_transfer(&nt_rdma_cfg, &nt_rdma_cfg, PROTO_PAGE_NO_COMPRESS, 0, true, "rdma raw, scatter");
 }
 
+/* ---- received bytes never point into the ring ------------------------------------
+ * The peer can write our ring at any time (one-sided writes), so a frame
+ * parsed in place there could change between its check and its use. Every
+ * byte must reach recv() copied out: into the consumer's own buffer when it
+ * offers one, which this consumer does, in small pieces. */
+
+struct own_rx {
+	uint8_t buf[4096];    /* offered through recv_buf */
+	uint8_t *got;
+	size_t len, cap;
+	int outside, done;    /* recv() data not in buf; all bytes arrived */
+};
+
+static void *own_recv_buf(struct net_conn *c, size_t *len, void *ctx)
+{
+	(void)c;
+	*len = sizeof(((struct own_rx *)ctx)->buf);
+	return ((struct own_rx *)ctx)->buf;
+}
+
+static void own_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
+{
+	struct own_rx *rx = ctx;
+
+	(void)c;
+	if ((const uint8_t *)data < rx->buf || (const uint8_t *)data + len > rx->buf + sizeof(rx->buf))
+		rx->outside++;
+	if (len > rx->cap - rx->len)
+		len = rx->cap - rx->len;
+	memcpy(rx->got + rx->len, data, len);
+	rx->len += len;
+	rx->done = rx->len == rx->cap;
+}
+
+static const struct net_conn_ops own_ops = { .recv = own_recv, .recv_buf = own_recv_buf };
+
+static void test_rdma_copies_out(void **state)
+{
+	static uint8_t big[3 << 20];
+	struct own_rx rx = { .got = malloc(sizeof(big)), .cap = sizeof(big) };
+	struct iovec iov = { big, sizeof(big) };
+	struct nt_pair pr;
+
+	(void)state;
+	assert_non_null(rx.got);
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)nt_rnd();
+	nt_pair_open(&pr, &nt_rdma_cfg, &nt_rdma_cfg);
+	nt_run_until(pr.loop, &pr.srv.accepted, 5000);
+	assert_non_null(pr.srv.conn);
+	net_conn_set_ops(pr.srv.conn, &own_ops, &rx);
+	assert_int_equal(net_send(pr.cli.conn, &iov, 1, NULL), 0);
+	nt_run_until(pr.loop, &rx.done, 10000);
+	assert_int_equal(rx.len, sizeof(big));
+	assert_memory_equal(rx.got, big, sizeof(big));
+	assert_int_equal(rx.outside, 0);
+	nt_pair_close(&pr);
+	free(rx.got);
+}
+
 /* ---- the end of an RDMA link is drained on the loop ----------------------------- */
 
 struct ticker {
@@ -271,6 +331,7 @@ int main(void)
 		cmocka_unit_test(test_rdma_exchange),
 		cmocka_unit_test(test_rdma_bad_setup),
 		cmocka_unit_test(test_transfer_rdma),
+		cmocka_unit_test(test_rdma_copies_out),
 		cmocka_unit_test(test_rdma_drain_on_loop),
 		cmocka_unit_test(test_rdma_close_mid_write),
 	};
