@@ -56,7 +56,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus check-mutants lint
+.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
 .SECONDARY:
 all: $(BIN)
 
@@ -115,10 +115,12 @@ $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(LIB)
 
 # Replays of the saved corpora (run by make check): each file's verdict is
 # asserted. With SAN=1 they run under ASan + UBSan, any report fatal.
-$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c tests/fuzz/fuzz.h $(LIB)
+# A target that fuzzes command-line parsers also links cli/options.c.
+FUZZ_CLI := fuzz_options
+$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c tests/fuzz/fuzz.h $(LIB) cli/options.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(SANFLAGS),-fno-sanitize-recover=all) -o $@ $< tests/fuzz/replay.c \
-	    $(LIB) $(LDFLAGS) $(LDLIBS)
+	    $(if $(filter $*,$(FUZZ_CLI)),cli/options.c) $(LIB) $(LDFLAGS) $(LDLIBS)
 
 # Regenerates the generated corpus files (see tests/fuzz/mkcorpus.c).
 fuzz-corpus: $(BUILD)/fuzz/mkcorpus
@@ -135,10 +137,16 @@ $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(LIB)
 # libFuzzer builds (clang), for fuzzing by hand: make fuzz
 fuzz: $(PROTO_H) $(filter %/images.o,$(LIB_OBJ))
 	@mkdir -p $(BUILD)/fuzz
-	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); x=; \
+	  case " $(FUZZ_CLI) " in *" $$n "*) x=cli/options.c;; esac; \
 	  clang -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -I$(BUILD)/gen -fsanitize=fuzzer,address,undefined \
-	    -o $(BUILD)/fuzz/$$n $$f $(LIB_SRC) $(PROTO_C) $(filter %/images.o,$(LIB_OBJ)) \
+	    -o $(BUILD)/fuzz/$$n $$f $$x $(LIB_SRC) $(PROTO_C) $(filter %/images.o,$(LIB_OBJ)) \
 	    $(LDLIBS) || exit 1; done
+
+# Builds the libFuzzer targets and runs each for SECONDS seconds (default 60)
+# over a copy of its corpus; prints executions and crashes per target.
+fuzz-run: fuzz
+	@BUILD=$(BUILD) SECS=$(or $(SECONDS),60) tests/fuzz/run.sh
 
 # ---- test, demo, bench ---------------------------------------------------
 check: deps

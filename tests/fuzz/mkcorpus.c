@@ -1,12 +1,15 @@
 /* Writes the generated part of the fuzz corpora (make fuzz-corpus):
- * state/ and config/ entirely, and the frame/ files named below. Each file
+ * state/, config/, snapshot/ and standby/ entirely, and the frame/ files
+ * named below. Each file
  * is named for the verdict its target must give (ok-* accepted, bad-*
  * rejected); replay.c asserts it. The other frame/ and pages/ files were
  * made by hand and are kept as they are. Usage: mkcorpus CORPUS_DIR */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "proto/proto.h"
@@ -226,6 +229,222 @@ static void frame_corpus(void)
 	proto_buf_fini(&out);
 }
 
+/* ---- snapshot files --------------------------------------------------------- */
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	uint8_t *buf = malloc(1 << 20);
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (!buf || fd < 0 || (n = read(fd, buf, 1 << 20)) <= 0)
+		exit(1);
+	close(fd);
+	*len = (size_t)n;
+	return buf;
+}
+
+/* A diff snapshot of npages pages (gfns 1, 3, 5...) and a state blob, as
+ * ckpt_file_write_ex() writes it, returned as bytes. */
+static uint8_t *snapshot_bytes(size_t npages, size_t *len)
+{
+	struct machine_config cfg = { .mem_bytes = 8 << 20, .ncpus = 1, .guest = "counter" };
+	struct ckpt_file_info info = { .id = 0x1122334455667788ull, .parent_id = 0x99 };
+	struct ckpt_image *img = malloc(sizeof(*img));
+	struct blob b = { malloc(1 << 20), 0, 0 };
+	uint8_t page[CKPT_PAGE_SIZE];
+	char path[4096];
+	struct ckpt c;
+	uint8_t *out;
+
+	if (!img || !b.buf)
+		exit(1);
+	ckpt_init(&c);
+	c.config_digest = machine_config_digest(&cfg);
+	for (size_t i = 0; i < npages; i++) {
+		memset(page, (int)(0x40 + i), sizeof(page));
+		if (ckpt_add_page(&c, 2 * i + 1, page) < 0)
+			exit(1);
+	}
+	plausible_image(img, 1);
+	if (ckpt_set_state(&c, b.buf, build(&b, img, WHOLE)) < 0)
+		exit(1);
+	snprintf(path, sizeof(path), "%s/snapshot/.tmp-snapshot", root);
+	if (ckpt_file_write_ex(path, &c, &cfg, &info) < 0)
+		exit(1);
+	out = slurp(path, len);
+	unlink(path);
+	ckpt_fini(&c);
+	free(b.buf);
+	free(img);
+	return out;
+}
+
+static void snapshot_corpus(void)
+{
+	size_t len, hdr = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 + 32 + 256 + 8 + 8 + 4 + 4;
+	uint8_t *f = snapshot_bytes(2, &len);
+
+	put_file("snapshot", "ok-diff-2pages", f, len);
+	put_file("snapshot", "bad-truncated", f, len - 1);
+	put_file("snapshot", "bad-header-only", f, hdr);
+	put_file("snapshot", "bad-empty", f, 0);
+	f[0] ^= 1;                               /* magic */
+	put_file("snapshot", "bad-magic", f, len);
+	f[0] ^= 1;
+	f[8] ^= 2;                               /* version */
+	put_file("snapshot", "bad-version", f, len);
+	f[8] ^= 2;
+	f[60] ^= 1;                              /* guest name: header checksum */
+	put_file("snapshot", "bad-header-crc", f, len);
+	f[60] ^= 1;
+	f[hdr + 24 + 16 + 24 + 100] ^= 1;        /* first page: section checksum */
+	put_file("snapshot", "bad-page-crc", f, len);
+	f[hdr + 24 + 16 + 24 + 100] ^= 1;
+	f[len - 8] ^= 1;                         /* trailer file checksum */
+	put_file("snapshot", "bad-trailer-crc", f, len);
+	f[len - 8] ^= 1;
+	f[hdr] = 'x';                            /* first section tag */
+	put_file("snapshot", "bad-section-tag", f, len);
+	free(f);
+	f = snapshot_bytes(0, &len);
+	put_file("snapshot", "ok-diff-no-pages", f, len);
+	free(f);
+}
+
+/* ---- the secondary's stream --------------------------------------------------- */
+
+static void hello(struct proto_buf *out, const struct machine_config *cfg)
+{
+	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
+
+	h.protocol_version = PROTO_VERSION;
+	h.role = UNDERSTUDY__ROLE__ROLE_PRIMARY;
+	h.config_digest64 = machine_config_digest(cfg);
+	h.capabilities = PROTO_CAPS_REQUIRED;
+	h.heartbeat_ms = 100;
+	h.timeout_ms = 1000;
+	h.epoch_ms = 20;
+	if (proto_msg_pack(out, PROTO_T_HELLO, &h.base))
+		exit(1);
+}
+
+static void config(struct proto_buf *out, const struct machine_config *cfg)
+{
+	char text[512];
+	int n = repl_config_encode(cfg, text, sizeof(text));
+
+	if (n < 0 || repl_section_pack(out, PROTO_SECTION_MACHINE_CONFIG, text, (size_t)n))
+		exit(1);
+}
+
+static void epoch_msg(struct proto_buf *out, uint16_t type, uint64_t epoch)
+{
+	Understudy__EpochBegin b = UNDERSTUDY__EPOCH_BEGIN__INIT;
+	Understudy__EpochEnd e = UNDERSTUDY__EPOCH_END__INIT;
+
+	b.epoch = e.epoch = epoch;
+	if (proto_msg_pack(out, type, type == PROTO_T_EPOCH_BEGIN ? &b.base : &e.base))
+		exit(1);
+}
+
+static void pages(struct proto_buf *out, uint64_t gfn0, size_t n)
+{
+	static uint8_t page[4][PROTO_PAGE_BYTES];
+	struct proto_page_enc *e = proto_page_enc_new(0, PROTO_PAGE_NO_COMPRESS);
+	const void *ptrs[4];
+	uint64_t gfns[4];
+
+	for (size_t i = 0; i < n; i++) {
+		memset(page[i], (int)i, sizeof(page[i])); /* page 0 is all zero */
+		page[i][7] = 0x5a;
+		gfns[i] = gfn0 + i;
+		ptrs[i] = page[i];
+	}
+	if (!e || proto_pages_encode(e, gfns, ptrs, n, out, NULL))
+		exit(1);
+	proto_page_enc_free(e);
+}
+
+static void section(struct proto_buf *out, const char *name, const void *data, size_t len)
+{
+	if (repl_section_pack(out, name, data, len))
+		exit(1);
+}
+
+static void standby_corpus(void)
+{
+	struct machine_config cfg = { .mem_bytes = 64 << 20, .ncpus = 1, .guest = "counter" };
+	struct machine_config other = cfg;
+	uint8_t released[PROTO_META_U64_BYTES];
+	struct proto_buf o;
+
+	proto_buf_init(&o);
+	proto_released_encode(5, released);
+	hello(&o, &cfg);
+	config(&o, &cfg);
+	pages(&o, 0, 3);                         /* initial sync, straight in */
+	epoch_msg(&o, PROTO_T_EPOCH_BEGIN, 1);
+	pages(&o, 1, 2);
+	section(&o, PROTO_SECTION_STATE, "state", 5);
+	section(&o, PROTO_SECTION_CONSOLE, "hello\n", 6);
+	section(&o, PROTO_SECTION_RELEASED, released, sizeof(released));
+	epoch_msg(&o, PROTO_T_EPOCH_END, 1);
+	put_file("standby", "ok-hello-config-sync-epoch", o.data, o.len);
+	put_file("standby", "bad-cut-mid-frame", o.data, o.len - 3);
+	epoch_msg(&o, PROTO_T_EPOCH_END, 1);
+	put_file("standby", "bad-end-outside-epoch", o.data, o.len);
+
+	proto_buf_reset(&o);
+	hello(&o, &cfg);
+	config(&o, &cfg);
+	put_file("standby", "ok-hello-config", o.data, o.len);
+	pages(&o, 63, 2);                        /* gfn 64: past the 64-page RAM */
+	put_file("standby", "bad-page-beyond-ram", o.data, o.len);
+	proto_buf_reset(&o);
+	hello(&o, &cfg);
+	config(&o, &cfg);
+	epoch_msg(&o, PROTO_T_EPOCH_BEGIN, 2);
+	put_file("standby", "bad-epoch-2-first", o.data, o.len);
+	proto_buf_reset(&o);
+	hello(&o, &cfg);
+	config(&o, &cfg);
+	epoch_msg(&o, PROTO_T_EPOCH_BEGIN, 1);
+	section(&o, "hpet", "x", 1);
+	put_file("standby", "bad-unknown-section", o.data, o.len);
+	proto_buf_reset(&o);
+	hello(&o, &cfg);
+	config(&o, &cfg);
+	section(&o, PROTO_SECTION_CONSOLE, "x", 1);
+	put_file("standby", "bad-section-outside-epoch", o.data, o.len);
+	proto_buf_reset(&o);
+	hello(&o, &cfg);
+	config(&o, &cfg);
+	epoch_msg(&o, PROTO_T_EPOCH_BEGIN, 1);
+	section(&o, PROTO_SECTION_RELEASED, released, 3);
+	put_file("standby", "bad-released-short", o.data, o.len);
+
+	proto_buf_reset(&o);
+	pages(&o, 0, 1);
+	put_file("standby", "bad-pages-before-hello", o.data, o.len);
+	proto_buf_reset(&o);
+	hello(&o, &cfg);
+	hello(&o, &cfg);
+	put_file("standby", "bad-hello-twice", o.data, o.len);
+	proto_buf_reset(&o);
+	hello(&o, &cfg);
+	epoch_msg(&o, PROTO_T_EPOCH_BEGIN, 1);
+	put_file("standby", "bad-epoch-before-config", o.data, o.len);
+	proto_buf_reset(&o);
+	other.ncpus = 2;
+	hello(&o, &cfg);
+	config(&o, &other);
+	put_file("standby", "bad-config-digest", o.data, o.len);
+	proto_buf_reset(&o);
+	put_file("standby", "ok-empty", o.data, 0);
+	proto_buf_fini(&o);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -236,5 +455,7 @@ int main(int argc, char **argv)
 	state_corpus();
 	config_corpus();
 	frame_corpus();
+	snapshot_corpus();
+	standby_corpus();
 	return 0;
 }
