@@ -29,7 +29,7 @@ fo "$((seed + 2))" --min-per-phase 1 --max-seconds 120 --transport tls || fail "
 # queues, so kills aimed at a phase mostly land "inflight": only the initial
 # sync is required here, the other phases are counted when hit (the TCP
 # SIGKILL set above requires every phase).
-fo "$((seed + 3))" --min-per-phase 1 --max-seconds 150 --transport rdma --require sync ||
+fo "$((seed + 3))" --min-per-phase 1 --trials 12 --max-seconds 150 --transport rdma --require sync ||
 	fail "RDMA (tcp;ofi_rxm) trials"
 # 16 requests always in flight keep every epoch busy with incrs: no epoch is
 # ever idle and nearly every kill tears one; sync and transfer are required.
