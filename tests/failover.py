@@ -395,6 +395,9 @@ def run_trial(trial, rng, table, sig, tmp, transport, target, pipeline):
         before = c.last()
         # The secondary decides: take over, or (no checkpoint yet) drop the standby.
         outcome = slog.wait(["TOOK OVER", "standby dropped"], TIMEOUT_MS / 1000 + 5)
+        if outcome == "TOOK OVER" and VERIFY:
+            # The verify summary is logged just after the takeover line.
+            slog.wait(["epochs verified equal"], 5)
         sl = SecLog(slog.poll())
         phase, why = sl.classify(t0, t1)
         info = "%-8s kill at %4.0f ms: %s" % (phase, (t_kill - t_start) * 1000, why)
