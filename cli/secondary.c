@@ -8,7 +8,7 @@
 static const char secondary_help[] =
 	"usage: understudy secondary --listen HOST:PORT --console tcp:HOST:PORT\n"
 	"                            [--failover-timeout-ms N] [--handshake-timeout-ms N]\n"
-	"                            [--control PATH] [link options]\n"
+	"                            [--control PATH] [--takeover auto|manual] [link options]\n"
 	"                            [--guest NAME --mem SIZE --cpus N]\n"
 	"Waits for a primary, keeps a standby VM at its last complete checkpoint, and when\n"
 	"the primary is silent for --failover-timeout-ms (default 500) resumes the guest\n"
@@ -16,7 +16,9 @@ static const char secondary_help[] =
 	"bind it does not start. A connection that has not said Hello within\n"
 	"--handshake-timeout-ms (default 5000) is closed; until then it does not keep a\n"
 	"primary out. Given --guest/--mem/--cpus, a primary with another machine\n"
-	"configuration is refused.\n\n" NET_OPTIONS_HELP;
+	"configuration is refused. With --takeover manual the standby never takes over by\n"
+	"itself: only when told (understudy takeover --control PATH), e.g. by a cluster\n"
+	"manager that fenced the primary (see ocf/understudy).\n\n" NET_OPTIONS_HELP;
 
 int cli_cmd_secondary(int argc, char **argv)
 {
@@ -27,6 +29,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		{ "failover-timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
+		{ "takeover", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -49,6 +52,14 @@ int cli_cmd_secondary(int argc, char **argv)
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
 			break;
 		case 'c': o.control = optarg; break;
+		case 'T':
+			if (strcmp(optarg, "auto") && strcmp(optarg, "manual")) {
+				fprintf(stderr, "understudy secondary: --takeover auto|manual, not '%s'\n",
+					optarg);
+				r = 2;
+			}
+			o.manual_takeover = !strcmp(optarg, "manual");
+			break;
 		default: r = cli_parse_option(opt, optarg, &vo, &o.net); break;
 		}
 		if (r)

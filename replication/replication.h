@@ -397,6 +397,7 @@ struct repl_secondary_opts {
 	unsigned timeout_ms;       /* primary silent this long: take over */
 	unsigned handshake_timeout_ms;  /* a connection must say Hello within this */
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
+	bool manual_takeover;      /* take over only on the control request "takeover" */
 };
 
 /* The only fencing mode so far: failure detection by heartbeat, with

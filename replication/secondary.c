@@ -63,6 +63,7 @@ struct repl_secondary {
 	bool got_hello;
 	bool refusing;                   /* an Error is on its way, then we close */
 	bool standing_down;              /* the primary said it goes on without us */
+	bool told_silent;                /* manual takeover: the primary's silence was logged */
 	uint64_t hello_digest;           /* the primary's machine configuration digest */
 	struct repl_timing timing;       /* ours, in our Hello */
 	struct repl_timing peer_timing;  /* the primary's, from its Hello */
@@ -244,8 +245,15 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	handshake_overdue(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
-	if (now_ns() - s->link.last_rx_ns > (uint64_t)s->o->timeout_ms * 1000000ull)
+	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
+		return;
+	if (!s->o->manual_takeover) {
 		take_over(s);
+	} else if (!s->told_silent) {
+		s->told_silent = true;
+		log_warn(TAG, "the primary is silent (%u ms): takeover is manual, waiting to be told "
+			 "(understudy takeover)", s->o->timeout_ms);
+	}
 }
 
 static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -534,6 +542,7 @@ static void cand_promote(void *ctx, struct net_conn *c)
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	s->link.conn = c;
 	s->refusing = false;
+	s->told_silent = false;
 	s->link.last_rx_ns = s->link.up_ns = now_ns();
 	s->state = S_HELLO;
 	net_conn_set_ops(c, &conn_ops, s);
@@ -631,8 +640,38 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			json || reason[0] ? reason : "none", REPL_FENCING);
 }
 
-static char *status_text(void *ctx, const char *req)
+/* Control request "takeover": a standby that holds a complete checkpoint
+ * resumes the guest now (a cluster manager decided, e.g. Pacemaker's
+ * promote); anything else is refused and nothing changes. */
+static char *takeover_request(struct repl_secondary *s)
 {
+	char *reply = NULL;
+
+	if (s->state == S_ACTIVE) {
+		if (asprintf(&reply, "ok already active (took over at epoch %llu)\n",
+			     (unsigned long long)s->stage.applied) < 0)
+			return NULL;
+		return reply;
+	}
+	if (s->state != S_STANDBY || !s->stage.have_ckpt || !s->con) {
+		if (asprintf(&reply, "error no takeover: this secondary is %s and %s\n", state_name(s),
+			     s->stage.have_ckpt ? "holds a checkpoint" :
+			     "holds no complete checkpoint") < 0)
+			return NULL;
+		return reply;
+	}
+	log_warn(TAG, "takeover requested on the control socket (standby at epoch %llu)",
+		 (unsigned long long)s->stage.applied);
+	take_over(s);
+	if (asprintf(&reply, "ok took over at epoch %llu\n", (unsigned long long)s->stage.applied) < 0)
+		return NULL;
+	return reply;
+}
+
+static char *control_text(void *ctx, const char *req)
+{
+	if (!strcmp(req, "takeover"))
+		return takeover_request(ctx);
 	return repl_status_reply(status_format, ctx, req);
 }
 
@@ -682,10 +721,14 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 		log_error(TAG, "cannot listen on %s: %s", o->listen, strerror(-r));
 		goto out;
 	}
-	if (o->control && control_open(s->loop, o->control, status_text, s, &s->ctl) < 0)
+	if (o->control && control_open(s->loop, o->control, control_text, s, &s->ctl) < 0)
 		goto out;
-	log_info(TAG, "waiting for a primary on %s (takeover after %u ms of silence)", o->listen,
-		 o->timeout_ms);
+	if (o->manual_takeover)
+		log_info(TAG, "waiting for a primary on %s (takeover only when told: --takeover manual)",
+			 o->listen);
+	else
+		log_info(TAG, "waiting for a primary on %s (takeover after %u ms of silence)", o->listen,
+			 o->timeout_ms);
 	log_info(TAG, "fencing: " REPL_FENCING);
 	ev_timer_start(s->loop, &s->watch_w);
 	ev_timer_start(s->loop, &s->hb_w);
