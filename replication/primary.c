@@ -45,16 +45,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "net/control.h"
 
 #define TAG "primary"
 
-enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_DONE };
+enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_FENCED,
+	      P_DONE };
 
 static const char *const pstate_names[] = {
-	"connecting", "hello", "syncing", "first-checkpoint", "protected", "unprotected", "done",
+	"connecting", "hello", "syncing", "first-checkpoint", "protected", "unprotected", "fenced",
+	"done",
 };
+
+/* With a witness, what K/standby should say, and what the witness has. */
+enum vouch { VOUCH_NONE, VOUCH_WANTED, VOUCH_DONE, WITHDRAW_WANTED, WITHDRAW_DONE };
 
 struct repl_primary {
 	const struct repl_primary_opts *o;
@@ -81,6 +87,14 @@ struct repl_primary {
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
 
+	struct repl_witness *wit;      /* NULL: heartbeat only */
+	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
+	enum vouch vouch;
+	bool vouch_in_flight;
+	enum vouch vouch_sent;         /* what the request in flight asks for */
+	bool keep_standby;             /* exit without withdrawing it: it takes over */
+	ev_timer lease_w;              /* the lease's validity, checked often */
+
 	ev_timer handshake_w;          /* until protected: every phase progresses */
 	struct {
 		enum pstate state;
@@ -91,6 +105,7 @@ struct repl_primary {
 };
 
 static void finish(struct repl_primary *p, int status);
+static void witness_step(struct repl_primary *p);
 
 /* ---- failures ---------------------------------------------------------------- */
 
@@ -141,9 +156,92 @@ static void on_goodbye_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	link_gone(p);
 }
 
+/* ---- the witness ---------------------------------------------------------- */
+
+/* The lease is not provably valid any more: this copy may have been
+ * replaced. The guest is paused for good and nothing more leaves; the link
+ * closes without a goodbye (the secondary contends for the key once our
+ * lease runs out at etcd). Only a restart brings this side back. */
+static void fence_self(struct repl_primary *p)
+{
+	int64_t left = repl_witness_left_ms(p->wit);
+
+	if (p->state == P_FENCED || p->state == P_DONE)
+		return;
+	repl_fault_set(&p->fault, REPL_FAULT_LOCAL_FATAL, -ETIMEDOUT, "fenced: the witness lease "
+		       "was not renewed in time (%lld ms past its deadline)", (long long)-left);
+	log_error(TAG, "FENCED at epoch %llu (acked %llu): %s; the guest is paused for good and "
+		  "nothing more is released; restart this side to bring it back",
+		  (unsigned long long)p->ep.epoch, (unsigned long long)p->ep.acked, p->fault.what);
+	repl_event_log("fenced");
+	p->state = P_FENCED;
+	p->keep_standby = true;
+	machine_pause(p->vm->m);
+	ev_timer_stop(p->loop, &p->epoch_w);
+	ev_timer_stop(p->loop, &p->lease_w);
+	repl_sync_stop(&p->sync);
+	repl_witness_stop(p->wit);
+	link_gone(p);
+}
+
+/* Sends what K/standby should say, if it does not yet (one request at a time). */
+static void witness_step(struct repl_primary *p)
+{
+	const char *token = p->vouch == VOUCH_WANTED ? p->standby_token : "none";
+	int r;
+
+	if (p->vouch_in_flight || (p->vouch != VOUCH_WANTED && p->vouch != WITHDRAW_WANTED))
+		return;
+	r = repl_witness_set_standby(p->wit, token);
+	if (r == 0) {
+		p->vouch_in_flight = true;
+		p->vouch_sent = p->vouch;
+	} else
+		log_warn(TAG, "witness request not sent (%s): retrying", strerror(-r));
+}
+
+static void on_witness_done(void *ctx, enum repl_witness_result r)
+{
+	struct repl_primary *p = ctx;
+
+	p->vouch_in_flight = false;
+	if (p->state == P_FENCED || p->state == P_DONE)
+		return;
+	if (r == REPL_WITNESS_NOT_OWNER) {
+		log_error(TAG, "the witness key is not ours any more");
+		fence_self(p);
+		return;
+	}
+	if (r != REPL_WITNESS_OK)
+		return;                  /* unreachable: on_lease_check retries */
+	if (p->vouch_sent == VOUCH_WANTED && p->vouch == VOUCH_WANTED) {
+		p->vouch = VOUCH_DONE;
+		log_info(TAG, "the witness vouches for the standby (token %s): it may take over if "
+			  "this side dies", p->standby_token);
+	} else if (p->vouch_sent == WITHDRAW_WANTED) {
+		p->vouch = WITHDRAW_DONE;
+		log_info(TAG, "the witness no longer vouches for the standby: releasing held output");
+		repl_vm_set_gated(p->vm, false);
+	}
+	witness_step(p);             /* a withdrawal asked for meanwhile */
+}
+
+static void on_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (!repl_witness_valid(p->wit)) {
+		fence_self(p);
+		return;
+	}
+	witness_step(p);
+}
+
 static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 {
-	if (p->state == P_UNPROTECTED || p->state == P_DONE)
+	if (p->state >= P_UNPROTECTED)
 		return;
 	p->fault = *f;
 	if (p->state <= P_HELLO) {
@@ -158,7 +256,16 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
 	say_goodbye(p, f->what);
-	repl_vm_set_gated(p->vm, false);   /* releases everything held */
+	if (p->wit && p->vouch != VOUCH_NONE) {
+		/* The standby may hold a vouch: it must be withdrawn at the witness
+		 * before output it never saw leaves, or it could take over later
+		 * from behind that output. Until then everything stays held. */
+		log_info(TAG, "withdrawing the standby at the witness before releasing anything");
+		p->vouch = WITHDRAW_WANTED;
+		witness_step(p);
+	} else {
+		repl_vm_set_gated(p->vm, false);   /* releases everything held */
+	}
 	if (p->finishing)
 		finish(p, p->exit_status);
 }
@@ -173,6 +280,7 @@ static void stop_for_takeover(struct repl_primary *p, const struct repl_fault *f
 		  "did not acknowledge never leaves here",
 		  repl_fault_kind_name(f->kind), f->what, (unsigned long long)p->ep.epoch,
 		  (unsigned long long)p->ep.acked);
+	p->keep_standby = true;
 	repl_link_close(&p->link);
 	repl_epochs_drop(&p->ep);
 	finish(p, 1);
@@ -191,6 +299,7 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		       f->reason);
 	log_error(TAG, "%s: another copy runs the guest; this primary stops now and releases "
 		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
+	p->keep_standby = true;     /* it owns the guest now */
 	link_gone(p);
 	finish(p, 1);
 	return -ECANCELED;
@@ -313,6 +422,10 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 		p->state = P_PROTECTED;
 		log_info(TAG, "protected: secondary holds epoch %llu, %.1f ms after sync began",
 			 (unsigned long long)epoch, (now_ns() - p->sync.t0_ns) / 1e6);
+		if (p->wit) {
+			p->vouch = VOUCH_WANTED;
+			witness_step(p);
+		}
 	}
 	try_final_epoch(p);
 	if (p->finishing && !p->final_pending && p->final_epoch && p->ep.acked >= p->final_epoch)
@@ -365,6 +478,14 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 	r = repl_hello_timing(h, &p->peer_timing, err, sizeof(err));
 	if (r == 0)
 		r = repl_check_timing(&p->timing, &p->peer_timing, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_witness(h, p->o->witness.key, err, sizeof(err));
+	if (r == 0 && p->wit &&
+	    (!h->standby_token[0] || strlen(h->standby_token) >= sizeof(p->standby_token) ||
+	     !strcmp(h->standby_token, "none"))) {
+		snprintf(err, sizeof(err), "the secondary's Hello has no usable standby token");
+		r = -EPROTO;
+	}
 	if (r < 0) {
 		log_error(TAG, "refusing the secondary: %s", err);
 		repl_fault_set(&p->rx_fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the secondary: %s", err);
@@ -372,6 +493,8 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 			log_warn(TAG, "could not tell the secondary why");
 		return -ECONNREFUSED;
 	}
+	if (p->wit)
+		snprintf(p->standby_token, sizeof(p->standby_token), "%s", h->standby_token);
 	start_sync(p);
 	return 0;
 }
@@ -432,7 +555,8 @@ static void on_connected(struct net_conn *c, void *ctx)
 	p->state = P_HELLO;
 	p->link.last_rx_ns = p->link.up_ns = now_ns();
 	if (n < 0 ||
-	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing)) < 0 ||
+	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing,
+				 p->o->witness.key, NULL)) < 0 ||
 	    (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0)
 		fault(p, repl_fault_send(r), r, "cannot send hello");
 }
@@ -490,6 +614,10 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	repl_link_closed(&p->link);
 	if (p->state == P_DONE) {
 		ev_break(p->loop, EVBREAK_ALL);
+		return;
+	}
+	if (p->state == P_FENCED) {
+		link_gone(p);
 		return;
 	}
 	if (p->state == P_UNPROTECTED) {
@@ -653,6 +781,10 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)loop;
 	(void)revents;
 	log_info(TAG, "signal %d: stopping", w->signum);
+	if (p->state == P_FENCED) {
+		finish(p, 1);            /* the guest is paused for good */
+		return;
+	}
 	machine_stop(p->vm->m, 0);
 }
 
@@ -663,10 +795,16 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 	uint64_t p50, p99;
 	bool json = strstr(req, "json") != NULL;
 	double hb_ms = p->link.conn ? (now_ns() - p->link.last_rx_ns) / 1e6 : -1;
-	char reason[200];
+	char reason[200], fencing[200];
 
 	repl_fault_reason(&p->fault, reason, sizeof(reason));
 	repl_stats_pause_pct(&q->st, &p50, &p99);
+	if (p->wit)
+		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms left, "
+			 "standby %s)", p->o->witness.key, (long long)repl_witness_left_ms(p->wit),
+			 p->vouch == VOUCH_DONE ? "vouched for" : "not vouched for");
+	else
+		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
 	return snprintf(out, len, json ?
 			"{\"role\":\"primary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"pause_p50_us\":%.1f,\"pause_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
@@ -687,7 +825,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)q->st.stretched, hb_ms, q->worst.pause_ns / 1e3,
 			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
-			json || reason[0] ? reason : "none", REPL_FENCING);
+			json || reason[0] ? reason : "none", fencing);
 }
 
 static char *status_text(void *ctx, const char *req)
@@ -697,12 +835,42 @@ static char *status_text(void *ctx, const char *req)
 
 /* ---- setup ------------------------------------------------------------------ */
 
+/* With --witness: the key is ours before the guest runs, or nothing runs. */
+static int witness_setup(struct repl_primary *p)
+{
+	char self[REPL_WITNESS_ID_MAX], host[64] = "?", err[320];
+	int r;
+
+	if (!p->o->witness.endpoints)
+		return 0;
+	gethostname(host, sizeof(host) - 1);
+	snprintf(self, sizeof(self), "primary %s pid %d", host, (int)getpid());
+	r = repl_witness_new(p->loop, &p->o->witness, self, &p->wit);
+	if (r < 0) {
+		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
+		return r;
+	}
+	repl_witness_on_done(p->wit, on_witness_done, p);
+	r = repl_witness_acquire(p->wit, err, sizeof(err));
+	if (r < 0) {
+		log_error(TAG, "witness: %s: refusing to run the guest", err);
+		return r;
+	}
+	if ((r = repl_witness_start(p->wit)) < 0)
+		return r;
+	ev_timer_start(p->loop, &p->lease_w);
+	return 0;
+}
+
 static int setup(struct repl_primary *p)
 {
 	int r;
 
+	if ((r = witness_setup(p)) < 0)
+		return r;
 	if ((r = repl_vm_new(p->loop, &p->o->cfg, p->o->console, &p->vm)) < 0)
 		return r;
+	p->vm->witness = p->wit;
 	p->vm->on_stopped = on_vm_stopped;
 	p->vm->cb_ctx = p;
 	repl_vm_set_gated(p->vm, true);
@@ -738,10 +906,11 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->handshake_w, handshake_check, o->handshake_timeout_ms / 10e3,
 		      o->handshake_timeout_ms / 10e3);
 	ev_set_priority(&p->handshake_w, EV_MINPRI);
+	ev_timer_init(&p->lease_w, on_lease_check, 0.005, 0.005);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
 	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->goodbye_w.data = p;
-	p->handshake_w.data = p;
+	p->handshake_w.data = p->lease_w.data = p;
 	p->sigint_w.data = p->sigterm_w.data = p;
 }
 
@@ -765,7 +934,11 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	ev_signal_start(p->loop, &p->sigterm_w);
 	ev_timer_start(p->loop, &p->hb_w);
 	handshake_start(p);
-	log_info(TAG, "fencing: " REPL_FENCING);
+	if (p->wit)
+		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): output leaves "
+			 "only while the lease is provably valid", o->witness.key, o->witness.lease_ms);
+	else
+		log_info(TAG, "fencing: " REPL_FENCING);
 	p->link.last_tick_ns = now_ns();   /* the stall check starts now, not at setup */
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
@@ -776,6 +949,7 @@ out:
 	ev_timer_stop(p->loop, &p->finish_w);
 	ev_timer_stop(p->loop, &p->handshake_w);
 	ev_timer_stop(p->loop, &p->goodbye_w);
+	ev_timer_stop(p->loop, &p->lease_w);
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);
 	repl_sync_fini(&p->sync);
@@ -786,7 +960,11 @@ out:
 	}
 	repl_link_fini(&p->link);
 	repl_epochs_fini(&p->ep);
-	repl_vm_free(p->vm);
+	repl_vm_free(p->vm);        /* what it still releases passes the lease gate */
+	if (p->wit) {
+		repl_witness_release(p->wit, !p->keep_standby);
+		repl_witness_free(p->wit);
+	}
 	free(p);
 	return status;
 }

@@ -45,14 +45,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "net/control.h"
 
 #define TAG "secondary"
 
-enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_ACTIVE, S_DONE };
+enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_ACTIVE, S_FENCED, S_DONE };
 
-static const char *const sstate_names[] = { "waiting", "hello", "standby", "active", "done" };
+static const char *const sstate_names[] = {
+	"waiting", "hello", "standby", "contending", "active", "fenced", "done",
+};
 
 struct repl_secondary {
 	const struct repl_secondary_opts *o;
@@ -79,6 +83,13 @@ struct repl_secondary {
 	struct control *ctl;
 	struct console *con;             /* bound at start, served from the takeover on */
 	struct repl_candidates cands;    /* connections before their Hello */
+
+	struct repl_witness *wit;        /* NULL: heartbeat only */
+	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
+	bool contend_in_flight;
+	uint64_t contend_last_ns;
+	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
+	bool told_held;
 };
 
 static void drop_standby(struct repl_secondary *s)
@@ -96,7 +107,7 @@ static void end_link(struct repl_secondary *s, bool drop)
 	proto_dec_fini(&s->link.dec);
 	proto_dec_init(&s->link.dec, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_abort(&s->stage);
-	if (s->state == S_ACTIVE || s->state == S_DONE)
+	if (s->state >= S_CONTENDING)
 		return;
 	if (drop || !s->stage.have_ckpt) {
 		if (s->vm)
@@ -180,10 +191,14 @@ static void take_over(struct repl_secondary *s)
 #endif
 	repl_vm_serve_console(s->vm, s->con);
 	s->con = NULL;                   /* the VM owns it now */
-	if (g->held.len)
+	if (g->held.len && (!s->wit || repl_witness_valid(s->wit))) {
 		console_write(s->vm->con, g->held.data, g->held.len);
+		repl_event_log("replay %llu %llu", (unsigned long long)g->held_from,
+			       (unsigned long long)(g->held_from + g->held.len));
+	}
 	s->vm->on_stopped = on_vm_stopped;
 	s->vm->cb_ctx = s;
+	s->vm->witness = s->wit;
 	repl_vm_set_gated(s->vm, false);
 	s->state = S_ACTIVE;
 	/* Test mode: what resumes is still the last applied epoch. */
@@ -196,6 +211,87 @@ static void take_over(struct repl_secondary *s)
 	if (g->verify_ok || g->verify_failed)
 		log_info(TAG, "test mode: %llu epochs verified equal to the primary, %llu differed",
 			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
+}
+
+/* ---- the witness -------------------------------------------------------------- */
+
+/* The takeover decision. Heartbeat only: take over now. With a witness:
+ * nothing more of the old primary is read (the link closes) and this side
+ * contends for the key; only a win resumes the guest (on_witness_done). */
+static void begin_takeover(struct repl_secondary *s)
+{
+	if (!s->wit) {
+		take_over(s);
+		return;
+	}
+	log_warn(TAG, "primary silent for %llu ms: contending for the witness key before any "
+		 "takeover (standby at epoch %llu)",
+		 (unsigned long long)((now_ns() - s->link.last_rx_ns) / 1000000),
+		 (unsigned long long)s->stage.applied);
+	repl_event_log("contend");
+	repl_link_close(&s->link);
+	s->state = S_CONTENDING;
+	s->contend_t0_ns = now_ns();
+	s->contend_last_ns = 0;
+	s->told_held = false;
+}
+
+static void contend_step(struct repl_secondary *s)
+{
+	uint64_t now = now_ns();
+	int r;
+
+	if (s->state != S_CONTENDING || s->contend_in_flight ||
+	    now - s->contend_last_ns < REPL_WITNESS_RETRY_MS * 1000000ull)
+		return;
+	s->contend_last_ns = now;
+	r = repl_witness_contend(s->wit, s->token);
+	if (r == 0)
+		s->contend_in_flight = true;
+}
+
+static void on_witness_done(void *ctx, enum repl_witness_result r)
+{
+	struct repl_secondary *s = ctx;
+
+	s->contend_in_flight = false;
+	if (s->state != S_CONTENDING)
+		return;
+	switch (r) {
+	case REPL_WITNESS_OK:
+		log_info(TAG, "won the witness key %.1f ms after the takeover decision",
+			 (now_ns() - s->contend_t0_ns) / 1e6);
+		take_over(s);
+		break;
+	case REPL_WITNESS_REVOKED:
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the witness no longer "
+			       "vouches for this standby (the primary went on without it)");
+		log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
+		drop_standby(s);
+		s->state = S_WAITING;
+		break;
+	case REPL_WITNESS_HELD:
+		if (!s->told_held)
+			log_info(TAG, "the witness key is held by %s: waiting for its lease to run out",
+				 repl_witness_holder(s->wit));
+		s->told_held = true;
+		break;
+	default:
+		break;                   /* unreachable: the next attempt follows */
+	}
+}
+
+/* The copy we run lost its lease: pause it for good, release nothing more. */
+static void fence_self(struct repl_secondary *s)
+{
+	repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, -ETIMEDOUT, "fenced: the witness lease "
+		       "was not renewed in time");
+	log_error(TAG, "FENCED: %s; the guest is paused for good and nothing more is released",
+		  s->fault.what);
+	repl_event_log("fenced");
+	machine_pause(s->vm->m);
+	repl_witness_stop(s->wit);
+	s->state = S_FENCED;
 }
 
 /* A primary that said Hello must go on until the first checkpoint: silent
@@ -243,12 +339,16 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
+	if (s->wit && s->state == S_CONTENDING)
+		contend_step(s);
+	if (s->wit && s->state == S_ACTIVE && !repl_witness_valid(s->wit))
+		fence_self(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
 		return;
 	if (!s->o->manual_takeover) {
-		take_over(s);
+		begin_takeover(s);
 	} else if (!s->told_silent) {
 		s->told_silent = true;
 		log_warn(TAG, "the primary is silent (%u ms): takeover is manual, waiting to be told "
@@ -268,6 +368,18 @@ static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /* ---- receiving ------------------------------------------------------------------ */
+
+/* A fresh token for a fresh standby: a vouch for an earlier one never
+ * lets this one in. */
+static void new_token(struct repl_secondary *s)
+{
+	uint64_t rnd[2] = { now_ns(), (uint64_t)getpid() };
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		log_warn(TAG, "getrandom failed: standby token from the clock");
+	snprintf(s->token, sizeof(s->token), "standby-%016llx%016llx", (unsigned long long)rnd[0],
+		 (unsigned long long)rnd[1]);
+}
 
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
 {
@@ -304,10 +416,13 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	}
 	repl_vm_set_gated(s->vm, true);
 	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
+	if (s->wit)
+		new_token(s);
 	s->state = S_STANDBY;
 	log_info(TAG, "standby built: guest %s, %llu MiB, %d vCPU(s); syncing", s->cfg.guest,
 		 (unsigned long long)(s->cfg.mem_bytes >> 20), s->cfg.ncpus);
-	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing);
+	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing,
+			       s->o->witness.key, s->wit ? s->token : NULL);
 }
 
 static int on_hello(struct repl_secondary *s, struct repl_link *l, const Understudy__Hello *h)
@@ -318,6 +433,8 @@ static int on_hello(struct repl_secondary *s, struct repl_link *l, const Underst
 	if (s->got_hello)
 		return -EPROTO;
 	r = repl_check_hello(h, UNDERSTUDY__ROLE__ROLE_PRIMARY, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_witness(h, s->o->witness.key, err, sizeof(err));
 	if (r == 0)
 		r = repl_hello_timing(h, &s->peer_timing, err, sizeof(err));
 	if (r == 0)
@@ -453,8 +570,8 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	struct repl_secondary *s = ctx;
 
 	(void)c;
-	if (s->refusing || s->state >= S_ACTIVE)
-		return;                  /* after a takeover nothing the old primary says counts */
+	if (s->refusing || s->state >= S_CONTENDING)
+		return;                  /* after the decision nothing the old primary says counts */
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	after_feed(s, repl_link_feed(&s->link, data, len, on_frame, s));
 }
@@ -492,8 +609,8 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 
 	(void)c;
 	repl_link_closed(&s->link);
-	if (s->state >= S_ACTIVE)
-		return;                  /* the link of the primary we replaced */
+	if (s->state >= S_CONTENDING)
+		return;                  /* the link of the primary we replace */
 	log_info(TAG, "primary connection closed (%s)", reason ? strerror(-reason) : "EOF");
 	if (!s->refusing && closed_after_stall(s))
 		return;
@@ -604,6 +721,26 @@ static int acquire_takeover_resources(struct repl_secondary *s)
 	return 0;
 }
 
+/* With --witness: the lease thread starts now; the key is contended for
+ * only at a takeover. */
+static int witness_setup(struct repl_secondary *s)
+{
+	char self[REPL_WITNESS_ID_MAX], host[64] = "?";
+	int r;
+
+	if (!s->o->witness.endpoints)
+		return 0;
+	gethostname(host, sizeof(host) - 1);
+	snprintf(self, sizeof(self), "secondary %s pid %d", host, (int)getpid());
+	r = repl_witness_new(s->loop, &s->o->witness, self, &s->wit);
+	if (r < 0) {
+		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
+		return r;
+	}
+	repl_witness_on_done(s->wit, on_witness_done, s);
+	return repl_witness_start(s->wit);
+}
+
 /* The state for status: a standby that could not take over is not healthy. */
 static const char *state_name(const struct repl_secondary *s)
 {
@@ -619,10 +756,16 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 	uint64_t p50, p99;
 	bool json = strstr(req, "json") != NULL;
 	double hb_ms = (now_ns() - s->link.last_rx_ns) / 1e6;
-	char reason[200];
+	char reason[200], fencing[200];
 
 	repl_fault_reason(&s->fault, reason, sizeof(reason));
 	repl_stats_pause_pct(&g->st, &p50, &p99);
+	if (s->wit)
+		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, %s)",
+			 s->o->witness.key, s->state >= S_ACTIVE ? "this side owns it" :
+			 "takeover only after winning it");
+	else
+		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
 	return snprintf(out, len, json ?
 			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
@@ -637,7 +780,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)g->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
 			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
-			json || reason[0] ? reason : "none", REPL_FENCING);
+			json || reason[0] ? reason : "none", fencing);
 }
 
 /* Control request "takeover": a standby that holds a complete checkpoint
@@ -647,6 +790,12 @@ static char *takeover_request(struct repl_secondary *s)
 {
 	char *reply = NULL;
 
+	if (s->state == S_CONTENDING) {
+		if (asprintf(&reply, "ok contending for the witness key at epoch %llu\n",
+			     (unsigned long long)s->stage.applied) < 0)
+			return NULL;
+		return reply;
+	}
 	if (s->state == S_ACTIVE) {
 		if (asprintf(&reply, "ok already active (took over at epoch %llu)\n",
 			     (unsigned long long)s->stage.applied) < 0)
@@ -662,8 +811,10 @@ static char *takeover_request(struct repl_secondary *s)
 	}
 	log_warn(TAG, "takeover requested on the control socket (standby at epoch %llu)",
 		 (unsigned long long)s->stage.applied);
-	take_over(s);
-	if (asprintf(&reply, "ok took over at epoch %llu\n", (unsigned long long)s->stage.applied) < 0)
+	begin_takeover(s);
+	if (asprintf(&reply, s->state == S_CONTENDING ? "ok contending for the witness key at "
+		     "epoch %llu\n" : "ok took over at epoch %llu\n",
+		     (unsigned long long)s->stage.applied) < 0)
 		return NULL;
 	return reply;
 }
@@ -714,7 +865,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_staging_init(&s->stage);
 	repl_candidates_init(&s->cands, &cand_ops, s, o->handshake_timeout_ms, &s->fault);
 	watchers_init(s);
-	if (acquire_takeover_resources(s) < 0)
+	if (acquire_takeover_resources(s) < 0 || witness_setup(s) < 0)
 		goto out;
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
 	if (r < 0) {
@@ -729,7 +880,11 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	else
 		log_info(TAG, "waiting for a primary on %s (takeover after %u ms of silence)", o->listen,
 			 o->timeout_ms);
-	log_info(TAG, "fencing: " REPL_FENCING);
+	if (s->wit)
+		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): a takeover "
+			 "only after winning the key", o->witness.key, o->witness.lease_ms);
+	else
+		log_info(TAG, "fencing: " REPL_FENCING);
 	ev_timer_start(s->loop, &s->watch_w);
 	ev_timer_start(s->loop, &s->hb_w);
 	ev_signal_start(s->loop, &s->sigint_w);
@@ -752,6 +907,10 @@ out:
 		machine_pause(s->vm->m);
 	}
 	repl_vm_free(s->vm);
+	if (s->wit) {
+		repl_witness_release(s->wit, false);
+		repl_witness_free(s->wit);
+	}
 	repl_staging_fini(&s->stage);
 	free(s);
 	return status;
