@@ -204,6 +204,8 @@ int etcd_new(const struct etcd_config *cfg, struct etcd **out)
 	r = -ENOMEM;
 	if (cfg->ca_file && !(e->ca_file = strdup(cfg->ca_file)))
 		goto err_free;
+	/* Counted by libcurl, and safe from any thread since 7.84 (Debian 12
+	 * has 7.88): each client takes a reference, etcd_free drops it. */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
 		log_error(TAG, "cannot initialise libcurl");
 		goto err_free;
