@@ -103,6 +103,8 @@ static void tail_last_line(const struct out_tail *t, char *out, size_t outlen)
 	start = end;
 	while (start && t->buf[start - 1] != '\n')
 		start--;
+	while (start < end && (t->buf[start] == ' ' || t->buf[start] == '\t'))
+		start++;
 	printable_copy(out, outlen, t->buf + start, end - start);
 }
 
@@ -373,10 +375,11 @@ static void end_exited(struct run *r)
 			break;
 	}
 	drain(r);
+	reap_group(r);                   /* orphans that ended already came back to us */
 	if (kill(-r->pid, 0) < 0 && errno == ESRCH)
 		return;
-	log_warn(TAG, "the fence command exited but left processes running in its group %d: "
-		 "SIGKILL", (int)r->pid);
+	log_warn(TAG, "the fence command exited but left processes in its group %d: SIGKILL",
+		 (int)r->pid);
 	kill_group(r, SIGKILL);
 	if (!group_gone(r, now_ns() + REPL_FENCE_KILL_GRACE_MS * 1000000ull))
 		log_error(TAG, "the fence command's process group %d survives SIGKILL "

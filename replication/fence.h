@@ -51,9 +51,11 @@ struct repl_fence_peer {
  * status was lost (SIGCHLD ignored, or reaped by someone else); -EINVAL for
  * an empty command or a zero deadline; another -errno when it could not be
  * started or waited for (then it is killed as on an overrun). The command
- * line is logged as it is: secrets belong in files it reads. `why` (may be NULL) gets one printable line for the log and the
- * status: "exit 0: <last line>", "exit 3: <last line>", "killed by signal
- * 9", "no exit within 10000 ms: <last line>", ...
+ * line is logged as it is: secrets belong in files it reads.
+ *
+ * `why` (may be NULL) gets one printable line for the log and the status:
+ * "exit 0: <last line>", "exit 3: <last line>", "killed by signal 9",
+ * "no exit within 10000 ms: <last line>", "exit status lost (...)".
  *
  * Must not run while another thread of this process reaps children with
  * waitpid(-1) (libev reaps from its loop, which is blocked in here). */
