@@ -408,6 +408,8 @@ struct repl_secondary_opts {
 	unsigned handshake_timeout_ms;  /* a connection must say Hello within this */
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
 	bool manual_takeover;      /* take over only on the control request "takeover" */
+	const char *fence_cmd;     /* run before a takeover; must exit 0 (fence.h), or NULL */
+	unsigned fence_timeout_ms; /* ...within this */
 	struct repl_witness_opts witness;   /* witness.endpoints NULL: heartbeat only */
 };
 

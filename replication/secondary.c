@@ -49,13 +49,15 @@
 #include <unistd.h>
 
 #include "net/control.h"
+#include "replication/fence.h"
 
 #define TAG "secondary"
 
-enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_ACTIVE, S_FENCED, S_DONE };
+enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
+	      S_DONE };
 
 static const char *const sstate_names[] = {
-	"waiting", "hello", "standby", "contending", "active", "fenced", "done",
+	"waiting", "hello", "standby", "contending", "fence-failed", "active", "fenced", "done",
 };
 
 struct repl_secondary {
@@ -90,6 +92,7 @@ struct repl_secondary {
 	uint64_t contend_last_ns;
 	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
 	bool told_held;
+	char peer_addr[128];             /* the primary's, for the fence command */
 };
 
 static void drop_standby(struct repl_secondary *s)
@@ -213,7 +216,34 @@ static void take_over(struct repl_secondary *s)
 			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
 }
 
-/* ---- the witness -------------------------------------------------------------- */
+/* ---- fencing: the fence command, the witness ------------------------------------ */
+
+/* With --fence-cmd, the old primary is powered off before the guest
+ * resumes here; a command that fails or overruns its deadline means no
+ * takeover, loudly: the standby stays (state fence-failed), nothing runs. */
+static void fence_and_take_over(struct repl_secondary *s, const char *reason)
+{
+	struct repl_fence_peer peer = { .peer_addr = s->peer_addr, .vm_name = s->cfg.guest,
+					.epoch = s->stage.applied, .reason = reason };
+	char why[256];
+	int r;
+
+	if (s->o->fence_cmd) {
+		r = repl_fence_run(s->o->fence_cmd, s->o->fence_timeout_ms, &peer, why, sizeof(why));
+		if (r < 0) {
+			repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "fence command failed (%s): "
+				       "no takeover, the standby stays at epoch %llu", why,
+				       (unsigned long long)s->stage.applied);
+			log_error(TAG, "NO TAKEOVER: %s; the old primary may still run", s->fault.what);
+			repl_link_close(&s->link);
+			if (s->wit)
+				repl_witness_stop(s->wit);   /* the key we won lapses: nobody runs it */
+			s->state = S_FENCE_FAILED;
+			return;
+		}
+	}
+	take_over(s);
+}
 
 /* The takeover decision. Heartbeat only: take over now. With a witness:
  * nothing more of the old primary is read (the link closes) and this side
@@ -221,7 +251,7 @@ static void take_over(struct repl_secondary *s)
 static void begin_takeover(struct repl_secondary *s)
 {
 	if (!s->wit) {
-		take_over(s);
+		fence_and_take_over(s, "the primary is silent");
 		return;
 	}
 	log_warn(TAG, "primary silent for %llu ms: contending for the witness key before any "
@@ -261,7 +291,7 @@ static void on_witness_done(void *ctx, enum repl_witness_result r)
 	case REPL_WITNESS_OK:
 		log_info(TAG, "won the witness key %.1f ms after the takeover decision",
 			 (now_ns() - s->contend_t0_ns) / 1e6);
-		take_over(s);
+		fence_and_take_over(s, "the primary is silent and its witness lease ran out");
 		break;
 	case REPL_WITNESS_REVOKED:
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the witness no longer "
@@ -655,6 +685,7 @@ static void cand_promote(void *ctx, struct net_conn *c)
 	struct repl_secondary *s = ctx;
 
 	log_info(TAG, "primary %s connected", net_peer_name(c));
+	snprintf(s->peer_addr, sizeof(s->peer_addr), "%s", net_peer_name(c));
 	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	s->link.conn = c;
