@@ -129,6 +129,16 @@ void repl_vm_release(struct repl_vm *v, uint64_t upto)
 			       (unsigned long long)(from + n));
 }
 
+void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark)
+{
+	uint64_t from = v->released;
+
+	repl_vm_release(v, mark);
+	if (v->released != from)
+		repl_event_log("release %llu %llu %llu", (unsigned long long)epoch,
+			       (unsigned long long)from, (unsigned long long)v->released);
+}
+
 void repl_vm_set_gated(struct repl_vm *v, bool gated)
 {
 	v->gated = gated;
