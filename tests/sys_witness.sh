@@ -174,3 +174,29 @@ PY
 	ok "6. etcd died: the primary fenced at its deadline; the secondary waits to win the key (contending)"
 	stop_pair
 fi
+
+if want 7; then
+	start_etcd "$tmp/etcd7"
+	W="--witness etcd:$ETCD_EP --lease-ms 1000"
+	start_pair t7 "$W --witness-key t7 --takeover manual" "$W --witness-key t7"
+	protected
+	incr3
+	if out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" 2>&1); then
+		fail "a takeover while the primary owns the key succeeded: $out"
+	fi
+	grep -q "stood down: the witness no longer vouches" "$tmp/$n.sec.log" ||
+		fail "the secondary did not stand down: $(tail -3 "$tmp/$n.sec.log")"
+	v=$(python3 tests/counter_client.py $pcon incr | tail -1 | cut -d' ' -f1)
+	[ "$v" = 4 ] || fail "the primary does not serve on: $v"
+	ok "7. manual takeover while the primary owns the key: refused, the standby stood down, the primary serves on"
+	stop_pair
+	start_pair t7b "$W --witness-key t7b --takeover manual" "$W --witness-key t7b"
+	protected
+	incr3
+	kill -9 $pp; wait $pp 2>/dev/null
+	out=$("$BIN" takeover --control "$tmp/$n.sec.ctl") || fail "manual takeover after the kill: $out"
+	echo "$out" | grep -q "won the witness key" || fail "takeover said: $out"
+	after_takeover
+	ok "7. manual takeover after SIGKILL: $(echo "$out" | tail -1)"
+	stop_pair
+fi
