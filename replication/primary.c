@@ -59,8 +59,6 @@ static const char *const pstate_names[] = {
 	"done",
 };
 
-/* With a witness, what K/standby should say, and what the witness has. */
-enum vouch { VOUCH_NONE, VOUCH_WANTED, VOUCH_DONE, WITHDRAW_WANTED, WITHDRAW_DONE };
 
 struct repl_primary {
 	const struct repl_primary_opts *o;
@@ -89,9 +87,8 @@ struct repl_primary {
 
 	struct repl_witness *wit;      /* NULL: heartbeat only */
 	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
-	enum vouch vouch;
-	bool vouch_in_flight;
-	enum vouch vouch_sent;         /* what the request in flight asks for */
+	bool vouch_asked;              /* K/standby may name the standby from now on */
+	bool vouched;                  /* ...and does */
 	bool keep_standby;             /* exit without withdrawing it: it takes over */
 	ev_timer lease_w;              /* the lease's validity, checked often */
 
@@ -105,7 +102,6 @@ struct repl_primary {
 };
 
 static void finish(struct repl_primary *p, int status);
-static void witness_step(struct repl_primary *p);
 
 /* ---- failures ---------------------------------------------------------------- */
 
@@ -184,46 +180,34 @@ static void fence_self(struct repl_primary *p)
 	link_gone(p);
 }
 
-/* Sends what K/standby should say, if it does not yet (one request at a time). */
-static void witness_step(struct repl_primary *p)
-{
-	const char *token = p->vouch == VOUCH_WANTED ? p->standby_token : "none";
-	int r;
-
-	if (p->vouch_in_flight || (p->vouch != VOUCH_WANTED && p->vouch != WITHDRAW_WANTED))
-		return;
-	r = repl_witness_set_standby(p->wit, token);
-	if (r == 0) {
-		p->vouch_in_flight = true;
-		p->vouch_sent = p->vouch;
-	} else
-		log_warn(TAG, "witness request not sent (%s): retrying", strerror(-r));
-}
-
-static void on_witness_done(void *ctx, enum repl_witness_result r)
+static void on_vouched(void *ctx)
 {
 	struct repl_primary *p = ctx;
 
-	p->vouch_in_flight = false;
-	if (p->state == P_FENCED || p->state == P_DONE)
+	if (p->state != P_PROTECTED && p->state != P_PROTECTING)
+		return;                  /* a withdrawal follows */
+	p->vouched = true;
+	log_info(TAG, "the witness vouches for the standby (token %s): it may take over if this "
+		 "side dies", p->standby_token);
+}
+
+static void on_withdrawn(void *ctx)
+{
+	struct repl_primary *p = ctx;
+
+	p->vouched = false;
+	if (p->state != P_UNPROTECTED)
 		return;
-	if (r == REPL_WITNESS_NOT_OWNER) {
-		log_error(TAG, "the witness key is not ours any more");
-		fence_self(p);
-		return;
-	}
-	if (r != REPL_WITNESS_OK)
-		return;                  /* unreachable: on_lease_check retries */
-	if (p->vouch_sent == VOUCH_WANTED && p->vouch == VOUCH_WANTED) {
-		p->vouch = VOUCH_DONE;
-		log_info(TAG, "the witness vouches for the standby (token %s): it may take over if "
-			  "this side dies", p->standby_token);
-	} else if (p->vouch_sent == WITHDRAW_WANTED) {
-		p->vouch = WITHDRAW_DONE;
-		log_info(TAG, "the witness no longer vouches for the standby: releasing held output");
-		repl_vm_set_gated(p->vm, false);
-	}
-	witness_step(p);             /* a withdrawal asked for meanwhile */
+	log_info(TAG, "the witness no longer vouches for the standby: releasing held output");
+	repl_vm_set_gated(p->vm, false);
+}
+
+static void on_lost(void *ctx)
+{
+	struct repl_primary *p = ctx;
+
+	log_error(TAG, "the witness key is not ours any more");
+	fence_self(p);
 }
 
 static void on_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
@@ -232,11 +216,8 @@ static void on_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (!repl_witness_valid(p->wit)) {
+	if (!repl_witness_valid(p->wit))
 		fence_self(p);
-		return;
-	}
-	witness_step(p);
 }
 
 static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
@@ -256,13 +237,13 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
 	say_goodbye(p, f->what);
-	if (p->wit && p->vouch != VOUCH_NONE) {
+	if (p->wit && p->vouch_asked) {
 		/* The standby may hold a vouch: it must be withdrawn at the witness
 		 * before output it never saw leaves, or it could take over later
-		 * from behind that output. Until then everything stays held. */
+		 * from behind that output. Until then everything stays held
+		 * (on_withdrawn releases it). */
 		log_info(TAG, "withdrawing the standby at the witness before releasing anything");
-		p->vouch = WITHDRAW_WANTED;
-		witness_step(p);
+		repl_witness_withdraw(p->wit);
 	} else {
 		repl_vm_set_gated(p->vm, false);   /* releases everything held */
 	}
@@ -423,8 +404,8 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 		log_info(TAG, "protected: secondary holds epoch %llu, %.1f ms after sync began",
 			 (unsigned long long)epoch, (now_ns() - p->sync.t0_ns) / 1e6);
 		if (p->wit) {
-			p->vouch = VOUCH_WANTED;
-			witness_step(p);
+			p->vouch_asked = true;
+			repl_witness_vouch(p->wit, p->standby_token);
 		}
 	}
 	try_final_epoch(p);
@@ -802,7 +783,7 @@ static int status_format(void *ctx, const char *req, char *out, size_t len)
 	if (p->wit)
 		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms left, "
 			 "standby %s)", p->o->witness.key, (long long)repl_witness_left_ms(p->wit),
-			 p->vouch == VOUCH_DONE ? "vouched for" : "not vouched for");
+			 p->vouched ? "vouched for" : "not vouched for");
 	else
 		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
 	return snprintf(out, len, json ?
@@ -850,7 +831,8 @@ static int witness_setup(struct repl_primary *p)
 		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
 		return r;
 	}
-	repl_witness_on_done(p->wit, on_witness_done, p);
+	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
+		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
 	r = repl_witness_acquire(p->wit, err, sizeof(err));
 	if (r < 0) {
 		log_error(TAG, "witness: %s: refusing to run the guest", err);

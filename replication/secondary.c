@@ -88,10 +88,7 @@ struct repl_secondary {
 
 	struct repl_witness *wit;        /* NULL: heartbeat only */
 	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
-	bool contend_in_flight;
-	uint64_t contend_last_ns;
 	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
-	bool told_held;
 	char peer_addr[128];             /* the primary's, for the fence command */
 };
 
@@ -262,53 +259,31 @@ static void begin_takeover(struct repl_secondary *s)
 	repl_link_close(&s->link);
 	s->state = S_CONTENDING;
 	s->contend_t0_ns = now_ns();
-	s->contend_last_ns = 0;
-	s->told_held = false;
+	repl_witness_contend(s->wit, s->token);
 }
 
-static void contend_step(struct repl_secondary *s)
-{
-	uint64_t now = now_ns();
-	int r;
-
-	if (s->state != S_CONTENDING || s->contend_in_flight ||
-	    now - s->contend_last_ns < REPL_WITNESS_RETRY_MS * 1000000ull)
-		return;
-	s->contend_last_ns = now;
-	r = repl_witness_contend(s->wit, s->token);
-	if (r == 0)
-		s->contend_in_flight = true;
-}
-
-static void on_witness_done(void *ctx, enum repl_witness_result r)
+static void on_won(void *ctx)
 {
 	struct repl_secondary *s = ctx;
 
-	s->contend_in_flight = false;
 	if (s->state != S_CONTENDING)
 		return;
-	switch (r) {
-	case REPL_WITNESS_OK:
-		log_info(TAG, "won the witness key %.1f ms after the takeover decision",
-			 (now_ns() - s->contend_t0_ns) / 1e6);
-		fence_and_take_over(s, "the primary is silent and its witness lease ran out");
-		break;
-	case REPL_WITNESS_REVOKED:
-		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the witness no longer "
-			       "vouches for this standby (the primary went on without it)");
-		log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
-		drop_standby(s);
-		s->state = S_WAITING;
-		break;
-	case REPL_WITNESS_HELD:
-		if (!s->told_held)
-			log_info(TAG, "the witness key is held by %s: waiting for its lease to run out",
-				 repl_witness_holder(s->wit));
-		s->told_held = true;
-		break;
-	default:
-		break;                   /* unreachable: the next attempt follows */
-	}
+	log_info(TAG, "won the witness key %.1f ms after the takeover decision",
+		 (now_ns() - s->contend_t0_ns) / 1e6);
+	fence_and_take_over(s, "the primary is silent and its witness lease ran out");
+}
+
+static void on_revoked(void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	if (s->state != S_CONTENDING)
+		return;
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the witness no longer "
+		       "vouches for this standby (the primary went on without it)");
+	log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
+	drop_standby(s);
+	s->state = S_WAITING;
 }
 
 /* The copy we run lost its lease: pause it for good, release nothing more. */
@@ -369,8 +344,6 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
-	if (s->wit && s->state == S_CONTENDING)
-		contend_step(s);
 	if (s->wit && s->state == S_ACTIVE && !repl_witness_valid(s->wit))
 		fence_self(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
@@ -768,7 +741,8 @@ static int witness_setup(struct repl_secondary *s)
 		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
 		return r;
 	}
-	repl_witness_on_done(s->wit, on_witness_done, s);
+	repl_witness_set_cbs(s->wit, &(struct repl_witness_cbs){
+		.won = on_won, .revoked = on_revoked, .ctx = s });
 	return repl_witness_start(s->wit);
 }
 

@@ -19,8 +19,9 @@
  * error between this host and etcd's leader, so it always ends before
  * etcd can expire the lease and let another side in.
  *
- * Requests of the loop (set_standby, contend) run on the same thread, one
- * at a time; their result comes back on the loop through an ev_async. */
+ * What the loop asks for (vouch, withdraw, contend) the same thread keeps
+ * trying until etcd answers; outcomes come back on the loop through an
+ * ev_async (struct repl_witness_cbs). */
 #include "replication/witness.h"
 
 #include <errno.h>
@@ -35,7 +36,8 @@
 
 #define TAG "witness"
 
-enum cmd { CMD_NONE, CMD_SET_STANDBY, CMD_CONTEND };
+/* What the worker tells the loop (bits of ev_pending). */
+enum { EV_VOUCHED = 1, EV_WITHDRAWN = 2, EV_LOST = 4, EV_WON = 8, EV_REVOKED = 16 };
 
 struct repl_witness {
 	struct ev_loop *loop;
@@ -49,23 +51,26 @@ struct repl_witness {
 	bool thr_started;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
+	/* Under lock: what the loop asked for, and what the worker has done. */
 	bool stop;
-	/* Under lock: the request in flight and its outcome. */
-	enum cmd cmd;
-	char arg[REPL_WITNESS_ID_MAX];
-	enum repl_witness_result result;
-	bool result_ready;
-	char holder[REPL_WITNESS_ID_MAX];   /* who held the key when contend lost */
+	char standby_want[REPL_WITNESS_ID_MAX];   /* K/standby should say this... */
+	uint64_t standby_gen, standby_done;       /* ...from request standby_gen on */
+	bool contending;
+	char token[REPL_WITNESS_ID_MAX];          /* ours, while contending */
+	unsigned ev_pending;                      /* EV_* for the loop */
+	char holder[REPL_WITNESS_ID_MAX];         /* who held the key when contend lost */
 
+	/* The worker's own. */
 	int64_t lease;                      /* renewed while non-zero */
 	int64_t ttl_s;
+	uint64_t last_complaint_ns;
+	bool told_held;
+
 	atomic_bool owner;                  /* K/owner is ours (attached to lease) */
 	atomic_uint_least64_t deadline_ns;  /* lease provably valid before this */
-	uint64_t last_complaint_ns;
 
 	ev_async done_w;
-	void (*done)(void *ctx, enum repl_witness_result r);
-	void *ctx;
+	struct repl_witness_cbs cbs;
 };
 
 const char *repl_witness_result_name(enum repl_witness_result r)
@@ -181,6 +186,61 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 	return r < 0 ? REPL_WITNESS_UNREACHABLE : REPL_WITNESS_HELD;
 }
 
+/* One round of the worker, lock held on entry and exit: renew when due,
+ * then bring K/standby to what the loop wants, then contend. Returns when
+ * the next round is due (CLOCK_MONOTONIC ns). */
+static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
+{
+	uint64_t now = now_ns(), period = (uint64_t)w->ttl_s * 1000000000ull / 4;
+	uint64_t retry = now + REPL_WITNESS_RETRY_MS * 1000000ull, next = now + 1000000000ull;
+	enum repl_witness_result r;
+	char arg[REPL_WITNESS_ID_MAX];
+	uint64_t gen;
+
+	if (w->lease && now >= *next_renew) {
+		pthread_mutex_unlock(&w->lock);
+		renew(w);
+		pthread_mutex_lock(&w->lock);
+		*next_renew = now + (period ? period : 250000000ull);
+	}
+	if (w->lease && *next_renew < next)
+		next = *next_renew;
+	if (w->standby_gen != w->standby_done) {
+		gen = w->standby_gen;
+		memcpy(arg, w->standby_want, sizeof(arg));
+		pthread_mutex_unlock(&w->lock);
+		r = set_standby(w, arg);
+		pthread_mutex_lock(&w->lock);
+		if (r == REPL_WITNESS_UNREACHABLE)
+			return retry;
+		if (gen == w->standby_gen)
+			w->standby_done = gen;
+		w->ev_pending |= r == REPL_WITNESS_NOT_OWNER ? EV_LOST :
+				 strcmp(arg, "none") ? EV_VOUCHED : EV_WITHDRAWN;
+		ev_async_send(w->loop, &w->done_w);
+	}
+	if (w->contending) {
+		memcpy(arg, w->token, sizeof(arg));
+		pthread_mutex_unlock(&w->lock);
+		r = contend(w, arg);
+		pthread_mutex_lock(&w->lock);
+		if (r == REPL_WITNESS_OK || r == REPL_WITNESS_REVOKED) {
+			w->contending = false;
+			w->ev_pending |= r == REPL_WITNESS_OK ? EV_WON : EV_REVOKED;
+			ev_async_send(w->loop, &w->done_w);
+			if (r == REPL_WITNESS_OK)
+				*next_renew = now_ns() + period;
+		} else {
+			if (r == REPL_WITNESS_HELD && !w->told_held)
+				log_info(TAG, "%s is held by %s: waiting for its lease to run out",
+					 w->owner_key, w->holder);
+			w->told_held |= r == REPL_WITNESS_HELD;
+			return retry < next ? retry : next;
+		}
+	}
+	return next;
+}
+
 static void *worker(void *arg)
 {
 	struct repl_witness *w = arg;
@@ -188,42 +248,14 @@ static void *worker(void *arg)
 
 	pthread_mutex_lock(&w->lock);
 	while (!w->stop) {
-		uint64_t now = now_ns(), period = (uint64_t)w->ttl_s * 1000000000ull / 4;
+		uint64_t next = work(w, &next_renew), now = now_ns();
 		struct timespec ts;
-		enum cmd cmd = w->cmd;
 
-		if (w->lease && now >= next_renew) {
-			pthread_mutex_unlock(&w->lock);
-			renew(w);
-			pthread_mutex_lock(&w->lock);
-			next_renew = now + (period ? period : 250000000ull);
-			continue;
-		}
-		if (cmd != CMD_NONE) {
-			char arg_copy[REPL_WITNESS_ID_MAX];
-			enum repl_witness_result r;
-
-			memcpy(arg_copy, w->arg, sizeof(arg_copy));
-			pthread_mutex_unlock(&w->lock);
-			r = cmd == CMD_SET_STANDBY ? set_standby(w, arg_copy) : contend(w, arg_copy);
-			if (cmd == CMD_CONTEND && r == REPL_WITNESS_OK)
-				next_renew = now_ns() + period;
-			pthread_mutex_lock(&w->lock);
-			w->cmd = CMD_NONE;
-			w->result = r;
-			w->result_ready = true;
-			ev_async_send(w->loop, &w->done_w);
-			continue;
-		}
+		if (w->stop || next <= now || w->standby_gen != w->standby_done)
+			continue;        /* a request came meanwhile, or due already */
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		if (w->lease) {
-			uint64_t wait = next_renew > now ? next_renew - now : 0;
-
-			ts.tv_sec += (time_t)(wait / 1000000000ull);
-			ts.tv_nsec += (long)(wait % 1000000000ull);
-		} else {
-			ts.tv_sec += 1;
-		}
+		ts.tv_sec += (time_t)((next - now) / 1000000000ull);
+		ts.tv_nsec += (long)((next - now) % 1000000000ull);
 		if (ts.tv_nsec >= 1000000000L) {
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
@@ -237,20 +269,26 @@ static void *worker(void *arg)
 static void on_done(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct repl_witness *w = a->data;
-	enum repl_witness_result r;
-	bool ready;
+	const struct repl_witness_cbs *c = &w->cbs;
+	unsigned ev;
 
 	(void)loop;
 	(void)revents;
 	pthread_mutex_lock(&w->lock);
-	ready = w->result_ready;
-	w->result_ready = false;
-	r = w->result;
+	ev = w->ev_pending;
+	w->ev_pending = 0;
 	pthread_mutex_unlock(&w->lock);
-	if (ready && w->done)
-		w->done(w->ctx, r);
+	if ((ev & EV_VOUCHED) && c->vouched)
+		c->vouched(c->ctx);
+	if ((ev & EV_WITHDRAWN) && c->withdrawn)
+		c->withdrawn(c->ctx);
+	if ((ev & EV_LOST) && c->lost)
+		c->lost(c->ctx);
+	if ((ev & EV_WON) && c->won)
+		c->won(c->ctx);
+	if ((ev & EV_REVOKED) && c->revoked)
+		c->revoked(c->ctx);
 }
-
 int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, const char *self,
 		     struct repl_witness **out)
 {
@@ -286,11 +324,9 @@ int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, co
 	return 0;
 }
 
-void repl_witness_on_done(struct repl_witness *w, void (*fn)(void *ctx, enum repl_witness_result r),
-			  void *ctx)
+void repl_witness_set_cbs(struct repl_witness *w, const struct repl_witness_cbs *cbs)
 {
-	w->done = fn;
-	w->ctx = ctx;
+	w->cbs = *cbs;
 }
 
 int repl_witness_start(struct repl_witness *w)
@@ -347,30 +383,28 @@ int repl_witness_acquire(struct repl_witness *w, char *err, size_t errlen)
 	return 0;
 }
 
-static int post(struct repl_witness *w, enum cmd cmd, const char *arg)
+void repl_witness_vouch(struct repl_witness *w, const char *token)
 {
-	int r = 0;
-
 	pthread_mutex_lock(&w->lock);
-	if (w->cmd != CMD_NONE || w->result_ready) {
-		r = -EBUSY;
-	} else {
-		w->cmd = cmd;
-		snprintf(w->arg, sizeof(w->arg), "%s", arg);
-		pthread_cond_signal(&w->cond);
-	}
+	snprintf(w->standby_want, sizeof(w->standby_want), "%s", token);
+	w->standby_gen++;
+	pthread_cond_signal(&w->cond);
 	pthread_mutex_unlock(&w->lock);
-	return r;
 }
 
-int repl_witness_set_standby(struct repl_witness *w, const char *token)
+void repl_witness_withdraw(struct repl_witness *w)
 {
-	return post(w, CMD_SET_STANDBY, token);
+	repl_witness_vouch(w, "none");
 }
 
-int repl_witness_contend(struct repl_witness *w, const char *token)
+void repl_witness_contend(struct repl_witness *w, const char *token)
 {
-	return post(w, CMD_CONTEND, token);
+	pthread_mutex_lock(&w->lock);
+	snprintf(w->token, sizeof(w->token), "%s", token);
+	w->contending = true;
+	w->told_held = false;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
 }
 
 bool repl_witness_valid(const struct repl_witness *w)
@@ -383,11 +417,6 @@ int64_t repl_witness_left_ms(const struct repl_witness *w)
 	if (!atomic_load(&w->owner))
 		return -1;
 	return ((int64_t)atomic_load(&w->deadline_ns) - (int64_t)now_ns()) / 1000000;
-}
-
-const char *repl_witness_holder(const struct repl_witness *w)
-{
-	return w->holder;
 }
 
 void repl_witness_stop(struct repl_witness *w)

@@ -35,6 +35,16 @@ enum repl_witness_result {
 	REPL_WITNESS_UNREACHABLE,  /* no answer from etcd in time */
 };
 
+/* Outcomes of what the loop asked for, called on the loop's thread. */
+struct repl_witness_cbs {
+	void (*vouched)(void *ctx);    /* K/standby holds the token of the last vouch */
+	void (*withdrawn)(void *ctx);  /* K/standby says "none", as asked */
+	void (*lost)(void *ctx);       /* K/owner was found not ours (vouch or withdraw failed) */
+	void (*won)(void *ctx);        /* contend: K/owner is ours now */
+	void (*revoked)(void *ctx);    /* contend: the owner no longer vouches for this standby */
+	void *ctx;
+};
+
 struct repl_witness;
 
 const char *repl_witness_result_name(enum repl_witness_result r);
@@ -42,28 +52,24 @@ const char *repl_witness_result_name(enum repl_witness_result r);
 int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, const char *self,
 		     struct repl_witness **out) __attribute__((warn_unused_result));
 void repl_witness_free(struct repl_witness *w);
-/* Where the results of set_standby and contend go (the loop's thread). */
-void repl_witness_on_done(struct repl_witness *w, void (*fn)(void *ctx, enum repl_witness_result r),
-			  void *ctx);
+void repl_witness_set_cbs(struct repl_witness *w, const struct repl_witness_cbs *cbs);
 /* The primary, at start, blocking: K/owner := self with a new lease, K/standby
  * := none. -EEXIST when another owner holds K/owner (err names it). */
 int repl_witness_acquire(struct repl_witness *w, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
-/* Starts the thread that renews the lease (and runs the requests below). */
+/* Starts the thread that renews the lease and carries out the requests below. */
 int repl_witness_start(struct repl_witness *w) __attribute__((warn_unused_result));
-/* Requests, one at a time (-EBUSY while one is in flight); done() follows.
- * set_standby: K/standby := token if K/owner is still ours ("none" gives
- * the standby up). contend: K/owner := self if absent and K/standby == token. */
-int repl_witness_set_standby(struct repl_witness *w, const char *token)
-	__attribute__((warn_unused_result));
-int repl_witness_contend(struct repl_witness *w, const char *token)
-	__attribute__((warn_unused_result));
+/* The owner: K/standby := token (vouch) or "none" (withdraw), if K/owner is
+ * still ours; the last request wins, retried until etcd answers. */
+void repl_witness_vouch(struct repl_witness *w, const char *token);
+void repl_witness_withdraw(struct repl_witness *w);
+/* A standby: K/owner := self (a new lease) once K/owner is absent and
+ * K/standby == token; retried every REPL_WITNESS_RETRY_MS until won or revoked. */
+void repl_witness_contend(struct repl_witness *w, const char *token);
 /* True while this side owns the key and its lease is provably valid. */
 bool repl_witness_valid(const struct repl_witness *w);
 /* Milliseconds of provable validity left (negative: past), -1 if not the owner. */
 int64_t repl_witness_left_ms(const struct repl_witness *w);
-/* Who held the key when contend last found it held. */
-const char *repl_witness_holder(const struct repl_witness *w);
 /* Stops renewing (a fenced owner: its lease runs out at etcd). */
 void repl_witness_stop(struct repl_witness *w);
 /* Blocking, at the end: stops renewing, gives up the standby first if
