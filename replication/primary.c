@@ -36,9 +36,12 @@
  * before the secondary's Hello the primary exits 1 (no retry), later it runs
  * UNPROTECTED; held output is never held longer.
  * The reason is logged and shown by status. Without a witness, a secondary
- * that took over while this side was cut off (partition) is not detected:
- * drop_protection() is where a fence check belongs. */
-#include "replication/replication.h"
+ * that took over while this side was cut off (partition) is not detected.
+ * With a witness (primary_fence.c) this side owns the witness key from the
+ * start: output leaves only while its lease is provably valid, a standby
+ * it gave up is withdrawn at the witness before held output leaves, and a
+ * lease that lapses fences this copy for good (state fenced). */
+#include "replication/agent.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -51,67 +54,9 @@
 
 #define TAG "primary"
 
-enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_FENCED,
-	      P_DONE };
-
-static const char *const pstate_names[] = {
-	"connecting", "hello", "syncing", "first-checkpoint", "protected", "unprotected", "fenced",
-	"done",
-};
-
-
-struct repl_primary {
-	const struct repl_primary_opts *o;
-	struct ev_loop *loop;
-	struct repl_vm *vm;
-	struct repl_link link;
-	enum pstate state;
-	struct repl_sync sync;
-	struct repl_epochs ep;
-
-	bool finishing;            /* guest stopped: last epoch in flight */
-	bool final_pending;        /* ...not captured yet (no free slot) */
-	uint64_t final_epoch;
-	int exit_status;
-
-	uint64_t transient_since_ns;   /* first of the local shortages in a row */
-	uint64_t transient_progress;   /* epochs + sync batches then */
-	struct repl_fault rx_fault;    /* what a frame of the secondary said */
-	struct repl_fault fault;       /* the last failure: status reason */
-	struct repl_timing timing;     /* ours, in our Hello */
-	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
-
-	ev_timer epoch_w, hb_w, finish_w, goodbye_w;
-	ev_signal sigint_w, sigterm_w;
-	struct control *ctl;
-
-	struct repl_witness *wit;      /* NULL: heartbeat only */
-	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
-	bool vouch_asked;              /* K/standby may name the standby from now on */
-	bool vouched;                  /* ...and does */
-	bool keep_standby;             /* exit without withdrawing it: it takes over */
-	ev_timer lease_w;              /* the lease's validity, checked often */
-
-	ev_timer handshake_w;          /* until protected: every phase progresses */
-	struct {
-		enum pstate state;
-		uint64_t batches;      /* sync batches sent */
-		size_t queued;         /* bytes the link (and the kernel) still hold */
-		uint64_t since_ns;     /* these last changed */
-	} hs;
-};
-
 static void finish(struct repl_primary *p, int status);
 
 /* ---- failures ---------------------------------------------------------------- */
-
-/* The epochs on the link are freed once nothing reads them any more. */
-static void link_gone(struct repl_primary *p)
-{
-	ev_timer_stop(p->loop, &p->goodbye_w);
-	repl_link_close(&p->link);
-	repl_epochs_drop(&p->ep);
-}
 
 /* This side gives the secondary up and runs on: tell it first (Fence "the
  * primary continues": stand down, do not take over), then let what is
@@ -124,7 +69,7 @@ static void say_goodbye(struct repl_primary *p, const char *why)
 	int r;
 
 	if (!p->link.conn) {
-		link_gone(p);
+		repl_pri_link_gone(p);
 		return;
 	}
 	r = repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES,
@@ -132,7 +77,7 @@ static void say_goodbye(struct repl_primary *p, const char *why)
 	if (r < 0) {
 		log_error(TAG, "could not tell the secondary we go on without it (%s): closing "
 			  "without a goodbye", strerror(-r));
-		link_gone(p);
+		repl_pri_link_gone(p);
 		return;
 	}
 	log_info(TAG, "goodbye sent: the secondary is told to stand down (no takeover)");
@@ -149,75 +94,7 @@ static void on_goodbye_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)revents;
 	log_warn(TAG, "the goodbye did not leave before its deadline (the secondary does not "
 		 "read): closing");
-	link_gone(p);
-}
-
-/* ---- the witness ---------------------------------------------------------- */
-
-/* The lease is not provably valid any more: this copy may have been
- * replaced. The guest is paused for good and nothing more leaves; the link
- * closes without a goodbye (the secondary contends for the key once our
- * lease runs out at etcd). Only a restart brings this side back. */
-static void fence_self(struct repl_primary *p)
-{
-	int64_t left = repl_witness_left_ms(p->wit);
-
-	if (p->state == P_FENCED || p->state == P_DONE)
-		return;
-	repl_fault_set(&p->fault, REPL_FAULT_LOCAL_FATAL, -ETIMEDOUT, "fenced: the witness lease "
-		       "was not renewed in time (%lld ms past its deadline)", (long long)-left);
-	log_error(TAG, "FENCED at epoch %llu (acked %llu): %s; the guest is paused for good and "
-		  "nothing more is released; restart this side to bring it back",
-		  (unsigned long long)p->ep.epoch, (unsigned long long)p->ep.acked, p->fault.what);
-	repl_event_log("fenced");
-	p->state = P_FENCED;
-	p->keep_standby = true;
-	machine_pause(p->vm->m);
-	ev_timer_stop(p->loop, &p->epoch_w);
-	ev_timer_stop(p->loop, &p->lease_w);
-	repl_sync_stop(&p->sync);
-	repl_witness_stop(p->wit);
-	link_gone(p);
-}
-
-static void on_vouched(void *ctx)
-{
-	struct repl_primary *p = ctx;
-
-	if (p->state != P_PROTECTED && p->state != P_PROTECTING)
-		return;                  /* a withdrawal follows */
-	p->vouched = true;
-	log_info(TAG, "the witness vouches for the standby (token %s): it may take over if this "
-		 "side dies", p->standby_token);
-}
-
-static void on_withdrawn(void *ctx)
-{
-	struct repl_primary *p = ctx;
-
-	p->vouched = false;
-	if (p->state != P_UNPROTECTED)
-		return;
-	log_info(TAG, "the witness no longer vouches for the standby: releasing held output");
-	repl_vm_set_gated(p->vm, false);
-}
-
-static void on_lost(void *ctx)
-{
-	struct repl_primary *p = ctx;
-
-	log_error(TAG, "the witness key is not ours any more");
-	fence_self(p);
-}
-
-static void on_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	struct repl_primary *p = w->data;
-
-	(void)loop;
-	(void)revents;
-	if (!repl_witness_valid(p->wit))
-		fence_self(p);
+	repl_pri_link_gone(p);
 }
 
 static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
@@ -281,7 +158,7 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 	log_error(TAG, "%s: another copy runs the guest; this primary stops now and releases "
 		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
 	p->keep_standby = true;     /* it owns the guest now */
-	link_gone(p);
+	repl_pri_link_gone(p);
 	finish(p, 1);
 	return -ECANCELED;
 }
@@ -598,13 +475,13 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 		return;
 	}
 	if (p->state == P_FENCED) {
-		link_gone(p);
+		repl_pri_link_gone(p);
 		return;
 	}
 	if (p->state == P_UNPROTECTED) {
 		log_info(TAG, "link to the secondary closed after the goodbye (%s)",
 			 reason ? strerror(-reason) : "delivered");
-		link_gone(p);
+		repl_pri_link_gone(p);
 		return;
 	}
 	snprintf(why, sizeof(why), "connection to the secondary %s",
@@ -769,86 +646,13 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	machine_stop(p->vm->m, 0);
 }
 
-static int status_format(void *ctx, const char *req, char *out, size_t len)
-{
-	struct repl_primary *p = ctx;
-	const struct repl_epochs *q = &p->ep;
-	uint64_t p50, p99;
-	bool json = strstr(req, "json") != NULL;
-	double hb_ms = p->link.conn ? (now_ns() - p->link.last_rx_ns) / 1e6 : -1;
-	char reason[200], fencing[200];
-
-	repl_fault_reason(&p->fault, reason, sizeof(reason));
-	repl_stats_pause_pct(&q->st, &p50, &p99);
-	if (p->wit)
-		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms left, "
-			 "standby %s)", p->o->witness.key, (long long)repl_witness_left_ms(p->wit),
-			 p->vouched ? "vouched for" : "not vouched for");
-	else
-		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
-	return snprintf(out, len, json ?
-			"{\"role\":\"primary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
-			"\"pause_p50_us\":%.1f,\"pause_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
-			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
-			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
-			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
-			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
-			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
-			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
-			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
-			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
-			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n",
-			pstate_names[p->state], (unsigned long long)q->epoch,
-			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
-			(unsigned long long)q->st.last_dirty_pages,
-			q->st.epochs ? (double)q->st.dirty_pages_total / (double)q->st.epochs : 0.0,
-			(unsigned long long)p->link.bytes_sent, q->st.lag_ns / 1e6,
-			(unsigned long long)q->st.stretched, hb_ms, q->worst.pause_ns / 1e3,
-			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
-			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
-			json || reason[0] ? reason : "none", fencing);
-}
-
-static char *status_text(void *ctx, const char *req)
-{
-	return repl_status_reply(status_format, ctx, req);
-}
-
 /* ---- setup ------------------------------------------------------------------ */
-
-/* With --witness: the key is ours before the guest runs, or nothing runs. */
-static int witness_setup(struct repl_primary *p)
-{
-	char self[REPL_WITNESS_ID_MAX], host[64] = "?", err[320];
-	int r;
-
-	if (!p->o->witness.endpoints)
-		return 0;
-	gethostname(host, sizeof(host) - 1);
-	snprintf(self, sizeof(self), "primary %s pid %d", host, (int)getpid());
-	r = repl_witness_new(p->loop, &p->o->witness, self, &p->wit);
-	if (r < 0) {
-		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
-		return r;
-	}
-	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
-		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
-	r = repl_witness_acquire(p->wit, err, sizeof(err));
-	if (r < 0) {
-		log_error(TAG, "witness: %s: refusing to run the guest", err);
-		return r;
-	}
-	if ((r = repl_witness_start(p->wit)) < 0)
-		return r;
-	ev_timer_start(p->loop, &p->lease_w);
-	return 0;
-}
 
 static int setup(struct repl_primary *p)
 {
 	int r;
 
-	if ((r = witness_setup(p)) < 0)
+	if ((r = repl_pri_witness_setup(p)) < 0)
 		return r;
 	if ((r = repl_vm_new(p->loop, &p->o->cfg, p->o->console, &p->vm)) < 0)
 		return r;
@@ -866,7 +670,7 @@ static int setup(struct repl_primary *p)
 	p->sync.failed = on_sync_failed;
 	p->sync.ctx = p;
 	if (p->o->control &&
-	    (r = control_open(p->loop, p->o->control, status_text, p, &p->ctl)) < 0)
+	    (r = control_open(p->loop, p->o->control, repl_pri_status_text, p, &p->ctl)) < 0)
 		return r;
 	r = net_connect(p->loop, &p->o->net, p->o->peer, &conn_ops, p, &p->link.conn);
 	if (r < 0)
@@ -888,7 +692,7 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->handshake_w, handshake_check, o->handshake_timeout_ms / 10e3,
 		      o->handshake_timeout_ms / 10e3);
 	ev_set_priority(&p->handshake_w, EV_MINPRI);
-	ev_timer_init(&p->lease_w, on_lease_check, 0.005, 0.005);
+	ev_timer_init(&p->lease_w, repl_pri_lease_check, 0.005, 0.005);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
 	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->goodbye_w.data = p;

@@ -36,9 +36,12 @@
  * handshake_timeout_ms after its connection, as a lost peer.
  *
  * Everything a takeover needs (today the console listener) is acquired at
- * start (acquire_takeover_resources): a secondary that cannot hold it does
- * not start, and a takeover only starts serving what it already holds. */
-#include "replication/replication.h"
+ * start (repl_sec_acquire_resources): a secondary that cannot hold it does
+ * not start, and a takeover only starts serving what it already holds.
+ * The takeover itself (secondary_takeover.c): with --fence-cmd the old
+ * primary is fenced first, with a witness the key is won first; a standby
+ * the witness no longer vouches for stands down. */
+#include "replication/agent.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -53,53 +56,6 @@
 
 #define TAG "secondary"
 
-enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
-	      S_DONE };
-
-static const char *const sstate_names[] = {
-	"waiting", "hello", "standby", "contending", "fence-failed", "active", "fenced", "done",
-};
-
-struct repl_secondary {
-	const struct repl_secondary_opts *o;
-	struct ev_loop *loop;
-	struct net_listener *lis;
-	struct repl_link link;
-	enum sstate state;
-	bool got_hello;
-	bool refusing;                   /* an Error is on its way, then we close */
-	bool standing_down;              /* the primary said it goes on without us */
-	bool told_silent;                /* manual takeover: the primary's silence was logged */
-	uint64_t hello_digest;           /* the primary's machine configuration digest */
-	struct repl_timing timing;       /* ours, in our Hello */
-	struct repl_timing peer_timing;  /* the primary's, from its Hello */
-	struct machine_config cfg;
-	struct repl_vm *vm;
-	struct repl_staging stage;
-	struct repl_fault rx_fault;      /* set by a frame that failed on our side */
-	struct repl_fault fault;         /* the last failure: status reason */
-
-	int exit_status;
-	ev_timer watch_w, hb_w;
-	ev_signal sigint_w, sigterm_w;
-	struct control *ctl;
-	struct console *con;             /* bound at start, served from the takeover on */
-	struct repl_candidates cands;    /* connections before their Hello */
-
-	struct repl_witness *wit;        /* NULL: heartbeat only */
-	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
-	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
-	char peer_addr[128];             /* the primary's, for the fence command */
-};
-
-static void drop_standby(struct repl_secondary *s)
-{
-	repl_vm_free(s->vm);
-	s->vm = NULL;
-	s->got_hello = false;
-	repl_staging_attach(&s->stage, NULL, 0);
-}
-
 /* The connection ends (see the policy above). */
 static void end_link(struct repl_secondary *s, bool drop)
 {
@@ -113,7 +69,7 @@ static void end_link(struct repl_secondary *s, bool drop)
 		if (s->vm)
 			log_warn(TAG, "standby dropped: %s", drop ? s->fault.what
 					 : "the primary went away before the first checkpoint");
-		drop_standby(s);
+		repl_sec_drop_standby(s);
 		s->state = S_WAITING;
 		return;
 	}
@@ -129,7 +85,7 @@ static void fail_local(struct repl_secondary *s, const struct repl_fault *f)
 		  f->what, repl_fault_kind_name(f->kind));
 	s->fault = *f;
 	repl_staging_abort(&s->stage);
-	drop_standby(s);
+	repl_sec_drop_standby(s);
 	s->state = S_WAITING;
 	if (s->link.conn && repl_send_error(&s->link, f->err, f->what) == 0) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
@@ -137,166 +93,6 @@ static void fail_local(struct repl_secondary *s, const struct repl_fault *f)
 		return;
 	}
 	end_link(s, true);
-}
-
-/* ---- takeover ----------------------------------------------------------------- */
-
-static void on_vm_stopped(void *ctx, int status)
-{
-	struct repl_secondary *s = ctx;
-
-	log_info(TAG, "guest stopped (status %d)", status);
-	s->exit_status = status < 0 ? 1 : status;
-	s->state = S_DONE;
-	ev_break(s->loop, EVBREAK_ALL);
-}
-
-/* A primary that is only stopped or slow still holds the link: the last
- * thing it reads from it says that this side runs the guest now, so that
- * it stops instead of running on (see primary.c on_fence). */
-static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
-{
-	char why[64];
-
-	if (!s->link.conn)
-		return;
-	snprintf(why, sizeof(why), "the primary was silent for %llu ms", (unsigned long long)silent_ms);
-	if (repl_send_fence(&s->link, UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER,
-			    s->stage.applied, why) == 0) {
-		net_close_flush(s->link.conn);   /* closed() follows; nothing read counts */
-		return;
-	}
-	log_warn(TAG, "could not tell the primary that this side took over");
-	repl_link_close(&s->link);
-}
-
-static void take_over(struct repl_secondary *s)
-{
-	struct repl_staging *g = &s->stage;
-	uint64_t t0 = now_ns();
-	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
-
-	tell_primary_took_over(s, silent_ms);
-	if (s->lis) {
-		net_listener_close(s->lis);
-		s->lis = NULL;
-	}
-#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* as it was: a taken port fails the takeover */
-	if (console_bind(s->loop, s->o->console, &s->con) < 0) {
-		s->exit_status = 1;
-		s->state = S_DONE;
-		ev_break(s->loop, EVBREAK_ALL);
-		return;
-	}
-#endif
-	repl_vm_serve_console(s->vm, s->con);
-	s->con = NULL;                   /* the VM owns it now */
-	if (g->held.len && (!s->wit || repl_witness_valid(s->wit))) {
-		console_write(s->vm->con, g->held.data, g->held.len);
-		repl_event_log("replay %llu %llu", (unsigned long long)g->held_from,
-			       (unsigned long long)(g->held_from + g->held.len));
-	}
-	s->vm->on_stopped = on_vm_stopped;
-	s->vm->cb_ctx = s;
-	s->vm->witness = s->wit;
-	repl_vm_set_gated(s->vm, false);
-	s->state = S_ACTIVE;
-	/* Test mode: what resumes is still the last applied epoch. */
-	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
-		g->verify_failed++;
-	machine_resume(s->vm->m);
-	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
-		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
-		  (unsigned long long)g->applied, (now_ns() - t0) / 1e6, g->held.len);
-	if (g->verify_ok || g->verify_failed)
-		log_info(TAG, "test mode: %llu epochs verified equal to the primary, %llu differed",
-			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
-}
-
-/* ---- fencing: the fence command, the witness ------------------------------------ */
-
-/* With --fence-cmd, the old primary is powered off before the guest
- * resumes here; a command that fails or overruns its deadline means no
- * takeover, loudly: the standby stays (state fence-failed), nothing runs. */
-static void fence_and_take_over(struct repl_secondary *s, const char *reason)
-{
-	struct repl_fence_peer peer = { .peer_addr = s->peer_addr, .vm_name = s->cfg.guest,
-					.epoch = s->stage.applied, .reason = reason };
-	char why[256];
-	int r;
-
-	if (s->o->fence_cmd) {
-		r = repl_fence_run(s->o->fence_cmd, s->o->fence_timeout_ms, &peer, why, sizeof(why));
-		if (r < 0) {
-			repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "fence command failed (%s): "
-				       "no takeover, the standby stays at epoch %llu", why,
-				       (unsigned long long)s->stage.applied);
-			log_error(TAG, "NO TAKEOVER: %s; the old primary may still run", s->fault.what);
-			repl_link_close(&s->link);
-			if (s->wit)
-				repl_witness_stop(s->wit);   /* the key we won lapses: nobody runs it */
-			s->state = S_FENCE_FAILED;
-			return;
-		}
-	}
-	take_over(s);
-}
-
-/* The takeover decision. Heartbeat only: take over now. With a witness:
- * nothing more of the old primary is read (the link closes) and this side
- * contends for the key; only a win resumes the guest (on_witness_done). */
-static void begin_takeover(struct repl_secondary *s)
-{
-	if (!s->wit) {
-		fence_and_take_over(s, "the primary is silent");
-		return;
-	}
-	log_warn(TAG, "primary silent for %llu ms: contending for the witness key before any "
-		 "takeover (standby at epoch %llu)",
-		 (unsigned long long)((now_ns() - s->link.last_rx_ns) / 1000000),
-		 (unsigned long long)s->stage.applied);
-	repl_event_log("contend");
-	repl_link_close(&s->link);
-	s->state = S_CONTENDING;
-	s->contend_t0_ns = now_ns();
-	repl_witness_contend(s->wit, s->token);
-}
-
-static void on_won(void *ctx)
-{
-	struct repl_secondary *s = ctx;
-
-	if (s->state != S_CONTENDING)
-		return;
-	log_info(TAG, "won the witness key %.1f ms after the takeover decision",
-		 (now_ns() - s->contend_t0_ns) / 1e6);
-	fence_and_take_over(s, "the primary is silent and its witness lease ran out");
-}
-
-static void on_revoked(void *ctx)
-{
-	struct repl_secondary *s = ctx;
-
-	if (s->state != S_CONTENDING)
-		return;
-	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the witness no longer "
-		       "vouches for this standby (the primary went on without it)");
-	log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
-	drop_standby(s);
-	s->state = S_WAITING;
-}
-
-/* The copy we run lost its lease: pause it for good, release nothing more. */
-static void fence_self(struct repl_secondary *s)
-{
-	repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, -ETIMEDOUT, "fenced: the witness lease "
-		       "was not renewed in time");
-	log_error(TAG, "FENCED: %s; the guest is paused for good and nothing more is released",
-		  s->fault.what);
-	repl_event_log("fenced");
-	machine_pause(s->vm->m);
-	repl_witness_stop(s->wit);
-	s->state = S_FENCED;
 }
 
 /* A primary that said Hello must go on until the first checkpoint: silent
@@ -345,13 +141,13 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
 	if (s->wit && s->state == S_ACTIVE && !repl_witness_valid(s->wit))
-		fence_self(s);
+		repl_sec_fence(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
 		return;
 	if (!s->o->manual_takeover) {
-		begin_takeover(s);
+		repl_sec_begin_takeover(s);
 	} else if (!s->told_silent) {
 		s->told_silent = true;
 		log_warn(TAG, "the primary is silent (%u ms): takeover is manual, waiting to be told "
@@ -706,129 +502,11 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 
 /* ---- status, signals, setup ------------------------------------------------------- */
 
-/* Binds the console now, so that a takeover cannot fail on its port. */
-static int acquire_takeover_resources(struct repl_secondary *s)
-{
-	int r;
-
-#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* make check-mutants: bound at takeover */
-	return 0;
-#endif
-	r = console_bind(s->loop, s->o->console, &s->con);
-	if (r < 0) {
-		log_error(TAG, "cannot bind the console %s (%s): a takeover could not serve it; "
-			  "refusing to start", s->o->console, strerror(-r));
-		return r;
-	}
-	log_info(TAG, "console %s bound (port %d); served from a takeover on", s->o->console,
-		 console_port(s->con));
-	return 0;
-}
-
-/* With --witness: the lease thread starts now; the key is contended for
- * only at a takeover. */
-static int witness_setup(struct repl_secondary *s)
-{
-	char self[REPL_WITNESS_ID_MAX], host[64] = "?";
-	int r;
-
-	if (!s->o->witness.endpoints)
-		return 0;
-	gethostname(host, sizeof(host) - 1);
-	snprintf(self, sizeof(self), "secondary %s pid %d", host, (int)getpid());
-	r = repl_witness_new(s->loop, &s->o->witness, self, &s->wit);
-	if (r < 0) {
-		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
-		return r;
-	}
-	repl_witness_set_cbs(s->wit, &(struct repl_witness_cbs){
-		.won = on_won, .revoked = on_revoked, .ctx = s });
-	return repl_witness_start(s->wit);
-}
-
-/* The state for status: a standby that could not take over is not healthy. */
-static const char *state_name(const struct repl_secondary *s)
-{
-	if (s->state == S_STANDBY && !s->con)
-		return "standby-unready";
-	return sstate_names[s->state];
-}
-
-static int status_format(void *ctx, const char *req, char *out, size_t len)
-{
-	struct repl_secondary *s = ctx;
-	const struct repl_staging *g = &s->stage;
-	uint64_t p50, p99;
-	bool json = strstr(req, "json") != NULL;
-	double hb_ms = (now_ns() - s->link.last_rx_ns) / 1e6;
-	char reason[200], fencing[200];
-
-	repl_fault_reason(&s->fault, reason, sizeof(reason));
-	repl_stats_pause_pct(&g->st, &p50, &p99);
-	if (s->wit)
-		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, %s)",
-			 s->o->witness.key, s->state >= S_ACTIVE ? "this side owns it" :
-			 "takeover only after winning it");
-	else
-		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
-	return snprintf(out, len, json ?
-			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
-			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
-			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
-			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
-			"role secondary\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
-			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
-			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
-			"reason %s\nfencing: %s\n",
-			state_name(s), (unsigned long long)g->applied,
-			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
-			(unsigned long long)g->st.last_dirty_pages,
-			(unsigned long long)s->link.bytes_rcvd, hb_ms,
-			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
-			json || reason[0] ? reason : "none", fencing);
-}
-
-/* Control request "takeover": a standby that holds a complete checkpoint
- * resumes the guest now (a cluster manager decided, e.g. Pacemaker's
- * promote); anything else is refused and nothing changes. */
-static char *takeover_request(struct repl_secondary *s)
-{
-	char *reply = NULL;
-
-	if (s->state == S_CONTENDING) {
-		if (asprintf(&reply, "ok contending for the witness key at epoch %llu\n",
-			     (unsigned long long)s->stage.applied) < 0)
-			return NULL;
-		return reply;
-	}
-	if (s->state == S_ACTIVE) {
-		if (asprintf(&reply, "ok already active (took over at epoch %llu)\n",
-			     (unsigned long long)s->stage.applied) < 0)
-			return NULL;
-		return reply;
-	}
-	if (s->state != S_STANDBY || !s->stage.have_ckpt || !s->con) {
-		if (asprintf(&reply, "error no takeover: this secondary is %s and %s\n", state_name(s),
-			     s->stage.have_ckpt ? "holds a checkpoint" :
-			     "holds no complete checkpoint") < 0)
-			return NULL;
-		return reply;
-	}
-	log_warn(TAG, "takeover requested on the control socket (standby at epoch %llu)",
-		 (unsigned long long)s->stage.applied);
-	begin_takeover(s);
-	if (asprintf(&reply, s->state == S_CONTENDING ? "ok contending for the witness key at "
-		     "epoch %llu\n" : "ok took over at epoch %llu\n",
-		     (unsigned long long)s->stage.applied) < 0)
-		return NULL;
-	return reply;
-}
-
 static char *control_text(void *ctx, const char *req)
 {
 	if (!strcmp(req, "takeover"))
-		return takeover_request(ctx);
-	return repl_status_reply(status_format, ctx, req);
+		return repl_sec_takeover_request(ctx);
+	return repl_sec_status_text(ctx, req);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
@@ -870,7 +548,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_staging_init(&s->stage);
 	repl_candidates_init(&s->cands, &cand_ops, s, o->handshake_timeout_ms, &s->fault);
 	watchers_init(s);
-	if (acquire_takeover_resources(s) < 0 || witness_setup(s) < 0)
+	if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0)
 		goto out;
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
 	if (r < 0) {

@@ -32,7 +32,7 @@ start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
 	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 20 || fail "never protected"
 	out=$(python3 tests/counter_client.py $pcon incr incr) || fail "client of the primary"
 }
-stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; }
+stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; return 0; }
 state_of() { "$BIN" status --control "$1" 2>/dev/null | sed -n 's/^state //p'; }
 
 "$BIN" secondary --listen 127.0.0.1:1 --console tcp:127.0.0.1:2 --insecure --fence-timeout-ms 500 \

@@ -39,7 +39,7 @@ start_pair() {
 		2>"$tmp/$n.pri.log" &
 	pp=$!
 }
-stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; }
+stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; return 0; }
 protected() {
 	wait_log "$tmp/$n.pri.log" "the witness vouches for the standby" 30 ||
 		fail "never protected and vouched for: $(tail -5 "$tmp/$n.pri.log")"
