@@ -114,6 +114,9 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
 	say_goodbye(p, f->what);
+#ifdef UNDERSTUDY_MUTANT_keep_vouch   /* make check-mutants: the standby's vouch stays */
+	p->vouch_asked = false;
+#endif
 	if (p->wit && p->vouch_asked) {
 		/* The standby may hold a vouch: it must be withdrawn at the witness
 		 * before output it never saw leaves, or it could take over later

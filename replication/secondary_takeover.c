@@ -127,6 +127,10 @@ static void fence_and_take_over(struct repl_secondary *s, const char *reason)
  * contends for the key; only a win resumes the guest (on_witness_done). */
 void repl_sec_begin_takeover(struct repl_secondary *s)
 {
+#ifdef UNDERSTUDY_MUTANT_takeover_without_key   /* make check-mutants: the key is not won first */
+	fence_and_take_over(s, "the primary is silent");
+	return;
+#endif
 	if (!s->wit) {
 		fence_and_take_over(s, "the primary is silent");
 		return;

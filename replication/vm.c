@@ -94,6 +94,7 @@ void repl_vm_release(struct repl_vm *v, uint64_t upto)
 {
 	size_t n, cut;
 	uint64_t from;
+	bool ungated = upto == UINT64_MAX;   /* unprotected, or after a takeover */
 
 	if (v->witness && !repl_witness_valid(v->witness)) {
 		if (!v->lease_held_back)
@@ -124,7 +125,7 @@ void repl_vm_release(struct repl_vm *v, uint64_t upto)
 			v->tail_holds = 0;
 	}
 	pthread_mutex_unlock(&v->out_lock);
-	if (n && upto == UINT64_MAX)   /* ungated output (unprotected, after a takeover) */
+	if (n && ungated)
 		repl_event_log("out %llu %llu", (unsigned long long)from,
 			       (unsigned long long)(from + n));
 }
