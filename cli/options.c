@@ -202,9 +202,11 @@ int cli_parse_witness_option(struct witness_options *w, int opt, const char *arg
 		w->o.endpoints = arg + 5;
 		return 0;
 	case 1201:
-		if (!*arg || strlen(arg) >= sizeof(w->key)) {
-			fprintf(stderr, "understudy: --witness-key: need a name of 1..%zu bytes\n",
-				sizeof(w->key) - 1);
+		if (!*arg || strlen(arg) >= sizeof(w->key) ||
+		    strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/_.-") !=
+		    strlen(arg)) {
+			fprintf(stderr, "understudy: --witness-key '%s': need 1..%zu of A-Z a-z 0-9 / _ . -\n",
+				arg, sizeof(w->key) - 1);
 			return 2;
 		}
 		snprintf(w->key, sizeof(w->key), "%s", arg);
