@@ -36,7 +36,8 @@ run_test() {
 
 # why LOG: the first line saying what failed
 why() {
-	grep -m1 -E '^FAIL|^ERROR|differs|VERIFY FAILED|Assertion' "$1" | cut -c1-110
+	{ grep -m1 -E '^FAIL' "$1" || grep -m1 -E '^ERROR|differs|VERIFY FAILED|Assertion' "$1"; } |
+		cut -c1-110
 }
 
 tests_of() { echo "$table" | awk -F'|' -v m="$1" '$1 == m { print $3 }'; }
