@@ -1,6 +1,9 @@
 /* The primary agent, unprotected: a VM on the loop until it stops or a
  * signal, with a control socket on which it writes snapshot files on
- * request, a full one and then diffs against the previous one. */
+ * request, a full one and then diffs against the previous one, and on
+ * which `understudy protect` attaches a secondary (the protection engine
+ * of replication/, repl_primary_attach). While protected, snapshots are
+ * refused: the engine owns the dirty log. */
 #include "primary/primary.h"
 
 #include <errno.h>
@@ -96,6 +99,8 @@ static char *snapshot_request(struct snapshots *s, const char *request)
 struct run_ctx {
 	struct ev_loop *loop;
 	struct repl_vm *vm;
+	struct snapshots *snaps;
+	struct repl_primary *engine;    /* attached by "protect", or NULL */
 	int status;
 	bool stopped;
 };
@@ -111,33 +116,95 @@ static void on_stopped(void *ctx, int status)
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
+	struct run_ctx *r = w->data;
+
 	(void)revents;
 	log_info("run", "signal %d: stopping the VM", w->signum);
-	ev_break(loop, EVBREAK_ALL);
+	/* Protected: the guest stops through the engine, which commits its
+	 * last epoch and tells the secondary not to take over. */
+	if (r->engine && repl_primary_protecting(r->engine))
+		machine_stop(r->vm->m, 0);
+	else
+		ev_break(loop, EVBREAK_ALL);
+}
+
+/* The protection engine ended: the guest stopped, its last epoch committed. */
+static void on_engine_ended(void *ctx, int status)
+{
+	struct run_ctx *r = ctx;
+
+	r->stopped = true;
+	r->status = status;
+	ev_break(r->loop, EVBREAK_ALL);
+}
+
+/* "protect PEER [key=value ...]": a new engine, unless one protects the VM. */
+static char *protect_request(struct run_ctx *r, const char *request)
+{
+	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = r };
+	struct repl_primary_opts o;
+	char *req = strdup(request), err[256];
+	int rc;
+
+	if (!req)
+		return NULL;
+	if (repl_protect_parse(req, &o, err, sizeof(err)) < 0) {
+		free(req);
+		return fmt("error %s", err);
+	}
+	if (r->engine) {
+		if (repl_primary_protecting(r->engine)) {
+			free(req);
+			return fmt("error already %s: one secondary at a time",
+				   repl_primary_state(r->engine));
+		}
+		repl_primary_detach(r->engine);
+		r->engine = NULL;
+	}
+	rc = repl_primary_attach(r->loop, r->vm, NULL, &o, &host, &r->engine);
+	free(req);
+	if (rc < 0)
+		return fmt("error cannot protect: %s", strerror(-rc));
+	r->snaps->last_id = 0;         /* the dirty log is the engine's from now on */
+	return fmt("ok protecting: connecting to the secondary");
 }
 
 static char *on_control(void *ctx, const char *request)
 {
-	return snapshot_request(ctx, request);
+	struct run_ctx *r = ctx;
+
+	if (!strncmp(request, "protect", 7) && (!request[7] || request[7] == ' '))
+		return protect_request(r, request);
+	if (!strncmp(request, "status", 6)) {
+		if (r->engine)
+			return repl_primary_status_text(r->engine, request);
+		return fmt(strstr(request, "json") ? "{\"role\":\"primary\",\"state\":\"unprotected\"}\n" :
+			   "role primary\nstate unprotected\nfencing: none (no secondary)\n");
+	}
+	if (r->engine && repl_primary_protecting(r->engine))
+		return fmt("error the VM is %s: snapshots are not taken while a secondary is "
+			   "attached (it owns the dirty log)", repl_primary_state(r->engine));
+	return snapshot_request(r->snaps, request);
 }
 
 int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path)
 {
-	struct run_ctx ctx = { .loop = loop, .vm = vm };
 	struct snapshots snaps;
+	struct run_ctx ctx = { .loop = loop, .vm = vm, .snaps = &snaps };
 	struct control *control = NULL;
 	ev_signal sigint_w, sigterm_w;
 
 	snapshots_init(&snaps, vm->m);
 	vm->on_stopped = on_stopped;
 	vm->cb_ctx = &ctx;
-	if (control_path && control_open(loop, control_path, on_control, &snaps, &control) < 0) {
+	if (control_path && control_open(loop, control_path, on_control, &ctx, &control) < 0) {
 		snapshots_fini(&snaps);
 		repl_vm_free(vm);
 		return 1;
 	}
 	ev_signal_init(&sigint_w, on_signal, SIGINT);
 	ev_signal_init(&sigterm_w, on_signal, SIGTERM);
+	sigint_w.data = sigterm_w.data = &ctx;
 	ev_signal_start(loop, &sigint_w);
 	ev_signal_start(loop, &sigterm_w);
 	machine_resume(vm->m);
@@ -146,6 +213,7 @@ int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_
 	if (!ctx.stopped)
 		machine_stop(vm->m, 0);
 	machine_pause(vm->m);
+	repl_primary_detach(ctx.engine);
 	control_free(control);
 	ev_signal_stop(loop, &sigint_w);
 	ev_signal_stop(loop, &sigterm_w);

@@ -10,10 +10,15 @@
 enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_FENCED,
 	      P_DONE };
 
-
-
 struct repl_primary {
 	const struct repl_primary_opts *o;
+	struct repl_primary_opts own;  /* attached: a copy of the caller's options */
+	char own_strings[6][512];      /* ...and of the strings they point to */
+	bool attached;                 /* on a host's running VM (repl_primary_attach) */
+	struct repl_primary_host host;
+	uint64_t attach_t0_ns;
+	void (*host_stopped)(void *ctx, int status);   /* the VM's on_stopped before attach */
+	void *host_stopped_ctx;
 	struct ev_loop *loop;
 	struct repl_vm *vm;
 	struct repl_link link;
@@ -94,6 +99,7 @@ struct repl_secondary {
 	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
 	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
 	char peer_addr[128];             /* the primary's, for the fence command */
+	struct repl_primary *engine;     /* active and protected again (understudy protect) */
 };
 
 /* secondary_takeover.c */
@@ -106,7 +112,6 @@ int repl_sec_witness_setup(struct repl_secondary *s);
 char *repl_sec_takeover_request(struct repl_secondary *s);
 
 /* status.c */
-char *repl_pri_status_text(void *ctx, const char *req);
 const char *repl_sec_state_name(const struct repl_secondary *s);
 char *repl_sec_status_text(void *ctx, const char *req);
 

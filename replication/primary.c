@@ -56,6 +56,15 @@
 
 static void finish(struct repl_primary *p, int status);
 
+/* The engine is done: the loop ends (repl_primary_run) or the host is told. */
+static void engine_done(struct repl_primary *p)
+{
+	if (!p->attached)
+		ev_break(p->loop, EVBREAK_ALL);
+	else if (p->host.ended)
+		p->host.ended(p->host.ctx, p->exit_status);
+}
+
 /* ---- failures ---------------------------------------------------------------- */
 
 /* This side gives the secondary up and runs on: tell it first (Fence "the
@@ -102,9 +111,19 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	if (p->state >= P_UNPROTECTED)
 		return;
 	p->fault = *f;
-	if (p->state <= P_HELLO) {
+	if (p->state <= P_HELLO && !p->attached) {
 		log_error(TAG, "cannot protect the VM: %s (%s)", f->what, repl_fault_kind_name(f->kind));
 		finish(p, 1);
+		return;
+	}
+	if (p->state <= P_HELLO) {   /* attached: the host's VM runs on as before */
+		log_error(TAG, "cannot protect the VM: %s (%s): it runs on unprotected", f->what,
+			  repl_fault_kind_name(f->kind));
+		p->state = P_UNPROTECTED;
+		repl_pri_link_gone(p);
+		repl_vm_set_gated(p->vm, false);
+		if (p->finishing)
+			finish(p, p->exit_status);
 		return;
 	}
 	log_error(TAG, "%s: %s at epoch %llu (acked %llu): the VM runs UNPROTECTED from now on; "
@@ -474,7 +493,7 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	(void)c;
 	repl_link_closed(&p->link);
 	if (p->state == P_DONE) {
-		ev_break(p->loop, EVBREAK_ALL);
+		engine_done(p);
 		return;
 	}
 	if (p->state == P_FENCED) {
@@ -600,7 +619,7 @@ static void finish(struct repl_primary *p, int status)
 		ev_timer_start(p->loop, &p->finish_w);
 		return;
 	}
-	ev_break(p->loop, EVBREAK_ALL);
+	engine_done(p);
 }
 
 static void on_finish_timeout(struct ev_loop *loop, ev_timer *w, int revents)
@@ -610,7 +629,7 @@ static void on_finish_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	if (p->state == P_DONE) {
-		ev_break(p->loop, EVBREAK_ALL);   /* the goodbye did not leave in time */
+		engine_done(p);          /* the goodbye did not leave in time */
 		return;
 	}
 	log_warn(TAG, "no ACK for the last epoch: stopping anyway");
@@ -651,6 +670,50 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
 /* ---- setup ------------------------------------------------------------------ */
 
+/* The engine on p->vm (running or about to): link, epochs, sync, connect. */
+static int engine_init(struct repl_primary *p)
+{
+	int r;
+
+	p->vm->on_stopped = on_vm_stopped;
+	p->vm->cb_ctx = p;
+	repl_vm_set_gated(p->vm, true);
+	repl_link_init(&p->link, PROTO_MAX_PAYLOAD_DEFAULT);
+	if ((r = repl_epochs_init(&p->ep, p->vm, &p->link, getenv("UNDERSTUDY_VERIFY") != NULL)) < 0 ||
+	    (r = repl_sync_init(&p->sync, p->loop, p->vm, &p->link, p->ep.enc)) < 0)
+		return r;
+	p->sync.done = on_sync_done;
+	p->sync.failed = on_sync_failed;
+	p->sync.ctx = p;
+	r = net_connect(p->loop, &p->o->net, p->o->peer, &conn_ops, p, &p->link.conn);
+	if (r < 0)
+		log_error(TAG, "cannot connect to the secondary at %s: %s", p->o->peer, strerror(-r));
+	return r;
+}
+
+static void engine_start(struct repl_primary *p)
+{
+	ev_timer_start(p->loop, &p->hb_w);
+	if (p->wit)
+		ev_timer_start(p->loop, &p->lease_w);
+	handshake_start(p);
+	p->link.last_tick_ns = now_ns();   /* the stall check starts now, not at setup */
+}
+
+static void engine_fini(struct repl_primary *p)
+{
+	ev_timer_stop(p->loop, &p->epoch_w);
+	ev_timer_stop(p->loop, &p->hb_w);
+	ev_timer_stop(p->loop, &p->finish_w);
+	ev_timer_stop(p->loop, &p->handshake_w);
+	ev_timer_stop(p->loop, &p->goodbye_w);
+	ev_timer_stop(p->loop, &p->lease_w);
+	repl_sync_fini(&p->sync);
+	repl_link_fini(&p->link);
+	repl_epochs_fini(&p->ep);
+}
+
+/* repl_primary_run: the VM, its witness and control socket are the engine's. */
 static int setup(struct repl_primary *p)
 {
 	int r;
@@ -660,25 +723,13 @@ static int setup(struct repl_primary *p)
 	if ((r = repl_vm_new(p->loop, &p->o->cfg, p->o->console, &p->vm)) < 0)
 		return r;
 	p->vm->witness = p->wit;
-	p->vm->on_stopped = on_vm_stopped;
-	p->vm->cb_ctx = p;
 	repl_vm_set_gated(p->vm, true);
 	if ((r = machine_boot(p->vm->m)) < 0)
 		return r;
-	repl_link_init(&p->link, PROTO_MAX_PAYLOAD_DEFAULT);
-	if ((r = repl_epochs_init(&p->ep, p->vm, &p->link, getenv("UNDERSTUDY_VERIFY") != NULL)) < 0 ||
-	    (r = repl_sync_init(&p->sync, p->loop, p->vm, &p->link, p->ep.enc)) < 0)
-		return r;
-	p->sync.done = on_sync_done;
-	p->sync.failed = on_sync_failed;
-	p->sync.ctx = p;
 	if (p->o->control &&
-	    (r = control_open(p->loop, p->o->control, repl_pri_status_text, p, &p->ctl)) < 0)
+	    (r = control_open(p->loop, p->o->control, repl_primary_status_text, p, &p->ctl)) < 0)
 		return r;
-	r = net_connect(p->loop, &p->o->net, p->o->peer, &conn_ops, p, &p->link.conn);
-	if (r < 0)
-		log_error(TAG, "cannot connect to the secondary at %s: %s", p->o->peer, strerror(-r));
-	return r;
+	return engine_init(p);
 }
 
 static void watchers_init(struct repl_primary *p)
@@ -721,34 +772,24 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	}
 	ev_signal_start(p->loop, &p->sigint_w);
 	ev_signal_start(p->loop, &p->sigterm_w);
-	ev_timer_start(p->loop, &p->hb_w);
-	handshake_start(p);
 	if (p->wit)
 		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): output leaves "
 			 "only while the lease is provably valid", o->witness.key, o->witness.lease_ms);
 	else
 		log_info(TAG, "fencing: " REPL_FENCING);
-	p->link.last_tick_ns = now_ns();   /* the stall check starts now, not at setup */
+	engine_start(p);
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;
 out:
-	ev_timer_stop(p->loop, &p->epoch_w);
-	ev_timer_stop(p->loop, &p->hb_w);
-	ev_timer_stop(p->loop, &p->finish_w);
-	ev_timer_stop(p->loop, &p->handshake_w);
-	ev_timer_stop(p->loop, &p->goodbye_w);
-	ev_timer_stop(p->loop, &p->lease_w);
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);
-	repl_sync_fini(&p->sync);
+	engine_fini(p);
 	control_free(p->ctl);
 	if (p->vm) {
 		machine_stop(p->vm->m, 0);
 		machine_pause(p->vm->m);
 	}
-	repl_link_fini(&p->link);
-	repl_epochs_fini(&p->ep);
 	repl_vm_free(p->vm);        /* what it still releases passes the lease gate */
 	if (p->wit) {
 		repl_witness_release(p->wit, !p->keep_standby);
@@ -756,4 +797,91 @@ out:
 	}
 	free(p);
 	return status;
+}
+
+/* ---- on a host's running VM (understudy protect) ------------------------------- */
+
+/* Copies src into the engine's own storage (slot i); NULL stays NULL. */
+static const char *own_string(struct repl_primary *p, int i, const char *src)
+{
+	if (!src)
+		return NULL;
+	snprintf(p->own_strings[i], sizeof(p->own_strings[i]), "%s", src);
+	return p->own_strings[i];
+}
+
+int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_witness *wit,
+			const struct repl_primary_opts *o, const struct repl_primary_host *host,
+			struct repl_primary **out)
+{
+	struct repl_primary *p = calloc(1, sizeof(*p));
+	int r;
+
+	if (!p)
+		return -ENOMEM;
+	p->attached = true;
+	p->own = *o;
+	p->own.peer = own_string(p, 0, o->peer);
+	p->own.net.cert = own_string(p, 1, o->net.cert);
+	p->own.net.key = own_string(p, 2, o->net.key);
+	p->own.net.ca = own_string(p, 3, o->net.ca);
+	p->own.net.peer_name = own_string(p, 4, o->net.peer_name);
+	p->own.net.rdma_provider = own_string(p, 5, o->net.rdma_provider);
+	p->own.control = p->own.console = NULL;
+	p->own.cfg = vm->m->cfg;     /* what the secondary builds its standby from */
+	p->own.witness = (struct repl_witness_opts){ 0 };
+	p->o = &p->own;
+	p->loop = loop;
+	p->vm = vm;
+	p->wit = wit;
+	p->host = *host;
+	p->state = P_CONNECTING;
+	p->attach_t0_ns = now_ns();
+	p->host_stopped = vm->on_stopped;
+	p->host_stopped_ctx = vm->cb_ctx;
+	repl_timing_init(&p->timing, p->o->timeout_ms, p->o->epoch_ms);
+	watchers_init(p);
+	if ((r = engine_init(p)) < 0) {
+		engine_fini(p);
+		vm->on_stopped = p->host_stopped;
+		vm->cb_ctx = p->host_stopped_ctx;
+		repl_vm_set_gated(vm, false);
+		free(p);
+		return r;
+	}
+	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
+	engine_start(p);
+	*out = p;
+	return 0;
+}
+
+void repl_primary_detach(struct repl_primary *p)
+{
+	bool release;
+
+	if (!p)
+		return;
+	/* Held output of epochs the secondary may not hold never leaves; before
+	 * the first checkpoint nothing was protected, so nothing is held back. */
+	release = p->state < P_PROTECTING || p->state == P_UNPROTECTED;
+	if (p->link.conn && p->state >= P_SYNC && p->state < P_UNPROTECTED &&
+	    repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
+			    "protection detached") < 0)
+		log_warn(TAG, "could not tell the secondary we stop");
+	engine_fini(p);
+	p->vm->on_stopped = p->host_stopped;
+	p->vm->cb_ctx = p->host_stopped_ctx;
+	if (release)
+		repl_vm_set_gated(p->vm, false);
+	free(p);
+}
+
+bool repl_primary_protecting(const struct repl_primary *p)
+{
+	return p->state < P_UNPROTECTED;
+}
+
+bool repl_primary_keeps_standby(const struct repl_primary *p)
+{
+	return p->keep_standby;
 }

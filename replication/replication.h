@@ -423,6 +423,44 @@ struct repl_secondary_opts {
 /* Run on the caller's loop until the guest powers off or a signal; return
  * the exit status. */
 int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
+
+/* The protection of a VM that already runs on a host agent's loop (`run`,
+ * `restore`, a secondary that took over): `understudy protect`. The engine
+ * is the one repl_primary_run uses, from the initial sync on; the host keeps
+ * the VM, its console, control socket, signals and witness. */
+struct repl_primary;
+struct repl_primary_host {
+	/* The engine is done: the guest stopped (status: its exit status, its
+	 * last epoch committed) or it was fenced (status 1). Not called when
+	 * the secondary is lost: the engine then runs the VM unprotected and
+	 * may be detached and replaced by a new one. */
+	void (*ended)(void *ctx, int status);
+	void *ctx;
+};
+/* Copies o (and its strings); o->cfg and o->console are not used. wit: the
+ * host's witness (it must own the key) or NULL. The VM's output is gated from
+ * now on, and its on_stopped goes to the engine until detach. */
+int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_witness *wit,
+			const struct repl_primary_opts *o, const struct repl_primary_host *host,
+			struct repl_primary **out) US_MUST_CHECK;
+/* Frees the engine (says goodbye to a secondary still there); the VM stays
+ * the host's, with its on_stopped as before the attach; output held for
+ * epochs not acknowledged stays held (fenced: the VM stays paused). */
+void repl_primary_detach(struct repl_primary *p);
+/* "unprotected", "protected", ...: the engine's state. */
+const char *repl_primary_state(const struct repl_primary *p);
+/* True from the attach until protection ends (given up, fenced, done). */
+bool repl_primary_protecting(const struct repl_primary *p);
+/* True when the witness must keep vouching for the standby at the end (it
+ * takes over, or the engine was fenced). */
+bool repl_primary_keeps_standby(const struct repl_primary *p);
+/* The status reply of the engine (as `understudy status` shows it). */
+char *repl_primary_status_text(void *p, const char *req);
+/* A control request "protect PEER [key=value ...]" (what `understudy
+ * protect` sends: epoch-ms, timeout-ms, handshake-timeout-ms, insecure,
+ * transport, tls-cert, tls-key, tls-ca, tls-peer-name) into o; 0 or -EINVAL
+ * with err saying why. The strings of o point into req, which must stay. */
+int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t errlen) US_MUST_CHECK;
 int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o);
 
 #endif

@@ -502,10 +502,63 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 
 /* ---- status, signals, setup ------------------------------------------------------- */
 
+/* The engine that protects the guest we run ended: the guest stopped
+ * (its last epoch committed) or this copy was told it was replaced. */
+static void on_engine_ended(void *ctx, int status)
+{
+	struct repl_secondary *s = ctx;
+
+	s->exit_status = status;
+	s->state = S_DONE;
+	ev_break(s->loop, EVBREAK_ALL);
+}
+
+/* "protect PEER ...": the guest this side took over gets a secondary of its
+ * own (re-protection), through the same engine as `understudy primary`. */
+static char *protect_request(struct repl_secondary *s, const char *req)
+{
+	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = s };
+	struct repl_primary_opts o;
+	char *copy = strdup(req), err[256], *reply = NULL;
+	int r;
+
+	if (!copy)
+		return NULL;
+	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	if (r == 0 && s->state != S_ACTIVE) {
+		snprintf(err, sizeof(err), "this secondary is %s: only a guest it took over can be "
+			 "protected", repl_sec_state_name(s));
+		r = -EINVAL;
+	}
+	if (r == 0 && s->engine && repl_primary_protecting(s->engine)) {
+		snprintf(err, sizeof(err), "already %s: one secondary at a time",
+			 repl_primary_state(s->engine));
+		r = -EBUSY;
+	}
+	if (r == 0) {
+		repl_primary_detach(s->engine);
+		s->engine = NULL;
+		r = repl_primary_attach(s->loop, s->vm, s->wit, &o, &host, &s->engine);
+		if (r < 0)
+			snprintf(err, sizeof(err), "cannot protect: %s", strerror(-r));
+	}
+	free(copy);
+	if (asprintf(&reply, r == 0 ? "ok protecting: connecting to the secondary\n" : "error %s\n",
+		     err) < 0)
+		return NULL;
+	return reply;
+}
+
 static char *control_text(void *ctx, const char *req)
 {
+	struct repl_secondary *s = ctx;
+
 	if (!strcmp(req, "takeover"))
 		return repl_sec_takeover_request(ctx);
+	if (!strncmp(req, "protect ", 8))
+		return protect_request(s, req);
+	if (s->engine && !strncmp(req, "status", 6))
+		return repl_primary_status_text(s->engine, req);
 	return repl_sec_status_text(ctx, req);
 }
 
@@ -515,6 +568,12 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
 	(void)revents;
 	log_info(TAG, "signal %d: stopping", w->signum);
+	/* Protected again: the guest stops through the engine, which commits its
+	 * last epoch and tells its secondary not to take over (on_engine_ended). */
+	if (s->engine && s->state == S_ACTIVE && repl_primary_protecting(s->engine)) {
+		machine_stop(s->vm->m, 0);
+		return;
+	}
 	s->state = S_DONE;
 	ev_break(loop, EVBREAK_ALL);
 }
@@ -537,6 +596,7 @@ static void watchers_init(struct repl_secondary *s)
 int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)
 {
 	struct repl_secondary *s = calloc(1, sizeof(*s));
+	bool withdraw = false;
 	int r, status = 1;
 
 	if (!s)
@@ -589,9 +649,11 @@ out:
 		machine_stop(s->vm->m, 0);
 		machine_pause(s->vm->m);
 	}
+	withdraw = s->engine && !repl_primary_keeps_standby(s->engine);
+	repl_primary_detach(s->engine);
 	repl_vm_free(s->vm);
 	if (s->wit) {
-		repl_witness_release(s->wit, false);
+		repl_witness_release(s->wit, withdraw);
 		repl_witness_free(s->wit);
 	}
 	repl_staging_fini(&s->stage);

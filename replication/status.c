@@ -54,7 +54,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			json || reason[0] ? reason : "none", fencing);
 }
 
-char *repl_pri_status_text(void *ctx, const char *req)
+char *repl_primary_status_text(void *ctx, const char *req)
 {
 	return repl_status_reply(pri_status_format, ctx, req);
 }
@@ -104,4 +104,9 @@ static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
 char *repl_sec_status_text(void *ctx, const char *req)
 {
 	return repl_status_reply(sec_status_format, ctx, req);
+}
+
+const char *repl_primary_state(const struct repl_primary *p)
+{
+	return pstate_names[p->state];
 }

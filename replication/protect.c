@@ -1,0 +1,114 @@
+/* The control request "protect PEER [key=value ...]" that `understudy
+ * protect` sends to an agent running a VM (run, restore, a secondary that
+ * took over), parsed into the options of the protection engine
+ * (repl_primary_attach). Values are checked as the command line checks them;
+ * nothing is acted on unless the whole request is valid. */
+#include "replication/replication.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_ms(const char *key, const char *v, unsigned min, unsigned *out, char *err,
+		    size_t errlen)
+{
+	char *end;
+	unsigned long x = strtoul(v, &end, 10);
+
+	if (*end || end == v || x < min || x > 3600000) {
+		snprintf(err, errlen, "%s '%s': need milliseconds, at least %u", key, v, min);
+		return -EINVAL;
+	}
+	*out = (unsigned)x;
+	return 0;
+}
+
+static int set_option(struct repl_primary_opts *o, const char *key, char *v, char *err,
+		      size_t errlen)
+{
+	if (!strcmp(key, "epoch-ms"))
+		return parse_ms(key, v, 1, &o->epoch_ms, err, errlen);
+	if (!strcmp(key, "timeout-ms"))
+		return parse_ms(key, v, 10, &o->timeout_ms, err, errlen);
+	if (!strcmp(key, "handshake-timeout-ms"))
+		return parse_ms(key, v, 10, &o->handshake_timeout_ms, err, errlen);
+	if (!strcmp(key, "insecure") && !strcmp(v, "true")) {
+		o->net.insecure = true;
+		return 0;
+	}
+	if (!strcmp(key, "transport")) {
+		if (!strcmp(v, "tls"))
+			o->net.transport = NET_TLS;
+		else if (!strcmp(v, "tcp"))
+			o->net.transport = NET_TCP;
+		else if (!strcmp(v, "rdma"))
+			o->net.transport = NET_RDMA;
+		else
+			goto bad;
+		return 0;
+	}
+	if (v[0] != '/' && (!strcmp(key, "tls-cert") || !strcmp(key, "tls-key") ||
+			    !strcmp(key, "tls-ca"))) {
+		snprintf(err, errlen, "%s '%s': need an absolute path", key, v);
+		return -EINVAL;
+	}
+	if (!strcmp(key, "tls-cert"))
+		o->net.cert = v;
+	else if (!strcmp(key, "tls-key"))
+		o->net.key = v;
+	else if (!strcmp(key, "tls-ca"))
+		o->net.ca = v;
+	else if (!strcmp(key, "tls-peer-name"))
+		o->net.peer_name = v;
+	else
+		goto bad;
+	return 0;
+bad:
+	snprintf(err, errlen, "unknown option or value '%s=%s'", key, v);
+	return -EINVAL;
+}
+
+int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t errlen)
+{
+	char host[256], *save = NULL, *tok;
+	int port, r;
+
+	memset(o, 0, sizeof(*o));
+	o->epoch_ms = 25;
+	o->timeout_ms = 500;
+	o->handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS;
+	tok = strtok_r(req, " ", &save);
+	if (!tok || strcmp(tok, "protect")) {
+		snprintf(err, errlen, "not a protect request");
+		return -EINVAL;
+	}
+	o->peer = strtok_r(NULL, " ", &save);
+	if (!o->peer || net_parse_host_port(o->peer, false, host, sizeof(host), &port) < 0) {
+		snprintf(err, errlen, "protect needs the secondary as HOST:PORT (port 1..65535)");
+		return -EINVAL;
+	}
+	while ((tok = strtok_r(NULL, " ", &save))) {
+		char *eq = strchr(tok, '=');
+
+		if (!eq || eq == tok) {
+			snprintf(err, errlen, "'%s': need key=value", tok);
+			return -EINVAL;
+		}
+		*eq = 0;
+		if ((r = set_option(o, tok, eq + 1, err, errlen)) < 0)
+			return r;
+	}
+	if (o->net.insecure && o->net.transport == NET_TLS && !o->net.cert)
+		o->net.transport = NET_TCP;
+	if (o->net.transport == NET_TLS && (!o->net.cert || !o->net.key || !o->net.ca)) {
+		snprintf(err, errlen, "the link is TLS by default: give tls-cert, tls-key and tls-ca "
+			 "(or insecure=true)");
+		return -EINVAL;
+	}
+	if (o->net.transport != NET_TLS && !o->net.insecure) {
+		snprintf(err, errlen, "transport tcp/rdma is not encrypted: add insecure=true");
+		return -EINVAL;
+	}
+	return 0;
+}
