@@ -4,7 +4,8 @@
 #   make check      install missing Debian packages, build, run every test
 #   make demo       install missing Debian packages, build, run the demo
 #   make bench      run the benchmarks (figure, reference, ratio)
-#   make SAN=1 check   the same with ASan + UBSan (in build/san)
+#   make SAN=1 check   the same with ASan + UBSan (in build/san), the agents of
+#                      the system tests too; any report fails (tests/run.sh)
 #   make check-mutants build each mutant of an invariant, check its tests catch it
 
 BUILD    ?= build
@@ -151,7 +152,7 @@ fuzz-run: fuzz
 # ---- test, demo, bench ---------------------------------------------------
 check: deps
 	@$(MAKE) --no-print-directory all $(TESTS) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) tests/run.sh
+	@BUILD=$(BUILD) SAN=$(SAN) tests/run.sh
 
 # Dependencies point down only; no call cycles inside a module (docs/design.md).
 lint: all
