@@ -12,6 +12,10 @@ BUILD    ?= build
 ifeq ($(SAN),1)
 BUILD    := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
+# Both runtimes linked in: with gcc's shared libubsan beside libasan, UBSan
+# ignores UBSAN_OPTIONS=log_path and reports only to stderr, where
+# tests/run.sh cannot find a report of an agent (see there).
+SANLINK  := -static-libasan -static-libubsan
 endif
 
 CC       ?= gcc
@@ -28,7 +32,7 @@ CFLAGS   += -DUNDERSTUDY_MUTANT_$(MUTANT)
 endif
 # libfabric is dlopen'ed by net/rdma.c when an RDMA link is made (see there).
 LDLIBS   := $(shell pkg-config --libs $(filter-out libfabric,$(PKGS)) 2>/dev/null) -lev -lm -ldl -pthread
-LDFLAGS  := $(SANFLAGS)
+LDFLAGS  := $(SANFLAGS) $(SANLINK)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
 GUESTS       := counter dirty stress

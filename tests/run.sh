@@ -31,6 +31,8 @@ if [ "${SAN:-}" = 1 ]; then
 	rm -rf "$san_dir" "$log_dir"/*.san && mkdir -p "$san_dir" || exit 1
 	export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:log_path=$san_dir/asan:log_exe_name=1"
 	export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$san_dir/ubsan:log_exe_name=1"
+	# Slack for timing the sanitizers change (each knob says why where it is read).
+	export FAILOVER_KILL_REQUIRE=${FAILOVER_KILL_REQUIRE:-sync,transfer,idle}   # sys_failover.sh
 fi
 # $1 test name: 0 when no sanitizer report appeared since the last call,
 # else 1, with the reports moved to $log_dir/$1.san and their start shown.
