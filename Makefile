@@ -4,13 +4,18 @@
 #   make check      install missing Debian packages, build, run every test
 #   make demo       install missing Debian packages, build, run the demo
 #   make bench      run the benchmarks (figure, reference, ratio)
-#   make SAN=1 check   the same with ASan + UBSan (in build/san)
+#   make SAN=1 check   the same with ASan + UBSan (in build/san), the agents of
+#                      the system tests too; any report fails (tests/run.sh)
 #   make check-mutants build each mutant of an invariant, check its tests catch it
 
 BUILD    ?= build
 ifeq ($(SAN),1)
 BUILD    := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
+# Both runtimes linked in: with gcc's shared libubsan beside libasan, UBSan
+# ignores UBSAN_OPTIONS=log_path and reports only to stderr, where
+# tests/run.sh cannot find a report of an agent (see there).
+SANLINK  := -static-libasan -static-libubsan
 endif
 
 CC       ?= gcc
@@ -27,7 +32,7 @@ CFLAGS   += -DUNDERSTUDY_MUTANT_$(MUTANT)
 endif
 # libfabric is dlopen'ed by net/rdma.c when an RDMA link is made (see there).
 LDLIBS   := $(shell pkg-config --libs $(filter-out libfabric,$(PKGS)) 2>/dev/null) -lev -lm -ldl -pthread
-LDFLAGS  := $(SANFLAGS)
+LDFLAGS  := $(SANFLAGS) $(SANLINK)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
 GUESTS       := counter dirty stress
@@ -151,7 +156,7 @@ fuzz-run: fuzz
 # ---- test, demo, bench ---------------------------------------------------
 check: deps
 	@$(MAKE) --no-print-directory all $(TESTS) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) tests/run.sh
+	@BUILD=$(BUILD) SAN=$(SAN) tests/run.sh
 
 # Dependencies point down only; no call cycles inside a module (docs/design.md).
 lint: all

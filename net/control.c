@@ -32,8 +32,7 @@ struct conn {
 	ev_io w;
 	char *out;
 	size_t out_len, out_off;
-	size_t in_len;
-	char in[CONTROL_MAX_REQUEST];
+	struct control_line in;
 };
 
 struct control {
@@ -107,35 +106,57 @@ static void reply(struct conn *k, char *text)
 	ev_io_start(k->ctl->loop, &k->w);
 }
 
+int control_feed(struct control_line *l, const void *data, size_t n, const char **request)
+{
+	size_t room = sizeof(l->buf) - 1 - l->len;
+	char *start = l->buf + l->len, *nl, *end;
+
+	if (n > room)
+		n = room;
+	memcpy(start, data, n);
+	l->len += n;
+	l->buf[l->len] = 0;
+	nl = memchr(start, '\n', n);
+	end = nl ? nl : l->buf + l->len;
+	/* Earlier bytes were checked by earlier calls: only the new ones. */
+	if (memchr(start, 0, (size_t)(end - start)))
+		return -EINVAL;
+	if (!nl)
+		return l->len == sizeof(l->buf) - 1 ? -EMSGSIZE : 0;
+	*nl = 0;
+	if (nl > l->buf && nl[-1] == '\r')
+		nl[-1] = 0;
+	*request = l->buf;
+	return 1;
+}
+
 static void on_conn_read(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct conn *k = w->data;
-	char *nl;
+	char buf[CONTROL_MAX_REQUEST];
+	const char *request;
 	ssize_t n;
+	int r;
 
 	(void)loop;
 	(void)revents;
-	n = read(k->fd, k->in + k->in_len, sizeof(k->in) - 1 - k->in_len);
+	n = read(k->fd, buf, sizeof(k->in.buf) - 1 - k->in.len);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
 		conn_free(k);
 		return;
 	}
-	k->in_len += (size_t)n;
-	k->in[k->in_len] = 0;
-	nl = strchr(k->in, '\n');
-	if (!nl) {
-		if (k->in_len == sizeof(k->in) - 1) {
-			log_warn(TAG, "request longer than %d bytes dropped", CONTROL_MAX_REQUEST);
-			reply(k, strdup("error request too long"));
-		}
-		return;
+	r = control_feed(&k->in, buf, (size_t)n, &request);
+	if (r == -EMSGSIZE) {
+		log_warn(TAG, "request longer than %d bytes dropped", CONTROL_MAX_REQUEST);
+		reply(k, strdup("error request too long"));
+	} else if (r == -EINVAL) {
+		log_warn(TAG, "request with a NUL byte dropped");
+		reply(k, strdup("error request holds a NUL byte"));
+	} else if (r == 1) {
+		reply(k, k->ctl->handler(k->ctl->ctx, request));
 	}
-	*nl = 0;
-	if (nl > k->in && nl[-1] == '\r')
-		nl[-1] = 0;
-	reply(k, k->ctl->handler(k->ctl->ctx, k->in));
 }
 
 /* Same user as the agent, or root: 0, else -EACCES (logged, told, closed). */

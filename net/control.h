@@ -11,6 +11,23 @@
 
 #define CONTROL_MAX_REQUEST 4096
 
+/* The framing of one request, apart from the socket: the bytes a client
+ * sends go through control_feed() as they arrive, on the socket and in the
+ * fuzz target alike (tests/fuzz/fuzz_control.c). */
+struct control_line {
+	size_t len;                     /* bytes held in buf */
+	char buf[CONTROL_MAX_REQUEST];  /* NUL-terminated */
+};
+
+/* Appends data to l, as much as fits in CONTROL_MAX_REQUEST - 1 bytes (the
+ * rest is dropped: the line is too long by then anyway). Returns 1 when a
+ * line is complete, with *request pointing into l at the text before the
+ * first '\n' (a '\r' before it removed); 0 while more bytes are needed;
+ * -EMSGSIZE when l is full with no '\n'; -EINVAL when the line holds a NUL
+ * byte. Bytes after the '\n' are ignored: one request per connection. */
+int control_feed(struct control_line *l, const void *data, size_t n, const char **request)
+	__attribute__((warn_unused_result));
+
 struct control;
 
 /* Called on the loop thread with the request line (no '\n'). Returns the

@@ -8,9 +8,7 @@
  * size of its receive ring) and inserts the peer's address into its AV. The
  * message is checked like any network input; a peer that sends none within
  * 10 s is dropped. Its layout is private to this transport (like TLS
- * handshake bytes), little-endian:
- *   u32 magic "URD2" | u32 address length | u64 ring address (0 unless the
- *   provider uses virtual addresses) | u64 ring key | u64 ring bytes | address
+ * handshake bytes): net/rdma.h, which has its parser.
  *
  * Data: each side registers an 8 MiB receive ring for remote writes. net_send
  * bytes go out as one-sided fi_write()s straight from the caller's buffers
@@ -50,6 +48,7 @@
  * fabric; NET_RDMA needs insecure = true, like NET_TCP. */
 #include "net/conn.h"
 #include "net/fabric.h"
+#include "net/rdma.h"
 #include "net/socket.h"
 
 #include <errno.h>
@@ -67,9 +66,6 @@
 #define NRECV 16             /* posted buffers: credit and bytes written */
 #define WRITTEN_FLAG (1ull << 63) /* in a message: bytes written, not credit */
 #define CQ_BATCH 32
-#define SETUP_MAGIC 0x32445255u /* "URD2"; "URDM" wrote with CQ data */
-#define SETUP_HDR 32
-#define ADDR_MAX 128
 #define SETUP_TIMEOUT_NS (10 * 1000000000ull) /* a peer silent this long is dropped */
 #define DRAIN_COUNTED_NS 2000000000ull /* closing count sent: wait for it this long */
 #define DRAIN_GUESS_NS 200000000ull    /* no count: at most this long, */
@@ -120,8 +116,7 @@ struct rdma_link {
 	ev_io cq_io;
 	ev_idle idle;
 	ev_timer tick;
-	uint8_t setup[SETUP_HDR + ADDR_MAX];
-	size_t setup_have;
+	struct rdma_setup_rx setup;  /* the peer's, until up */
 	uint8_t fin[8];           /* the peer's closing count, once 8 bytes are in */
 	size_t fin_have;
 	struct drain drain;
@@ -537,20 +532,30 @@ static void rdma_shutdown(void *priv)
 
 /* ---- setup over the bootstrap socket ------------------------------------------- */
 
+size_t rdma_setup_encode(const struct rdma_setup *s, uint8_t *msg)
+{
+	put_le64(msg, RDMA_SETUP_MAGIC | (uint64_t)s->addr_len << 32);
+	put_le64(msg + 8, s->ring_base);
+	put_le64(msg + 16, s->ring_key);
+	put_le64(msg + 24, s->ring_bytes);
+	memcpy(msg + RDMA_SETUP_HDR, s->addr, s->addr_len);
+	return RDMA_SETUP_HDR + s->addr_len;
+}
+
 static int send_setup(struct rdma_link *r)
 {
-	uint8_t msg[SETUP_HDR + ADDR_MAX] = { 0 };
-	size_t alen = ADDR_MAX, len;
+	uint8_t msg[RDMA_SETUP_HDR + RDMA_ADDR_MAX];
+	struct rdma_setup s = { .addr_len = sizeof(s.addr) };
 	bool virt = r->fab.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
-	int rc = fi_getname(&r->fab.ep->fid, msg + SETUP_HDR, &alen);
+	int rc = fi_getname(&r->fab.ep->fid, s.addr, &s.addr_len);
+	size_t len;
 
 	if (rc)
 		return rc;
-	put_le64(msg, SETUP_MAGIC | (uint64_t)alen << 32);
-	put_le64(msg + 8, virt ? (uint64_t)(uintptr_t)r->fab.ring : 0);
-	put_le64(msg + 16, fi_mr_key(r->fab.mr));
-	put_le64(msg + 24, RING_BYTES);
-	len = SETUP_HDR + alen;
+	s.ring_base = virt ? (uint64_t)(uintptr_t)r->fab.ring : 0;
+	s.ring_key = fi_mr_key(r->fab.mr);
+	s.ring_bytes = RING_BYTES;
+	len = rdma_setup_encode(&s, msg);
 	/* The socket has just connected: its buffer takes these bytes at once. */
 	if (write(r->fd, msg, len) != (ssize_t)len)
 		return -EIO;
@@ -622,43 +627,68 @@ static int rdma_start(void *priv)
 	return 0;
 }
 
-/* The peer's setup message: 0 once whole and checked (then up), -EAGAIN
- * while incomplete, or -EPROTO (logged). */
-static int setup_recv(struct rdma_link *r, const uint8_t *data, size_t len)
+int rdma_setup_feed(struct rdma_setup_rx *rx, const uint8_t *data, size_t len,
+		    struct rdma_setup *out, const char **why)
 {
 	size_t need, take;
 	uint64_t w;
 
 	while (len) {
-		need = SETUP_HDR;
-		if (r->setup_have >= SETUP_HDR)
-			need += get_le64(r->setup) >> 32;
-		take = need - r->setup_have;
+		need = RDMA_SETUP_HDR;
+		if (rx->have >= RDMA_SETUP_HDR)
+			need += get_le64(rx->buf) >> 32; /* checked when the header came */
+		take = need - rx->have;
 		if (take > len)
 			take = len;
-		memcpy(r->setup + r->setup_have, data, take);
-		r->setup_have += take;
+		memcpy(rx->buf + rx->have, data, take);
+		rx->have += take;
 		data += take;
 		len -= take;
-		if (r->setup_have == SETUP_HDR) {
-			w = get_le64(r->setup);
-			if ((uint32_t)w != SETUP_MAGIC || w >> 32 == 0 || w >> 32 > ADDR_MAX)
-				return fail_proto(r, "bad setup message");
+		if (rx->have == RDMA_SETUP_HDR) {
+			w = get_le64(rx->buf);
+			if ((uint32_t)w != RDMA_SETUP_MAGIC || w >> 32 == 0 || w >> 32 > RDMA_ADDR_MAX) {
+				*why = "bad setup message";
+				return -EPROTO;
+			}
 			continue;
 		}
-		if (r->setup_have == need)
+		if (rx->have == need)
 			break;
 	}
-	if (r->setup_have < SETUP_HDR || r->setup_have < SETUP_HDR + (get_le64(r->setup) >> 32))
+	if (rx->have < RDMA_SETUP_HDR || rx->have < RDMA_SETUP_HDR + (get_le64(rx->buf) >> 32))
 		return -EAGAIN;
-	if (len)
-		return fail_proto(r, "bytes after setup");
-	r->peer_base = get_le64(r->setup + 8);
-	r->peer_key = get_le64(r->setup + 16);
-	r->peer_ring = get_le64(r->setup + 24);
-	if (r->peer_ring < 65536 || r->peer_ring > (1ull << 32))
-		return fail_proto(r, "bad ring size");
-	if (fi_av_insert(r->fab.av, r->setup + SETUP_HDR, 1, &r->peer, 0, NULL) != 1)
+	if (len) {
+		*why = "bytes after setup";
+		return -EPROTO;
+	}
+	out->ring_base = get_le64(rx->buf + 8);
+	out->ring_key = get_le64(rx->buf + 16);
+	out->ring_bytes = get_le64(rx->buf + 24);
+	out->addr_len = rx->have - RDMA_SETUP_HDR;
+	memcpy(out->addr, rx->buf + RDMA_SETUP_HDR, out->addr_len);
+	if (out->ring_bytes < RDMA_RING_MIN || out->ring_bytes > RDMA_RING_MAX) {
+		*why = "bad ring size";
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/* The peer's setup message: 0 once whole and checked (then up), -EAGAIN
+ * while incomplete, or -EPROTO (logged). */
+static int setup_recv(struct rdma_link *r, const uint8_t *data, size_t len)
+{
+	struct rdma_setup s;
+	const char *why;
+	int rc = rdma_setup_feed(&r->setup, data, len, &s, &why);
+
+	if (rc == -EPROTO)
+		return fail_proto(r, why);
+	if (rc)
+		return rc;
+	r->peer_base = s.ring_base;
+	r->peer_key = s.ring_key;
+	r->peer_ring = s.ring_bytes;
+	if (fi_av_insert(r->fab.av, s.addr, 1, &r->peer, 0, NULL) != 1)
 		return fail_proto(r, "peer address rejected");
 	return 0;
 }

@@ -8,6 +8,9 @@
 # a part of a test that cannot run prints a line "SKIP: <reason>" and is
 # counted as a skip besides the test's pass; every reason is listed at the end.
 # Exit status is non-zero when anything failed.
+# SAN=1 (make SAN=1 check, BUILD=build/san): everything, the agents the
+# system tests start included, runs with ASan + UBSan and any report fails
+# the test that was running (see san_reports below).
 set -u
 BUILD=${BUILD:-build}
 cd "$(dirname "$0")/.." || exit 1
@@ -15,6 +18,38 @@ export UNDERSTUDY_BIN=$PWD/$BUILD/understudy
 pass=0 fail=0 skip=0 failed_names=() skip_reasons=()
 log_dir=$BUILD/test-logs
 mkdir -p "$log_dir"
+
+# A sanitizer report stops the process (halt_on_error, abort_on_error) and
+# goes to a file of its own, $san_dir/{asan,ubsan}.<exe>.<pid>, not stderr:
+# an agent's stderr often ends in a temporary file its test deletes, and a
+# test may kill the agent or not look at how it ended. So after every test
+# run.sh looks in $san_dir itself; a report there fails that test.
+# detect_leaks=1: the agents free what they hold when they exit normally
+# (killed ones are not checked: LSan runs at exit).
+san_dir=$PWD/$log_dir/san
+if [ "${SAN:-}" = 1 ]; then
+	rm -rf "$san_dir" "$log_dir"/*.san && mkdir -p "$san_dir" || exit 1
+	export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:log_path=$san_dir/asan:log_exe_name=1"
+	export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$san_dir/ubsan:log_exe_name=1"
+	# Slack for timing the sanitizers change (each knob says why where it is read).
+	export FAILOVER_KILL_REQUIRE=${FAILOVER_KILL_REQUIRE:-sync,transfer,idle}   # sys_failover.sh
+fi
+# $1 test name: 0 when no sanitizer report appeared since the last call,
+# else 1, with the reports moved to $log_dir/$1.san and their start shown.
+san_reports() {
+	local f found=1
+	[ "${SAN:-}" = 1 ] || return 0
+	for f in "$san_dir"/*; do
+		[ -f "$f" ] || continue
+		found=0
+		{ echo "== $f"; cat "$f"; } >>"$log_dir/$1.san"
+		rm -f "$f"
+	done
+	[ $found = 1 ] && return 0
+	echo "    sanitizer report(s), in $log_dir/$1.san:"
+	grep -E 'ERROR: |runtime error|SUMMARY' "$log_dir/$1.san" | head -10 | sed 's/^/    | /'
+	return 1
+}
 
 count_cmocka() {   # $1 name, $2 log, $3 exit status
 	local p f s
@@ -42,6 +77,7 @@ for t in "$BUILD"/tests/test_*; do
 	[ -x "$t" ] || continue
 	n=$(basename "$t")
 	echo "== $n"
+	fail0=$fail
 	CMOCKA_MESSAGE_OUTPUT=stdout timeout 900 "$t" >"$log_dir/$n.log" 2>&1
 	rc=$?
 	if [ "$rc" = 77 ]; then   # the whole binary cannot run here
@@ -51,17 +87,20 @@ for t in "$BUILD"/tests/test_*; do
 	fi
 	count_cmocka "$n" "$log_dir/$n.log" "$rc"
 	[ "$rc" != 0 ] && tail -30 "$log_dir/$n.log" | sed 's/^/    | /'
+	san_reports "$n" || [ $fail != "$fail0" ] || { fail=$((fail + 1)); failed_names+=("$n (sanitizer)"); }
 done
 
 for t in "$BUILD"/fuzz/*-replay; do
 	[ -x "$t" ] || continue
 	n=$(basename "$t" -replay)
 	echo "== fuzz replay $n"
+	fail0=$fail
 	if timeout 300 "$t" "tests/fuzz/corpus/${n#fuzz_}" >"$log_dir/$n.log" 2>&1; then
 		pass=$((pass + 1)); tail -1 "$log_dir/$n.log" | sed 's/^/    /'
 	else
 		fail=$((fail + 1)); failed_names+=("$n"); tail -20 "$log_dir/$n.log" | sed 's/^/    | /'
 	fi
+	san_reports "$n" || [ $fail != "$fail0" ] || { fail=$((fail + 1)); failed_names+=("$n (sanitizer)"); }
 done
 
 echo "== lint (layering, include and call cycles)"
@@ -78,6 +117,8 @@ for t in tests/sys_*.sh; do
 	start=$(date +%s)
 	timeout 2400 bash "$t" >"$log_dir/$n.log" 2>&1
 	rc=$?
+	# a sanitizer report from any process the test started fails it
+	san_reports "$n" || rc="$rc, sanitizer report"
 	case $rc in
 	0)
 		pass=$((pass + 1)); grep -E '^(ok|PASS|result)' "$log_dir/$n.log" | tail -8 | sed 's/^/    /'
