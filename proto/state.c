@@ -269,9 +269,11 @@ size_t proto_vcpu_state_encode(const struct kvm_vcpu_state *v, uint8_t *out)
 	memset(p, 0, KVM_APIC_REG_SIZE);
 	p += KVM_APIC_REG_SIZE;
 #endif
+	/* A count KVM never gives is written as it is (the decoder refuses
+	 * it); entries past the array go out as zeros, never read from beyond. */
 	for (uint32_t i = 0; i < v->xcrs.nr_xcrs; i++) {
-		put32(&p, v->xcrs.xcrs[i].xcr);
-		put64(&p, v->xcrs.xcrs[i].value);
+		put32(&p, i < KVM_MAX_XCRS ? v->xcrs.xcrs[i].xcr : 0);
+		put64(&p, i < KVM_MAX_XCRS ? v->xcrs.xcrs[i].value : 0);
 	}
 	for (uint32_t i = 0; i < v->nmsrs; i++) {
 		put32(&p, v->msrs[i].index);
