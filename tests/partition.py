@@ -13,7 +13,9 @@ inside the agent's namespace, sending "incr" every ~20 ms and logging every
 reply line. The agents log their output events (UNDERSTUDY_EVENT_LOG,
 CLOCK_MONOTONIC, the clock of time.monotonic_ns() here). Assertions:
   witness, every cell: the old owner's last release precedes the new
-    owner's first (gap > 0, printed); every reply any client saw is kept
+    owner's first (gap > 0, printed) and, whatever the event log may miss,
+    precedes the new owner's contend event (it releases nothing before);
+    every reply any client saw is kept
     (per connection n moves by +1; the values seen have no hole; the
     surviving copy's counter >= the highest value seen); the side that lost
     ownership ends "fenced" and releases nothing after its fenced event;
@@ -22,6 +24,9 @@ CLOCK_MONOTONIC, the clock of time.monotonic_ns() here). Assertions:
   heartbeat: stop-pri, stop-sec, kill-pri leave one live copy and lose
     nothing; link-cut shows the documented hole (both copies answer); the
     witness-cut cells do not apply.
+  every cell: each agent's event log accounts for all the output its
+    client received (else the figures above would mean nothing); this
+    check runs last, so a cell that fails it passed all the others.
 usage: partition.py [CELL/MODE ...]      (default: all)
        partition.py client PORT FILE | get PORT   (inside a namespace)"""
 import json, os, signal, socket, subprocess, sys, tempfile, time
@@ -120,7 +125,7 @@ class CellFail(Exception):
     pass
 
 
-def netns(side, args, **kw):
+def netns(side, args):
     return ["ip", "netns", "exec", NS[side]] + args
 
 
@@ -308,10 +313,17 @@ class Cell:
     def signal(self, name, sig):
         os.kill(self.procs[name].pid, sig)
 
-    def get(self, side):
-        r = subprocess.run(netns(side, ["python3", os.path.abspath(__file__), "get", str(self.con)]),
-                           capture_output=True, timeout=20)
-        return int(r.stdout.decode().strip()) if r.returncode == 0 else None
+    def get(self, side, tries=1):
+        """The count of the guest on that side's console, None if it does not
+        answer (tries: asked again 1 s later, for a copy that must answer)."""
+        for i in range(tries):
+            if i:
+                time.sleep(1)
+            r = subprocess.run(netns(side, ["python3", os.path.abspath(__file__), "get", str(self.con)]),
+                               capture_output=True, timeout=20)
+            if r.returncode == 0:
+                return int(r.stdout.decode().strip())
+        return None
 
     def stop_clients(self):
         for side in "ps":
@@ -351,7 +363,7 @@ def check_replies(c, survivor):
     hole = [n for n in range(1, top + 1) if n not in values]
     if hole:
         raise CellFail("values %s were never seen but %d was: a reply was lost or skipped" % (hole[:5], top))
-    count = c.get(survivor)
+    count = c.get(survivor, tries=2)
     if count is None:
         raise CellFail("the surviving copy (%s) does not answer get" % ("primary" if survivor == "p" else "secondary"))
     if count < top:
