@@ -228,16 +228,20 @@ static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
 			w->contending = false;
 			w->ev_pending |= r == REPL_WITNESS_OK ? EV_WON : EV_REVOKED;
 			ev_async_send(w->loop, &w->done_w);
-			if (r == REPL_WITNESS_OK)
-				*next_renew = now_ns() + period;
+			if (r == REPL_WITNESS_OK)   /* granted just now: renew from now on */
+				*next_renew = now_ns() + (uint64_t)w->ttl_s * 1000000000ull / 4;
 		} else {
 			if (r == REPL_WITNESS_HELD && !w->told_held)
 				log_info(TAG, "%s is held by %s: waiting for its lease to run out",
 					 w->owner_key, w->holder);
 			w->told_held |= r == REPL_WITNESS_HELD;
-			return retry < next ? retry : next;
+			if (retry < next)
+				next = retry;
 		}
 	}
+	/* A lease granted during this round (contend) is renewed on time too. */
+	if (w->lease && *next_renew < next)
+		next = *next_renew;
 	return next;
 }
 
