@@ -1,7 +1,10 @@
 /* understudy protect: attaches a secondary to a VM that already runs (under
  * `run`, `restore`, or a secondary that took over), through the VM's
- * control socket, and waits until the secondary holds its first checkpoint. */
+ * control socket, and waits until the secondary holds its first checkpoint.
+ * understudy migrate: the same, then the guest is handed over to it. */
 #include <limits.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +47,31 @@ static int add(char *req, size_t len, const char *key, const char *value, bool p
 		return 2;
 	}
 	return 0;
+}
+
+/* "VERB PEER key=value ...": the engine's settings and the link options. */
+static int link_request(char *req, size_t len, const char *verb, const char *peer,
+			unsigned epoch_ms, unsigned timeout_ms, unsigned hs_ms,
+			const struct net_config *net)
+{
+	char num[32];
+	int r;
+
+	snprintf(req, len, "%s %s", verb, peer);
+	snprintf(num, sizeof(num), "%u", epoch_ms);
+	r = add(req, len, "epoch-ms", num, false);
+	snprintf(num, sizeof(num), "%u", timeout_ms);
+	r = r ? r : add(req, len, "timeout-ms", num, false);
+	snprintf(num, sizeof(num), "%u", hs_ms);
+	r = r ? r : add(req, len, "handshake-timeout-ms", num, false);
+	r = r ? r : add(req, len, "transport", net->transport == NET_TLS ? "tls" :
+			net->transport == NET_TCP ? "tcp" : "rdma", false);
+	r = r ? r : add(req, len, "insecure", net->insecure ? "true" : NULL, false);
+	r = r ? r : add(req, len, "tls-cert", net->cert, true);
+	r = r ? r : add(req, len, "tls-key", net->key, true);
+	r = r ? r : add(req, len, "tls-ca", net->ca, true);
+	r = r ? r : add(req, len, "tls-peer-name", net->peer_name, false);
+	return r;
 }
 
 /* Polls status until protected (0) or given up (1), at most timeout_ms. */
@@ -93,7 +121,7 @@ int cli_cmd_protect(int argc, char **argv)
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, timeout_ms = 500, hs_ms = 5000;
 	bool wait = true;
-	char req[4 * PATH_MAX], num[32], *reply = NULL;
+	char req[4 * PATH_MAX], *reply = NULL;
 	int opt, r;
 
 	optind = 1;
@@ -120,21 +148,7 @@ int cli_cmd_protect(int argc, char **argv)
 	}
 	if (cli_net_options_check(&net))
 		return 2;
-	snprintf(req, sizeof(req), "protect %s", peer);
-	snprintf(num, sizeof(num), "%u", epoch_ms);
-	r = add(req, sizeof(req), "epoch-ms", num, false);
-	snprintf(num, sizeof(num), "%u", timeout_ms);
-	r = r ? r : add(req, sizeof(req), "timeout-ms", num, false);
-	snprintf(num, sizeof(num), "%u", hs_ms);
-	r = r ? r : add(req, sizeof(req), "handshake-timeout-ms", num, false);
-	r = r ? r : add(req, sizeof(req), "transport", net.transport == NET_TLS ? "tls" :
-			net.transport == NET_TCP ? "tcp" : "rdma", false);
-	r = r ? r : add(req, sizeof(req), "insecure", net.insecure ? "true" : NULL, false);
-	r = r ? r : add(req, sizeof(req), "tls-cert", net.cert, true);
-	r = r ? r : add(req, sizeof(req), "tls-key", net.key, true);
-	r = r ? r : add(req, sizeof(req), "tls-ca", net.ca, true);
-	r = r ? r : add(req, sizeof(req), "tls-peer-name", net.peer_name, false);
-	if (r)
+	if (link_request(req, sizeof(req), "protect", peer, epoch_ms, timeout_ms, hs_ms, &net))
 		return 2;
 	r = control_request(control, req, 10000, &reply);
 	if (r < 0) {
@@ -149,4 +163,190 @@ int cli_cmd_protect(int argc, char **argv)
 	fputs(reply, stdout);
 	free(reply);
 	return wait ? wait_protected(control, hs_ms * 4 + 2000) : 0;
+}
+
+/* ---- understudy migrate ------------------------------------------------------ */
+
+static const char migrate_help[] =
+	"usage: understudy migrate --control PATH --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
+	"                          [--epoch-ms N] [--json] [link options]\n"
+	"Moves the running VM whose control socket is PATH to the secondary waiting at --to\n"
+	"(understudy secondary): initial sync while the guest runs, protected epochs, and at\n"
+	"the first epoch whose predicted downtime (pause + capture-to-ACK) is at most\n"
+	"--downtime-ms (default 30) the guest is paused for a final epoch and the\n"
+	"destination takes over at once. The source then exits 0. Progress once a second\n"
+	"(--json: one JSON object per line, then a summary object). Ctrl-C or --max-time\n"
+	"(default 300 s) before the hand-over cancels: the VM runs on at the source and the\n"
+	"destination drops what it got. Once the guest is paused for the hand-over the\n"
+	"migration cannot be cancelled; if the link fails then, the destination takes over\n"
+	"from the last epoch it holds and the source stays paused (exit 1).\n"
+	"A running `understudy primary` migrates only to its own secondary.\n\n"
+	NET_OPTIONS_HELP;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+/* The value of "key":N in a status JSON object, or -1. */
+static double json_num(const char *js, const char *key)
+{
+	char pat[64];
+	const char *at;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	at = strstr(js, pat);
+	return at ? strtod(at + strlen(pat), NULL) : -1;
+}
+
+static void json_str(const char *js, const char *key, char *out, size_t len)
+{
+	char pat[64];
+	const char *at;
+	size_t n = 0;
+
+	snprintf(pat, sizeof(pat), "\"%s\":\"", key);
+	out[0] = 0;
+	if (!(at = strstr(js, pat)))
+		return;
+	at += strlen(pat);
+	while (at[n] && at[n] != '"' && n + 1 < len)
+		n++;
+	memcpy(out, at, n);
+	out[n] = 0;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Follows the migration until it ends: 0 migrated, 1 failed or cancelled. */
+static int follow(const char *control, unsigned max_s, bool json)
+{
+	double t0 = mono_s(), last_print = 0;
+	char state[32] = "", st[64], *reply = NULL;
+	double bytes = 0, epoch = 0, downtime = -1;
+	int r;
+
+	for (;;) {
+		double now = mono_s();
+
+		if ((interrupted || now - t0 > max_s) && strcmp(state, "switching")) {
+			r = control_request(control, "cancel", 5000, &reply);
+			fprintf(stderr, "\nunderstudy migrate: %s: %s", interrupted ? "interrupted" :
+				"--max-time reached", r < 0 ? "cancel failed\n" : reply);
+			free(reply);
+			return 1;
+		}
+		r = control_request(control, "status json", 5000, &reply);
+		if (r < 0) {
+			/* The source exits after the hand-over; its last word was read. */
+			if (!strcmp(state, "switching") || !strcmp(state, "migrated"))
+				break;
+			fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
+			return 1;
+		}
+		json_str(reply, "state", st, sizeof(st));
+		snprintf(state, sizeof(state), "%s", st);
+		bytes = json_num(reply, "bytes_sent");
+		epoch = json_num(reply, "epoch");
+		downtime = json_num(reply, "migration_downtime_ms");
+		if (json && now - last_print >= 1.0) {
+			printf("{\"elapsed_s\":%.1f,\"status\":%s", now - t0, reply);
+			last_print = now;
+		} else if (!json && now - last_print >= 1.0) {
+			fprintf(stderr, "\r%-16s epoch %-6.0f %8.1f MiB sent  %6.1f MiB/s  %.0f s ",
+				state, epoch, bytes / 1048576.0, bytes / 1048576.0 / (now - t0 + 1e-9),
+				now - t0);
+			last_print = now;
+		}
+		free(reply);
+		reply = NULL;
+		if (!strcmp(state, "migrated"))
+			break;
+		if (!strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced")) {
+			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s\n", state);
+			return 1;
+		}
+		usleep(100000);
+	}
+	if (json)
+		printf("{\"summary\":true,\"result\":\"%s\",\"total_s\":%.3f,\"downtime_ms\":%.3f,"
+		       "\"bytes\":%.0f,\"epochs\":%.0f}\n", strcmp(state, "migrated") ? "unknown" :
+		       "migrated", mono_s() - t0, downtime, bytes, epoch);
+	else
+		fprintf(stderr, "\nmigrated in %.3f s: downtime %.3f ms (pause to the destination's "
+			"word), %.1f MiB sent, %.0f epochs\n", mono_s() - t0, downtime,
+			bytes / 1048576.0, epoch);
+	return strcmp(state, "migrated") ? 1 : 0;
+}
+
+int cli_cmd_migrate(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		NET_OPTIONS_LONG,
+		{ "control", required_argument, NULL, 'c' },
+		{ "to", required_argument, NULL, 'p' },
+		{ "downtime-ms", required_argument, NULL, 'd' },
+		{ "max-time", required_argument, NULL, 'm' },
+		{ "epoch-ms", required_argument, NULL, 'e' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct net_config net = { 0 };
+	const char *control = NULL, *peer = NULL;
+	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000;
+	bool json = false;
+	char req[4 * PATH_MAX], num[32], *reply = NULL;
+	int opt, r;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		r = 0;
+		switch (opt) {
+		case 'h': fputs(migrate_help, stdout); return 0;
+		case 'c': control = optarg; break;
+		case 'p': peer = optarg; r = cli_check_host_port("--to", optarg); break;
+		case 'd': r = cli_parse_ms("--downtime-ms", optarg, 1, &downtime_ms); break;
+		case 'm': r = cli_parse_ms("--max-time (seconds)", optarg, 1, &max_ms); max_ms *= 1000; break;
+		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
+		case 'j': json = true; break;
+		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
+		}
+		if (r)
+			return 2;
+	}
+	if (cli_check_no_more_args("migrate", argc, argv))
+		return 2;
+	if (!control || !peer) {
+		fprintf(stderr, "understudy migrate: --control PATH and --to HOST:PORT are required\n");
+		return 2;
+	}
+	if (cli_net_options_check(&net) ||
+	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, 500, 5000, &net))
+		return 2;
+	snprintf(num, sizeof(num), "%u", downtime_ms);
+	if (add(req, sizeof(req), "downtime-ms", num, false))
+		return 2;
+	signal(SIGINT, on_sigint);
+	r = control_request(control, req, 10000, &reply);
+	if (r < 0) {
+		fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
+		return 1;
+	}
+	if (strncmp(reply, "ok", 2)) {
+		fprintf(stderr, "understudy migrate: %s", reply);
+		free(reply);
+		return 1;
+	}
+	free(reply);
+	return follow(control, max_ms / 1000, json);
 }

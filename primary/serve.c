@@ -169,12 +169,27 @@ static char *protect_request(struct run_ctx *r, const char *request)
 	return fmt("ok protecting: connecting to the secondary");
 }
 
+/* "cancel": a migration (or protection) not yet handed over stops; the
+ * secondary is told to stand down and the VM runs on here. */
+static char *cancel_request(struct run_ctx *r)
+{
+	if (!r->engine || !repl_primary_protecting(r->engine))
+		return fmt("error nothing to cancel");
+	if (!strcmp(repl_primary_state(r->engine), "switching"))
+		return fmt("error the guest is being handed over: too late to cancel");
+	repl_primary_cancel(r->engine);
+	return fmt("ok cancelled: the VM runs on here");
+}
+
 static char *on_control(void *ctx, const char *request)
 {
 	struct run_ctx *r = ctx;
 
-	if (!strncmp(request, "protect", 7) && (!request[7] || request[7] == ' '))
+	if ((!strncmp(request, "protect", 7) || !strncmp(request, "migrate", 7)) &&
+	    (!request[7] || request[7] == ' '))
 		return protect_request(r, request);
+	if (!strcmp(request, "cancel"))
+		return cancel_request(r);
 	if (!strncmp(request, "status", 6)) {
 		if (r->engine)
 			return repl_primary_status_text(r->engine, request);

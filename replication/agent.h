@@ -7,8 +7,8 @@
 
 #include "replication/replication.h"
 
-enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_FENCED,
-	      P_DONE };
+enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_SWITCHING, P_UNPROTECTED,
+	      P_FENCED, P_DONE };
 
 struct repl_primary {
 	const struct repl_primary_opts *o;
@@ -38,7 +38,7 @@ struct repl_primary {
 	struct repl_timing timing;     /* ours, in our Hello */
 	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
 
-	ev_timer epoch_w, hb_w, finish_w, goodbye_w;
+	ev_timer epoch_w, hb_w, finish_w, goodbye_w, linger_w;
 	ev_signal sigint_w, sigterm_w;
 	struct control *ctl;
 
@@ -47,6 +47,11 @@ struct repl_primary {
 	bool vouch_asked;              /* K/standby may name the standby from now on */
 	bool vouched;                  /* ...and does */
 	bool keep_standby;             /* exit without withdrawing it: it takes over */
+	unsigned migrate_ms;           /* migration: the downtime asked for (0: none) */
+	uint64_t switch_t0_ns;         /* migration: the guest paused for the final epoch */
+	bool migrated;                 /* ...and the destination runs it */
+	bool migrated_told;            /* ...and status said so for a while */
+	double downtime_ms;            /* measured: pause -> the destination's word */
 	ev_timer lease_w;              /* the lease's validity, checked often */
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */
@@ -99,6 +104,8 @@ struct repl_secondary {
 	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
 	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
 	char peer_addr[128];             /* the primary's, for the fence command */
+	bool migrate_now;                /* the primary handed the guest over (Fence) */
+	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	struct repl_primary *engine;     /* active and protected again (understudy protect) */
 };
 

@@ -55,10 +55,30 @@
 #define TAG "primary"
 
 static void finish(struct repl_primary *p, int status);
+static void send_handover(struct repl_primary *p);
+
+static void engine_done(struct repl_primary *p);
+
+/* A migrated source stays a moment, so that `understudy migrate` reads
+ * its summary from status. */
+static void on_linger(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+
+	(void)loop;
+	(void)revents;
+	p->migrated_told = true;
+	engine_done(p);
+}
 
 /* The engine is done: the loop ends (repl_primary_run) or the host is told. */
 static void engine_done(struct repl_primary *p)
 {
+	if (p->migrated && !p->migrated_told) {
+		if (!ev_is_active(&p->linger_w))
+			ev_timer_start(p->loop, &p->linger_w);
+		return;
+	}
 	if (!p->attached)
 		ev_break(p->loop, EVBREAK_ALL);
 	else if (p->host.ended)
@@ -174,6 +194,17 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		log_error(TAG, "unexpected goodbye from the secondary (action %d)", f->action);
 		return -EPROTO;
 	}
+	if (p->state == P_SWITCHING && p->final_epoch && f->epoch == p->final_epoch) {
+		p->downtime_ms = (now_ns() - p->switch_t0_ns) / 1e6;
+		p->migrated = true;
+		p->keep_standby = true;
+		log_info(TAG, "MIGRATED: the destination runs the guest from epoch %llu; downtime %.3f "
+			 "ms (the pause to its word), %llu bytes sent", (unsigned long long)f->epoch,
+			 p->downtime_ms, (unsigned long long)p->link.bytes_sent);
+		repl_pri_link_gone(p);
+		finish(p, 0);
+		return -ECANCELED;
+	}
 	repl_fault_set(&p->fault, REPL_FAULT_PEER_LOST, -ECANCELED,
 		       "the secondary took over from epoch %llu (%s)", (unsigned long long)f->epoch,
 		       f->reason);
@@ -237,8 +268,11 @@ static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 			       (unsigned long long)((now_ns() - p->transient_since_ns) / 1000000));
 		f = &fatal;
 	}
-	if ((f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED && p->ep.acked &&
-	     !p->finishing) || maybe_replaced(p, f))
+	/* A migration that fails once the guest is paused for the hand-over:
+	 * the secondary may take over (it has the epochs, maybe the final one),
+	 * so this side never resumes: as for a local fatal failure. */
+	if (p->state == P_SWITCHING || (f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED &&
+					p->ep.acked && !p->finishing) || maybe_replaced(p, f))
 		stop_for_takeover(p, f);
 	else
 		drop_protection(p, f);
@@ -292,6 +326,46 @@ static void try_final_epoch(struct repl_primary *p)
 		return;               /* stretched (no free slot yet) or retrying */
 	p->final_pending = false;
 	p->final_epoch = r > 0 ? p->ep.epoch : 0;
+	if (p->state == P_SWITCHING && p->final_epoch)
+		send_handover(p);
+}
+
+/* ---- migration: the hand-over to the secondary ------------------------------ */
+
+/* The final epoch left: the secondary takes over as soon as it holds it. */
+static void send_handover(struct repl_primary *p)
+{
+	int r = repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
+				p->final_epoch, "migration: the guest is handed over");
+
+	if (r < 0)
+		fault(p, repl_fault_send(r), r, "cannot send the hand-over");
+	else
+		log_info(TAG, "migration: final epoch %llu sent, %.3f ms after the pause; the "
+			 "destination takes over once it holds it", (unsigned long long)p->final_epoch,
+			 (now_ns() - p->switch_t0_ns) / 1e6);
+}
+
+/* Predicted downtime: an epoch's pause plus its capture-to-ACK time. */
+static void maybe_switch(struct repl_primary *p)
+{
+	uint64_t p50, p99;
+	double predicted_ms;
+
+	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
+	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6;
+	if (predicted_ms > p->migrate_ms)
+		return;
+	log_info(TAG, "migration: predicted downtime %.2f ms <= %u ms after %llu epochs: pausing "
+		 "the guest for the final epoch (from here on it cannot be cancelled)", predicted_ms,
+		 p->migrate_ms, (unsigned long long)p->ep.epoch);
+	repl_event_log("switch");
+	p->state = P_SWITCHING;
+	p->switch_t0_ns = now_ns();
+	ev_timer_stop(p->loop, &p->epoch_w);
+	p->finishing = true;         /* the final capture does not resume the guest */
+	p->final_pending = true;
+	try_final_epoch(p);
 }
 
 static void on_ack(struct repl_primary *p, uint64_t epoch)
@@ -308,8 +382,15 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 		}
 	}
 	try_final_epoch(p);
+	if (p->state == P_SWITCHING) {
+		if (p->final_epoch && p->ep.acked >= p->final_epoch && p->wit)
+			repl_witness_release(p->wit, false);   /* the destination may win the key */
+		return;
+	}
 	if (p->finishing && !p->final_pending && p->final_epoch && p->ep.acked >= p->final_epoch)
 		finish(p, p->exit_status);
+	else if (p->migrate_ms && p->state == P_PROTECTED && !p->finishing)
+		maybe_switch(p);
 }
 
 /* ---- initial sync ------------------------------------------------------------ */
@@ -708,9 +789,45 @@ static void engine_fini(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->handshake_w);
 	ev_timer_stop(p->loop, &p->goodbye_w);
 	ev_timer_stop(p->loop, &p->lease_w);
+	ev_timer_stop(p->loop, &p->linger_w);
 	repl_sync_fini(&p->sync);
 	repl_link_fini(&p->link);
 	repl_epochs_fini(&p->ep);
+}
+
+/* "migrate PEER ...": the only destination of a running `primary` is its
+ * own secondary (a planned hand-over). */
+static char *migrate_request(struct repl_primary *p, const char *req)
+{
+	struct repl_primary_opts o;
+	char *copy = strdup(req), err[256], *reply = NULL;
+	int r;
+
+	if (!copy)
+		return NULL;
+	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	if (r == 0 && strcmp(o.peer, p->o->peer)) {
+		snprintf(err, sizeof(err), "this primary can only hand over to its own secondary %s",
+			 p->o->peer);
+		r = -EINVAL;
+	}
+	if (r == 0 && p->state != P_PROTECTED && p->state != P_PROTECTING) {
+		snprintf(err, sizeof(err), "the VM is %s, not protected", repl_primary_state(p));
+		r = -EINVAL;
+	}
+	if (r == 0)
+		repl_primary_migrate(p, o.migrate_downtime_ms);
+	free(copy);
+	if (asprintf(&reply, r == 0 ? "ok migrating to %s\n" : "error %s\n", r == 0 ? p->o->peer : err) < 0)
+		return NULL;
+	return reply;
+}
+
+static char *control_text(void *ctx, const char *req)
+{
+	if (!strncmp(req, "migrate ", 8))
+		return migrate_request(ctx, req);
+	return repl_primary_status_text(ctx, req);
 }
 
 /* repl_primary_run: the VM, its witness and control socket are the engine's. */
@@ -727,7 +844,7 @@ static int setup(struct repl_primary *p)
 	if ((r = machine_boot(p->vm->m)) < 0)
 		return r;
 	if (p->o->control &&
-	    (r = control_open(p->loop, p->o->control, repl_primary_status_text, p, &p->ctl)) < 0)
+	    (r = control_open(p->loop, p->o->control, control_text, p, &p->ctl)) < 0)
 		return r;
 	return engine_init(p);
 }
@@ -739,6 +856,8 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->epoch_w, on_epoch_timer, o->epoch_ms / 1e3, o->epoch_ms / 1e3);
 	ev_timer_init(&p->hb_w, on_hb, 0.01, repl_heartbeat_interval(o->timeout_ms));
 	ev_timer_init(&p->finish_w, on_finish_timeout, 2.0, 0);
+	ev_timer_init(&p->linger_w, on_linger, 1.5, 0);
+	p->linger_w.data = p;
 	ev_timer_init(&p->goodbye_w, on_goodbye_timeout, 10.0, 0);
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */
@@ -837,6 +956,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->host = *host;
 	p->state = P_CONNECTING;
 	p->attach_t0_ns = now_ns();
+	p->migrate_ms = o->migrate_downtime_ms;
 	p->host_stopped = vm->on_stopped;
 	p->host_stopped_ctx = vm->cb_ctx;
 	repl_timing_init(&p->timing, p->o->timeout_ms, p->o->epoch_ms);
@@ -874,6 +994,22 @@ void repl_primary_detach(struct repl_primary *p)
 	if (release)
 		repl_vm_set_gated(p->vm, false);
 	free(p);
+}
+
+void repl_primary_cancel(struct repl_primary *p)
+{
+	struct repl_fault f;
+
+	p->migrate_ms = 0;
+	repl_fault_set(&f, REPL_FAULT_PEER_LOST, -ECANCELED, "cancelled by the operator");
+	drop_protection(p, &f);
+}
+
+void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms)
+{
+	p->migrate_ms = downtime_ms;
+	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
+		 "is at most %u ms", downtime_ms);
 }
 
 bool repl_primary_protecting(const struct repl_primary *p)

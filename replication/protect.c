@@ -1,5 +1,6 @@
-/* The control request "protect PEER [key=value ...]" that `understudy
- * protect` sends to an agent running a VM (run, restore, a secondary that
+/* The control requests "protect PEER [key=value ...]" that `understudy
+ * protect` sends (and "migrate PEER [downtime-ms=N] [key=value ...]" that
+ * `understudy migrate` sends) to an agent running a VM (run, restore, a secondary that
  * took over), parsed into the options of the protection engine
  * (repl_primary_attach). Values are checked as the command line checks them;
  * nothing is acted on unless the whole request is valid. */
@@ -33,6 +34,8 @@ static int set_option(struct repl_primary_opts *o, const char *key, char *v, cha
 		return parse_ms(key, v, 10, &o->timeout_ms, err, errlen);
 	if (!strcmp(key, "handshake-timeout-ms"))
 		return parse_ms(key, v, 10, &o->handshake_timeout_ms, err, errlen);
+	if (!strcmp(key, "downtime-ms") && o->migrate_downtime_ms)
+		return parse_ms(key, v, 1, &o->migrate_downtime_ms, err, errlen);
 	if (!strcmp(key, "insecure") && !strcmp(v, "true")) {
 		o->net.insecure = true;
 		return 0;
@@ -79,10 +82,12 @@ int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t
 	o->timeout_ms = 500;
 	o->handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS;
 	tok = strtok_r(req, " ", &save);
-	if (!tok || strcmp(tok, "protect")) {
-		snprintf(err, errlen, "not a protect request");
+	if (!tok || (strcmp(tok, "protect") && strcmp(tok, "migrate"))) {
+		snprintf(err, errlen, "not a protect or migrate request");
 		return -EINVAL;
 	}
+	if (!strcmp(tok, "migrate"))
+		o->migrate_downtime_ms = 30;
 	o->peer = strtok_r(NULL, " ", &save);
 	if (!o->peer || net_parse_host_port(o->peer, false, host, sizeof(host), &port) < 0) {
 		snprintf(err, errlen, "protect needs the secondary as HOST:PORT (port 1..65535)");

@@ -397,6 +397,12 @@ struct repl_primary_opts {
 	unsigned timeout_ms;       /* secondary silent this long: go unprotected */
 	unsigned handshake_timeout_ms;  /* each phase before protection progresses within this */
 	struct repl_witness_opts witness;   /* witness.endpoints NULL: heartbeat only */
+	/* Nonzero: a migration. Once protected, the guest is handed over to
+	 * the secondary at the first epoch whose predicted downtime (pause +
+	 * the last epoch's capture-to-ACK time) is at most this: the final
+	 * epoch is captured without resuming, the secondary takes over at
+	 * once, and the engine ends with status 0 ("migrated"). */
+	unsigned migrate_downtime_ms;
 };
 
 struct repl_secondary_opts {
@@ -449,6 +455,12 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 void repl_primary_detach(struct repl_primary *p);
 /* "unprotected", "protected", ...: the engine's state. */
 const char *repl_primary_state(const struct repl_primary *p);
+/* Stops a protection or migration not yet handing over: the secondary is
+ * told to stand down, the VM runs on unprotected. */
+void repl_primary_cancel(struct repl_primary *p);
+/* Hands the guest over to the engine's own secondary as soon as the
+ * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
+void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms);
 /* True from the attach until protection ends (given up, fenced, done). */
 bool repl_primary_protecting(const struct repl_primary *p);
 /* True when the witness must keep vouching for the standby at the end (it
@@ -458,8 +470,10 @@ bool repl_primary_keeps_standby(const struct repl_primary *p);
 char *repl_primary_status_text(void *p, const char *req);
 /* A control request "protect PEER [key=value ...]" (what `understudy
  * protect` sends: epoch-ms, timeout-ms, handshake-timeout-ms, insecure,
- * transport, tls-cert, tls-key, tls-ca, tls-peer-name) into o; 0 or -EINVAL
- * with err saying why. The strings of o point into req, which must stay. */
+ * transport, tls-cert, tls-key, tls-ca, tls-peer-name) or "migrate PEER
+ * [downtime-ms=N] [...]" (o->migrate_downtime_ms, 30 by default) into o; 0
+ * or -EINVAL with err saying why. The strings of o point into req, which
+ * must stay. */
 int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t errlen) US_MUST_CHECK;
 int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o);
 

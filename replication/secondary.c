@@ -270,6 +270,13 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 #ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
 	return 0;
 #endif
+	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES) {
+		log_info(TAG, "the primary hands the guest over at epoch %llu (this side holds %llu): "
+			 "taking over now", (unsigned long long)f->epoch,
+			 (unsigned long long)s->stage.applied);
+		s->migrate_now = true;   /* after_feed: not inside the decoder */
+		return 0;
+	}
 	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES) {
 		repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the primary goes on "
 			       "without this secondary (%s)", f->reason);
@@ -335,6 +342,12 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 /* What the frames of one chunk from the primary came to (r: the feed's result). */
 static void after_feed(struct repl_secondary *s, int r)
 {
+	if (s->migrate_now && s->state == S_STANDBY && s->stage.have_ckpt) {
+		s->migrate_now = false;
+		s->migrating = true;
+		repl_sec_begin_takeover(s);
+		return;
+	}
 	if (s->standing_down) {
 		s->standing_down = false;
 		end_link(s, true);
@@ -555,8 +568,13 @@ static char *control_text(void *ctx, const char *req)
 
 	if (!strcmp(req, "takeover"))
 		return repl_sec_takeover_request(ctx);
-	if (!strncmp(req, "protect ", 8))
+	if (!strncmp(req, "protect ", 8) || !strncmp(req, "migrate ", 8))
 		return protect_request(s, req);
+	if (!strcmp(req, "cancel") && s->engine && repl_primary_protecting(s->engine) &&
+	    strcmp(repl_primary_state(s->engine), "switching")) {
+		repl_primary_cancel(s->engine);
+		return strdup("ok cancelled: the VM runs on here\n");
+	}
 	if (s->engine && !strncmp(req, "status", 6))
 		return repl_primary_status_text(s->engine, req);
 	return repl_sec_status_text(ctx, req);

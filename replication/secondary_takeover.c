@@ -105,7 +105,7 @@ static void fence_and_take_over(struct repl_secondary *s, const char *reason)
 	char why[256];
 	int r;
 
-	if (s->o->fence_cmd) {
+	if (s->o->fence_cmd && !s->migrating) {   /* a migrating primary hands over */
 		r = repl_fence_run(s->o->fence_cmd, s->o->fence_timeout_ms, &peer, why, sizeof(why));
 		if (r < 0) {
 			repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "fence command failed (%s): "
@@ -135,12 +135,12 @@ void repl_sec_begin_takeover(struct repl_secondary *s)
 		fence_and_take_over(s, "the primary is silent");
 		return;
 	}
-	log_warn(TAG, "primary silent for %llu ms: contending for the witness key before any "
-		 "takeover (standby at epoch %llu)",
-		 (unsigned long long)((now_ns() - s->link.last_rx_ns) / 1000000),
+	log_warn(TAG, "%s: contending for the witness key before any takeover (standby at epoch "
+		 "%llu)", s->migrating ? "a migration" : "the primary is silent",
 		 (unsigned long long)s->stage.applied);
 	repl_event_log("contend");
-	repl_link_close(&s->link);
+	if (!s->migrating)           /* a migrating primary waits for our word on it */
+		repl_link_close(&s->link);
 	s->state = S_CONTENDING;
 	s->contend_t0_ns = now_ns();
 	repl_witness_contend(s->wit, s->token);

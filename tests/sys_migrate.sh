@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# understudy migrate: a running VM moves to a waiting secondary.
+#   1. counter under `run`: migrated, the source exits 0, the destination's
+#      guest goes on from the source's count; --json ends with a summary;
+#   2. the stress guest (2 vCPUs, LAPIC timer, AVX) passes its self-check on
+#      the destination;
+#   3. a downtime that cannot be met: --max-time cancels, the source runs on
+#      unharmed and the destination drops what it got;
+#   4. the destination killed before the hand-over: the source runs on;
+#   5. a protected `primary` hands over to its own secondary.
+set -u
+cd "$(dirname "$0")/.." && . tests/lib.sh
+need_kvm
+tmp=$(mktemp -d)
+cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+wait_log() {   # file pattern seconds
+	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
+	return 1
+}
+count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
+n=0
+start_dest() {   # sets dport dcon dp; logs $tmp/$n.dst.log
+	n=$((n + 1)); dport=$(free_port); dcon=$(free_port)
+	"$BIN" secondary --listen 127.0.0.1:$dport --console tcp:127.0.0.1:$dcon --insecure \
+		--failover-timeout-ms 300 --control "$tmp/$n.dst.ctl" 2>"$tmp/$n.dst.log" &
+	dp=$!
+	wait_port $dport || fail "destination did not listen"
+}
+start_run() {   # GUEST...: sets scon sp
+	scon=$(free_port)
+	"$BIN" run "$@" --console tcp:127.0.0.1:$scon --control "$tmp/$n.src.ctl" 2>"$tmp/$n.src.log" &
+	sp=$!
+	wait_port $scon || fail "source did not start"
+}
+
+# 1.
+start_dest; start_run --guest counter
+[ "$(count $scon incr incr incr)" = 3 ] || fail "source counter"
+"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --json >"$tmp/1.json" ||
+	fail "migrate failed: $(tail -3 "$tmp/$n.src.log")"
+wait $sp; rc=$?
+[ $rc = 0 ] || fail "the source exited $rc after the migration"
+tail -1 "$tmp/1.json" | python3 -c '
+import json, sys
+s = json.loads(sys.stdin.read())
+assert s["summary"] and s["result"] == "migrated", s
+assert 0 <= s["downtime_ms"] <= 30, s
+print("   summary:", s)' || fail "summary: $(tail -1 "$tmp/1.json")"
+[ "$(count $dcon incr)" = 4 ] || fail "the destination does not go on from 3"
+ok "1. counter migrated: source exit 0, destination goes on at 4"
+kill $dp; wait $dp 2>/dev/null
+
+# 2.
+start_dest; start_run --guest stress --cpus 2
+sleep 1
+"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/2.out" ||
+	fail "stress migrate: $(tail -2 "$tmp/2.out")"
+wait $sp
+out=$(python3 - $dcon <<'PY'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
+s.sendall(b"check\n")
+buf, end = b"", time.time() + 20
+while time.time() < end and b"\n" not in buf.split(b"check", 1)[-1]:
+    d = s.recv(4096)
+    if not d:
+        break
+    buf += d
+print(buf.decode(errors="replace").strip().splitlines()[-1] if buf else "")
+PY
+)
+echo "$out" | grep -qi "ok\|pass" || fail "stress self-check on the destination: $out"
+ok "2. stress guest (2 vCPUs) migrated: self-check '$out' ($(grep -o 'downtime.*' "$tmp/2.out"))"
+kill $dp; wait $dp 2>/dev/null
+
+# 3. Cancel at --max-time (a downtime it cannot meet).
+start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
+if "$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
+	--epoch-ms 25 --max-time 2 >/dev/null 2>"$tmp/3.out"; then
+	fail "a migration that cannot meet 1 ms succeeded"
+fi
+grep -q "cancelled" "$tmp/3.out" || fail "not cancelled: $(cat "$tmp/3.out")"
+kill -0 $sp || fail "the source died on cancel"
+wait_log "$tmp/$n.dst.log" "stood down" 10 || fail "the destination did not drop: $(tail -2 "$tmp/$n.dst.log")"
+grep -q "TOOK OVER" "$tmp/$n.dst.log" && fail "the destination took over after a cancel"
+[ "$("$BIN" status --control "$tmp/$n.src.ctl" | sed -n 's/^state //p')" = unprotected ] || fail "source state"
+ok "3. --max-time: cancelled, the source runs on, the destination stood down"
+kill $sp $dp; wait $sp $dp 2>/dev/null
+
+# 4. The destination dies before the hand-over.
+start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
+"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
+	--epoch-ms 25 --max-time 20 >/dev/null 2>"$tmp/4.out" &
+mp=$!
+wait_log "$tmp/$n.src.log" "protected: secondary holds" 20 || fail "never protected"
+kill -9 $dp; wait $dp 2>/dev/null
+wait $mp && fail "migrate succeeded without a destination"
+kill -0 $sp || fail "the source died with the destination"
+[ "$("$BIN" status --control "$tmp/$n.src.ctl" | sed -n 's/^state //p')" = unprotected ] || fail "source state"
+ok "4. destination killed mid-way: migrate exit 1, the source runs on"
+kill $sp; wait $sp 2>/dev/null
+
+# 5. A protected primary hands over to its own secondary.
+start_dest
+pcon=$(free_port)
+"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$dport --insecure \
+	--control "$tmp/p.ctl" 2>"$tmp/p.log" &
+pp=$!
+wait_log "$tmp/p.log" "protected: secondary holds" 20 || fail "primary never protected"
+[ "$(count $pcon incr incr)" = 2 ] || fail "primary counter"
+other=$(free_port)
+"$BIN" migrate --control "$tmp/p.ctl" --to 127.0.0.1:$other --insecure 2>"$tmp/5a.out" &&
+	fail "a primary migrated to a host other than its secondary"
+"$BIN" migrate --control "$tmp/p.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/5.out" ||
+	fail "primary hand-over: $(cat "$tmp/5.out")"
+wait $pp; rc=$?
+[ $rc = 0 ] || fail "the old primary exited $rc"
+[ "$(count $dcon incr)" = 3 ] || fail "the destination does not go on from 2"
+ok "5. protected primary handed over to its secondary ($(grep -o 'downtime [0-9.]* ms' "$tmp/5.out"))"
+exit 0
