@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The Pacemaker resource agent (ocf/understudy) outside a cluster: ocf-tester
+# (Debian resource-agents) runs every action of it against a real standby on
+# loopback (start, monitor, promote = a fresh boot protected by a second
+# standby that stands for the other node, demote, stop, twice and idempotent),
+# then the agent's own rules are checked by hand: a promote from a standby
+# that holds a checkpoint is a takeover and the counter goes on; a node with
+# no checkpoint is never promoted unless a fresh boot is allowed and the
+# guest never ran.
+set -u
+cd "$(dirname "$0")/.." && . tests/lib.sh
+need_kvm
+command -v ocf-tester >/dev/null || { echo "SKIP: ocf-tester not installed (Debian resource-agents)"; exit 77; }
+[ -f /usr/lib/ocf/lib/heartbeat/ocf-shellfuncs ] || { echo "SKIP: no ocf-shellfuncs (resource-agents)"; exit 77; }
+AGENT=$PWD/ocf/understudy
+tmp=$(mktemp -d)
+chmod 755 "$tmp"
+peer_loop=
+cleanup() {
+	[ -n "$peer_loop" ] && kill "$peer_loop" 2>/dev/null
+	for f in "$tmp"/*/*.pid "$tmp"/peer.pid "$tmp"/pri.pid; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+	done
+	wait 2>/dev/null
+	[ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+lport=$(free_port); lcon=$(free_port); pport=$(free_port); pcon=$(free_port)
+params=(binary="$BIN" insecure=true listen=127.0.0.1:$lport peer=127.0.0.1:$pport
+	console=tcp:127.0.0.1:$lcon statedir="$tmp/state" allow_fresh_boot=true protect_timeout=15
+	primary_args="--timeout-ms 1000")
+
+# The other node's standby: started again whenever it ends (a demote powers
+# the guest off, and a standby whose primary stopped the guest ends too).
+(
+	while :; do
+		"$BIN" secondary --listen 127.0.0.1:$pport --console tcp:127.0.0.1:$pcon --insecure \
+			--takeover manual --control "$tmp/peer.ctl" >>"$tmp/peer.log" 2>&1 &
+		echo $! > "$tmp/peer.pid"
+		wait $!
+		sleep 0.2
+	done
+) &
+peer_loop=$!
+wait_port $pport || fail "the peer standby did not listen: $(tail -3 "$tmp/peer.log")"
+
+o=()
+for p in "${params[@]}"; do o+=(-o "$p"); done
+if ! ocf-tester -v -n understudy_t "${o[@]}" "$AGENT" >"$tmp/tester.log" 2>&1; then
+	cat "$tmp/tester.log"
+	fail "ocf-tester"
+fi
+grep -q "passed all tests" "$tmp/tester.log" || { cat "$tmp/tester.log"; fail "ocf-tester did not pass"; }
+grep -q "Testing: promotion of promoted resource" "$tmp/tester.log" || fail "ocf-tester did not run promote"
+n=$(grep -c "protected: secondary holds" "$tmp/state/understudy_t.log")
+[ "$n" -ge 2 ] || fail "expected at least 2 fresh primaries protected by the peer standby, saw $n"
+ok "ocf-tester: $(grep -m1 "passed all tests" "$tmp/tester.log") ($n fresh boots, each protected)"
+
+# ---- the agent's own rules, action by action -----------------------------
+kill "$peer_loop"; peer_loop=
+kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
+wait 2>/dev/null
+export OCF_ROOT=/usr/lib/ocf OCF_RESOURCE_INSTANCE=understudy_u OCF_RESKEY_CRM_meta_timeout=20000
+for p in "${params[@]}"; do export "OCF_RESKEY_${p%%=*}=${p#*=}"; done
+ra() { "$AGENT" "$1" >>"$tmp/ra.log" 2>&1; }
+
+ra start || fail "start: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor of a fresh standby: $rc, want 0"
+
+# no fresh boot when not allowed
+OCF_RESKEY_allow_fresh_boot=false ra promote && fail "promoted a node without a checkpoint (allow_fresh_boot=false)"
+grep -q "holds no complete checkpoint and a fresh boot is not allowed" "$tmp/ra.log" || fail "refusal does not say why"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "after a refused promote: monitor $rc, want 0 (still a standby)"
+ok "promote refused on a node without a checkpoint (allow_fresh_boot=false)"
+
+# a primary outside the agent's control protects itself on the agent's standby
+"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$lport --insecure \
+	--control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
+echo $! > "$tmp/pri.pid"
+for _ in $(seq 100); do grep -q "protected: secondary holds" "$tmp/pri.log" && break; sleep 0.1; done
+out=$(python3 tests/counter_client.py $pcon incr incr incr incr) || fail "client of the primary"
+[ "$(echo "$out" | tail -1 | cut -d' ' -f1)" = 4 ] || fail "primary replies: $out"
+kill -9 "$(cat "$tmp/pri.pid")"
+sleep 1.5
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor of a standby whose primary died: $rc, want 0 (no takeover of its own)"
+t0=$(date +%s%N)
+ra promote || fail "promote of a standby with a checkpoint: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 8 ] || fail "monitor after the takeover: $rc, want 8 (running promoted)"
+out=$(python3 tests/counter_client.py $lcon get) || fail "console after the takeover"
+t1=$(date +%s%N)
+[ "$(echo "$out" | cut -d' ' -f1)" = 4 ] || fail "after the takeover the counter is '$out', want 4"
+ok "promote = takeover from the checkpoint: counter 4 went on ($(( (t1 - t0) / 1000000 )) ms promote to reply)"
+ra promote || fail "promote of a promoted resource"
+
+# the guest dies here (a crash, not a stop): the ran marker stays, no fresh boot
+kill -9 "$(cat "$tmp/state/understudy_u.pid")"
+sleep 0.2
+ra monitor; rc=$?
+[ $rc = 9 ] || fail "monitor of a crashed promoted instance: $rc, want 9 (failed promoted)"
+ra demote || fail "demote after a crash: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor after the demote: $rc, want 0"
+ra promote && fail "fresh boot after the guest had run (and crashed)"
+grep -q "the guest ran before" "$tmp/ra.log" || fail "refusal does not name the ran marker: $(tail -3 "$tmp/ra.log")"
+ok "after a crash of the promoted guest: monitor 9, demote back to standby, fresh boot refused (ran before)"
+ra stop || fail "stop"
+ra monitor; rc=$?
+[ $rc = 7 ] || fail "monitor after stop: $rc, want 7"
+ok "stop: monitor says not running"
