@@ -58,13 +58,36 @@ n=$(grep -c "protected: secondary holds" "$tmp/state/understudy_t.log")
 ok "ocf-tester: $(grep -m1 "passed all tests" "$tmp/tester.log") ($n fresh boots, each protected)"
 
 # ---- the agent's own rules, action by action -----------------------------
-kill "$peer_loop"; peer_loop=
-kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
-wait 2>/dev/null
 export OCF_ROOT=/usr/lib/ocf OCF_RESOURCE_INSTANCE=understudy_u OCF_RESKEY_CRM_meta_timeout=20000
 for p in "${params[@]}"; do export "OCF_RESKEY_${p%%=*}=${p#*=}"; done
 ra() { "$AGENT" "$1" >>"$tmp/ra.log" 2>&1; }
+wait_log() { for _ in $(seq 100); do grep -q "$2" "$1" && return 0; sleep 0.1; done; return 1; }
 
+# The other node powers the guest off (its demote): our standby ends with
+# it, and a promote that follows (a move) starts over from a fresh boot.
+ra start || fail "start: $(tail -5 "$tmp/ra.log")"
+xcon=$(free_port)
+"$BIN" primary --guest counter --console tcp:127.0.0.1:$xcon --peer 127.0.0.1:$lport --insecure \
+	2>"$tmp/xpri.log" &
+xp=$!
+wait_log "$tmp/xpri.log" "protected: secondary holds" || fail "never protected: $(tail -3 "$tmp/xpri.log")"
+kill -TERM $xp; wait $xp 2>/dev/null
+wait_log "$tmp/state/understudy_u.log" "primary stops (.*no takeover" || fail "the standby did not hear the goodbye"
+sleep 0.5
+ra monitor; rc=$?
+[ $rc = 1 ] || fail "monitor of a standby that ended with its guest: $rc, want 1"
+ra promote || fail "promote after the other node powered the guest off: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 8 ] || fail "monitor after that promote: $rc, want 8"
+out=$(python3 tests/counter_client.py $lcon incr) || fail "console of the fresh primary"
+[ "${out%% *}" = 1 ] || fail "fresh primary's counter: $out, want 1"
+ra demote || fail "demote of the fresh primary"
+ra stop || fail "stop"
+ok "the standby ended with the guest (other node's demote): promote started a standby and booted fresh (counter $out)"
+
+kill "$peer_loop"; peer_loop=
+kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
+wait 2>/dev/null
 ra start || fail "start: $(tail -5 "$tmp/ra.log")"
 ra monitor; rc=$?
 [ $rc = 0 ] || fail "monitor of a fresh standby: $rc, want 0"

@@ -295,5 +295,34 @@ link_cut() {
 }
 link_cut standby
 link_cut primary
+# ---- 4. move the promoted instance (an operator's move) ----------------------
+# A demote powers the guest off (no live move yet) and its standby ends with
+# it; the guest boots fresh on the other node. Never two copies meanwhile.
+fresh_pair "$P"
+from=$P to=$S
+on $from crm_resource --cleanup >/dev/null 2>&1
+sleep 2
+on $from crm_resource --resource us-clone --move --promoted --node node$to >/dev/null 2>&1 ||
+	on $from crm_resource --resource us-clone --move --master --node node$to >/dev/null ||
+	fail "crm_resource --move"
+t=$(date +%s%N) both=0
+moved() {
+	local r1 r2
+	r1=$(role 1) r2=$(role 2)
+	case "$r1" in primary/*|secondary/active/*) case "$r2" in primary/*|secondary/active/*) both=1 ;; esac ;; esac
+	case "$(role $to)" in primary/protected/*) return 0 ;; esac
+	return 1
+}
+wait_for 90 "the guest running protected on node$to after the move" moved
+ms=$(( ($(date +%s%N) - t) / 1000000 ))
+[ $both = 0 ] || fail "both nodes ran the guest during the move"
+out=$(client get 10.213.0.$to 7101) || fail "console of node$to after the move"
+sleep 3
+if on $from crm_mon -1 2>/dev/null | grep -q "Failed Resource Actions"; then
+	on $from crm_mon -1 | sed -n '/Failed Resource Actions/,$p'
+	fail "the move left failed actions"
+fi
+ok "move to node$to: the guest booted fresh there ($out), protected by node$from ($(role $from)) after $ms ms; never two copies, no failed action"
+on $from crm_resource --resource us-clone --clear >/dev/null 2>&1
 sed 's/^/    fence log: /' "$state/fence.log"
 echo "PASS: check-cluster"
