@@ -8,6 +8,10 @@
 # no checkpoint is never promoted unless a fresh boot is allowed and the
 # guest never ran.
 set -u
+# the agent's daemons outlive their starter: reap them here, not as zombies of PID 1
+if [ -z "${UNDERSTUDY_REAPED:-}" ]; then
+	UNDERSTUDY_REAPED=1 exec python3 "$(dirname "$0")/cluster/reaper.py" bash "$0" "$@"
+fi
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 command -v ocf-tester >/dev/null || { echo "SKIP: ocf-tester not installed (Debian resource-agents)"; exit 77; }

@@ -17,6 +17,10 @@
 # Everything (processes, namespaces, files) is removed at the end, even on
 # failure.
 set -u
+# the agent's daemons outlive their starter: reap them here, not as zombies of PID 1
+if [ -z "${UNDERSTUDY_REAPED:-}" ]; then
+	UNDERSTUDY_REAPED=1 exec python3 "$(dirname "$0")/reaper.py" bash "$0" "$@"
+fi
 cd "$(dirname "$0")/../.." || exit 1
 BIN=$PWD/${BUILD:-build}/understudy
 fail() { echo "FAIL: $*"; exit 1; }
