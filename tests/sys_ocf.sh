@@ -139,3 +139,39 @@ ra stop || fail "stop"
 ra monitor; rc=$?
 [ $rc = 7 ] || fail "monitor after stop: $rc, want 7"
 ok "stop: monitor says not running"
+
+# ---- TLS: one certificate per node serves both roles (serverAuth and clientAuth)
+if command -v openssl >/dev/null; then
+	c=$tmp/certs
+	mkdir -p "$c"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+		-subj "/CN=ocf test CA" -keyout "$c/ca.key" -out "$c/ca.pem" 2>/dev/null
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+		-keyout "$c/node.key" -out "$c/node.csr" 2>/dev/null
+	openssl x509 -req -in "$c/node.csr" -CA "$c/ca.pem" -CAkey "$c/ca.key" -CAcreateserial -days 30 \
+		-extfile <(printf 'extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n') \
+		-out "$c/node.pem" 2>/dev/null || fail "openssl could not make the node certificate"
+	"$BIN" secondary --listen 127.0.0.1:$pport --console tcp:127.0.0.1:$pcon --takeover manual \
+		--tls-cert "$c/node.pem" --tls-key "$c/node.key" --tls-ca "$c/ca.pem" \
+		--control "$tmp/peer.ctl" >"$tmp/peer-tls.log" 2>&1 &
+	echo $! > "$tmp/peer.pid"
+	wait_port $pport || fail "the TLS peer standby did not listen: $(tail -3 "$tmp/peer-tls.log")"
+	export OCF_RESOURCE_INSTANCE=understudy_tls OCF_RESKEY_name=understudy_tls OCF_RESKEY_insecure=false \
+		OCF_RESKEY_tls_cert=$c/node.pem OCF_RESKEY_tls_key=$c/node.key OCF_RESKEY_tls_ca=$c/ca.pem \
+		OCF_RESKEY_control=$tmp/state/understudy_tls.sock
+	OCF_RESKEY_tls_ca=$c/missing.pem ra validate-all; rc=$?
+	[ $rc = 5 ] || fail "validate-all with an unreadable CA: $rc, want 5 (not installed)"
+	ra start || fail "TLS start: $(tail -5 "$tmp/ra.log")"
+	ra promote || fail "TLS promote (fresh boot): $(tail -5 "$tmp/ra.log")"
+	ra monitor; rc=$?
+	[ $rc = 8 ] || fail "TLS monitor after the promote: $rc, want 8"
+	grep -q "protected: secondary holds" "$tmp/state/understudy_tls.log" || fail "TLS primary never protected"
+	grep -q "INSECURE" "$tmp/state/understudy_tls.log" && fail "the TLS agent ran a plaintext link"
+	out=$(python3 tests/counter_client.py $lcon incr incr) || fail "console of the TLS primary"
+	[ "$(echo "$out" | tail -1 | cut -d' ' -f1)" = 2 ] || fail "TLS counter: $out"
+	ra demote || fail "TLS demote"
+	ra stop || fail "TLS stop"
+	ok "TLS: one node certificate (serverAuth + clientAuth) as standby and as fresh primary, protected; validate-all 5 for an unreadable CA"
+else
+	echo "SKIP: openssl missing: the TLS part of the agent is not checked"
+fi
