@@ -31,8 +31,8 @@ cleanup() {
 trap cleanup EXIT
 
 lport=$(free_port); lcon=$(free_port); pport=$(free_port); pcon=$(free_port)
-params=(binary="$BIN" insecure=true listen=127.0.0.1:$lport peer=127.0.0.1:$pport
-	console=tcp:127.0.0.1:$lcon statedir="$tmp/state" allow_fresh_boot=true protect_timeout=15
+params=(binary="$BIN" insecure=true "listen=127.0.0.1:$lport" "peer=127.0.0.1:$pport"
+	"console=tcp:127.0.0.1:$lcon" statedir="$tmp/state" allow_fresh_boot=true protect_timeout=15
 	primary_args="--timeout-ms 1000")
 
 # The other node's standby: started again whenever it ends (a demote powers
