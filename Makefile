@@ -15,7 +15,7 @@ endif
 
 CC       ?= gcc
 MODULES  := kmod machine checkpoint replication net proto primary secondary cli guest
-PKGS     := libprotobuf-c openssl liblz4 libfabric
+PKGS     := libprotobuf-c openssl liblz4 libfabric libcurl json-c
 
 CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-missing-field-initializers \
             -D_GNU_SOURCE -pthread -I. -I$(BUILD)/gen $(SANFLAGS) \
@@ -63,7 +63,7 @@ all: $(BIN)
 # ---- Debian packages ---------------------------------------------------------
 DEB := libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev liblz4-dev \
        libfabric-dev libibverbs-dev librdmacm-dev libcmocka-dev pkg-config openssl \
-       iproute2 nftables clang
+       iproute2 nftables clang libcurl4-openssl-dev libjson-c-dev etcd-server
 deps:
 	@missing=$$(for p in $(DEB); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q 'install ok installed' || echo $$p; done); \

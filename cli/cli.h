@@ -10,6 +10,7 @@
 
 #include "machine/machine.h"
 #include "net/net.h"
+#include "replication/witness.h"
 
 struct vm_options {
 	struct machine_config cfg;
@@ -53,7 +54,34 @@ struct vm_options {
 	"  --transport tls|tcp|rdma   (tcp and rdma need --insecure)\n" \
 	"  --rdma-provider NAME  libfabric provider (default: verbs, else tcp;ofi_rxm)\n"
 
+/* Witness options of both agents, ids from 1200 up (see replication/witness.c). */
+#define WITNESS_OPTIONS_LONG \
+	{ "witness", required_argument, NULL, 1200 }, \
+	{ "witness-key", required_argument, NULL, 1201 }, \
+	{ "lease-ms", required_argument, NULL, 1202 }, \
+	{ "witness-ca", required_argument, NULL, 1203 }
+
+#define WITNESS_OPTIONS_HELP \
+	"witness options (without them: heartbeat only, safe against crashes, not partitions):\n" \
+	"  --witness etcd:HOST:PORT[,HOST:PORT...]   etcd v3 (HTTP gateway; https://HOST:PORT\n" \
+	"                        for TLS): only the side owning the key runs the guest and\n" \
+	"                        releases output; a takeover must win the key first\n" \
+	"  --witness-key NAME    the key, the same on both sides (default understudy/GUEST)\n" \
+	"  --lease-ms N          lease TTL, whole seconds (default 1000)\n" \
+	"  --witness-ca FILE     CA of an https:// etcd\n"
+
+struct witness_options {
+	struct repl_witness_opts o;   /* o.endpoints NULL: no witness */
+	char key[REPL_WITNESS_KEY_MAX];
+};
+
 /* ---- shared option parsing (options.c) ----------------------------------- */
+
+void cli_witness_options_init(struct witness_options *w);
+/* One witness option (ids 1200..); 0 or 2 after printing why. */
+int cli_parse_witness_option(struct witness_options *w, int opt, const char *arg);
+/* Completes the witness options (default key from guest, may be ""); 0 or 2. */
+int cli_witness_options_check(struct witness_options *w, const char *guest);
 
 /* A HOST:PORT value of flag (--peer, --listen), checked with net's one
  * parser (net_parse_host_port: port 1..65535, never 0 from the command

@@ -183,3 +183,61 @@ int cli_check_host_port(const char *flag, const char *arg)
 		return 2;
 	}
 }
+
+void cli_witness_options_init(struct witness_options *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->o.lease_ms = 1000;
+}
+
+int cli_parse_witness_option(struct witness_options *w, int opt, const char *arg)
+{
+	switch (opt) {
+	case 1200:
+		if (strncmp(arg, "etcd:", 5) || !arg[5]) {
+			fprintf(stderr, "understudy: --witness '%s': use etcd:HOST:PORT[,HOST:PORT...]\n",
+				arg);
+			return 2;
+		}
+		w->o.endpoints = arg + 5;
+		return 0;
+	case 1201:
+		if (!*arg || strlen(arg) >= sizeof(w->key) ||
+		    strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/_.-") !=
+		    strlen(arg)) {
+			fprintf(stderr, "understudy: --witness-key '%s': need 1..%zu of A-Z a-z 0-9 / _ . -\n",
+				arg, sizeof(w->key) - 1);
+			return 2;
+		}
+		snprintf(w->key, sizeof(w->key), "%s", arg);
+		return 0;
+	case 1202:
+		return cli_parse_ms("--lease-ms", arg, 1000, &w->o.lease_ms);
+	case 1203:
+		w->o.ca_file = arg;
+		return 0;
+	default:
+		return 2;
+	}
+}
+
+int cli_witness_options_check(struct witness_options *w, const char *guest)
+{
+	if (!w->o.endpoints) {
+		if (w->key[0] || w->o.ca_file) {
+			fprintf(stderr, "understudy: --witness-key/--witness-ca need --witness\n");
+			return 2;
+		}
+		return 0;
+	}
+	if (!w->key[0]) {
+		if (!guest || !guest[0]) {
+			fprintf(stderr, "understudy: --witness needs --witness-key NAME here (the same on "
+					"both sides)\n");
+			return 2;
+		}
+		snprintf(w->key, sizeof(w->key), "understudy/%.*s", (int)strcspn(guest, ":"), guest);
+	}
+	w->o.key = w->key;
+	return 0;
+}

@@ -8,21 +8,24 @@
 static const char primary_help[] =
 	"usage: understudy primary [VM options] --peer HOST:PORT [--epoch-ms N]\n"
 	"                          [--timeout-ms N] [--handshake-timeout-ms N] [--control PATH]\n"
-	"                          [link options]\n"
+	"                          [link options] [witness options]\n"
 	"Runs the VM and checkpoints it every --epoch-ms (default 25) to the secondary at\n"
 	"--peer; guest output leaves only once the secondary holds the checkpoint that\n"
 	"produced it. If the secondary is silent for --timeout-ms (default 500), the VM\n"
 	"runs on UNPROTECTED and says so. Until the first checkpoint is acknowledged, each\n"
 	"phase (connect, TLS, Hello, initial sync) must progress within\n"
 	"--handshake-timeout-ms (default 5000): else the VM was never protected and the\n"
-	"primary exits 1, or, once syncing, runs on UNPROTECTED.\n\n"
-	VM_OPTIONS_HELP NET_OPTIONS_HELP;
+	"primary exits 1, or, once syncing, runs on UNPROTECTED. With --witness the guest\n"
+	"runs only while this side owns the witness key: past its lease it is paused for\n"
+	"good (state fenced).\n\n"
+	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		VM_OPTIONS_LONG,
 		NET_OPTIONS_LONG,
+		WITNESS_OPTIONS_LONG,
 		{ "peer", required_argument, NULL, 'p' },
 		{ "epoch-ms", required_argument, NULL, 'e' },
 		{ "timeout-ms", required_argument, NULL, 't' },
@@ -34,9 +37,11 @@ int cli_cmd_primary(int argc, char **argv)
 	struct vm_options vo;
 	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500,
 				       .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
+	struct witness_options wo;
 	int opt;
 
 	cli_vm_options_init(&vo);
+	cli_witness_options_init(&wo);
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		int r = 0;
@@ -50,7 +55,10 @@ int cli_cmd_primary(int argc, char **argv)
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
 			break;
 		case 'c': o.control = optarg; break;
-		default: r = cli_parse_option(opt, optarg, &vo, &o.net); break;
+		default:
+			r = opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
+			    cli_parse_option(opt, optarg, &vo, &o.net);
+			break;
 		}
 		if (r)
 			return 2;
@@ -61,8 +69,10 @@ int cli_cmd_primary(int argc, char **argv)
 		fprintf(stderr, "understudy primary: --peer HOST:PORT is required\n");
 		return 2;
 	}
-	if (cli_vm_options_check(&vo) || cli_net_options_check(&o.net))
+	if (cli_vm_options_check(&vo) || cli_net_options_check(&o.net) ||
+	    cli_witness_options_check(&wo, vo.cfg.guest))
 		return 2;
+	o.witness = wo.o;
 	o.cfg = vo.cfg;
 	o.console = vo.console;
 	return primary_run(ev_default_loop(0), &o);

@@ -9,6 +9,7 @@ static const char secondary_help[] =
 	"usage: understudy secondary --listen HOST:PORT --console tcp:HOST:PORT\n"
 	"                            [--failover-timeout-ms N] [--handshake-timeout-ms N]\n"
 	"                            [--control PATH] [--takeover auto|manual] [link options]\n"
+	"                            [--fence-cmd CMD [--fence-timeout-ms N]] [witness options]\n"
 	"                            [--guest NAME --mem SIZE --cpus N]\n"
 	"Waits for a primary, keeps a standby VM at its last complete checkpoint, and when\n"
 	"the primary is silent for --failover-timeout-ms (default 500) resumes the guest\n"
@@ -18,27 +19,39 @@ static const char secondary_help[] =
 	"primary out. Given --guest/--mem/--cpus, a primary with another machine\n"
 	"configuration is refused. With --takeover manual the standby never takes over by\n"
 	"itself: only when told (understudy takeover --control PATH), e.g. by a cluster\n"
-	"manager that fenced the primary (see ocf/understudy).\n\n" NET_OPTIONS_HELP;
+	"manager that fenced the primary (see ocf/understudy). With --witness a takeover\n"
+	"happens only after winning the witness key. With --fence-cmd, CMD (run by /bin/sh,\n"
+	"the primary's identity in UNDERSTUDY_PEER, UNDERSTUDY_PEER_HOST, UNDERSTUDY_PEER_PORT,\n"
+	"UNDERSTUDY_VM, UNDERSTUDY_EPOCH, UNDERSTUDY_REASON, UNDERSTUDY_ACTION=off) must exit 0\n"
+	"within --fence-timeout-ms (default 10000) before a takeover; otherwise there is no\n"
+	"takeover (state fence-failed) and the standby stays.\n\n" NET_OPTIONS_HELP WITNESS_OPTIONS_HELP;
 
 int cli_cmd_secondary(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		VM_OPTIONS_LONG,
 		NET_OPTIONS_LONG,
+		WITNESS_OPTIONS_LONG,
 		{ "listen", required_argument, NULL, 'l' },
 		{ "failover-timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "takeover", required_argument, NULL, 'T' },
+		{ "fence-cmd", required_argument, NULL, 'F' },
+		{ "fence-timeout-ms", required_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct vm_options vo;
 	struct repl_secondary_opts o = { .timeout_ms = 500,
-					 .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
+					 .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS,
+					 .fence_timeout_ms = 10000 };
+	bool fence_timeout_given = false;
+	struct witness_options wo;
 	int opt;
 
 	cli_vm_options_init(&vo);
+	cli_witness_options_init(&wo);
 	vo.console = NULL;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -60,7 +73,21 @@ int cli_cmd_secondary(int argc, char **argv)
 			}
 			o.manual_takeover = !strcmp(optarg, "manual");
 			break;
-		default: r = cli_parse_option(opt, optarg, &vo, &o.net); break;
+		case 'F':
+			if (!optarg[0]) {
+				fprintf(stderr, "understudy secondary: --fence-cmd: empty command\n");
+				r = 2;
+			}
+			o.fence_cmd = optarg;
+			break;
+		case 'f':
+			r = cli_parse_ms("--fence-timeout-ms", optarg, 100, &o.fence_timeout_ms);
+			fence_timeout_given = true;
+			break;
+		default:
+			r = opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
+			    cli_parse_option(opt, optarg, &vo, &o.net);
+			break;
 		}
 		if (r)
 			return 2;
@@ -72,8 +99,13 @@ int cli_cmd_secondary(int argc, char **argv)
 				"are required\n");
 		return 2;
 	}
-	if (cli_net_options_check(&o.net))
+	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest))
 		return 2;
+	if (fence_timeout_given && !o.fence_cmd) {
+		fprintf(stderr, "understudy secondary: --fence-timeout-ms needs --fence-cmd\n");
+		return 2;
+	}
+	o.witness = wo.o;
 	if (vo.cfg.guest[0])
 		o.pin = vo.cfg;
 	o.console = vo.console;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "net/control.h"
@@ -12,9 +13,40 @@
 static const char takeover_help[] =
 	"usage: understudy takeover --control PATH\n"
 	"Makes the secondary at PATH resume the guest from its last complete checkpoint.\n"
-	"Refused (exit 1) when it holds no complete checkpoint or is not a standby.\n"
+	"Refused (exit 1) when it holds no complete checkpoint or is not a standby. With a\n"
+	"witness it first wins the witness key (waits up to 30 s for the old lease to end).\n"
 	"The primary must be fenced first: a live primary is told to stop, but one that\n"
 	"cannot be reached (partition) would run on beside the new copy.\n";
+
+/* With a witness the standby first has to win the key (once the old
+ * primary's lease ran out): wait for the outcome, at most 30 s. */
+static int wait_for_key(const char *control)
+{
+	for (int i = 0; i < 600; i++) {
+		char *st = NULL, *line;
+		int r;
+
+		usleep(50000);
+		if ((r = control_request(control, "status", 5000, &st)) < 0) {
+			fprintf(stderr, "understudy takeover: %s: %s\n", control, strerror(-r));
+			return 1;
+		}
+		line = strstr(st, "\nstate ");
+		if (line && !strncmp(line, "\nstate active\n", 14)) {
+			printf("ok took over: won the witness key\n");
+			free(st);
+			return 0;
+		}
+		if (line && strncmp(line, "\nstate contending\n", 18)) {
+			fprintf(stderr, "no takeover:\n%s", st);
+			free(st);
+			return 1;
+		}
+		free(st);
+	}
+	fprintf(stderr, "understudy takeover: still contending for the witness key after 30 s\n");
+	return 1;
+}
 
 int cli_cmd_takeover(int argc, char **argv)
 {
@@ -46,6 +78,8 @@ int cli_cmd_takeover(int argc, char **argv)
 	}
 	r = strncmp(reply, "ok", 2) ? 1 : 0;
 	fputs(reply, r ? stderr : stdout);
+	if (!r && strstr(reply, "contending"))
+		r = wait_for_key(control);
 	free(reply);
 	return r;
 }

@@ -8,6 +8,11 @@
  * ("https://HOST:PORT" uses TLS, with ca_file if given; "http://" or none
  * is plain HTTP). A call that cannot reach an endpoint (connect, timeout,
  * 5xx) tries the next one; the one that answered is tried first next time.
+ * Each endpoint but the last gets its share of what is left of the timeout,
+ * so one that swallows requests does not starve the others. A transaction
+ * that timed out on one endpoint may still have been applied there before
+ * the next one sees it: a create-if-absent then answers 0 although the key
+ * is ours; read the key back to tell.
  *
  * Keys and values are text (NUL-free); the gateway's base64 is inside. */
 #ifndef US_NET_ETCD_H
@@ -18,6 +23,9 @@
 #include <stdint.h>
 
 struct etcd;
+
+/* At most this many endpoints in one list. */
+#define ETCD_MAX_ENDPOINTS 8
 
 struct etcd_config {
 	const char *endpoints;     /* "HOST:PORT[,...]" as above */
@@ -32,7 +40,9 @@ void etcd_free(struct etcd *e);
 /* Every call returns 0 (or 1 where said) on an answer from etcd, and
  * -ETIMEDOUT / -ECONNREFUSED / -EHOSTUNREACH when no endpoint answered in
  * time, -EPROTO when the answer was not what the gateway sends (its error
- * text is logged), -ENOMEM. */
+ * text is logged), -ENOMEM. Every endpoint answering 5xx (etcd is there
+ * but cannot serve, e.g. no leader) is -EHOSTUNREACH (-ETIMEDOUT for 504).
+ * A NULL or empty key is -EINVAL. */
 
 /* A lease of ttl_s seconds: *id, and the TTL etcd granted (it may raise it
  * to its minimum) in *granted_s. */

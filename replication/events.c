@@ -1,10 +1,15 @@
-/* Test hook: with UNDERSTUDY_EVENT_LOG=FILE set, the primary appends one
- * line per output-commit event, stamped with CLOCK_MONOTONIC (the clock of
+/* Test hook: with UNDERSTUDY_EVENT_LOG=FILE set, an agent appends one line
+ * per output-commit event, stamped with CLOCK_MONOTONIC (the clock of
  * Python's time.monotonic_ns(), so a test can put its own actions, such as
- * stopping the secondary, on the same time line):
+ * stopping the secondary, on the same time line, and compare two agents on
+ * the same host):
  *     <ns> capture <epoch>
  *     <ns> ack <epoch>
- *     <ns> release <epoch> <bytes_from> <bytes_to>
+ *     <ns> release <epoch> <bytes_from> <bytes_to>   output of an acked epoch
+ *     <ns> out <bytes_from> <bytes_to>      ungated output (unprotected, taken over)
+ *     <ns> replay <bytes_from> <bytes_to>   a takeover replays held output
+ *     <ns> contend                          a standby starts contending for the key
+ *     <ns> fenced                           the lease ran out: nothing leaves any more
  * Each line is one write() to a file opened with O_APPEND: lines never mix.
  * Unset, an event costs one getenv(). */
 #include "replication/replication.h"
@@ -41,14 +46,4 @@ void repl_event_log(const char *fmt, ...)
 	if (write(fd, line, (size_t)n) != n)
 		log_warn("events", "event log %s: short write", path);
 	close(fd);
-}
-
-void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark)
-{
-	uint64_t from = v->released;
-
-	repl_vm_release(v, mark);
-	if (v->released != from)
-		repl_event_log("release %llu %llu %llu", (unsigned long long)epoch,
-			       (unsigned long long)from, (unsigned long long)v->released);
 }

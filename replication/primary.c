@@ -36,71 +36,27 @@
  * before the secondary's Hello the primary exits 1 (no retry), later it runs
  * UNPROTECTED; held output is never held longer.
  * The reason is logged and shown by status. Without a witness, a secondary
- * that took over while this side was cut off (partition) is not detected:
- * drop_protection() is where a fence check belongs. */
-#include "replication/replication.h"
+ * that took over while this side was cut off (partition) is not detected.
+ * With a witness (primary_fence.c) this side owns the witness key from the
+ * start: output leaves only while its lease is provably valid, a standby
+ * it gave up is withdrawn at the witness before held output leaves, and a
+ * lease that lapses fences this copy for good (state fenced). */
+#include "replication/agent.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "net/control.h"
 
 #define TAG "primary"
 
-enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_DONE };
-
-static const char *const pstate_names[] = {
-	"connecting", "hello", "syncing", "first-checkpoint", "protected", "unprotected", "done",
-};
-
-struct repl_primary {
-	const struct repl_primary_opts *o;
-	struct ev_loop *loop;
-	struct repl_vm *vm;
-	struct repl_link link;
-	enum pstate state;
-	struct repl_sync sync;
-	struct repl_epochs ep;
-
-	bool finishing;            /* guest stopped: last epoch in flight */
-	bool final_pending;        /* ...not captured yet (no free slot) */
-	uint64_t final_epoch;
-	int exit_status;
-
-	uint64_t transient_since_ns;   /* first of the local shortages in a row */
-	uint64_t transient_progress;   /* epochs + sync batches then */
-	struct repl_fault rx_fault;    /* what a frame of the secondary said */
-	struct repl_fault fault;       /* the last failure: status reason */
-	struct repl_timing timing;     /* ours, in our Hello */
-	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
-
-	ev_timer epoch_w, hb_w, finish_w, goodbye_w;
-	ev_signal sigint_w, sigterm_w;
-	struct control *ctl;
-
-	ev_timer handshake_w;          /* until protected: every phase progresses */
-	struct {
-		enum pstate state;
-		uint64_t batches;      /* sync batches sent */
-		size_t queued;         /* bytes the link (and the kernel) still hold */
-		uint64_t since_ns;     /* these last changed */
-	} hs;
-};
-
 static void finish(struct repl_primary *p, int status);
 
 /* ---- failures ---------------------------------------------------------------- */
-
-/* The epochs on the link are freed once nothing reads them any more. */
-static void link_gone(struct repl_primary *p)
-{
-	ev_timer_stop(p->loop, &p->goodbye_w);
-	repl_link_close(&p->link);
-	repl_epochs_drop(&p->ep);
-}
 
 /* This side gives the secondary up and runs on: tell it first (Fence "the
  * primary continues": stand down, do not take over), then let what is
@@ -113,7 +69,7 @@ static void say_goodbye(struct repl_primary *p, const char *why)
 	int r;
 
 	if (!p->link.conn) {
-		link_gone(p);
+		repl_pri_link_gone(p);
 		return;
 	}
 	r = repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES,
@@ -121,7 +77,7 @@ static void say_goodbye(struct repl_primary *p, const char *why)
 	if (r < 0) {
 		log_error(TAG, "could not tell the secondary we go on without it (%s): closing "
 			  "without a goodbye", strerror(-r));
-		link_gone(p);
+		repl_pri_link_gone(p);
 		return;
 	}
 	log_info(TAG, "goodbye sent: the secondary is told to stand down (no takeover)");
@@ -138,12 +94,12 @@ static void on_goodbye_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)revents;
 	log_warn(TAG, "the goodbye did not leave before its deadline (the secondary does not "
 		 "read): closing");
-	link_gone(p);
+	repl_pri_link_gone(p);
 }
 
 static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 {
-	if (p->state == P_UNPROTECTED || p->state == P_DONE)
+	if (p->state >= P_UNPROTECTED)
 		return;
 	p->fault = *f;
 	if (p->state <= P_HELLO) {
@@ -158,7 +114,19 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
 	say_goodbye(p, f->what);
-	repl_vm_set_gated(p->vm, false);   /* releases everything held */
+#ifdef UNDERSTUDY_MUTANT_keep_vouch   /* make check-mutants: the standby's vouch stays */
+	p->vouch_asked = false;
+#endif
+	if (p->wit && p->vouch_asked) {
+		/* The standby may hold a vouch: it must be withdrawn at the witness
+		 * before output it never saw leaves, or it could take over later
+		 * from behind that output. Until then everything stays held
+		 * (on_withdrawn releases it). */
+		log_info(TAG, "withdrawing the standby at the witness before releasing anything");
+		repl_witness_withdraw(p->wit);
+	} else {
+		repl_vm_set_gated(p->vm, false);   /* releases everything held */
+	}
 	if (p->finishing)
 		finish(p, p->exit_status);
 }
@@ -173,6 +141,7 @@ static void stop_for_takeover(struct repl_primary *p, const struct repl_fault *f
 		  "did not acknowledge never leaves here",
 		  repl_fault_kind_name(f->kind), f->what, (unsigned long long)p->ep.epoch,
 		  (unsigned long long)p->ep.acked);
+	p->keep_standby = true;
 	repl_link_close(&p->link);
 	repl_epochs_drop(&p->ep);
 	finish(p, 1);
@@ -191,7 +160,8 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		       f->reason);
 	log_error(TAG, "%s: another copy runs the guest; this primary stops now and releases "
 		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
-	link_gone(p);
+	p->keep_standby = true;     /* it owns the guest now */
+	repl_pri_link_gone(p);
 	finish(p, 1);
 	return -ECANCELED;
 }
@@ -313,6 +283,10 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 		p->state = P_PROTECTED;
 		log_info(TAG, "protected: secondary holds epoch %llu, %.1f ms after sync began",
 			 (unsigned long long)epoch, (now_ns() - p->sync.t0_ns) / 1e6);
+		if (p->wit) {
+			p->vouch_asked = true;
+			repl_witness_vouch(p->wit, p->standby_token);
+		}
 	}
 	try_final_epoch(p);
 	if (p->finishing && !p->final_pending && p->final_epoch && p->ep.acked >= p->final_epoch)
@@ -365,6 +339,14 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 	r = repl_hello_timing(h, &p->peer_timing, err, sizeof(err));
 	if (r == 0)
 		r = repl_check_timing(&p->timing, &p->peer_timing, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_witness(h, p->o->witness.key, err, sizeof(err));
+	if (r == 0 && p->wit &&
+	    (!h->standby_token[0] || strlen(h->standby_token) >= sizeof(p->standby_token) ||
+	     !strcmp(h->standby_token, "none"))) {
+		snprintf(err, sizeof(err), "the secondary's Hello has no usable standby token");
+		r = -EPROTO;
+	}
 	if (r < 0) {
 		log_error(TAG, "refusing the secondary: %s", err);
 		repl_fault_set(&p->rx_fault, REPL_FAULT_PEER_PROTOCOL, r, "refused the secondary: %s", err);
@@ -372,6 +354,8 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 			log_warn(TAG, "could not tell the secondary why");
 		return -ECONNREFUSED;
 	}
+	if (p->wit)
+		snprintf(p->standby_token, sizeof(p->standby_token), "%s", h->standby_token);
 	start_sync(p);
 	return 0;
 }
@@ -432,7 +416,8 @@ static void on_connected(struct net_conn *c, void *ctx)
 	p->state = P_HELLO;
 	p->link.last_rx_ns = p->link.up_ns = now_ns();
 	if (n < 0 ||
-	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing)) < 0 ||
+	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing,
+				 p->o->witness.key, NULL)) < 0 ||
 	    (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0)
 		fault(p, repl_fault_send(r), r, "cannot send hello");
 }
@@ -492,10 +477,14 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 		ev_break(p->loop, EVBREAK_ALL);
 		return;
 	}
+	if (p->state == P_FENCED) {
+		repl_pri_link_gone(p);
+		return;
+	}
 	if (p->state == P_UNPROTECTED) {
 		log_info(TAG, "link to the secondary closed after the goodbye (%s)",
 			 reason ? strerror(-reason) : "delivered");
-		link_gone(p);
+		repl_pri_link_gone(p);
 		return;
 	}
 	snprintf(why, sizeof(why), "connection to the secondary %s",
@@ -653,46 +642,11 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)loop;
 	(void)revents;
 	log_info(TAG, "signal %d: stopping", w->signum);
+	if (p->state == P_FENCED) {
+		finish(p, 1);            /* the guest is paused for good */
+		return;
+	}
 	machine_stop(p->vm->m, 0);
-}
-
-static int status_format(void *ctx, const char *req, char *out, size_t len)
-{
-	struct repl_primary *p = ctx;
-	const struct repl_epochs *q = &p->ep;
-	uint64_t p50, p99;
-	bool json = strstr(req, "json") != NULL;
-	double hb_ms = p->link.conn ? (now_ns() - p->link.last_rx_ns) / 1e6 : -1;
-	char reason[200];
-
-	repl_fault_reason(&p->fault, reason, sizeof(reason));
-	repl_stats_pause_pct(&q->st, &p50, &p99);
-	return snprintf(out, len, json ?
-			"{\"role\":\"primary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
-			"\"pause_p50_us\":%.1f,\"pause_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
-			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
-			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
-			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
-			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
-			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
-			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
-			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
-			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
-			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n",
-			pstate_names[p->state], (unsigned long long)q->epoch,
-			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
-			(unsigned long long)q->st.last_dirty_pages,
-			q->st.epochs ? (double)q->st.dirty_pages_total / (double)q->st.epochs : 0.0,
-			(unsigned long long)p->link.bytes_sent, q->st.lag_ns / 1e6,
-			(unsigned long long)q->st.stretched, hb_ms, q->worst.pause_ns / 1e3,
-			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
-			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
-			json || reason[0] ? reason : "none", REPL_FENCING);
-}
-
-static char *status_text(void *ctx, const char *req)
-{
-	return repl_status_reply(status_format, ctx, req);
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -701,8 +655,11 @@ static int setup(struct repl_primary *p)
 {
 	int r;
 
+	if ((r = repl_pri_witness_setup(p)) < 0)
+		return r;
 	if ((r = repl_vm_new(p->loop, &p->o->cfg, p->o->console, &p->vm)) < 0)
 		return r;
+	p->vm->witness = p->wit;
 	p->vm->on_stopped = on_vm_stopped;
 	p->vm->cb_ctx = p;
 	repl_vm_set_gated(p->vm, true);
@@ -716,7 +673,7 @@ static int setup(struct repl_primary *p)
 	p->sync.failed = on_sync_failed;
 	p->sync.ctx = p;
 	if (p->o->control &&
-	    (r = control_open(p->loop, p->o->control, status_text, p, &p->ctl)) < 0)
+	    (r = control_open(p->loop, p->o->control, repl_pri_status_text, p, &p->ctl)) < 0)
 		return r;
 	r = net_connect(p->loop, &p->o->net, p->o->peer, &conn_ops, p, &p->link.conn);
 	if (r < 0)
@@ -738,10 +695,11 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->handshake_w, handshake_check, o->handshake_timeout_ms / 10e3,
 		      o->handshake_timeout_ms / 10e3);
 	ev_set_priority(&p->handshake_w, EV_MINPRI);
+	ev_timer_init(&p->lease_w, repl_pri_lease_check, 0.005, 0.005);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
 	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->goodbye_w.data = p;
-	p->handshake_w.data = p;
+	p->handshake_w.data = p->lease_w.data = p;
 	p->sigint_w.data = p->sigterm_w.data = p;
 }
 
@@ -765,7 +723,11 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	ev_signal_start(p->loop, &p->sigterm_w);
 	ev_timer_start(p->loop, &p->hb_w);
 	handshake_start(p);
-	log_info(TAG, "fencing: " REPL_FENCING);
+	if (p->wit)
+		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): output leaves "
+			 "only while the lease is provably valid", o->witness.key, o->witness.lease_ms);
+	else
+		log_info(TAG, "fencing: " REPL_FENCING);
 	p->link.last_tick_ns = now_ns();   /* the stall check starts now, not at setup */
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
@@ -776,6 +738,7 @@ out:
 	ev_timer_stop(p->loop, &p->finish_w);
 	ev_timer_stop(p->loop, &p->handshake_w);
 	ev_timer_stop(p->loop, &p->goodbye_w);
+	ev_timer_stop(p->loop, &p->lease_w);
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);
 	repl_sync_fini(&p->sync);
@@ -786,7 +749,11 @@ out:
 	}
 	repl_link_fini(&p->link);
 	repl_epochs_fini(&p->ep);
-	repl_vm_free(p->vm);
+	repl_vm_free(p->vm);        /* what it still releases passes the lease gate */
+	if (p->wit) {
+		repl_witness_release(p->wit, !p->keep_standby);
+		repl_witness_free(p->wit);
+	}
 	free(p);
 	return status;
 }

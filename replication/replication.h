@@ -15,6 +15,7 @@
 #include "net/console.h"
 #include "net/net.h"
 #include "proto/proto.h"
+#include "replication/witness.h"
 
 /* A machine on the loop with its console. Guest output is collected from the
  * vCPU threads; while gated it leaves only through repl_vm_release(). */
@@ -31,6 +32,10 @@ struct repl_vm {
 	uint64_t released;      /* total bytes handed to the console */
 	bool gated;
 	int tail_holds;         /* releases an unfinished line has waited */
+	/* With a witness: nothing leaves unless its lease is provably valid at
+	 * the moment of release (the owner's gate, on top of output commit). */
+	const struct repl_witness *witness;
+	bool lease_held_back;   /* output waited for the lease (logged once) */
 
 	atomic_bool room;
 	atomic_bool stopped;
@@ -120,8 +125,12 @@ struct repl_timing {
 };
 /* Heartbeat every repl_heartbeat_interval(timeout_ms); epoch_ms 0 for a secondary. */
 void repl_timing_init(struct repl_timing *t, unsigned timeout_ms, unsigned epoch_ms);
+/* witness_key: --witness-key or NULL; token: a secondary's standby token or NULL. */
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
-		    const struct repl_timing *t) US_MUST_CHECK;
+		    const struct repl_timing *t, const char *witness_key,
+		    const char *token) US_MUST_CHECK;
+/* Refuses (-EINVAL, err names both) a peer that answers to another witness. */
+int repl_check_witness(const Understudy__Hello *h, const char *mine, char *err, size_t errlen);
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen);
 /* Reads the peer's settings from its Hello (-EPROTO if it did not say them). */
 int repl_hello_timing(const Understudy__Hello *h, struct repl_timing *t, char *err,
@@ -387,6 +396,7 @@ struct repl_primary_opts {
 	unsigned epoch_ms;         /* default 25 */
 	unsigned timeout_ms;       /* secondary silent this long: go unprotected */
 	unsigned handshake_timeout_ms;  /* each phase before protection progresses within this */
+	struct repl_witness_opts witness;   /* witness.endpoints NULL: heartbeat only */
 };
 
 struct repl_secondary_opts {
@@ -398,13 +408,17 @@ struct repl_secondary_opts {
 	unsigned handshake_timeout_ms;  /* a connection must say Hello within this */
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
 	bool manual_takeover;      /* take over only on the control request "takeover" */
+	const char *fence_cmd;     /* run before a takeover; must exit 0 (fence.h), or NULL */
+	unsigned fence_timeout_ms; /* ...within this */
+	struct repl_witness_opts witness;   /* witness.endpoints NULL: heartbeat only */
 };
 
-/* The only fencing mode so far: failure detection by heartbeat, with
- * goodbyes and the stall check. Safe against crashes and stopped or
- * starved processes, not against a partition between two live hosts. Said
- * at start and in status. */
+/* Fencing without a witness: failure detection by heartbeat, with goodbyes
+ * and the stall check. Safe against crashes and stopped or starved
+ * processes, not against a partition between two live hosts. Said at start
+ * and in status; with --witness the lease fences (witness.c). */
 #define REPL_FENCING "none (heartbeat only: a partition can leave two live copies)"
+#define REPL_FENCING_WITNESS "witness lease on etcd"
 
 /* Run on the caller's loop until the guest powers off or a signal; return
  * the exit status. */

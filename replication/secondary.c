@@ -36,58 +36,25 @@
  * handshake_timeout_ms after its connection, as a lost peer.
  *
  * Everything a takeover needs (today the console listener) is acquired at
- * start (acquire_takeover_resources): a secondary that cannot hold it does
- * not start, and a takeover only starts serving what it already holds. */
-#include "replication/replication.h"
+ * start (repl_sec_acquire_resources): a secondary that cannot hold it does
+ * not start, and a takeover only starts serving what it already holds.
+ * The takeover itself (secondary_takeover.c): with --fence-cmd the old
+ * primary is fenced first, with a witness the key is won first; a standby
+ * the witness no longer vouches for stands down. */
+#include "replication/agent.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "net/control.h"
+#include "replication/fence.h"
 
 #define TAG "secondary"
-
-enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_ACTIVE, S_DONE };
-
-static const char *const sstate_names[] = { "waiting", "hello", "standby", "active", "done" };
-
-struct repl_secondary {
-	const struct repl_secondary_opts *o;
-	struct ev_loop *loop;
-	struct net_listener *lis;
-	struct repl_link link;
-	enum sstate state;
-	bool got_hello;
-	bool refusing;                   /* an Error is on its way, then we close */
-	bool standing_down;              /* the primary said it goes on without us */
-	bool told_silent;                /* manual takeover: the primary's silence was logged */
-	uint64_t hello_digest;           /* the primary's machine configuration digest */
-	struct repl_timing timing;       /* ours, in our Hello */
-	struct repl_timing peer_timing;  /* the primary's, from its Hello */
-	struct machine_config cfg;
-	struct repl_vm *vm;
-	struct repl_staging stage;
-	struct repl_fault rx_fault;      /* set by a frame that failed on our side */
-	struct repl_fault fault;         /* the last failure: status reason */
-
-	int exit_status;
-	ev_timer watch_w, hb_w;
-	ev_signal sigint_w, sigterm_w;
-	struct control *ctl;
-	struct console *con;             /* bound at start, served from the takeover on */
-	struct repl_candidates cands;    /* connections before their Hello */
-};
-
-static void drop_standby(struct repl_secondary *s)
-{
-	repl_vm_free(s->vm);
-	s->vm = NULL;
-	s->got_hello = false;
-	repl_staging_attach(&s->stage, NULL, 0);
-}
 
 /* The connection ends (see the policy above). */
 static void end_link(struct repl_secondary *s, bool drop)
@@ -96,13 +63,13 @@ static void end_link(struct repl_secondary *s, bool drop)
 	proto_dec_fini(&s->link.dec);
 	proto_dec_init(&s->link.dec, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_abort(&s->stage);
-	if (s->state == S_ACTIVE || s->state == S_DONE)
+	if (s->state >= S_CONTENDING)
 		return;
 	if (drop || !s->stage.have_ckpt) {
 		if (s->vm)
 			log_warn(TAG, "standby dropped: %s", drop ? s->fault.what
 					 : "the primary went away before the first checkpoint");
-		drop_standby(s);
+		repl_sec_drop_standby(s);
 		s->state = S_WAITING;
 		return;
 	}
@@ -118,7 +85,7 @@ static void fail_local(struct repl_secondary *s, const struct repl_fault *f)
 		  f->what, repl_fault_kind_name(f->kind));
 	s->fault = *f;
 	repl_staging_abort(&s->stage);
-	drop_standby(s);
+	repl_sec_drop_standby(s);
 	s->state = S_WAITING;
 	if (s->link.conn && repl_send_error(&s->link, f->err, f->what) == 0) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
@@ -126,76 +93,6 @@ static void fail_local(struct repl_secondary *s, const struct repl_fault *f)
 		return;
 	}
 	end_link(s, true);
-}
-
-/* ---- takeover ----------------------------------------------------------------- */
-
-static void on_vm_stopped(void *ctx, int status)
-{
-	struct repl_secondary *s = ctx;
-
-	log_info(TAG, "guest stopped (status %d)", status);
-	s->exit_status = status < 0 ? 1 : status;
-	s->state = S_DONE;
-	ev_break(s->loop, EVBREAK_ALL);
-}
-
-/* A primary that is only stopped or slow still holds the link: the last
- * thing it reads from it says that this side runs the guest now, so that
- * it stops instead of running on (see primary.c on_fence). */
-static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
-{
-	char why[64];
-
-	if (!s->link.conn)
-		return;
-	snprintf(why, sizeof(why), "the primary was silent for %llu ms", (unsigned long long)silent_ms);
-	if (repl_send_fence(&s->link, UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER,
-			    s->stage.applied, why) == 0) {
-		net_close_flush(s->link.conn);   /* closed() follows; nothing read counts */
-		return;
-	}
-	log_warn(TAG, "could not tell the primary that this side took over");
-	repl_link_close(&s->link);
-}
-
-static void take_over(struct repl_secondary *s)
-{
-	struct repl_staging *g = &s->stage;
-	uint64_t t0 = now_ns();
-	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
-
-	tell_primary_took_over(s, silent_ms);
-	if (s->lis) {
-		net_listener_close(s->lis);
-		s->lis = NULL;
-	}
-#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* as it was: a taken port fails the takeover */
-	if (console_bind(s->loop, s->o->console, &s->con) < 0) {
-		s->exit_status = 1;
-		s->state = S_DONE;
-		ev_break(s->loop, EVBREAK_ALL);
-		return;
-	}
-#endif
-	repl_vm_serve_console(s->vm, s->con);
-	s->con = NULL;                   /* the VM owns it now */
-	if (g->held.len)
-		console_write(s->vm->con, g->held.data, g->held.len);
-	s->vm->on_stopped = on_vm_stopped;
-	s->vm->cb_ctx = s;
-	repl_vm_set_gated(s->vm, false);
-	s->state = S_ACTIVE;
-	/* Test mode: what resumes is still the last applied epoch. */
-	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
-		g->verify_failed++;
-	machine_resume(s->vm->m);
-	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
-		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
-		  (unsigned long long)g->applied, (now_ns() - t0) / 1e6, g->held.len);
-	if (g->verify_ok || g->verify_failed)
-		log_info(TAG, "test mode: %llu epochs verified equal to the primary, %llu differed",
-			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
 }
 
 /* A primary that said Hello must go on until the first checkpoint: silent
@@ -243,12 +140,14 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
+	if (s->wit && s->state == S_ACTIVE && !repl_witness_valid(s->wit))
+		repl_sec_fence(s);
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
 		return;
 	if (!s->o->manual_takeover) {
-		take_over(s);
+		repl_sec_begin_takeover(s);
 	} else if (!s->told_silent) {
 		s->told_silent = true;
 		log_warn(TAG, "the primary is silent (%u ms): takeover is manual, waiting to be told "
@@ -268,6 +167,18 @@ static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /* ---- receiving ------------------------------------------------------------------ */
+
+/* A fresh token for a fresh standby: a vouch for an earlier one never
+ * lets this one in. */
+static void new_token(struct repl_secondary *s)
+{
+	uint64_t rnd[2] = { now_ns(), (uint64_t)getpid() };
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		log_warn(TAG, "getrandom failed: standby token from the clock");
+	snprintf(s->token, sizeof(s->token), "standby-%016llx%016llx", (unsigned long long)rnd[0],
+		 (unsigned long long)rnd[1]);
+}
 
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
 {
@@ -304,10 +215,13 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	}
 	repl_vm_set_gated(s->vm, true);
 	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
+	if (s->wit)
+		new_token(s);
 	s->state = S_STANDBY;
 	log_info(TAG, "standby built: guest %s, %llu MiB, %d vCPU(s); syncing", s->cfg.guest,
 		 (unsigned long long)(s->cfg.mem_bytes >> 20), s->cfg.ncpus);
-	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing);
+	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing,
+			       s->o->witness.key, s->wit ? s->token : NULL);
 }
 
 static int on_hello(struct repl_secondary *s, struct repl_link *l, const Understudy__Hello *h)
@@ -318,6 +232,8 @@ static int on_hello(struct repl_secondary *s, struct repl_link *l, const Underst
 	if (s->got_hello)
 		return -EPROTO;
 	r = repl_check_hello(h, UNDERSTUDY__ROLE__ROLE_PRIMARY, err, sizeof(err));
+	if (r == 0)
+		r = repl_check_witness(h, s->o->witness.key, err, sizeof(err));
 	if (r == 0)
 		r = repl_hello_timing(h, &s->peer_timing, err, sizeof(err));
 	if (r == 0)
@@ -453,8 +369,8 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	struct repl_secondary *s = ctx;
 
 	(void)c;
-	if (s->refusing || s->state >= S_ACTIVE)
-		return;                  /* after a takeover nothing the old primary says counts */
+	if (s->refusing || s->state >= S_CONTENDING)
+		return;                  /* after the decision nothing the old primary says counts */
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	after_feed(s, repl_link_feed(&s->link, data, len, on_frame, s));
 }
@@ -492,8 +408,8 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 
 	(void)c;
 	repl_link_closed(&s->link);
-	if (s->state >= S_ACTIVE)
-		return;                  /* the link of the primary we replaced */
+	if (s->state >= S_CONTENDING)
+		return;                  /* the link of the primary we replace */
 	log_info(TAG, "primary connection closed (%s)", reason ? strerror(-reason) : "EOF");
 	if (!s->refusing && closed_after_stall(s))
 		return;
@@ -538,6 +454,7 @@ static void cand_promote(void *ctx, struct net_conn *c)
 	struct repl_secondary *s = ctx;
 
 	log_info(TAG, "primary %s connected", net_peer_name(c));
+	snprintf(s->peer_addr, sizeof(s->peer_addr), "%s", net_peer_name(c));
 	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	s->link.conn = c;
@@ -585,94 +502,11 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 
 /* ---- status, signals, setup ------------------------------------------------------- */
 
-/* Binds the console now, so that a takeover cannot fail on its port. */
-static int acquire_takeover_resources(struct repl_secondary *s)
-{
-	int r;
-
-#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* make check-mutants: bound at takeover */
-	return 0;
-#endif
-	r = console_bind(s->loop, s->o->console, &s->con);
-	if (r < 0) {
-		log_error(TAG, "cannot bind the console %s (%s): a takeover could not serve it; "
-			  "refusing to start", s->o->console, strerror(-r));
-		return r;
-	}
-	log_info(TAG, "console %s bound (port %d); served from a takeover on", s->o->console,
-		 console_port(s->con));
-	return 0;
-}
-
-/* The state for status: a standby that could not take over is not healthy. */
-static const char *state_name(const struct repl_secondary *s)
-{
-	if (s->state == S_STANDBY && !s->con)
-		return "standby-unready";
-	return sstate_names[s->state];
-}
-
-static int status_format(void *ctx, const char *req, char *out, size_t len)
-{
-	struct repl_secondary *s = ctx;
-	const struct repl_staging *g = &s->stage;
-	uint64_t p50, p99;
-	bool json = strstr(req, "json") != NULL;
-	double hb_ms = (now_ns() - s->link.last_rx_ns) / 1e6;
-	char reason[200];
-
-	repl_fault_reason(&s->fault, reason, sizeof(reason));
-	repl_stats_pause_pct(&g->st, &p50, &p99);
-	return snprintf(out, len, json ?
-			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
-			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
-			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
-			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
-			"role secondary\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
-			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
-			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
-			"reason %s\nfencing: %s\n",
-			state_name(s), (unsigned long long)g->applied,
-			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
-			(unsigned long long)g->st.last_dirty_pages,
-			(unsigned long long)s->link.bytes_rcvd, hb_ms,
-			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
-			json || reason[0] ? reason : "none", REPL_FENCING);
-}
-
-/* Control request "takeover": a standby that holds a complete checkpoint
- * resumes the guest now (a cluster manager decided, e.g. Pacemaker's
- * promote); anything else is refused and nothing changes. */
-static char *takeover_request(struct repl_secondary *s)
-{
-	char *reply = NULL;
-
-	if (s->state == S_ACTIVE) {
-		if (asprintf(&reply, "ok already active (took over at epoch %llu)\n",
-			     (unsigned long long)s->stage.applied) < 0)
-			return NULL;
-		return reply;
-	}
-	if (s->state != S_STANDBY || !s->stage.have_ckpt || !s->con) {
-		if (asprintf(&reply, "error no takeover: this secondary is %s and %s\n", state_name(s),
-			     s->stage.have_ckpt ? "holds a checkpoint" :
-			     "holds no complete checkpoint") < 0)
-			return NULL;
-		return reply;
-	}
-	log_warn(TAG, "takeover requested on the control socket (standby at epoch %llu)",
-		 (unsigned long long)s->stage.applied);
-	take_over(s);
-	if (asprintf(&reply, "ok took over at epoch %llu\n", (unsigned long long)s->stage.applied) < 0)
-		return NULL;
-	return reply;
-}
-
 static char *control_text(void *ctx, const char *req)
 {
 	if (!strcmp(req, "takeover"))
-		return takeover_request(ctx);
-	return repl_status_reply(status_format, ctx, req);
+		return repl_sec_takeover_request(ctx);
+	return repl_sec_status_text(ctx, req);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
@@ -714,7 +548,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_staging_init(&s->stage);
 	repl_candidates_init(&s->cands, &cand_ops, s, o->handshake_timeout_ms, &s->fault);
 	watchers_init(s);
-	if (acquire_takeover_resources(s) < 0)
+	if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0)
 		goto out;
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
 	if (r < 0) {
@@ -729,7 +563,11 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	else
 		log_info(TAG, "waiting for a primary on %s (takeover after %u ms of silence)", o->listen,
 			 o->timeout_ms);
-	log_info(TAG, "fencing: " REPL_FENCING);
+	if (s->wit)
+		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): a takeover "
+			 "only after winning the key", o->witness.key, o->witness.lease_ms);
+	else
+		log_info(TAG, "fencing: " REPL_FENCING);
 	ev_timer_start(s->loop, &s->watch_w);
 	ev_timer_start(s->loop, &s->hb_w);
 	ev_signal_start(s->loop, &s->sigint_w);
@@ -752,6 +590,10 @@ out:
 		machine_pause(s->vm->m);
 	}
 	repl_vm_free(s->vm);
+	if (s->wit) {
+		repl_witness_release(s->wit, false);
+		repl_witness_free(s->wit);
+	}
 	repl_staging_fini(&s->stage);
 	free(s);
 	return status;

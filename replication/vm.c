@@ -93,8 +93,18 @@ uint64_t repl_vm_output_mark(struct repl_vm *v)
 void repl_vm_release(struct repl_vm *v, uint64_t upto)
 {
 	size_t n, cut;
+	uint64_t from;
+	bool ungated = upto == UINT64_MAX;   /* unprotected, or after a takeover */
 
+	if (v->witness && !repl_witness_valid(v->witness)) {
+		if (!v->lease_held_back)
+			log_warn(TAG, "output held: this side's witness lease is not provably valid");
+		v->lease_held_back = true;
+		return;
+	}
+	v->lease_held_back = false;
 	pthread_mutex_lock(&v->out_lock);
+	from = v->released;
 	if (upto > v->produced)
 		upto = v->produced;
 	n = upto > v->released ? (size_t)(upto - v->released) : 0;
@@ -115,6 +125,19 @@ void repl_vm_release(struct repl_vm *v, uint64_t upto)
 			v->tail_holds = 0;
 	}
 	pthread_mutex_unlock(&v->out_lock);
+	if (n && ungated)
+		repl_event_log("out %llu %llu", (unsigned long long)from,
+			       (unsigned long long)(from + n));
+}
+
+void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark)
+{
+	uint64_t from = v->released;
+
+	repl_vm_release(v, mark);
+	if (v->released != from)
+		repl_event_log("release %llu %llu %llu", (unsigned long long)epoch,
+			       (unsigned long long)from, (unsigned long long)v->released);
 }
 
 void repl_vm_set_gated(struct repl_vm *v, bool gated)

@@ -215,7 +215,7 @@ uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms)
 }
 
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
-		    const struct repl_timing *t)
+		    const struct repl_timing *t, const char *witness_key, const char *token)
 {
 	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
 	uint64_t digest = machine_config_digest(cfg);
@@ -231,7 +231,24 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct mac
 	h.heartbeat_ms = t->heartbeat_ms;
 	h.timeout_ms = t->timeout_ms;
 	h.epoch_ms = t->epoch_ms;
+	h.witness_key = (char *)(witness_key ? witness_key : "");
+	h.standby_token = (char *)(token ? token : "");
 	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
+}
+
+int repl_check_witness(const Understudy__Hello *h, const char *mine, char *err, size_t errlen)
+{
+	const char *theirs = h->witness_key ? h->witness_key : "";
+
+	if (!mine)
+		mine = "";
+	if (!strcmp(theirs, mine))
+		return 0;
+	snprintf(err, errlen, "witness differs: the peer answers to %s%s%s, this side to %s%s%s",
+		 theirs[0] ? "witness key '" : "no witness (heartbeat only)", theirs,
+		 theirs[0] ? "'" : "", mine[0] ? "witness key '" : "no witness (heartbeat only)", mine,
+		 mine[0] ? "'" : "");
+	return -EINVAL;
 }
 
 int repl_hello_timing(const Understudy__Hello *h, struct repl_timing *t, char *err, size_t errlen)

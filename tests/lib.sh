@@ -13,3 +13,38 @@ wait_port() {
 	done
 	return 1
 }
+# start_etcd DIR [HOST] [NETNS]: a one-member etcd (the Debian etcd-server)
+# with its data in DIR, on HOST (default 127.0.0.1) at a free client port,
+# inside NETNS if given. Sets ETCD_PID and ETCD_EP (HOST:PORT); short
+# election timings so that a lease of 1 s is allowed. Exits 77 (skip) when
+# etcd is not installed; fails when it does not answer within 20 s.
+start_etcd() {
+	local dir=$1 host=${2:-127.0.0.1} ns=${3:-} cport pport run=()
+	command -v etcd >/dev/null || { echo "SKIP: etcd-server not installed (make deps)"; exit 77; }
+	[ -n "$ns" ] && run=(ip netns exec "$ns")
+	cport=$(free_port); pport=$(free_port)
+	mkdir -p "$dir"
+	"${run[@]}" etcd --name w --data-dir "$dir/data" \
+		--listen-client-urls "http://$host:$cport" --advertise-client-urls "http://$host:$cport" \
+		--listen-peer-urls "http://$host:$pport" --initial-advertise-peer-urls "http://$host:$pport" \
+		--initial-cluster "w=http://$host:$pport" --heartbeat-interval 25 --election-timeout 250 \
+		--log-level error >"$dir/etcd.log" 2>&1 &
+	ETCD_PID=$!
+	ETCD_EP=$host:$cport
+	for _ in $(seq 1 200); do
+		"${run[@]}" curl -s -m 1 -X POST -d '{}' "http://$ETCD_EP/v3/maintenance/status" 2>/dev/null |
+			grep -q '"leader"' && return 0
+		sleep 0.1
+	done
+	fail "etcd did not answer on $ETCD_EP: $(tail -5 "$dir/etcd.log")"
+}
+# etcd_get EP KEY: the value of KEY ("" if absent)
+etcd_get() {
+	python3 - "$1" "$2" <<'PY'
+import base64, json, sys, urllib.request
+req = urllib.request.Request("http://%s/v3/kv/range" % sys.argv[1], method="POST",
+    data=json.dumps({"key": base64.b64encode(sys.argv[2].encode()).decode()}).encode())
+kvs = json.load(urllib.request.urlopen(req, timeout=3)).get("kvs", [])
+print(base64.b64decode(kvs[0]["value"]).decode() if kvs else "")
+PY
+}

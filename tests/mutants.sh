@@ -19,7 +19,10 @@ apply_partial|2 an epoch applies whole or not at all|sys_commit_order
 drop_state_section|4 standby = primary, every piece of state|test_digest sys_commit_order
 ack_before_staged|4 standby = last acknowledged checkpoint|sys_commit_order
 takeover_while_alive|5 one live copy (no takeover after goodbye)|sys_commit_order sys_protect
-console_at_takeover|6 takeover resources acquired at start|sys_takeover_resources"
+console_at_takeover|6 takeover resources acquired at start|sys_takeover_resources
+ignore_lease|8 output leaves only while the witness lease is provably valid|sys_witness
+takeover_without_key|8 a takeover only after winning the witness key|sys_witness
+keep_vouch|8 a standby given up is withdrawn at the witness before output leaves|sys_witness"
 only=${MUTANTS:-}
 
 # run_test BUILD_DIR TEST LOG: 0 when the test passes
@@ -33,7 +36,8 @@ run_test() {
 
 # why LOG: the first line saying what failed
 why() {
-	grep -m1 -E '^FAIL|^ERROR|differs|VERIFY FAILED|Assertion' "$1" | cut -c1-110
+	{ grep -m1 -E '^FAIL' "$1" || grep -m1 -E '^ERROR|differs|VERIFY FAILED|Assertion' "$1"; } |
+		cut -c1-110
 }
 
 tests_of() { echo "$table" | awk -F'|' -v m="$1" '$1 == m { print $3 }'; }

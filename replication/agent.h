@@ -1,0 +1,113 @@
+/* replication/ inside: the state of the two agents' engines, shared by
+ * the files of each (primary.c + primary_fence.c, secondary.c +
+ * secondary_takeover.c) and status.c. Calls go one way: the state machine
+ * files (primary.c, secondary.c) call the others, never the reverse. */
+#ifndef US_REPL_AGENT_H
+#define US_REPL_AGENT_H
+
+#include "replication/replication.h"
+
+enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_UNPROTECTED, P_FENCED,
+	      P_DONE };
+
+
+
+struct repl_primary {
+	const struct repl_primary_opts *o;
+	struct ev_loop *loop;
+	struct repl_vm *vm;
+	struct repl_link link;
+	enum pstate state;
+	struct repl_sync sync;
+	struct repl_epochs ep;
+
+	bool finishing;            /* guest stopped: last epoch in flight */
+	bool final_pending;        /* ...not captured yet (no free slot) */
+	uint64_t final_epoch;
+	int exit_status;
+
+	uint64_t transient_since_ns;   /* first of the local shortages in a row */
+	uint64_t transient_progress;   /* epochs + sync batches then */
+	struct repl_fault rx_fault;    /* what a frame of the secondary said */
+	struct repl_fault fault;       /* the last failure: status reason */
+	struct repl_timing timing;     /* ours, in our Hello */
+	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
+
+	ev_timer epoch_w, hb_w, finish_w, goodbye_w;
+	ev_signal sigint_w, sigterm_w;
+	struct control *ctl;
+
+	struct repl_witness *wit;      /* NULL: heartbeat only */
+	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
+	bool vouch_asked;              /* K/standby may name the standby from now on */
+	bool vouched;                  /* ...and does */
+	bool keep_standby;             /* exit without withdrawing it: it takes over */
+	ev_timer lease_w;              /* the lease's validity, checked often */
+
+	ev_timer handshake_w;          /* until protected: every phase progresses */
+	struct {
+		enum pstate state;
+		uint64_t batches;      /* sync batches sent */
+		size_t queued;         /* bytes the link (and the kernel) still hold */
+		uint64_t since_ns;     /* these last changed */
+	} hs;
+};
+
+/* primary_fence.c */
+/* The epochs on the link are freed once nothing reads them any more. */
+void repl_pri_link_gone(struct repl_primary *p);
+void repl_pri_fence(struct repl_primary *p);
+void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents);
+int repl_pri_witness_setup(struct repl_primary *p);
+
+enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
+	      S_DONE };
+
+
+struct repl_secondary {
+	const struct repl_secondary_opts *o;
+	struct ev_loop *loop;
+	struct net_listener *lis;
+	struct repl_link link;
+	enum sstate state;
+	bool got_hello;
+	bool refusing;                   /* an Error is on its way, then we close */
+	bool standing_down;              /* the primary said it goes on without us */
+	bool told_silent;                /* manual takeover: the primary's silence was logged */
+	uint64_t hello_digest;           /* the primary's machine configuration digest */
+	struct repl_timing timing;       /* ours, in our Hello */
+	struct repl_timing peer_timing;  /* the primary's, from its Hello */
+	struct machine_config cfg;
+	struct repl_vm *vm;
+	struct repl_staging stage;
+	struct repl_fault rx_fault;      /* set by a frame that failed on our side */
+	struct repl_fault fault;         /* the last failure: status reason */
+
+	int exit_status;
+	ev_timer watch_w, hb_w;
+	ev_signal sigint_w, sigterm_w;
+	struct control *ctl;
+	struct console *con;             /* bound at start, served from the takeover on */
+	struct repl_candidates cands;    /* connections before their Hello */
+
+	struct repl_witness *wit;        /* NULL: heartbeat only */
+	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
+	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
+	char peer_addr[128];             /* the primary's, for the fence command */
+};
+
+/* secondary_takeover.c */
+void repl_sec_drop_standby(struct repl_secondary *s);
+/* The takeover decision (the primary is silent, or a takeover request). */
+void repl_sec_begin_takeover(struct repl_secondary *s);
+void repl_sec_fence(struct repl_secondary *s);
+int repl_sec_acquire_resources(struct repl_secondary *s);
+int repl_sec_witness_setup(struct repl_secondary *s);
+char *repl_sec_takeover_request(struct repl_secondary *s);
+
+/* status.c */
+char *repl_pri_status_text(void *ctx, const char *req);
+const char *repl_sec_state_name(const struct repl_secondary *s);
+char *repl_sec_status_text(void *ctx, const char *req);
+
+#endif

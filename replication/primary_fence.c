@@ -1,0 +1,116 @@
+/* The primary's fencing with a witness (witness.c says what the keys
+ * mean): the key is taken before the guest runs, the lease is checked
+ * every few milliseconds and on every release (vm.c), and a primary whose
+ * lease is no longer provably valid fences itself: the guest is paused for
+ * good and nothing more leaves. The agent's state machine is primary.c;
+ * nothing here calls back into it. */
+#include "replication/agent.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TAG "primary"
+
+/* The epochs on the link are freed once nothing reads them any more. */
+void repl_pri_link_gone(struct repl_primary *p)
+{
+	ev_timer_stop(p->loop, &p->goodbye_w);
+	repl_link_close(&p->link);
+	repl_epochs_drop(&p->ep);
+}
+
+/* The lease is not provably valid any more: this copy may have been
+ * replaced. The guest is paused for good and nothing more leaves; the link
+ * closes without a goodbye (the secondary contends for the key once our
+ * lease runs out at etcd). Only a restart brings this side back. */
+void repl_pri_fence(struct repl_primary *p)
+{
+	int64_t left = repl_witness_left_ms(p->wit);
+
+	if (p->state == P_FENCED || p->state == P_DONE)
+		return;
+	repl_fault_set(&p->fault, REPL_FAULT_LOCAL_FATAL, -ETIMEDOUT, "fenced: the witness lease "
+		       "was not renewed in time (%lld ms past its deadline)", (long long)-left);
+	log_error(TAG, "FENCED at epoch %llu (acked %llu): %s; the guest is paused for good and "
+		  "nothing more is released; restart this side to bring it back",
+		  (unsigned long long)p->ep.epoch, (unsigned long long)p->ep.acked, p->fault.what);
+	repl_event_log("fenced");
+	p->state = P_FENCED;
+	p->keep_standby = true;
+	machine_pause(p->vm->m);
+	ev_timer_stop(p->loop, &p->epoch_w);
+	ev_timer_stop(p->loop, &p->lease_w);
+	repl_sync_stop(&p->sync);
+	repl_witness_stop(p->wit);
+	repl_pri_link_gone(p);
+}
+
+static void on_vouched(void *ctx)
+{
+	struct repl_primary *p = ctx;
+
+	if (p->state != P_PROTECTED && p->state != P_PROTECTING)
+		return;                  /* a withdrawal follows */
+	p->vouched = true;
+	log_info(TAG, "the witness vouches for the standby (token %s): it may take over if this "
+		 "side dies", p->standby_token);
+}
+
+static void on_withdrawn(void *ctx)
+{
+	struct repl_primary *p = ctx;
+
+	p->vouched = false;
+	if (p->state != P_UNPROTECTED)
+		return;
+	log_info(TAG, "the witness no longer vouches for the standby: releasing held output");
+	repl_vm_set_gated(p->vm, false);
+}
+
+static void on_lost(void *ctx)
+{
+	struct repl_primary *p = ctx;
+
+	log_error(TAG, "the witness key is not ours any more");
+	repl_pri_fence(p);
+}
+
+void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (!repl_witness_valid(p->wit))
+		repl_pri_fence(p);
+}
+
+/* With --witness: the key is ours before the guest runs, or nothing runs. */
+int repl_pri_witness_setup(struct repl_primary *p)
+{
+	char self[REPL_WITNESS_ID_MAX], host[64] = "?", err[320];
+	int r;
+
+	if (!p->o->witness.endpoints)
+		return 0;
+	gethostname(host, sizeof(host) - 1);
+	snprintf(self, sizeof(self), "primary %s pid %d", host, (int)getpid());
+	r = repl_witness_new(p->loop, &p->o->witness, self, &p->wit);
+	if (r < 0) {
+		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
+		return r;
+	}
+	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
+		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
+	r = repl_witness_acquire(p->wit, err, sizeof(err));
+	if (r < 0) {
+		log_error(TAG, "witness: %s: refusing to run the guest", err);
+		return r;
+	}
+	if ((r = repl_witness_start(p->wit)) < 0)
+		return r;
+	ev_timer_start(p->loop, &p->lease_w);
+	return 0;
+}

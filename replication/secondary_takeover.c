@@ -1,0 +1,261 @@
+/* The secondary's takeover and everything it needs: the resources held
+ * from the start (the console), the fence command, the witness key to win
+ * first, the takeover itself, and the fencing of a copy that lost its
+ * lease. The agent's state machine is secondary.c; nothing here calls back
+ * into it. */
+#include "replication/agent.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "replication/fence.h"
+
+#define TAG "secondary"
+
+void repl_sec_drop_standby(struct repl_secondary *s)
+{
+	repl_vm_free(s->vm);
+	s->vm = NULL;
+	s->got_hello = false;
+	repl_staging_attach(&s->stage, NULL, 0);
+}
+
+static void on_vm_stopped(void *ctx, int status)
+{
+	struct repl_secondary *s = ctx;
+
+	log_info(TAG, "guest stopped (status %d)", status);
+	s->exit_status = status < 0 ? 1 : status;
+	s->state = S_DONE;
+	ev_break(s->loop, EVBREAK_ALL);
+}
+
+/* A primary that is only stopped or slow still holds the link: the last
+ * thing it reads from it says that this side runs the guest now, so that
+ * it stops instead of running on (see primary.c on_fence). */
+static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
+{
+	char why[64];
+
+	if (!s->link.conn)
+		return;
+	snprintf(why, sizeof(why), "the primary was silent for %llu ms", (unsigned long long)silent_ms);
+	if (repl_send_fence(&s->link, UNDERSTUDY__FENCE_ACTION__FENCE_SECONDARY_TOOK_OVER,
+			    s->stage.applied, why) == 0) {
+		net_close_flush(s->link.conn);   /* closed() follows; nothing read counts */
+		return;
+	}
+	log_warn(TAG, "could not tell the primary that this side took over");
+	repl_link_close(&s->link);
+}
+
+static void take_over(struct repl_secondary *s)
+{
+	struct repl_staging *g = &s->stage;
+	uint64_t t0 = now_ns();
+	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
+
+	tell_primary_took_over(s, silent_ms);
+	if (s->lis) {
+		net_listener_close(s->lis);
+		s->lis = NULL;
+	}
+#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* as it was: a taken port fails the takeover */
+	if (console_bind(s->loop, s->o->console, &s->con) < 0) {
+		s->exit_status = 1;
+		s->state = S_DONE;
+		ev_break(s->loop, EVBREAK_ALL);
+		return;
+	}
+#endif
+	repl_vm_serve_console(s->vm, s->con);
+	s->con = NULL;                   /* the VM owns it now */
+	if (g->held.len && (!s->wit || repl_witness_valid(s->wit))) {
+		console_write(s->vm->con, g->held.data, g->held.len);
+		repl_event_log("replay %llu %llu", (unsigned long long)g->held_from,
+			       (unsigned long long)(g->held_from + g->held.len));
+	}
+	s->vm->on_stopped = on_vm_stopped;
+	s->vm->cb_ctx = s;
+	s->vm->witness = s->wit;
+	repl_vm_set_gated(s->vm, false);
+	s->state = S_ACTIVE;
+	/* Test mode: what resumes is still the last applied epoch. */
+	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
+		g->verify_failed++;
+	machine_resume(s->vm->m);
+	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
+		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
+		  (unsigned long long)g->applied, (now_ns() - t0) / 1e6, g->held.len);
+	if (g->verify_ok || g->verify_failed)
+		log_info(TAG, "test mode: %llu epochs verified equal to the primary, %llu differed",
+			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
+}
+
+/* With --fence-cmd, the old primary is powered off before the guest
+ * resumes here; a command that fails or overruns its deadline means no
+ * takeover, loudly: the standby stays (state fence-failed), nothing runs. */
+static void fence_and_take_over(struct repl_secondary *s, const char *reason)
+{
+	struct repl_fence_peer peer = { .peer_addr = s->peer_addr, .vm_name = s->cfg.guest,
+					.epoch = s->stage.applied, .reason = reason };
+	char why[256];
+	int r;
+
+	if (s->o->fence_cmd) {
+		r = repl_fence_run(s->o->fence_cmd, s->o->fence_timeout_ms, &peer, why, sizeof(why));
+		if (r < 0) {
+			repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "fence command failed (%s): "
+				       "no takeover, the standby stays at epoch %llu", why,
+				       (unsigned long long)s->stage.applied);
+			log_error(TAG, "NO TAKEOVER: %s; the old primary may still run", s->fault.what);
+			repl_link_close(&s->link);
+			if (s->wit)
+				repl_witness_stop(s->wit);   /* the key we won lapses: nobody runs it */
+			s->state = S_FENCE_FAILED;
+			return;
+		}
+	}
+	take_over(s);
+}
+
+/* The takeover decision. Heartbeat only: take over now. With a witness:
+ * nothing more of the old primary is read (the link closes) and this side
+ * contends for the key; only a win resumes the guest (on_witness_done). */
+void repl_sec_begin_takeover(struct repl_secondary *s)
+{
+#ifdef UNDERSTUDY_MUTANT_takeover_without_key   /* make check-mutants: the key is not won first */
+	fence_and_take_over(s, "the primary is silent");
+	return;
+#endif
+	if (!s->wit) {
+		fence_and_take_over(s, "the primary is silent");
+		return;
+	}
+	log_warn(TAG, "primary silent for %llu ms: contending for the witness key before any "
+		 "takeover (standby at epoch %llu)",
+		 (unsigned long long)((now_ns() - s->link.last_rx_ns) / 1000000),
+		 (unsigned long long)s->stage.applied);
+	repl_event_log("contend");
+	repl_link_close(&s->link);
+	s->state = S_CONTENDING;
+	s->contend_t0_ns = now_ns();
+	repl_witness_contend(s->wit, s->token);
+}
+
+static void on_won(void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	if (s->state != S_CONTENDING)
+		return;
+	log_info(TAG, "won the witness key %.1f ms after the takeover decision",
+		 (now_ns() - s->contend_t0_ns) / 1e6);
+	fence_and_take_over(s, "the primary is silent and its witness lease ran out");
+}
+
+static void on_revoked(void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	if (s->state != S_CONTENDING)
+		return;
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the witness no longer "
+		       "vouches for this standby (the primary went on without it)");
+	log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
+	repl_sec_drop_standby(s);
+	s->state = S_WAITING;
+}
+
+/* The copy we run lost its lease: pause it for good, release nothing more. */
+void repl_sec_fence(struct repl_secondary *s)
+{
+	repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, -ETIMEDOUT, "fenced: the witness lease "
+		       "was not renewed in time");
+	log_error(TAG, "FENCED: %s; the guest is paused for good and nothing more is released",
+		  s->fault.what);
+	repl_event_log("fenced");
+	machine_pause(s->vm->m);
+	repl_witness_stop(s->wit);
+	s->state = S_FENCED;
+}
+
+/* Binds the console now, so that a takeover cannot fail on its port. */
+int repl_sec_acquire_resources(struct repl_secondary *s)
+{
+	int r;
+
+#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* make check-mutants: bound at takeover */
+	return 0;
+#endif
+	r = console_bind(s->loop, s->o->console, &s->con);
+	if (r < 0) {
+		log_error(TAG, "cannot bind the console %s (%s): a takeover could not serve it; "
+			  "refusing to start", s->o->console, strerror(-r));
+		return r;
+	}
+	log_info(TAG, "console %s bound (port %d); served from a takeover on", s->o->console,
+		 console_port(s->con));
+	return 0;
+}
+
+/* With --witness: the lease thread starts now; the key is contended for
+ * only at a takeover. */
+int repl_sec_witness_setup(struct repl_secondary *s)
+{
+	char self[REPL_WITNESS_ID_MAX], host[64] = "?";
+	int r;
+
+	if (!s->o->witness.endpoints)
+		return 0;
+	gethostname(host, sizeof(host) - 1);
+	snprintf(self, sizeof(self), "secondary %s pid %d", host, (int)getpid());
+	r = repl_witness_new(s->loop, &s->o->witness, self, &s->wit);
+	if (r < 0) {
+		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
+		return r;
+	}
+	repl_witness_set_cbs(s->wit, &(struct repl_witness_cbs){
+		.won = on_won, .revoked = on_revoked, .ctx = s });
+	return repl_witness_start(s->wit);
+}
+
+
+/* Control request "takeover": a standby that holds a complete checkpoint
+ * resumes the guest now (a cluster manager decided, e.g. Pacemaker's
+ * promote); anything else is refused and nothing changes. */
+char *repl_sec_takeover_request(struct repl_secondary *s)
+{
+	char *reply = NULL;
+
+	if (s->state == S_CONTENDING) {
+		if (asprintf(&reply, "ok contending for the witness key at epoch %llu\n",
+			     (unsigned long long)s->stage.applied) < 0)
+			return NULL;
+		return reply;
+	}
+	if (s->state == S_ACTIVE) {
+		if (asprintf(&reply, "ok already active (took over at epoch %llu)\n",
+			     (unsigned long long)s->stage.applied) < 0)
+			return NULL;
+		return reply;
+	}
+	if (s->state != S_STANDBY || !s->stage.have_ckpt || !s->con) {
+		if (asprintf(&reply, "error no takeover: this secondary is %s and %s\n", repl_sec_state_name(s),
+			     s->stage.have_ckpt ? "holds a checkpoint" :
+			     "holds no complete checkpoint") < 0)
+			return NULL;
+		return reply;
+	}
+	log_warn(TAG, "takeover requested on the control socket (standby at epoch %llu)",
+		 (unsigned long long)s->stage.applied);
+	repl_sec_begin_takeover(s);
+	if (asprintf(&reply, s->state == S_CONTENDING ? "ok contending for the witness key at "
+		     "epoch %llu\n" : "ok took over at epoch %llu\n",
+		     (unsigned long long)s->stage.applied) < 0)
+		return NULL;
+	return reply;
+}

@@ -1,0 +1,107 @@
+/* What `understudy status` shows of each agent (read only: nothing here
+ * changes an agent's state). Text, or JSON with "status json". */
+#include "replication/agent.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const pstate_names[] = {
+	"connecting", "hello", "syncing", "first-checkpoint", "protected", "unprotected", "fenced",
+	"done",
+};
+
+static const char *const sstate_names[] = {
+	"waiting", "hello", "standby", "contending", "fence-failed", "active", "fenced", "done",
+};
+
+static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
+{
+	struct repl_primary *p = ctx;
+	const struct repl_epochs *q = &p->ep;
+	uint64_t p50, p99;
+	bool json = strstr(req, "json") != NULL;
+	double hb_ms = p->link.conn ? (now_ns() - p->link.last_rx_ns) / 1e6 : -1;
+	char reason[200], fencing[200];
+
+	repl_fault_reason(&p->fault, reason, sizeof(reason));
+	repl_stats_pause_pct(&q->st, &p50, &p99);
+	if (p->wit)
+		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms left, "
+			 "standby %s)", p->o->witness.key, (long long)repl_witness_left_ms(p->wit),
+			 p->vouched ? "vouched for" : "not vouched for");
+	else
+		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
+	return snprintf(out, len, json ?
+			"{\"role\":\"primary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
+			"\"pause_p50_us\":%.1f,\"pause_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
+			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
+			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
+			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
+			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
+			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
+			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
+			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
+			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
+			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n",
+			pstate_names[p->state], (unsigned long long)q->epoch,
+			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
+			(unsigned long long)q->st.last_dirty_pages,
+			q->st.epochs ? (double)q->st.dirty_pages_total / (double)q->st.epochs : 0.0,
+			(unsigned long long)p->link.bytes_sent, q->st.lag_ns / 1e6,
+			(unsigned long long)q->st.stretched, hb_ms, q->worst.pause_ns / 1e3,
+			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
+			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
+			json || reason[0] ? reason : "none", fencing);
+}
+
+char *repl_pri_status_text(void *ctx, const char *req)
+{
+	return repl_status_reply(pri_status_format, ctx, req);
+}
+
+/* The state for status: a standby that could not take over is not healthy. */
+const char *repl_sec_state_name(const struct repl_secondary *s)
+{
+	if (s->state == S_STANDBY && !s->con)
+		return "standby-unready";
+	return sstate_names[s->state];
+}
+
+static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
+{
+	struct repl_secondary *s = ctx;
+	const struct repl_staging *g = &s->stage;
+	uint64_t p50, p99;
+	bool json = strstr(req, "json") != NULL;
+	double hb_ms = (now_ns() - s->link.last_rx_ns) / 1e6;
+	char reason[200], fencing[200];
+
+	repl_fault_reason(&s->fault, reason, sizeof(reason));
+	repl_stats_pause_pct(&g->st, &p50, &p99);
+	if (s->wit)
+		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, %s)",
+			 s->o->witness.key, s->state >= S_ACTIVE ? "this side owns it" :
+			 "takeover only after winning it");
+	else
+		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
+	return snprintf(out, len, json ?
+			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
+			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
+			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
+			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
+			"role secondary\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
+			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
+			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
+			"reason %s\nfencing: %s\n",
+			repl_sec_state_name(s), (unsigned long long)g->applied,
+			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
+			(unsigned long long)g->st.last_dirty_pages,
+			(unsigned long long)s->link.bytes_rcvd, hb_ms,
+			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
+			json || reason[0] ? reason : "none", fencing);
+}
+
+char *repl_sec_status_text(void *ctx, const char *req)
+{
+	return repl_status_reply(sec_status_format, ctx, req);
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# --fence-cmd (STONITH hook): the secondary runs the command before a
+# takeover, with the primary's identity in its environment; it takes over
+# only if the command exits 0 within --fence-timeout-ms.
+#   1. the primary is stopped (alive, holding its link): the fence command
+#      powers it off (kill -9, the stand-in for a power switch) and exits 0:
+#      takeover, one live copy, the command saw the primary's identity;
+#   2. the command fails: no takeover (state fence-failed, the reason names
+#      the command's last line), nothing serves the console;
+#   3. the command hangs past its deadline: killed, no takeover.
+set -u
+cd "$(dirname "$0")/.." && . tests/lib.sh
+need_kvm
+tmp=$(mktemp -d)
+cleanup() { kill -CONT $(jobs -p) 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+wait_log() {   # file pattern seconds
+	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
+	return 1
+}
+n=0
+start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
+	n=$((n + 1))
+	sport=$(free_port); scon=$(free_port); pcon=$(free_port)
+	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
+		--control "$tmp/$n.sec.ctl" --failover-timeout-ms 300 "$@" 2>"$tmp/$n.sec.log" &
+	sp=$!
+	wait_port $sport || fail "secondary did not listen: $(cat "$tmp/$n.sec.log")"
+	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
+		--insecure --timeout-ms 300 2>"$tmp/$n.pri.log" &
+	pp=$!
+	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 20 || fail "never protected"
+	out=$(python3 tests/counter_client.py $pcon incr incr) || fail "client of the primary"
+}
+stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; return 0; }
+state_of() { "$BIN" status --control "$1" 2>/dev/null | sed -n 's/^state //p'; }
+
+"$BIN" secondary --listen 127.0.0.1:1 --console tcp:127.0.0.1:2 --insecure --fence-timeout-ms 500 \
+	2>"$tmp/bad.log"
+[ $? = 2 ] && grep -q "needs --fence-cmd" "$tmp/bad.log" || fail "--fence-timeout-ms alone accepted"
+ok "--fence-timeout-ms without --fence-cmd: refused (exit 2)"
+
+# 1. A stopped primary still holds its link; the fence powers it off.
+cat >"$tmp/fence.sh" <<'SH'
+#!/bin/sh
+env | grep '^UNDERSTUDY_' | sort >"$FENCE_OUT"
+kill -9 "$(cat "$FENCE_PID")" || exit 1
+echo "powered off $UNDERSTUDY_PEER_HOST"
+SH
+chmod +x "$tmp/fence.sh"
+export FENCE_OUT=$tmp/fence.env FENCE_PID=$tmp/primary.pid
+start_pair --fence-cmd "$tmp/fence.sh"
+echo $pp >"$FENCE_PID"
+kill -STOP $pp
+wait_log "$tmp/$n.sec.log" "TOOK OVER" 20 || fail "no takeover: $(tail -5 "$tmp/$n.sec.log")"
+wait $pp 2>/dev/null
+kill -0 $pp 2>/dev/null && fail "the old primary still runs after the fence"
+grep -q "^UNDERSTUDY_PEER_HOST=127.0.0.1$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
+grep -q "^UNDERSTUDY_VM=counter$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
+grep -q "^UNDERSTUDY_ACTION=off$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
+grep -q "^UNDERSTUDY_EPOCH=[1-9]" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
+v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
+[ "$v" = 2 ] || fail "the new copy says $v, want 2"
+ok "1. stopped primary fenced by the command ($(grep -o 'powered off.*' "$tmp/$n.sec.log" | head -1)), then takeover; counter kept 2"
+stop_pair
+
+# 2. The command fails: no takeover.
+start_pair --fence-cmd 'echo "bmc 10.0.0.9 unreachable"; exit 3'
+kill -9 $pp; wait $pp 2>/dev/null
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 20 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+[ "$(state_of "$tmp/$n.sec.ctl")" = fence-failed ] || fail "state: $(state_of "$tmp/$n.sec.ctl")"
+"$BIN" status --control "$tmp/$n.sec.ctl" | grep -q "^reason .*exit 3: bmc 10.0.0.9 unreachable" ||
+	fail "status reason: $("$BIN" status --control "$tmp/$n.sec.ctl" | grep reason)"
+grep -q "TOOK OVER" "$tmp/$n.sec.log" && fail "took over after a failed fence"
+python3 - $scon <<'PY' || fail "the console answered after a failed fence"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(b"get\n")
+s.settimeout(1.5)
+try:
+    data = s.recv(64)
+except socket.timeout:
+    data = b""
+sys.exit(1 if data else 0)
+PY
+ok "2. failing fence command: no takeover, state fence-failed, reason: $(sed -n 's/^reason //p' <("$BIN" status --control "$tmp/$n.sec.ctl"))"
+stop_pair
+
+# 3. The command hangs: killed at its deadline, no takeover.
+start_pair --fence-cmd 'sleep 30' --fence-timeout-ms 500
+kill -9 $pp; wait $pp 2>/dev/null
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 20 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+grep -q "no exit within 500 ms" "$tmp/$n.sec.log" || fail "deadline not named: $(tail -3 "$tmp/$n.sec.log")"
+pgrep -f "^sleep 30$" >/dev/null && fail "the hung fence command is still running"
+ok "3. hanging fence command: killed at 500 ms, no takeover"
+stop_pair
