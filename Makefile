@@ -182,3 +182,19 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- install, cluster test ---------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the program and the Pacemaker
+# resource agent (ocf:understudy:understudy, docs/pacemaker.md).
+PREFIX  ?= /usr/local
+OCFDIR  ?= /usr/lib/ocf/resource.d/understudy
+.PHONY: install check-cluster
+install: $(BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(OCFDIR)
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/understudy
+	install -m 755 ocf/understudy $(DESTDIR)$(OCFDIR)/understudy
+
+# A real two-node Pacemaker cluster on this machine (network and mount
+# namespaces, fencing): kill the primary, cut the link (tests/cluster/).
+check-cluster: all
+	@BUILD=$(BUILD) bash tests/cluster/run.sh

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The Pacemaker resource agent (ocf/understudy) outside a cluster: ocf-tester
+# (Debian resource-agents) runs every action of it against a real standby on
+# loopback (start, monitor, promote = a fresh boot protected by a second
+# standby that stands for the other node, demote, stop, twice and idempotent),
+# then the agent's own rules are checked by hand: a promote from a standby
+# that holds a checkpoint is a takeover and the counter goes on; a node with
+# no checkpoint is never promoted unless a fresh boot is allowed and the
+# guest never ran.
+set -u
+# the agent's daemons outlive their starter: reap them here, not as zombies of PID 1
+if [ -z "${UNDERSTUDY_REAPED:-}" ]; then
+	UNDERSTUDY_REAPED=1 exec python3 "$(dirname "$0")/cluster/reaper.py" bash "$0" "$@"
+fi
+cd "$(dirname "$0")/.." && . tests/lib.sh
+need_kvm
+command -v ocf-tester >/dev/null || { echo "SKIP: ocf-tester not installed (Debian resource-agents)"; exit 77; }
+[ -f /usr/lib/ocf/lib/heartbeat/ocf-shellfuncs ] || { echo "SKIP: no ocf-shellfuncs (resource-agents)"; exit 77; }
+AGENT=$PWD/ocf/understudy
+tmp=$(mktemp -d)
+chmod 755 "$tmp"
+peer_loop=
+cleanup() {
+	[ -n "$peer_loop" ] && kill "$peer_loop" 2>/dev/null
+	for f in "$tmp"/*/*.pid "$tmp"/peer.pid "$tmp"/pri.pid; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+	done
+	wait 2>/dev/null
+	[ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+lport=$(free_port); lcon=$(free_port); pport=$(free_port); pcon=$(free_port)
+params=(binary="$BIN" insecure=true "listen=127.0.0.1:$lport" "peer=127.0.0.1:$pport"
+	"console=tcp:127.0.0.1:$lcon" statedir="$tmp/state" allow_fresh_boot=true protect_timeout=15
+	primary_args="--timeout-ms 1000")
+
+# The other node's standby: started again whenever it ends (a demote powers
+# the guest off, and a standby whose primary stopped the guest ends too).
+(
+	while :; do
+		"$BIN" secondary --listen 127.0.0.1:$pport --console tcp:127.0.0.1:$pcon --insecure \
+			--takeover manual --control "$tmp/peer.ctl" >>"$tmp/peer.log" 2>&1 &
+		echo $! > "$tmp/peer.pid"
+		wait $!
+		sleep 0.2
+	done
+) &
+peer_loop=$!
+wait_port $pport || fail "the peer standby did not listen: $(tail -3 "$tmp/peer.log")"
+
+o=()
+for p in "${params[@]}"; do o+=(-o "$p"); done
+if ! ocf-tester -v -n understudy_t "${o[@]}" "$AGENT" >"$tmp/tester.log" 2>&1; then
+	cat "$tmp/tester.log"
+	fail "ocf-tester"
+fi
+grep -q "passed all tests" "$tmp/tester.log" || { cat "$tmp/tester.log"; fail "ocf-tester did not pass"; }
+grep -q "Testing: promotion of promoted resource" "$tmp/tester.log" || fail "ocf-tester did not run promote"
+n=$(grep -c "protected: secondary holds" "$tmp/state/understudy_t.log")
+[ "$n" -ge 2 ] || fail "expected at least 2 fresh primaries protected by the peer standby, saw $n"
+ok "ocf-tester: $(grep -m1 "passed all tests" "$tmp/tester.log") ($n fresh boots, each protected)"
+
+# ---- the agent's own rules, action by action -----------------------------
+export OCF_ROOT=/usr/lib/ocf OCF_RESOURCE_INSTANCE=understudy_u OCF_RESKEY_CRM_meta_timeout=20000
+for p in "${params[@]}"; do export "OCF_RESKEY_${p%%=*}=${p#*=}"; done
+ra() { "$AGENT" "$1" >>"$tmp/ra.log" 2>&1; }
+wait_log() { for _ in $(seq 100); do grep -q "$2" "$1" && return 0; sleep 0.1; done; return 1; }
+
+# The other node powers the guest off (its demote): our standby ends with
+# it, and a promote that follows (a move) starts over from a fresh boot.
+ra start || fail "start: $(tail -5 "$tmp/ra.log")"
+xcon=$(free_port)
+"$BIN" primary --guest counter --console tcp:127.0.0.1:$xcon --peer 127.0.0.1:$lport --insecure \
+	2>"$tmp/xpri.log" &
+xp=$!
+wait_log "$tmp/xpri.log" "protected: secondary holds" || fail "never protected: $(tail -3 "$tmp/xpri.log")"
+kill -TERM $xp; wait $xp 2>/dev/null
+wait_log "$tmp/state/understudy_u.log" "primary stops (.*no takeover" || fail "the standby did not hear the goodbye"
+sleep 0.5
+ra monitor; rc=$?
+[ $rc = 1 ] || fail "monitor of a standby that ended with its guest: $rc, want 1"
+ra promote || fail "promote after the other node powered the guest off: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 8 ] || fail "monitor after that promote: $rc, want 8"
+out=$(python3 tests/counter_client.py $lcon incr) || fail "console of the fresh primary"
+[ "${out%% *}" = 1 ] || fail "fresh primary's counter: $out, want 1"
+ra demote || fail "demote of the fresh primary"
+ra stop || fail "stop"
+ok "the standby ended with the guest (other node's demote): promote started a standby and booted fresh (counter $out)"
+
+kill "$peer_loop"; peer_loop=
+kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
+wait 2>/dev/null
+ra start || fail "start: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor of a fresh standby: $rc, want 0"
+
+# no fresh boot when not allowed
+OCF_RESKEY_allow_fresh_boot=false ra promote && fail "promoted a node without a checkpoint (allow_fresh_boot=false)"
+grep -q "holds no complete checkpoint and a fresh boot is not allowed" "$tmp/ra.log" || fail "refusal does not say why"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "after a refused promote: monitor $rc, want 0 (still a standby)"
+ok "promote refused on a node without a checkpoint (allow_fresh_boot=false)"
+
+# a primary outside the agent's control protects itself on the agent's standby
+"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$lport --insecure \
+	--control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
+echo $! > "$tmp/pri.pid"
+for _ in $(seq 100); do grep -q "protected: secondary holds" "$tmp/pri.log" && break; sleep 0.1; done
+out=$(python3 tests/counter_client.py $pcon incr incr incr incr) || fail "client of the primary"
+[ "$(echo "$out" | tail -1 | cut -d' ' -f1)" = 4 ] || fail "primary replies: $out"
+kill -9 "$(cat "$tmp/pri.pid")"
+sleep 1.5
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor of a standby whose primary died: $rc, want 0 (no takeover of its own)"
+t0=$(date +%s%N)
+ra promote || fail "promote of a standby with a checkpoint: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 8 ] || fail "monitor after the takeover: $rc, want 8 (running promoted)"
+out=$(python3 tests/counter_client.py $lcon get) || fail "console after the takeover"
+t1=$(date +%s%N)
+[ "$(echo "$out" | cut -d' ' -f1)" = 4 ] || fail "after the takeover the counter is '$out', want 4"
+ok "promote = takeover from the checkpoint: counter 4 went on ($(( (t1 - t0) / 1000000 )) ms promote to reply)"
+ra promote || fail "promote of a promoted resource"
+
+# the guest dies here (a crash, not a stop): the ran marker stays, no fresh boot
+kill -9 "$(cat "$tmp/state/understudy_u.pid")"
+sleep 0.2
+ra monitor; rc=$?
+[ $rc = 9 ] || fail "monitor of a crashed promoted instance: $rc, want 9 (failed promoted)"
+ra demote || fail "demote after a crash: $(tail -5 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor after the demote: $rc, want 0"
+ra promote && fail "fresh boot after the guest had run (and crashed)"
+grep -q "the guest ran before" "$tmp/ra.log" || fail "refusal does not name the ran marker: $(tail -3 "$tmp/ra.log")"
+ok "after a crash of the promoted guest: monitor 9, demote back to standby, fresh boot refused (ran before)"
+ra stop || fail "stop"
+ra monitor; rc=$?
+[ $rc = 7 ] || fail "monitor after stop: $rc, want 7"
+ok "stop: monitor says not running"
+
+# ---- TLS: one certificate per node serves both roles (serverAuth and clientAuth)
+if command -v openssl >/dev/null; then
+	c=$tmp/certs
+	mkdir -p "$c"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+		-subj "/CN=ocf test CA" -keyout "$c/ca.key" -out "$c/ca.pem" 2>/dev/null
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+		-keyout "$c/node.key" -out "$c/node.csr" 2>/dev/null
+	openssl x509 -req -in "$c/node.csr" -CA "$c/ca.pem" -CAkey "$c/ca.key" -CAcreateserial -days 30 \
+		-extfile <(printf 'extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n') \
+		-out "$c/node.pem" 2>/dev/null || fail "openssl could not make the node certificate"
+	"$BIN" secondary --listen 127.0.0.1:$pport --console tcp:127.0.0.1:$pcon --takeover manual \
+		--tls-cert "$c/node.pem" --tls-key "$c/node.key" --tls-ca "$c/ca.pem" \
+		--control "$tmp/peer.ctl" >"$tmp/peer-tls.log" 2>&1 &
+	echo $! > "$tmp/peer.pid"
+	wait_port $pport || fail "the TLS peer standby did not listen: $(tail -3 "$tmp/peer-tls.log")"
+	export OCF_RESOURCE_INSTANCE=understudy_tls OCF_RESKEY_name=understudy_tls OCF_RESKEY_insecure=false \
+		OCF_RESKEY_tls_cert=$c/node.pem OCF_RESKEY_tls_key=$c/node.key OCF_RESKEY_tls_ca=$c/ca.pem \
+		OCF_RESKEY_control=$tmp/state/understudy_tls.sock
+	OCF_RESKEY_tls_ca=$c/missing.pem ra validate-all; rc=$?
+	[ $rc = 5 ] || fail "validate-all with an unreadable CA: $rc, want 5 (not installed)"
+	ra start || fail "TLS start: $(tail -5 "$tmp/ra.log")"
+	ra promote || fail "TLS promote (fresh boot): $(tail -5 "$tmp/ra.log")"
+	ra monitor; rc=$?
+	[ $rc = 8 ] || fail "TLS monitor after the promote: $rc, want 8"
+	grep -q "protected: secondary holds" "$tmp/state/understudy_tls.log" || fail "TLS primary never protected"
+	grep -q "INSECURE" "$tmp/state/understudy_tls.log" && fail "the TLS agent ran a plaintext link"
+	out=$(python3 tests/counter_client.py $lcon incr incr) || fail "console of the TLS primary"
+	[ "$(echo "$out" | tail -1 | cut -d' ' -f1)" = 2 ] || fail "TLS counter: $out"
+	ra demote || fail "TLS demote"
+	ra stop || fail "TLS stop"
+	ok "TLS: one node certificate (serverAuth + clientAuth) as standby and as fresh primary, protected; validate-all 5 for an unreadable CA"
+else
+	echo "SKIP: openssl missing: the TLS part of the agent is not checked"
+fi
