@@ -68,7 +68,8 @@ all: $(BIN)
 # ---- Debian packages ---------------------------------------------------------
 DEB := libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev liblz4-dev \
        libfabric-dev libibverbs-dev librdmacm-dev libcmocka-dev pkg-config openssl \
-       iproute2 nftables clang libcurl4-openssl-dev libjson-c-dev etcd-server
+       iproute2 nftables clang libcurl4-openssl-dev libjson-c-dev etcd-server \
+       resource-agents libxml2-utils curl
 deps:
 	@missing=$$(for p in $(DEB); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q 'install ok installed' || echo $$p; done); \
