@@ -43,7 +43,10 @@ fo "$((seed + 3))" --min-per-phase 1 --trials 12 --max-seconds 150 --transport r
 fo "$((seed + 4))" --min-per-phase 2 --trials 6 --max-seconds 150 --pipeline 16 --require sync,transfer ||
 	fail "pipelined trials"
 export FAILOVER_VERIFY=0
-# Without verify the initial sync takes milliseconds: kills there are counted, not required.
-fo "$((seed + 5))" --min-per-phase 2 --max-seconds 200 --signal KILL --require transfer,apply,idle || fail "SIGKILL trials without verify"
+# Without verify the initial sync takes milliseconds and applying an epoch
+# well under one: kills there are counted, not required (the set with verify
+# above requires both; here a loaded machine lands 1 in 80 on apply).
+fo "$((seed + 5))" --min-per-phase 2 --max-trials 160 --max-seconds 200 --signal KILL \
+	--require transfer,idle || fail "SIGKILL trials without verify"
 fo "$((seed + 6))" --min-per-phase 1 --max-seconds 120 --transport tls || fail "TLS trials without verify"
 ok "failover consistency held in every phase, with and without verify (seed $seed)"
