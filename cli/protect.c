@@ -169,12 +169,15 @@ int cli_cmd_protect(int argc, char **argv)
 
 static const char migrate_help[] =
 	"usage: understudy migrate --control PATH --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
-	"                          [--epoch-ms N] [--json] [link options]\n"
+	"                          [--epoch-ms N] [--no-auto-converge] [--json] [link options]\n"
 	"Moves the running VM whose control socket is PATH to the secondary waiting at --to\n"
 	"(understudy secondary): initial sync while the guest runs, protected epochs, and at\n"
 	"the first epoch whose predicted downtime (pause + capture-to-ACK) is at most\n"
 	"--downtime-ms (default 30) the guest is paused for a final epoch and the\n"
-	"destination takes over at once. The source then exits 0. Progress once a second\n"
+	"destination takes over at once. The source then exits 0. When the prediction does\n"
+	"not fit for 8 epochs in a row the guest is throttled (auto-converge: kept paused\n"
+	"after each capture for 20 % of the epoch, +10 % a step, at most 99 %; shown as\n"
+	"throttle), unless --no-auto-converge. Progress once a second\n"
 	"(--json: one JSON object per line, then a summary object). Ctrl-C or --max-time\n"
 	"(default 300 s) before the hand-over cancels: the VM runs on at the source and the\n"
 	"destination drops what it got. Once the guest is paused for the hand-over the\n"
@@ -232,7 +235,7 @@ static int follow(const char *control, unsigned max_s, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
 	char state[32] = "", st[64], *reply = NULL;
-	double bytes = 0, epoch = 0, downtime = -1;
+	double bytes = 0, epoch = 0, downtime = -1, throttle = 0;
 	int r;
 
 	for (;;) {
@@ -258,13 +261,15 @@ static int follow(const char *control, unsigned max_s, bool json)
 		bytes = json_num(reply, "bytes_sent");
 		epoch = json_num(reply, "epoch");
 		downtime = json_num(reply, "migration_downtime_ms");
+		if (json_num(reply, "throttle_pct") > throttle)
+			throttle = json_num(reply, "throttle_pct");
 		if (json && now - last_print >= 1.0) {
 			printf("{\"elapsed_s\":%.1f,\"status\":%s", now - t0, reply);
 			last_print = now;
 		} else if (!json && now - last_print >= 1.0) {
-			fprintf(stderr, "\r%-16s epoch %-6.0f %8.1f MiB sent  %6.1f MiB/s  %.0f s ",
-				state, epoch, bytes / 1048576.0, bytes / 1048576.0 / (now - t0 + 1e-9),
-				now - t0);
+			fprintf(stderr, "\r%-16s epoch %-6.0f %8.1f MiB sent  %6.1f MiB/s  throttle %2.0f %%  "
+				"%.0f s ", state, epoch, bytes / 1048576.0,
+				bytes / 1048576.0 / (now - t0 + 1e-9), json_num(reply, "throttle_pct"), now - t0);
 			last_print = now;
 		}
 		free(reply);
@@ -279,12 +284,13 @@ static int follow(const char *control, unsigned max_s, bool json)
 	}
 	if (json)
 		printf("{\"summary\":true,\"result\":\"%s\",\"total_s\":%.3f,\"downtime_ms\":%.3f,"
-		       "\"bytes\":%.0f,\"epochs\":%.0f}\n", strcmp(state, "migrated") ? "unknown" :
-		       "migrated", mono_s() - t0, downtime, bytes, epoch);
+		       "\"bytes\":%.0f,\"epochs\":%.0f,\"throttle_pct_max\":%.0f}\n",
+		       strcmp(state, "migrated") ? "unknown" : "migrated", mono_s() - t0, downtime,
+		       bytes, epoch, throttle);
 	else
 		fprintf(stderr, "\nmigrated in %.3f s: downtime %.3f ms (pause to the destination's "
-			"word), %.1f MiB sent, %.0f epochs\n", mono_s() - t0, downtime,
-			bytes / 1048576.0, epoch);
+			"word), %.1f MiB sent, %.0f epochs, throttle reached %.0f %%\n", mono_s() - t0,
+			downtime, bytes / 1048576.0, epoch, throttle);
 	return strcmp(state, "migrated") ? 1 : 0;
 }
 
@@ -298,13 +304,14 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ "max-time", required_argument, NULL, 'm' },
 		{ "epoch-ms", required_argument, NULL, 'e' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "no-auto-converge", no_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000;
-	bool json = false;
+	bool json = false, converge = true;
 	char req[4 * PATH_MAX], num[32], *reply = NULL;
 	int opt, r;
 
@@ -319,6 +326,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		case 'm': r = cli_parse_ms("--max-time (seconds)", optarg, 1, &max_ms); max_ms *= 1000; break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
 		case 'j': json = true; break;
+		case 'A': converge = false; break;
 		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
 		}
 		if (r)
@@ -334,7 +342,8 @@ int cli_cmd_migrate(int argc, char **argv)
 	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, 500, 5000, &net))
 		return 2;
 	snprintf(num, sizeof(num), "%u", downtime_ms);
-	if (add(req, sizeof(req), "downtime-ms", num, false))
+	if (add(req, sizeof(req), "downtime-ms", num, false) ||
+	    add(req, sizeof(req), "auto-converge", converge ? "true" : "false", false))
 		return 2;
 	signal(SIGINT, on_sigint);
 	r = control_request(control, req, 10000, &reply);

@@ -48,6 +48,10 @@ struct repl_primary {
 	bool vouched;                  /* ...and does */
 	bool keep_standby;             /* exit without withdrawing it: it takes over */
 	unsigned migrate_ms;           /* migration: the downtime asked for (0: none) */
+	bool auto_converge;            /* ...throttle the guest when it does not fit */
+	unsigned throttle_pct;         /* the guest stays paused this share of each epoch */
+	unsigned converge_misses;      /* ACKs since the last throttle step */
+	ev_timer throttle_w;           /* ends the throttle pause of this epoch */
 	uint64_t switch_t0_ns;         /* migration: the guest paused for the final epoch */
 	bool migrated;                 /* ...and the destination runs it */
 	bool migrated_told;            /* ...and status said so for a while */

@@ -56,6 +56,7 @@
 
 static void finish(struct repl_primary *p, int status);
 static void send_handover(struct repl_primary *p);
+static void throttle_off(struct repl_primary *p);
 
 static void engine_done(struct repl_primary *p);
 
@@ -152,6 +153,7 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	p->state = P_UNPROTECTED;
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
+	throttle_off(p);
 	say_goodbye(p, f->what);
 #ifdef UNDERSTUDY_MUTANT_keep_vouch   /* make check-mutants: the standby's vouch stays */
 	p->vouch_asked = false;
@@ -292,8 +294,15 @@ static void fault(struct repl_primary *p, enum repl_fault_kind kind, int err, co
 static int run_epoch(struct repl_primary *p)
 {
 	struct repl_fault f;
-	int r = repl_epoch_run(&p->ep, !p->finishing, &f);
+	bool throttled = p->throttle_pct && !p->finishing;
+	int r = repl_epoch_run(&p->ep, !p->finishing && !throttled, &f);
 
+	/* Throttled (auto-converge): the guest stays paused after the capture
+	 * for throttle_pct of the epoch; on_throttle_end resumes it. */
+	if (throttled && !ev_is_active(&p->throttle_w)) {
+		ev_timer_set(&p->throttle_w, p->o->epoch_ms * p->throttle_pct / 1e5, 0);
+		ev_timer_start(p->loop, &p->throttle_w);
+	}
 	if (r < 0) {
 		on_fault(p, &f);
 	} else if (r > 0 && p->transient_since_ns) {
@@ -303,6 +312,29 @@ static int run_epoch(struct repl_primary *p)
 		p->fault.kind = REPL_FAULT_NONE;
 	}
 	return r;
+}
+
+static void on_throttle_end(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (!p->finishing && p->state != P_FENCED)
+		machine_resume(p->vm->m);
+}
+
+/* No more throttling: the guest runs freely from now on. */
+static void throttle_off(struct repl_primary *p)
+{
+	if (p->throttle_pct)
+		log_info(TAG, "auto-converge: throttle off (was %u %%)", p->throttle_pct);
+	p->throttle_pct = 0;
+	if (ev_is_active(&p->throttle_w)) {
+		ev_timer_stop(p->loop, &p->throttle_w);
+		if (!p->finishing && p->state != P_FENCED)
+			machine_resume(p->vm->m);
+	}
 }
 
 static void on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -354,8 +386,17 @@ static void maybe_switch(struct repl_primary *p)
 
 	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
 	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6;
-	if (predicted_ms > p->migrate_ms)
+	if (predicted_ms > p->migrate_ms) {
+		if (!p->auto_converge || ++p->converge_misses < 8 || p->throttle_pct >= 99)
+			return;
+		p->converge_misses = 0;
+		p->throttle_pct = p->throttle_pct ? p->throttle_pct + 10 : 20;
+		if (p->throttle_pct > 99)
+			p->throttle_pct = 99;
+		log_info(TAG, "auto-converge: predicted downtime %.2f ms > %u ms: throttle %u %%",
+			 predicted_ms, p->migrate_ms, p->throttle_pct);
 		return;
+	}
 	log_info(TAG, "migration: predicted downtime %.2f ms <= %u ms after %llu epochs: pausing "
 		 "the guest for the final epoch (from here on it cannot be cancelled)", predicted_ms,
 		 p->migrate_ms, (unsigned long long)p->ep.epoch);
@@ -790,6 +831,7 @@ static void engine_fini(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->goodbye_w);
 	ev_timer_stop(p->loop, &p->lease_w);
 	ev_timer_stop(p->loop, &p->linger_w);
+	ev_timer_stop(p->loop, &p->throttle_w);
 	repl_sync_fini(&p->sync);
 	repl_link_fini(&p->link);
 	repl_epochs_fini(&p->ep);
@@ -816,7 +858,7 @@ static char *migrate_request(struct repl_primary *p, const char *req)
 		r = -EINVAL;
 	}
 	if (r == 0)
-		repl_primary_migrate(p, o.migrate_downtime_ms);
+		repl_primary_migrate(p, o.migrate_downtime_ms, !o.no_auto_converge);
 	free(copy);
 	if (asprintf(&reply, r == 0 ? "ok migrating to %s\n" : "error %s\n", r == 0 ? p->o->peer : err) < 0)
 		return NULL;
@@ -857,7 +899,8 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->hb_w, on_hb, 0.01, repl_heartbeat_interval(o->timeout_ms));
 	ev_timer_init(&p->finish_w, on_finish_timeout, 2.0, 0);
 	ev_timer_init(&p->linger_w, on_linger, 1.5, 0);
-	p->linger_w.data = p;
+	ev_timer_init(&p->throttle_w, on_throttle_end, 0.01, 0);
+	p->linger_w.data = p->throttle_w.data = p;
 	ev_timer_init(&p->goodbye_w, on_goodbye_timeout, 10.0, 0);
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */
@@ -957,6 +1000,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->state = P_CONNECTING;
 	p->attach_t0_ns = now_ns();
 	p->migrate_ms = o->migrate_downtime_ms;
+	p->auto_converge = !o->no_auto_converge;
 	p->host_stopped = vm->on_stopped;
 	p->host_stopped_ctx = vm->cb_ctx;
 	repl_timing_init(&p->timing, p->o->timeout_ms, p->o->epoch_ms);
@@ -1005,9 +1049,10 @@ void repl_primary_cancel(struct repl_primary *p)
 	drop_protection(p, &f);
 }
 
-void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms)
+void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge)
 {
 	p->migrate_ms = downtime_ms;
+	p->auto_converge = auto_converge;
 	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
 		 "is at most %u ms", downtime_ms);
 }

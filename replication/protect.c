@@ -36,6 +36,11 @@ static int set_option(struct repl_primary_opts *o, const char *key, char *v, cha
 		return parse_ms(key, v, 10, &o->handshake_timeout_ms, err, errlen);
 	if (!strcmp(key, "downtime-ms") && o->migrate_downtime_ms)
 		return parse_ms(key, v, 1, &o->migrate_downtime_ms, err, errlen);
+	if (!strcmp(key, "auto-converge") && o->migrate_downtime_ms &&
+	    (!strcmp(v, "true") || !strcmp(v, "false"))) {
+		o->no_auto_converge = !strcmp(v, "false");
+		return 0;
+	}
 	if (!strcmp(key, "insecure") && !strcmp(v, "true")) {
 		o->net.insecure = true;
 		return 0;

@@ -403,6 +403,11 @@ struct repl_primary_opts {
 	 * epoch is captured without resuming, the secondary takes over at
 	 * once, and the engine ends with status 0 ("migrated"). */
 	unsigned migrate_downtime_ms;
+	/* Migration: when the predicted downtime does not fit for 8 ACKs in a
+	 * row, the guest is throttled (kept paused after each capture for a
+	 * share of the epoch: 20 %, then +10 % per step, at most 99 %), as
+	 * QEMU's auto-converge does. */
+	bool no_auto_converge;
 };
 
 struct repl_secondary_opts {
@@ -460,7 +465,7 @@ const char *repl_primary_state(const struct repl_primary *p);
 void repl_primary_cancel(struct repl_primary *p);
 /* Hands the guest over to the engine's own secondary as soon as the
  * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
-void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms);
+void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);
 /* True from the attach until protection ends (given up, fenced, done). */
 bool repl_primary_protecting(const struct repl_primary *p);
 /* True when the witness must keep vouching for the standby at the end (it

@@ -7,12 +7,14 @@
 #   3. a downtime that cannot be met: --max-time cancels, the source runs on
 #      unharmed and the destination drops what it got;
 #   4. the destination killed before the hand-over: the source runs on;
-#   5. a protected `primary` hands over to its own secondary.
+#   5. a protected `primary` hands over to its own secondary;
+#   6. auto-converge: a guest dirtying faster than the downtime allows is
+#      throttled step by step until the hand-over fits.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { [ -n "${MIGRATE_KEEP:-}" ] && cp -r "$tmp" "$MIGRATE_KEEP"; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 wait_log() {   # file pattern seconds
 	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
@@ -23,7 +25,7 @@ n=0
 start_dest() {   # sets dport dcon dp; logs $tmp/$n.dst.log
 	n=$((n + 1)); dport=$(free_port); dcon=$(free_port)
 	"$BIN" secondary --listen 127.0.0.1:$dport --console tcp:127.0.0.1:$dcon --insecure \
-		--failover-timeout-ms 300 --control "$tmp/$n.dst.ctl" 2>"$tmp/$n.dst.log" &
+		--failover-timeout-ms 2000 --control "$tmp/$n.dst.ctl" 2>"$tmp/$n.dst.log" &
 	dp=$!
 	wait_port $dport || fail "destination did not listen"
 }
@@ -77,7 +79,7 @@ kill $dp; wait $dp 2>/dev/null
 # 3. Cancel at --max-time (a downtime it cannot meet).
 start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
 if "$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
-	--epoch-ms 25 --max-time 2 >/dev/null 2>"$tmp/3.out"; then
+	--epoch-ms 25 --max-time 2 --no-auto-converge >/dev/null 2>"$tmp/3.out"; then
 	fail "a migration that cannot meet 1 ms succeeded"
 fi
 grep -q "cancelled" "$tmp/3.out" || fail "not cancelled: $(cat "$tmp/3.out")"
@@ -91,7 +93,7 @@ kill $sp $dp; wait $sp $dp 2>/dev/null
 # 4. The destination dies before the hand-over.
 start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
 "$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
-	--epoch-ms 25 --max-time 20 >/dev/null 2>"$tmp/4.out" &
+	--epoch-ms 25 --max-time 20 --no-auto-converge >/dev/null 2>"$tmp/4.out" &
 mp=$!
 wait_log "$tmp/$n.src.log" "protected: secondary holds" 20 || fail "never protected"
 kill -9 $dp; wait $dp 2>/dev/null
@@ -118,4 +120,18 @@ wait $pp; rc=$?
 [ $rc = 0 ] || fail "the old primary exited $rc"
 [ "$(count $dcon incr)" = 3 ] || fail "the destination does not go on from 2"
 ok "5. protected primary handed over to its secondary ($(grep -o 'downtime [0-9.]* ms' "$tmp/5.out"))"
+
+# 6. Auto-converge.
+start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
+"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 2 \
+	--max-time 60 --json >"$tmp/6.json" 2>"$tmp/6.out" ||
+	fail "auto-converge did not converge: $(tail -3 "$tmp/6.out") $(grep auto-converge "$tmp/$n.src.log" | tail -2)"
+wait $sp
+tail -1 "$tmp/6.json" | python3 -c '
+import json, sys
+s = json.loads(sys.stdin.read())
+assert s["result"] == "migrated" and s["throttle_pct_max"] >= 20, s
+print("   summary:", s)' || fail "summary: $(tail -1 "$tmp/6.json")"
+grep -q "auto-converge: predicted downtime" "$tmp/$n.src.log" || fail "no throttle step logged"
+ok "6. auto-converge: $(grep -c 'auto-converge: predicted' "$tmp/$n.src.log") throttle steps, then migrated"
 exit 0
