@@ -153,6 +153,8 @@ static void drop_held(struct repl_staging *g, uint64_t n)
 {
 	if (n > g->held.len)
 		n = g->held.len;
+	if (!n)
+		return;              /* held may be empty and unallocated */
 	memmove(g->held.data, g->held.data + n, g->held.len - n);
 	g->held.len -= n;
 	g->held_from += n;

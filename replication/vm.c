@@ -19,6 +19,8 @@ static void on_console_out(void *ctx, const uint8_t *buf, size_t len)
 	struct repl_vm *v = ctx;
 	bool first;
 
+	if (!len)
+		return;
 	pthread_mutex_lock(&v->out_lock);
 	if (v->out_len + len > v->out_cap) {
 		size_t cap = v->out_cap ? v->out_cap * 2 : 65536;
