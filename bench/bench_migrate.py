@@ -510,8 +510,9 @@ def main():
     ref_d = pct([x["downtime_ms"] for x in us["untouched"]], 50)
     qd = pct([x["downtime_ms"] for x in q["untouched"]], 50) if q["untouched"] else None
     print("== understudy under the dirty guest: %d MiB working set written once before the move, %d runs per rate, "
-          "interleaved (the guest writes one word a page: its pages compress, little goes on the wire); no auto-converge throttle and no post-copy exist yet: the migration converges only if an "
-          "epoch's dirty pages fit the downtime, else --max-time (%d s) cancels it" % (DIRTY_MB, RUNS, MAX_TIME_S))
+          "interleaved (the guest writes one word a page: its pages compress, little goes on the wire); no "
+          "auto-converge throttle and no post-copy exist yet: the migration converges only if an epoch's dirty "
+          "pages fit the downtime, else --max-time (%d s) cancels it" % (DIRTY_MB, RUNS, MAX_TIME_S))
     for rate in DIRTY_RATES:
         rs = dirty[rate]
         t, dt = [r["total_ms"] for r in rs], [r["downtime_ms"] for r in rs]
