@@ -218,8 +218,8 @@ def understudy_run(tmp, tag, guest, tls=None, prepare=None):
                            capture_output=True, timeout=MAX_TIME_S + 30)
         wall = time.monotonic() - t0
         if m.returncode != 0:
-            raise BenchError("%s: migrate exit %d: %s; source log: %s" % (tag, m.returncode,
-                                                                        m.stderr.decode().strip(), tail(slog)))
+            raise BenchError("%s: migrate exit %d: %s; source log: %s; destination log: %s" % (
+                tag, m.returncode, m.stderr.decode().strip(), tail(slog), tail(dlog)))
         summary = json.loads(m.stdout.decode().strip().splitlines()[-1])
         if not summary.get("summary") or summary.get("result") != "migrated":
             raise BenchError("%s: summary %r" % (tag, summary))
@@ -237,7 +237,7 @@ def understudy_run(tmp, tag, guest, tls=None, prepare=None):
         t_start, t_end = log_time(slog, "protecting the running VM"), log_time(slog, "MIGRATED")
         if t_start is None or t_end is None:
             raise BenchError("%s: no start or MIGRATED line in the source log: %s" % (tag, tail(slog, 8)))
-        res = {"total_ms": (t_end - t_start) * 1000, "downtime_ms": summary["downtime_ms"],
+        res = {"tag": tag, "total_ms": (t_end - t_start) * 1000, "downtime_ms": summary["downtime_ms"],
                "summary_total_ms": summary["total_s"] * 1000, "wall_ms": wall * 1000,
                "bytes": summary["bytes"], "epochs": summary["epochs"]}
         res.update(extra)
@@ -408,6 +408,16 @@ def qemu_usable(tmp, images):
         procs.kill_all()
 
 
+def attempt(results, fails, fn, *args, **kw):
+    """One run; a migration that fails is a finding, not the end of the
+    benchmark: noted in fails and left out of the figures."""
+    try:
+        results.append(fn(*args, **kw))
+    except BenchError as e:
+        fails.append(str(e))
+        print("bench_migrate: run failed: %s" % e)
+
+
 # ---- report ----------------------------------------------------------------------
 
 def mib(b):
@@ -460,6 +470,7 @@ def main():
     us = {k: [] for k in guests}
     q = {k: [] for k in guests}
     tls_res, dirty = {}, {r: [] for r in DIRTY_RATES}
+    fails = []
     try:
         images = qemu_images(tmp)
         why = qemu_usable(tmp, images)
@@ -472,22 +483,32 @@ def main():
                                                                            DOWNTIME_MS))
         for i in range(RUNS):
             for kind, (guest, prep) in guests.items():
-                us[kind].append(understudy_run(tmp, "%02d-us-%s" % (i, kind), guest, prepare=prep))
+                attempt(us[kind], fails, understudy_run, tmp, "%02d-us-%s" % (i, kind), guest, prepare=prep)
                 if not why:
-                    q[kind].append(qemu_run(tmp, "%02d-qemu-%s" % (i, kind), images[kind]))
+                    attempt(q[kind], fails, qemu_run, tmp, "%02d-qemu-%s" % (i, kind), images[kind])
         certs = os.path.join(tmp, "certs")
         mk = subprocess.run(["bash", os.path.join(ROOT, "tests", "mkcerts.sh"), certs], capture_output=True)
         if mk.returncode == 0:
             for kind, (guest, prep) in guests.items():
-                tls_res[kind] = understudy_run(tmp, "tls-%s" % kind, guest, tls=certs, prepare=prep)
+                got = []
+                attempt(got, fails, understudy_run, tmp, "tls-%s" % kind, guest, tls=certs, prepare=prep)
+                if got:
+                    tls_res[kind] = got[0]
         else:
             print("bench_migrate: TLS run: SKIP: tests/mkcerts.sh failed: %s" % mk.stderr.decode().strip())
         for i in range(RUNS):
             for rate in DIRTY_RATES:
                 guest = "dirty:mb=%d,rate_mb=%d,report_ms=%d" % (DIRTY_MB, rate, REPORT_MS)
-                dirty[rate].append(understudy_run(tmp, "%02d-dirty-%d" % (i, rate), guest, prepare=dirty_prepare))
+                attempt(dirty[rate], fails, understudy_run, tmp, "%02d-dirty-%d" % (i, rate), guest,
+                        prepare=dirty_prepare)
     except BenchError as e:
         print("bench_migrate: could not measure: %s (logs in %s)" % (e, tmp))
+        return 1
+    empty = [k for k, v in list(us.items()) + list(dirty.items()) if not v] + \
+        ["QEMU " + k for k, v in q.items() if not v and not why]
+    if empty:
+        print("bench_migrate: could not measure: no run of %s succeeded; failures: %s (logs in %s)" % (
+            ", ".join(map(str, empty)), " || ".join(fails), tmp))
         return 1
 
     print("== live migration, %d MiB guest, 1 vCPU, 127.0.0.1; understudy --downtime-ms %d (default epochs); "
@@ -525,8 +546,15 @@ def main():
     if all(v is not None for v in verdicts):
         print("goal (downtime <= 1/10 of QEMU's, total <= QEMU's, p50, both idle kinds): %s" % (
             "met" if all(verdicts) else "MISSED"))
+    over = [r for rs in list(us.values()) + list(dirty.values()) for r in rs if r["downtime_ms"] > DOWNTIME_MS]
+    if over:
+        print("note: %d understudy migration(s) had a downtime above --downtime-ms %d: %s" % (
+            len(over), DOWNTIME_MS, ", ".join("%s %.1f ms" % (r["tag"], r["downtime_ms"]) for r in over)))
+    if fails:
+        print("FAILED runs (not in the figures above): %d: %s (logs in %s)" % (len(fails), " || ".join(fails), tmp))
     print("bench_migrate: %.0f s" % (time.monotonic() - t0))
-    shutil.rmtree(tmp, ignore_errors=True)
+    if not fails:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
