@@ -181,12 +181,17 @@ class PagesReader(threading.Thread):
 
 # ---- understudy ------------------------------------------------------------------
 
-def log_time(path, pattern):
+def log_time(path, pattern, last=False):
+    """The time of the first (last) line with pattern, in seconds from the
+    process's start; None if there is none."""
+    found = None
     for line in read(path).splitlines():
         m = re.match(r"\S+ \+(\d+\.\d+) ", line)
         if m and pattern in line:
-            return float(m.group(1))
-    return None
+            found = float(m.group(1))
+            if not last:
+                break
+    return found
 
 
 def understudy_run(tmp, tag, guest, tls=None, prepare=None):
@@ -240,6 +245,13 @@ def understudy_run(tmp, tag, guest, tls=None, prepare=None):
         res = {"tag": tag, "total_ms": (t_end - t_start) * 1000, "downtime_ms": summary["downtime_ms"],
                "summary_total_ms": summary["total_s"] * 1000, "wall_ms": wall * 1000,
                "bytes": summary["bytes"], "epochs": summary["epochs"]}
+        # Where the time goes: handshake, the sync rounds, the first ACK (the
+        # destination applies the first checkpoint), the hand-over.
+        t_acc, t_sync = log_time(slog, "secondary accepted us"), log_time(slog, "sync round", last=True)
+        t_prot = log_time(slog, "protected:")
+        if None not in (t_acc, t_sync, t_prot):
+            res["phases_ms"] = [(t_acc - t_start) * 1000, (t_sync - t_acc) * 1000, (t_prot - t_sync) * 1000,
+                                (t_end - t_prot) * 1000]
         res.update(extra)
         return res
     finally:
@@ -447,6 +459,11 @@ def idle_line(kind, what, us, q):
           "migrate command wall %s" % (mib(pct([r["bytes"] for r in us], 50)), mib(pct([r["bytes"] for r in q], 50)),
                                         pct([r["epochs"] for r in us], 50), spread(st, "%.0f"),
                                         spread([r["wall_ms"] for r in us], "%.0f")))
+    phases = [r["phases_ms"] for r in us if "phases_ms" in r]
+    if phases:
+        print("   understudy's total, p50 of each part: connect+handshake %.1f ms, sync rounds %.1f ms, last sync "
+              "round -> first ACK (the destination applies the first checkpoint) %.1f ms, first ACK -> MIGRATED "
+              "%.1f ms" % tuple(pct([x[i] for x in phases], 50) for i in range(4)))
     return d_ok and t_ok
 
 
