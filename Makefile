@@ -175,6 +175,7 @@ bench: deps
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/bench_protect.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_protect.py
 	@echo "== bench/bench_witness.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_witness.py
+	@echo "== bench/bench_migrate.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_migrate.py
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs
