@@ -169,7 +169,8 @@ int cli_cmd_protect(int argc, char **argv)
 
 static const char migrate_help[] =
 	"usage: understudy migrate --control PATH --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
-	"                          [--epoch-ms N] [--no-auto-converge] [--json] [link options]\n"
+	"                          [--epoch-ms N] [--timeout-ms N] [--no-auto-converge] [--json]\n"
+	"                          [link options]\n"
 	"Moves the running VM whose control socket is PATH to the secondary waiting at --to\n"
 	"(understudy secondary): initial sync while the guest runs, protected epochs, and at\n"
 	"the first epoch whose predicted downtime (pause + capture-to-ACK) is at most\n"
@@ -235,7 +236,7 @@ static int follow(const char *control, unsigned max_s, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
 	char state[32] = "", st[64], *reply = NULL;
-	double bytes = 0, epoch = 0, downtime = -1, throttle = 0;
+	double bytes = 0, epoch = 0, downtime = -1, throttle = 0, total_ms = -1;
 	int r;
 
 	for (;;) {
@@ -261,6 +262,7 @@ static int follow(const char *control, unsigned max_s, bool json)
 		bytes = json_num(reply, "bytes_sent");
 		epoch = json_num(reply, "epoch");
 		downtime = json_num(reply, "migration_downtime_ms");
+		total_ms = json_num(reply, "migration_total_ms");
 		if (json_num(reply, "throttle_pct") > throttle)
 			throttle = json_num(reply, "throttle_pct");
 		if (json && now - last_print >= 1.0) {
@@ -285,12 +287,13 @@ static int follow(const char *control, unsigned max_s, bool json)
 	if (json)
 		printf("{\"summary\":true,\"result\":\"%s\",\"total_s\":%.3f,\"downtime_ms\":%.3f,"
 		       "\"bytes\":%.0f,\"epochs\":%.0f,\"throttle_pct_max\":%.0f}\n",
-		       strcmp(state, "migrated") ? "unknown" : "migrated", mono_s() - t0, downtime,
-		       bytes, epoch, throttle);
+		       strcmp(state, "migrated") ? "unknown" : "migrated",
+		       total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, downtime, bytes, epoch, throttle);
 	else
 		fprintf(stderr, "\nmigrated in %.3f s: downtime %.3f ms (pause to the destination's "
-			"word), %.1f MiB sent, %.0f epochs, throttle reached %.0f %%\n", mono_s() - t0,
-			downtime, bytes / 1048576.0, epoch, throttle);
+			"word), %.1f MiB sent, %.0f epochs, throttle reached %.0f %%\n",
+			total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, downtime, bytes / 1048576.0, epoch,
+			throttle);
 	return strcmp(state, "migrated") ? 1 : 0;
 }
 
@@ -305,12 +308,13 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ "epoch-ms", required_argument, NULL, 'e' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-auto-converge", no_argument, NULL, 'A' },
+		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
-	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000;
+	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000, link_timeout_ms = 500;
 	bool json = false, converge = true;
 	char req[4 * PATH_MAX], num[32], *reply = NULL;
 	int opt, r;
@@ -327,6 +331,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
 		case 'j': json = true; break;
 		case 'A': converge = false; break;
+		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &link_timeout_ms); break;
 		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
 		}
 		if (r)
@@ -339,7 +344,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		return 2;
 	}
 	if (cli_net_options_check(&net) ||
-	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, 500, 5000, &net))
+	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, link_timeout_ms, 5000, &net))
 		return 2;
 	snprintf(num, sizeof(num), "%u", downtime_ms);
 	if (add(req, sizeof(req), "downtime-ms", num, false) ||

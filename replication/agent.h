@@ -56,6 +56,8 @@ struct repl_primary {
 	bool migrated;                 /* ...and the destination runs it */
 	bool migrated_told;            /* ...and status said so for a while */
 	double downtime_ms;            /* measured: pause -> the destination's word */
+	double migration_ms;           /* attach (or the migrate request) -> that word */
+	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */

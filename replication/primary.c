@@ -198,6 +198,7 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 	}
 	if (p->state == P_SWITCHING && p->final_epoch && f->epoch == p->final_epoch) {
 		p->downtime_ms = (now_ns() - p->switch_t0_ns) / 1e6;
+		p->migration_ms = (now_ns() - p->migrate_t0_ns) / 1e6;
 		p->migrated = true;
 		p->keep_standby = true;
 		log_info(TAG, "MIGRATED: the destination runs the guest from epoch %llu; downtime %.3f "
@@ -1000,6 +1001,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->state = P_CONNECTING;
 	p->attach_t0_ns = now_ns();
 	p->migrate_ms = o->migrate_downtime_ms;
+	p->migrate_t0_ns = p->attach_t0_ns;
 	p->auto_converge = !o->no_auto_converge;
 	p->host_stopped = vm->on_stopped;
 	p->host_stopped_ctx = vm->cb_ctx;
@@ -1052,6 +1054,7 @@ void repl_primary_cancel(struct repl_primary *p)
 void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge)
 {
 	p->migrate_ms = downtime_ms;
+	p->migrate_t0_ns = now_ns();
 	p->auto_converge = auto_converge;
 	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
 		 "is at most %u ms", downtime_ms);
