@@ -122,7 +122,9 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	log_info("run", "signal %d: stopping the VM", w->signum);
 	/* Protected: the guest stops through the engine, which commits its
 	 * last epoch and tells the secondary not to take over. */
-	if (r->engine && repl_primary_protecting(r->engine))
+	if (r->engine && !strcmp(repl_primary_state(r->engine), "switching"))
+		log_warn("run", "the guest is being handed over: the signal waits for the outcome");
+	else if (r->engine && repl_primary_protecting(r->engine))
 		machine_stop(r->vm->m, 0);
 	else
 		ev_break(loop, EVBREAK_ALL);
@@ -153,10 +155,11 @@ static char *protect_request(struct run_ctx *r, const char *request)
 		return fmt("error %s", err);
 	}
 	if (r->engine) {
-		if (repl_primary_protecting(r->engine)) {
+		if (!repl_primary_replaceable(r->engine)) {
 			free(req);
-			return fmt("error already %s: one secondary at a time",
-				   repl_primary_state(r->engine));
+			return fmt("error the VM is %s%s", repl_primary_state(r->engine),
+				   repl_primary_protecting(r->engine) ? ": one secondary at a time" :
+				   ": not now (a goodbye or withdrawal pending, or handed over)");
 		}
 		repl_primary_detach(r->engine);
 		r->engine = NULL;

@@ -46,6 +46,8 @@ struct repl_primary {
 	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
 	bool vouch_asked;              /* K/standby may name the standby from now on */
 	bool vouched;                  /* ...and does */
+	bool withdrawn;                /* K/standby = none confirmed after a vouch */
+	struct repl_witness_cbs host_cbs;   /* attached: the host's, put back at detach */
 	bool keep_standby;             /* exit without withdrawing it: it takes over */
 	unsigned migrate_ms;           /* migration: the downtime asked for (0: none) */
 	bool auto_converge;            /* ...throttle the guest when it does not fit */
@@ -75,6 +77,9 @@ void repl_pri_link_gone(struct repl_primary *p);
 void repl_pri_fence(struct repl_primary *p);
 void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents);
 int repl_pri_witness_setup(struct repl_primary *p);
+/* Attached to a host's witness: the engine's callbacks on it until detach. */
+void repl_pri_witness_attach(struct repl_primary *p);
+void repl_pri_witness_detach(struct repl_primary *p);
 
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
 	      S_DONE };

@@ -385,6 +385,8 @@ static void maybe_switch(struct repl_primary *p)
 	uint64_t p50, p99;
 	double predicted_ms;
 
+	if (p->wit && !p->vouched)
+		return;                  /* the destination could not win the key yet */
 	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
 	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6;
 	if (predicted_ms > p->migrate_ms) {
@@ -403,6 +405,7 @@ static void maybe_switch(struct repl_primary *p)
 		 p->migrate_ms, (unsigned long long)p->ep.epoch);
 	repl_event_log("switch");
 	p->state = P_SWITCHING;
+	p->keep_standby = true;      /* from here on the destination may take over */
 	p->switch_t0_ns = now_ns();
 	ev_timer_stop(p->loop, &p->epoch_w);
 	p->finishing = true;         /* the final capture does not resume the guest */
@@ -425,8 +428,12 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 	}
 	try_final_epoch(p);
 	if (p->state == P_SWITCHING) {
-		if (p->final_epoch && p->ep.acked >= p->final_epoch && p->wit)
-			repl_witness_release(p->wit, false);   /* the destination may win the key */
+		if (p->final_epoch && p->ep.acked >= p->final_epoch && p->wit) {
+			/* The destination may win the key: give it up without waiting
+			 * (nothing leaves here from now on: the lease gate is shut). */
+			ev_timer_stop(p->loop, &p->lease_w);
+			repl_witness_resign(p->wit);
+		}
 		return;
 	}
 	if (p->finishing && !p->final_pending && p->final_epoch && p->ep.acked >= p->final_epoch)
@@ -723,7 +730,8 @@ static void finish(struct repl_primary *p, int status)
 {
 	if (p->state == P_DONE)
 		return;
-	if (p->link.conn && p->state >= P_SYNC && p->state != P_UNPROTECTED) {
+	if (p->link.conn && p->state >= P_SYNC && p->state != P_UNPROTECTED &&
+	    p->state != P_SWITCHING) {
 		if (repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
 				    "primary shutting down: the guest stopped") < 0)
 			log_warn(TAG, "could not tell the secondary we stop");
@@ -784,6 +792,10 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)loop;
 	(void)revents;
 	log_info(TAG, "signal %d: stopping", w->signum);
+	if (p->state == P_SWITCHING) {
+		log_warn(TAG, "the guest is being handed over: the signal waits for the outcome");
+		return;
+	}
 	if (p->state == P_FENCED) {
 		finish(p, 1);            /* the guest is paused for good */
 		return;
@@ -992,7 +1004,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->own.net.rdma_provider = own_string(p, 5, o->net.rdma_provider);
 	p->own.control = p->own.console = NULL;
 	p->own.cfg = vm->m->cfg;     /* what the secondary builds its standby from */
-	p->own.witness = (struct repl_witness_opts){ 0 };
+	p->own.witness = (struct repl_witness_opts){ .key = wit ? repl_witness_key(wit) : NULL };
 	p->o = &p->own;
 	p->loop = loop;
 	p->vm = vm;
@@ -1015,6 +1027,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 		free(p);
 		return r;
 	}
+	repl_pri_witness_attach(p);
 	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
 	engine_start(p);
 	*out = p;
@@ -1028,8 +1041,11 @@ void repl_primary_detach(struct repl_primary *p)
 	if (!p)
 		return;
 	/* Held output of epochs the secondary may not hold never leaves; before
-	 * the first checkpoint nothing was protected, so nothing is held back. */
-	release = p->state < P_PROTECTING || p->state == P_UNPROTECTED;
+	 * the first checkpoint nothing was protected, so nothing is held back.
+	 * With a witness, not before the standby's vouch is withdrawn. */
+	release = (p->state < P_PROTECTING || p->state == P_UNPROTECTED) &&
+		  !(p->wit && p->vouch_asked && !p->withdrawn);
+	repl_pri_witness_detach(p);
 	if (p->link.conn && p->state >= P_SYNC && p->state < P_UNPROTECTED &&
 	    repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
 			    "protection detached") < 0)
@@ -1058,6 +1074,12 @@ void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool aut
 	p->auto_converge = auto_converge;
 	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
 		 "is at most %u ms", downtime_ms);
+}
+
+bool repl_primary_replaceable(const struct repl_primary *p)
+{
+	return p->state == P_UNPROTECTED && !p->link.conn && !p->migrated &&
+	       !(p->wit && p->vouch_asked && !p->withdrawn);
 }
 
 bool repl_primary_protecting(const struct repl_primary *p)

@@ -29,8 +29,8 @@ void repl_pri_fence(struct repl_primary *p)
 {
 	int64_t left = repl_witness_left_ms(p->wit);
 
-	if (p->state == P_FENCED || p->state == P_DONE)
-		return;
+	if (p->state == P_FENCED || p->state == P_DONE || p->state == P_SWITCHING)
+		return;   /* switching: the key was given up on purpose, the guest is paused */
 	repl_fault_set(&p->fault, REPL_FAULT_LOCAL_FATAL, -ETIMEDOUT, "fenced: the witness lease "
 		       "was not renewed in time (%lld ms past its deadline)", (long long)-left);
 	log_error(TAG, "FENCED at epoch %llu (acked %llu): %s; the guest is paused for good and "
@@ -63,6 +63,7 @@ static void on_withdrawn(void *ctx)
 	struct repl_primary *p = ctx;
 
 	p->vouched = false;
+	p->withdrawn = true;
 	if (p->state != P_UNPROTECTED)
 		return;
 	log_info(TAG, "the witness no longer vouches for the standby: releasing held output");
@@ -113,4 +114,19 @@ int repl_pri_witness_setup(struct repl_primary *p)
 		return r;
 	ev_timer_start(p->loop, &p->lease_w);
 	return 0;
+}
+
+void repl_pri_witness_attach(struct repl_primary *p)
+{
+	if (!p->wit)
+		return;
+	repl_witness_get_cbs(p->wit, &p->host_cbs);
+	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
+		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
+}
+
+void repl_pri_witness_detach(struct repl_primary *p)
+{
+	if (p->wit)
+		repl_witness_set_cbs(p->wit, &p->host_cbs);
 }

@@ -30,7 +30,7 @@ struct repl_vm {
 	size_t out_len, out_cap;
 	uint64_t produced;      /* total bytes the guest wrote */
 	uint64_t released;      /* total bytes handed to the console */
-	bool gated;
+	atomic_bool gated;      /* read by the vCPU threads (on_console_out) */
 	int tail_holds;         /* releases an unfinished line has waited */
 	/* With a witness: nothing leaves unless its lease is provably valid at
 	 * the moment of release (the owner's gate, on top of output commit). */
@@ -466,6 +466,10 @@ void repl_primary_cancel(struct repl_primary *p);
 /* Hands the guest over to the engine's own secondary as soon as the
  * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
 void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);
+/* True when a new engine may replace this one: it runs the VM unprotected,
+ * its old secondary has been told goodbye and (witness) withdrawn. A
+ * migrated, fenced or finished engine is never replaced. */
+bool repl_primary_replaceable(const struct repl_primary *p);
 /* True from the attach until protection ends (given up, fenced, done). */
 bool repl_primary_protecting(const struct repl_primary *p);
 /* True when the witness must keep vouching for the standby at the end (it

@@ -140,8 +140,10 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
-	if (s->wit && s->state == S_ACTIVE && !repl_witness_valid(s->wit))
-		repl_sec_fence(s);
+	if (s->wit && s->state == S_ACTIVE && !repl_witness_valid(s->wit) &&
+	    !(s->engine && (!strcmp(repl_primary_state(s->engine), "switching") ||
+			    !strcmp(repl_primary_state(s->engine), "migrated"))))
+		repl_sec_fence(s);   /* not a source that gave the key up on purpose */
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
@@ -543,9 +545,10 @@ static char *protect_request(struct repl_secondary *s, const char *req)
 			 "protected", repl_sec_state_name(s));
 		r = -EINVAL;
 	}
-	if (r == 0 && s->engine && repl_primary_protecting(s->engine)) {
-		snprintf(err, sizeof(err), "already %s: one secondary at a time",
-			 repl_primary_state(s->engine));
+	if (r == 0 && s->engine && !repl_primary_replaceable(s->engine)) {
+		snprintf(err, sizeof(err), "the VM is %s%s", repl_primary_state(s->engine),
+			 repl_primary_protecting(s->engine) ? ": one secondary at a time" :
+			 ": not now (a goodbye or withdrawal pending, or handed over)");
 		r = -EBUSY;
 	}
 	if (r == 0) {
@@ -588,6 +591,10 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	log_info(TAG, "signal %d: stopping", w->signum);
 	/* Protected again: the guest stops through the engine, which commits its
 	 * last epoch and tells its secondary not to take over (on_engine_ended). */
+	if (s->engine && !strcmp(repl_primary_state(s->engine), "switching")) {
+		log_warn(TAG, "the guest is being handed over: the signal waits for the outcome");
+		return;
+	}
 	if (s->engine && s->state == S_ACTIVE && repl_primary_protecting(s->engine)) {
 		machine_stop(s->vm->m, 0);
 		return;

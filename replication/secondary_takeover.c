@@ -58,6 +58,13 @@ static void take_over(struct repl_secondary *s)
 	uint64_t t0 = now_ns();
 	uint64_t silent_ms = (t0 - s->link.last_rx_ns) / 1000000;
 
+	/* Won, but the lease is no longer provably valid (this side was slow):
+	 * resuming could release nothing, so do not resume at all. */
+	if (s->wit && !repl_witness_valid(s->wit)) {
+		log_error(TAG, "the witness lease lapsed between winning the key and the takeover");
+		repl_sec_fence(s);
+		return;
+	}
 	tell_primary_took_over(s, silent_ms);
 	if (s->lis) {
 		net_listener_close(s->lis);

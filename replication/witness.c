@@ -42,6 +42,7 @@ enum { EV_VOUCHED = 1, EV_WITHDRAWN = 2, EV_LOST = 4, EV_WON = 8, EV_REVOKED = 1
 struct repl_witness {
 	struct ev_loop *loop;
 	struct etcd *etcd;
+	char key[REPL_WITNESS_KEY_MAX + 1];
 	char owner_key[REPL_WITNESS_KEY_MAX + 8];
 	char standby_key[REPL_WITNESS_KEY_MAX + 10];
 	char self[REPL_WITNESS_ID_MAX];
@@ -56,6 +57,7 @@ struct repl_witness {
 	char standby_want[REPL_WITNESS_ID_MAX];   /* K/standby should say this... */
 	uint64_t standby_gen, standby_done;       /* ...from request standby_gen on */
 	bool contending;
+	bool resign;                              /* give the key up (revoke), stop renewing */
 	char token[REPL_WITNESS_ID_MAX];          /* ours, while contending */
 	unsigned ev_pending;                      /* EV_* for the loop */
 	char holder[REPL_WITNESS_ID_MAX];         /* who held the key when contend lost */
@@ -89,7 +91,11 @@ const char *repl_witness_result_name(enum repl_witness_result r)
  * less the drift allowance. */
 static void set_deadline(struct repl_witness *w, uint64_t t_send, int64_t ttl_s)
 {
-	uint64_t ttl_ns = (uint64_t)ttl_s * 1000000000ull;
+	uint64_t ttl_ns;
+
+	if (ttl_s > 3600)            /* never trust a TTL we did not ask for */
+		ttl_s = 3600;
+	ttl_ns = (uint64_t)ttl_s * 1000000000ull;
 
 	atomic_store(&w->deadline_ns, t_send + ttl_ns - ttl_ns / 100 * REPL_WITNESS_DRIFT_PCT);
 }
@@ -197,6 +203,19 @@ static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
 	char arg[REPL_WITNESS_ID_MAX];
 	uint64_t gen;
 
+	if (w->resign) {
+		int64_t lease = w->lease;
+
+		w->resign = false;
+		atomic_store(&w->owner, false);
+		w->lease = 0;
+		pthread_mutex_unlock(&w->lock);
+		if (lease && etcd_lease_revoke(w->etcd, lease) < 0)
+			log_warn(TAG, "could not revoke the lease: it expires by itself");
+		else if (lease)
+			log_info(TAG, "%s given up (lease revoked)", w->owner_key);
+		pthread_mutex_lock(&w->lock);
+	}
 	if (w->lease && now >= *next_renew) {
 		pthread_mutex_unlock(&w->lock);
 		renew(w);
@@ -252,11 +271,13 @@ static void *worker(void *arg)
 
 	pthread_mutex_lock(&w->lock);
 	while (!w->stop) {
-		uint64_t next = work(w, &next_renew), now = now_ns();
+		uint64_t gen = w->standby_gen, next = work(w, &next_renew), now = now_ns();
 		struct timespec ts;
 
-		if (w->stop || next <= now || w->standby_gen != w->standby_done)
-			continue;        /* a request came meanwhile, or due already */
+		/* Go round at once only for a new request or when due; a request
+		 * that failed waits for its retry time (no spinning on etcd). */
+		if (w->stop || next <= now || w->standby_gen != gen || w->resign)
+			continue;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_sec += (time_t)((next - now) / 1000000000ull);
 		ts.tv_nsec += (long)((next - now) % 1000000000ull);
@@ -312,6 +333,7 @@ int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, co
 	}
 	w->loop = loop;
 	w->lease_ms = o->lease_ms;
+	snprintf(w->key, sizeof(w->key), "%s", o->key);
 	snprintf(w->owner_key, sizeof(w->owner_key), "%s/owner", o->key);
 	snprintf(w->standby_key, sizeof(w->standby_key), "%s/standby", o->key);
 	snprintf(w->self, sizeof(w->self), "%s", self);
@@ -331,6 +353,25 @@ int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, co
 void repl_witness_set_cbs(struct repl_witness *w, const struct repl_witness_cbs *cbs)
 {
 	w->cbs = *cbs;
+}
+
+void repl_witness_get_cbs(const struct repl_witness *w, struct repl_witness_cbs *cbs)
+{
+	*cbs = w->cbs;
+}
+
+const char *repl_witness_key(const struct repl_witness *w)
+{
+	return w->key;
+}
+
+void repl_witness_resign(struct repl_witness *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->resign = true;
+	atomic_store(&w->owner, false);
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
 }
 
 int repl_witness_start(struct repl_witness *w)

@@ -53,6 +53,13 @@ int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, co
 		     struct repl_witness **out) __attribute__((warn_unused_result));
 void repl_witness_free(struct repl_witness *w);
 void repl_witness_set_cbs(struct repl_witness *w, const struct repl_witness_cbs *cbs);
+void repl_witness_get_cbs(const struct repl_witness *w, struct repl_witness_cbs *cbs);
+/* The witness key (--witness-key). */
+const char *repl_witness_key(const struct repl_witness *w);
+/* Gives the key up without waiting: from now on this side is not the owner
+ * (nothing leaves), and the thread revokes the lease (a migration's source
+ * once the destination holds the final epoch). */
+void repl_witness_resign(struct repl_witness *w);
 /* The primary, at start, blocking: K/owner := self with a new lease, K/standby
  * := none. -EEXIST when another owner holds K/owner (err names it). */
 int repl_witness_acquire(struct repl_witness *w, char *err, size_t errlen)

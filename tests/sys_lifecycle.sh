@@ -62,7 +62,7 @@ fi
 if out3=$("$BIN" protect --control "$tmp/run.ctl" --peer 127.0.0.1:$A_port --insecure 2>&1); then
 	fail "a second protect was accepted: $out3"
 fi
-echo "$out3" | grep -q "already protected" || fail "second protect: $out3"
+echo "$out3" | grep -q "one secondary at a time" || fail "second protect: $out3"
 [ "$(count $rcon incr)" = 4 ] || fail "protected VM: counter"
 ok "1. run -> protect: protected in $(( (t1 - t0) / 1000000 )) ms; snapshot and a second protect refused"
 

@@ -39,7 +39,7 @@ start_run() {   # GUEST...: sets scon sp
 # 1.
 start_dest; start_run --guest counter
 [ "$(count $scon incr incr incr)" = 3 ] || fail "source counter"
-"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --json >"$tmp/1.json" ||
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --json >"$tmp/1.json" ||
 	fail "migrate failed: $(tail -3 "$tmp/$n.src.log")"
 wait $sp; rc=$?
 [ $rc = 0 ] || fail "the source exited $rc after the migration"
@@ -56,7 +56,7 @@ kill $dp; wait $dp 2>/dev/null
 # 2.
 start_dest; start_run --guest stress --cpus 2
 sleep 1
-"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/2.out" ||
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/2.out" ||
 	fail "stress migrate: $(tail -2 "$tmp/2.out")"
 wait $sp
 out=$(python3 - $dcon <<'PY'
@@ -78,7 +78,7 @@ kill $dp; wait $dp 2>/dev/null
 
 # 3. Cancel at --max-time (a downtime it cannot meet).
 start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
-if "$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
+if "$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
 	--epoch-ms 25 --max-time 2 --no-auto-converge >/dev/null 2>"$tmp/3.out"; then
 	fail "a migration that cannot meet 1 ms succeeded"
 fi
@@ -92,7 +92,7 @@ kill $sp $dp; wait $sp $dp 2>/dev/null
 
 # 4. The destination dies before the hand-over.
 start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
-"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 1 \
 	--epoch-ms 25 --max-time 20 --no-auto-converge >/dev/null 2>"$tmp/4.out" &
 mp=$!
 wait_log "$tmp/$n.src.log" "protected: secondary holds" 20 || fail "never protected"
@@ -112,9 +112,9 @@ pp=$!
 wait_log "$tmp/p.log" "protected: secondary holds" 20 || fail "primary never protected"
 [ "$(count $pcon incr incr)" = 2 ] || fail "primary counter"
 other=$(free_port)
-"$BIN" migrate --control "$tmp/p.ctl" --to 127.0.0.1:$other --insecure 2>"$tmp/5a.out" &&
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/p.ctl" --to 127.0.0.1:$other --insecure 2>"$tmp/5a.out" &&
 	fail "a primary migrated to a host other than its secondary"
-"$BIN" migrate --control "$tmp/p.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/5.out" ||
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/p.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/5.out" ||
 	fail "primary hand-over: $(cat "$tmp/5.out")"
 wait $pp; rc=$?
 [ $rc = 0 ] || fail "the old primary exited $rc"
@@ -123,7 +123,7 @@ ok "5. protected primary handed over to its secondary ($(grep -o 'downtime [0-9.
 
 # 6. Auto-converge.
 start_dest; start_run --guest dirty:mb=64,rate_mb=400 --mem 128M
-"$BIN" migrate --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 2 \
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure --downtime-ms 2 \
 	--max-time 60 --json >"$tmp/6.json" 2>"$tmp/6.out" ||
 	fail "auto-converge did not converge: $(tail -3 "$tmp/6.out") $(grep auto-converge "$tmp/$n.src.log" | tail -2)"
 wait $sp

@@ -10,7 +10,10 @@
 #      SIGCONT the old primary is "fenced" and released nothing after the
 #      new owner's first release (event logs, CLOCK_MONOTONIC);
 #   6. etcd dies while protected: the primary stops releasing at its
-#      deadline (fenced) and the secondary cannot take over (no key to win).
+#      deadline (fenced) and the secondary cannot take over (no key to win);
+#   7. a manual takeover against a live owner is refused;
+#   8. migration with a witness: the key moves with the guest; then
+#      re-protection of the new owner and a second failover through the key.
 # WITNESS_CASES="4 5" runs some cases.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
@@ -198,5 +201,40 @@ if want 7; then
 	echo "$out" | grep -q "won the witness key" || fail "takeover said: $out"
 	after_takeover
 	ok "7. manual takeover after SIGKILL: $(echo "$out" | tail -1)"
+	stop_pair
+fi
+
+if want 8; then
+	start_etcd "$tmp/etcd8"
+	W="--witness etcd:$ETCD_EP --lease-ms 1000"
+	start_pair t8 "$W --witness-key t8" "$W --witness-key t8"
+	protected
+	incr3
+	out=$("$BIN" migrate --control "$tmp/$n.pri.ctl" --to 127.0.0.1:$sport --insecure 2>&1) ||
+		fail "migrate with a witness: $out $(tail -3 "$tmp/$n.pri.log")"
+	wait $pp; rc=$?
+	[ $rc = 0 ] || fail "the source exited $rc after the hand-over"
+	owner=$(etcd_get $ETCD_EP t8/owner)
+	[[ "$owner" == "secondary "*"pid $sp" ]] || fail "t8/owner after the migration is '$owner'"
+	after_takeover
+	ok "8. migration with a witness: the key moved to '$owner' ($(echo "$out" | grep -o 'downtime [0-9.]* ms'))"
+	# Re-protection of the new owner with a witness, then its death.
+	bport=$(free_port); bcon=$(free_port)
+	"$BIN" secondary --listen 127.0.0.1:$bport --console tcp:127.0.0.1:$bcon --insecure \
+		--control "$tmp/b.ctl" --failover-timeout-ms 300 $W --witness-key t8 2>"$tmp/b.log" &
+	bp=$!
+	wait_port $bport || fail "B did not listen"
+	"$BIN" protect --control "$tmp/$n.sec.ctl" --peer 127.0.0.1:$bport --insecure --timeout-ms 300 \
+		>/dev/null || fail "re-protect with a witness: $(tail -3 "$tmp/$n.sec.log")"
+	wait_log "$tmp/$n.sec.log" "the witness vouches for the standby" 10 || fail "B never vouched for"
+	v=$(python3 tests/counter_client.py $scon incr | tail -1 | cut -d' ' -f1)
+	[ "$v" = 4 ] || fail "the re-protected guest says $v"
+	kill -9 $sp; wait $sp 2>/dev/null
+	wait_log "$tmp/b.log" "TOOK OVER" 20 || fail "B did not take over: $(tail -3 "$tmp/b.log")"
+	grep -q "won the witness key" "$tmp/b.log" || fail "B took over without the key"
+	v=$(python3 tests/counter_client.py $bcon get | tail -1 | cut -d' ' -f1)
+	[ "$v" = 4 ] || fail "B says $v, want 4"
+	ok "8. re-protected with a witness, owner killed: B won the key and goes on at 4"
+	kill -9 $bp; wait $bp 2>/dev/null
 	stop_pair
 fi
