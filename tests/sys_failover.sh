@@ -29,7 +29,7 @@ fo "$seed" --min-per-phase "$min" --max-seconds 360 --signal KILL --require "$ki
 # is torn only when the stop catches it queued in the process, and one that
 # arrives whole is mostly applied before the stop lands: transfer and apply
 # are counted, not required (the SIGKILL set requires every phase).
-fo "$((seed + 1))" --min-per-phase 2 --max-seconds 200 --signal STOP --require sync,idle ||
+fo "$((seed + 1))" --min-per-phase 2 --max-seconds 200 --signal STOP --require "${FAILOVER_STOP_REQUIRE:-sync,idle}" ||
 	fail "SIGSTOP trials"
 fo "$((seed + 2))" --min-per-phase 1 --max-seconds 120 --transport tls || fail "TLS trials"
 # Over tcp;ofi_rxm an epoch the primary captured often waits in libfabric's
