@@ -13,6 +13,11 @@ wait_port() {
 	done
 	return 1
 }
+# wait_log FILE PATTERN SECONDS: until PATTERN appears in FILE
+wait_log() {   # file pattern seconds
+	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
+	return 1
+}
 # start_etcd DIR [HOST] [NETNS]: a one-member etcd (the Debian etcd-server)
 # with its data in DIR, on HOST (default 127.0.0.1) at a free client port,
 # inside NETNS if given. Sets ETCD_PID and ETCD_EP (HOST:PORT); short

@@ -14,10 +14,6 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -CONT $(jobs -p) 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-wait_log() {   # file pattern seconds
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-	return 1
-}
 n=0
 start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
 	n=$((n + 1))

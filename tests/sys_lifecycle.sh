@@ -15,10 +15,6 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-wait_log() {   # file pattern seconds
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-	return 1
-}
 state_of() { "$BIN" status --control "$1" 2>/dev/null | sed -n 's/^state //p'; }
 count() {   # PORT REQ...: the counter after the requests
 	python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1

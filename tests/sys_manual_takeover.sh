@@ -9,10 +9,6 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-wait_log() {   # file pattern seconds
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-	return 1
-}
 
 "$BIN" secondary --listen 127.0.0.1:1 --console tcp:127.0.0.1:2 --insecure --takeover maybe \
 	2>"$tmp/bad.log"

@@ -16,10 +16,6 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { [ -n "${MIGRATE_KEEP:-}" ] && cp -r "$tmp" "$MIGRATE_KEEP"; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-wait_log() {   # file pattern seconds
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-	return 1
-}
 count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
 n=0
 start_dest() {   # sets dport dcon dp; logs $tmp/$n.dst.log

@@ -65,8 +65,6 @@ ok "ocf-tester: $(grep -m1 "passed all tests" "$tmp/tester.log") ($n fresh boots
 export OCF_ROOT=/usr/lib/ocf OCF_RESOURCE_INSTANCE=understudy_u OCF_RESKEY_CRM_meta_timeout=20000
 for p in "${params[@]}"; do export "OCF_RESKEY_${p%%=*}=${p#*=}"; done
 ra() { "$AGENT" "$1" >>"$tmp/ra.log" 2>&1; }
-wait_log() { for _ in $(seq 100); do grep -q "$2" "$1" && return 0; sleep 0.1; done; return 1; }
-
 # The other node powers the guest off (its demote): our standby ends with
 # it, and a promote that follows (a move) starts over from a fresh boot.
 ra start || fail "start: $(tail -5 "$tmp/ra.log")"
@@ -74,9 +72,9 @@ xcon=$(free_port)
 "$BIN" primary --guest counter --console tcp:127.0.0.1:$xcon --peer 127.0.0.1:$lport --insecure \
 	2>"$tmp/xpri.log" &
 xp=$!
-wait_log "$tmp/xpri.log" "protected: secondary holds" || fail "never protected: $(tail -3 "$tmp/xpri.log")"
+wait_log "$tmp/xpri.log" "protected: secondary holds" 10 || fail "never protected: $(tail -3 "$tmp/xpri.log")"
 kill -TERM $xp; wait $xp 2>/dev/null
-wait_log "$tmp/state/understudy_u.log" "primary stops (.*no takeover" || fail "the standby did not hear the goodbye"
+wait_log "$tmp/state/understudy_u.log" "primary stops (.*no takeover" 10 || fail "the standby did not hear the goodbye"
 sleep 0.5
 ra monitor; rc=$?
 [ $rc = 1 ] || fail "monitor of a standby that ended with its guest: $rc, want 1"

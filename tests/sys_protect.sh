@@ -21,10 +21,6 @@ start_pair() {   # $1: extra secondary args; sets sp pp sport scon pcon
 	pp=$!
 	[ -n "$2" ] || wait_port $pcon || fail "primary console did not open"
 }
-wait_log() {   # file pattern seconds
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-	return 1
-}
 
 # 1. The secondary dies: the primary goes on unprotected, the guest is unharmed.
 for sig in KILL STOP; do

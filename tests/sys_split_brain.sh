@@ -33,10 +33,6 @@ start_pair() {
 	pp=$!
 }
 stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait 2>/dev/null; }
-wait_log() {   # file pattern seconds
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-	return 1
-}
 # answers PORT: the counter guest on that console answers a request.
 answers() { timeout 10 python3 tests/counter_client.py $1 get >/dev/null 2>&1; }
 listening() { python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$1)))" 2>/dev/null; }

@@ -9,10 +9,6 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-wait_log() {   # file pattern seconds
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-	return 1
-}
 # try_bind PORT: 0 if this process could bind 127.0.0.1:PORT
 try_bind() {
 	python3 -c 'import socket,sys
