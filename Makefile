@@ -20,10 +20,11 @@ endif
 
 CC       ?= gcc
 MODULES  := kmod machine checkpoint replication net proto primary secondary cli guest
-PKGS     := libprotobuf-c openssl liblz4 libfabric libcurl json-c
+PKGS     := libprotobuf-c openssl liblz4 libfabric libcurl json-c inih libmicrohttpd libsystemd
+VERSION  := 0.4.0
 
 CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-missing-field-initializers \
-            -D_GNU_SOURCE -pthread -I. -I$(BUILD)/gen $(SANFLAGS) \
+            -D_GNU_SOURCE -pthread -I. -I$(BUILD)/gen $(SANFLAGS) -DUNDERSTUDY_VERSION='"$(VERSION)"' \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # make check-mutants builds one deliberately broken product per MUTANT
 # (e.g. make BUILD=build/mutant-release_early MUTANT=release_early all).

@@ -40,6 +40,12 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* --version anywhere before "--" answers at once, for every command. */
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--version")) {
+			printf("understudy %s\n", UNDERSTUDY_VERSION);
+			return 0;
+		}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		usage(stdout);
 		return 0;
