@@ -11,8 +11,10 @@
  *
  * The command line wins: a key whose option the command line also gives
  * (in any spelling getopt accepts, abbreviations included) is dropped from
- * the file's words. That makes "last one wins" hold for options that
- * accumulate too, where getopt's order alone would keep both.
+ * the file's words, and so is a key a later --config file gives again. So
+ * the file's value is not even checked then, and "the last one wins" holds
+ * for options that accumulate too, where getopt's order alone would keep
+ * both. Within one file a key may repeat: all its words are kept, in order.
  *
  * Each word made from a file remembers its file and line, so that when the
  * command rejects the value, cli_config_blame() can say where it came from. */
@@ -167,6 +169,16 @@ static int read_file(struct cli_config *cf, const char *cmd, const char *file,
 	return r < 0 ? 2 : 0;
 }
 
+/* Whether a later file gives the option of word i too: then that file's
+ * words replace these (within one file, a key may repeat). */
+static bool given_later(const struct cli_config *cf, size_t i)
+{
+	for (size_t j = i + 1; j < cf->nwords; j++)
+		if (cf->words[j].opt == cf->words[i].opt && cf->words[j].file != cf->words[i].file)
+			return true;
+	return false;
+}
+
 /* Which options of longopts the command line gives (seen[i] for longopts[i]),
  * asked of getopt_long itself so that abbreviations count. Parses a copy:
  * getopt permutes what it parses. */
@@ -246,7 +258,7 @@ int cli_config_apply(struct cli_config *cf, int *argc, char ***argv, const char 
 		goto err_nomem;
 	kept = 0;
 	for (size_t i = 0; i < cf->nwords; i++) {
-		if (seen[cf->words[i].opt - longopts]) {
+		if (seen[cf->words[i].opt - longopts] || given_later(cf, i)) {
 			free(cf->words[i].text);
 			continue;
 		}
