@@ -122,3 +122,16 @@ rpid=$!
 wait_port $p3 30 || fail "--mem on the command line did not replace the file's: $(tail -3 "$tmp/run3.log")"
 kill -TERM $rpid; wait $rpid 2>/dev/null
 ok "4. the command line wins: console on $cport (file said $fport); later files win over earlier ones"
+
+# 5. The shipped example is valid: every key, the commented ones too, is an
+#    option of its command with a value it accepts (--help comes after the
+#    file's words, so they are all parsed first).
+ex=contrib/understudy.conf.example
+sed -n '/^# ---- the standby/q;p' $ex | sed -E 's/^# ([a-z-]+ = )/\1/' >"$tmp/ex-primary.conf"
+sed -n '/^# ---- the standby/,$p' $ex | sed -nE 's/^# ([a-z-]+ = )/\1/p' >"$tmp/ex-secondary.conf"
+[ "$(grep -c ' = ' "$tmp/ex-secondary.conf")" -ge 10 ] || fail "the example's standby part was not found"
+out=$("$BIN" primary --config "$tmp/ex-primary.conf" --help 2>&1 >/dev/null) ||
+	fail "the example's primary part is refused: $out"
+out=$("$BIN" secondary --config "$tmp/ex-secondary.conf" --help 2>&1 >/dev/null) ||
+	fail "the example's standby part is refused: $out"
+ok "5. $ex: $(grep -c ' = ' "$tmp/ex-primary.conf") primary and $(grep -c ' = ' "$tmp/ex-secondary.conf") secondary keys accepted"
