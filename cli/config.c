@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <ini.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,10 +92,17 @@ static char *read_line(char *buf, int size, void *stream)
 	return buf;
 }
 
-static int config_error(struct config_reader *rd, const char *fmt, const char *a, const char *b)
+static int config_error(struct config_reader *rd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int config_error(struct config_reader *rd, const char *fmt, ...)
 {
+	va_list ap;
+
 	fprintf(stderr, "understudy: %s:%u: ", rd->file, rd->line);
-	fprintf(stderr, fmt, a, b);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
 	fputc('\n', stderr);
 	rd->status = 2;
 	return 0;   /* to inih: this line was bad */
@@ -109,8 +117,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
 	if (rd->status)
 		return 0;
 	if (section[0])
-		return config_error(rd, "[%s] sections are not used: one key = value per line%s",
-				    section, "");
+		return config_error(rd, "[%s] sections are not used: one key = value per line",
+				    section);
 	o = find_option(rd->longopts, name);
 	/* --help and --config make no sense from a file. */
 	if (!o || !strcmp(name, "help") || !strcmp(name, "config"))
@@ -123,6 +131,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
 			return config_error(rd, "'%s' is a flag: true or false, not '%s'", name, value);
 		if (asprintf(&word, "--%s", name) < 0)
 			word = NULL;
+	} else if (o->has_arg == required_argument && !value[0]) {
+		return config_error(rd, "'%s' needs a value", name);
 	} else if (o->has_arg == optional_argument && !value[0]) {
 		if (asprintf(&word, "--%s", name) < 0)
 			word = NULL;

@@ -90,6 +90,8 @@ printf '[vm7]\nguest = counter\n' >"$tmp/vm7.conf"
 expect2 "section" "$tmp/vm7.conf:2: \[vm7\] sections are not used" run --config "$tmp/vm7.conf"
 printf 'guest = counter\ncounter\n' >"$tmp/vm8.conf"
 expect2 "no '='" "$tmp/vm8.conf:2: expected 'key = value'" run --config "$tmp/vm8.conf"
+printf 'guest = counter\ncontrol =\n' >"$tmp/vm9.conf"
+expect2 "empty value" "$tmp/vm9.conf:2: 'control' needs a value" run --config "$tmp/vm9.conf"
 expect2 "missing file" "$tmp/nosuch.conf: No such file" run --config "$tmp/nosuch.conf"
 # the same bad value typed on the command line names no file
 out=$("$BIN" run --guest counter --mem 3x 2>&1); [ $? = 2 ] || fail "--mem 3x not exit 2"
