@@ -169,7 +169,7 @@ static int read_file(struct cli_config *cf, const char *cmd, const char *file,
 		return rd.status;
 	if (rd.truncated) {
 		fprintf(stderr, "understudy: %s:%u: line too long (at most %d characters)\n", file,
-			rd.line, INI_MAX_LINE - 2);
+			rd.line, INI_MAX_LINE - 3);
 		return 2;
 	}
 	if (r > 0) {   /* a line inih could not read, the handler never saw it */
