@@ -179,6 +179,7 @@ bench: deps
 	@echo "== bench/bench_protect.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_protect.py
 	@echo "== bench/bench_witness.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_witness.py
 	@echo "== bench/bench_migrate.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_migrate.py
+	@echo "== bench/bench_switchover.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_switchover.py
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs
