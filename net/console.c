@@ -30,6 +30,7 @@ struct console {
 	ev_io in_w, out_w, accept_w;
 	ev_timer eof_w;             /* a half-closed client: when to close it */
 	bool in_eof;                /* the client sent its last byte */
+	bool in_any;                /* it sent at least one */
 	uint64_t eof_ns, moved_ns;  /* its EOF; the last byte in or out since */
 	struct net_accept_guard guard; /* out of fds: pause, log little */
 	bool input_paused;
@@ -112,7 +113,7 @@ static void drop_client(struct console *c)
 	ev_io_stop(c->loop, &c->in_w);
 	ev_io_stop(c->loop, &c->out_w);
 	ev_timer_stop(c->loop, &c->eof_w);
-	c->in_eof = false;
+	c->in_eof = c->in_any = false;
 	close(c->in_fd);
 	c->in_fd = c->out_fd = -1;
 	if (c->listen_fd >= 0)
@@ -246,7 +247,9 @@ static void deliver_input(struct console *c)
  * it sent are still to come (from a primary, only after the secondary's
  * ACK). Checked every CONSOLE_EOF_CHECK_MS: the client is closed once
  * nothing is waiting and nothing moved (eof_touch) for CONSOLE_EOF_QUIET_MS,
- * or at the cap whatever is waiting. */
+ * or at the cap whatever is waiting. A client that sent nothing (a port
+ * probe, a reader of the backlog) asked for no reply: it goes as soon as
+ * nothing is waiting, so that probing the port does not hold the console. */
 #define CONSOLE_EOF_CHECK_MS 100
 
 static void on_eof_check(struct ev_loop *loop, ev_timer *w, int revents)
@@ -257,12 +260,13 @@ static void on_eof_check(struct ev_loop *loop, ev_timer *w, int revents)
 	uint64_t quiet_ms = (now - c->moved_ns) / 1000000;
 	bool held = c->ops.output_held && c->ops.output_held(c->ops.ctx);
 	bool waiting = held || out_pending(c) || c->pending_in_len;
+	uint64_t quiet_min_ms = c->in_any ? CONSOLE_EOF_QUIET_MS : 0;
 
 	(void)loop;
 	(void)revents;
-	if (waited_ms < CONSOLE_EOF_MAX_MS && (waiting || quiet_ms < CONSOLE_EOF_QUIET_MS))
+	if (waited_ms < CONSOLE_EOF_MAX_MS && (waiting || quiet_ms < quiet_min_ms))
 		return;
-	if (waiting || quiet_ms < CONSOLE_EOF_QUIET_MS)
+	if (waiting || quiet_ms < quiet_min_ms)
 		log_warn(TAG, "console client half-closed %llu ms ago; closing it with output still "
 			 "coming (%zu bytes unwritten%s: kept for the next client)",
 			 (unsigned long long)waited_ms, out_pending(c), held ? ", more held" : "");
@@ -293,6 +297,8 @@ static void on_in(struct ev_loop *loop, ev_io *w, int revents)
 		c->eof_ns = c->moved_ns = now_ns();
 		ev_timer_again(c->loop, &c->eof_w);
 		log_info(TAG, "console client finished sending; its replies still go out");
+		if (!c->in_any)
+			on_eof_check(c->loop, &c->eof_w, 0);
 		return;
 	}
 	if (n <= 0) {
@@ -301,6 +307,7 @@ static void on_in(struct ev_loop *loop, ev_io *w, int revents)
 			c->ops.hangup(c->ops.ctx);
 		return;
 	}
+	c->in_any = true;
 	c->pending_in_len = (size_t)n;
 	c->pending_in_off = 0;
 	deliver_input(c);

@@ -12,8 +12,9 @@
  * connection stays and output keeps flowing to it. The console closes it
  * once nothing is waiting (no input the guest has not taken, no output
  * unwritten here or held by the owner, e.g. for output commit) and nothing
- * has moved for CONSOLE_EOF_QUIET_MS, and at the latest CONSOLE_EOF_MAX_MS
- * after the EOF. Output not yet written when a client goes (or is closed)
+ * has moved for CONSOLE_EOF_QUIET_MS (a client that sent nothing, such as
+ * a port probe, as soon as nothing is waiting), and at the latest
+ * CONSOLE_EOF_MAX_MS after the EOF. Output not yet written when a client goes (or is closed)
  * is not lost: it stays in the backlog for the next client. */
 #ifndef US_NET_CONSOLE_H
 #define US_NET_CONSOLE_H

@@ -2,7 +2,8 @@
 # A console client that half-closes (sends its requests, then EOF) still
 # receives every reply, with real netcat (netcat-openbsd):
 #   1. `nc -N` against `run`: both replies, and nc ends by itself (the console
-#      closes the connection once the replies are out and it is quiet);
+#      closes the connection once the replies are out and it is quiet); a
+#      port probe before it (nothing sent) was let go at once;
 #   2. plain `nc` (never half-closes, waits for the server) gets both replies;
 #   3. `nc -N` against a protected primary: the replies leave only after the
 #      secondary's ACK, long after the client's EOF;
@@ -48,6 +49,12 @@ nc_alone "$tmp/r1" $port -N
 two_replies "$tmp/r1" 1 || fail "nc -N against run: expected two replies n=1, got: $(cat "$tmp/r1")"
 grep -q "every reply written" "$tmp/run.log" || fail "run did not log closing a finished client"
 ok "nc -N against run: both replies, nc ended after $ms ms"
+# wait_port's probe (connect, close, nothing sent) was the first client:
+# closed at once, it must not have held the console for the quiet period
+probe_ms=$(awk '/finished sending/ && !f { f = $2 } /every reply written/ && !d { d = $2 }
+	END { printf "%d", (d - f) * 1000 }' "$tmp/run.log")
+[ "$probe_ms" -lt 500 ] || fail "a port probe held the console $probe_ms ms: $(head -6 "$tmp/run.log")"
+ok "a port probe (nothing sent) is let go after $probe_ms ms"
 printf 'incr\nget\n' | nc 127.0.0.1 $port >"$tmp/r2" &
 np=$!
 for _ in $(seq 1 400); do [ "$(wc -l <"$tmp/r2")" -ge 2 ] && break; sleep 0.05; done
@@ -91,7 +98,7 @@ cap=$(sed -n 's/#define CONSOLE_EOF_MAX_MS \([0-9]*\)/\1/p' net/console.h)
 [ "$ms" -ge "$cap" ] && [ "$ms" -le $((cap + 10000)) ] ||
 	fail "half-closed client of a talking guest closed after $ms ms, cap $cap ms"
 grep -q "half-closed .* ms ago; closing it" "$tmp/dirty.log" || fail "the cap was not logged"
-printf '' | timeout 30 nc -N 127.0.0.1 $port | head -c 1 >"$tmp/d2"
+printf 'x\n' | timeout 30 nc -N 127.0.0.1 $port | head -c 1 >"$tmp/d2"
 [ -s "$tmp/d2" ] || fail "the next client got nothing after the cap"
 ok "a talking guest: the half-closed client closed after $ms ms (cap $cap ms), the next one served"
 kill $dp; wait $dp 2>/dev/null

@@ -86,7 +86,9 @@ PY
 port_taken() { python3 -c "import socket,sys; s=socket.socket(); sys.exit(0 if s.connect_ex(('127.0.0.1',$1)) == 0 else 1)"; }
 
 ran=0 checked=0
-for d in $(ls -d "$tmp"/block.* 2>/dev/null | sort -t. -k2 -n); do
+nblocks=$(ls -d "$tmp"/block.* 2>/dev/null | wc -l)
+for b in $(seq 1 "$nblocks"); do
+	d=$tmp/block.$b
 	line=$(cat "$d/line")
 	busy=
 	for p in $(cat "$d/ports"); do port_taken "$p" && busy="$busy $p"; done
