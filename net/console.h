@@ -14,8 +14,9 @@
  * unwritten here or held by the owner, e.g. for output commit) and nothing
  * has moved for CONSOLE_EOF_QUIET_MS (a client that sent nothing, such as
  * a port probe, as soon as nothing is waiting), and at the latest
- * CONSOLE_EOF_MAX_MS after the EOF. Output not yet written when a client goes (or is closed)
- * is not lost: it stays in the backlog for the next client. */
+ * CONSOLE_EOF_MAX_MS after the EOF. Output not yet written when a client
+ * goes (or is closed) stays in the backlog for the next client; bytes the
+ * kernel took for a peer that had already closed its socket go with it. */
 #ifndef US_NET_CONSOLE_H
 #define US_NET_CONSOLE_H
 
