@@ -18,8 +18,10 @@ need_kvm
 command -v nc >/dev/null || { echo "SKIP: nc not installed (netcat-openbsd, make deps)"; exit 77; }
 tmp=$(mktemp -d)
 pgid=
+made=()   # /tmp/understudy-* paths of the examples that were not there before
 cleanup() {
 	[ -n "$pgid" ] && kill -9 -- -"$pgid" 2>/dev/null
+	[ ${#made[@]} -gt 0 ] && rm -rf "${made[@]}"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -80,6 +82,8 @@ while i < len(lines):
     open(os.path.join(d, "ports"), "w").write(" ".join(sorted(set(re.findall(r"127\.0\.0\.1:([0-9]+)",
                                                                           "\n".join(cmds))))))
     open(os.path.join(d, "line"), "w").write(str(start))
+    open(os.path.join(d, "paths"), "w").write(" ".join(sorted(set(re.findall(r"/tmp/understudy-[A-Za-z0-9._-]+",
+                                                                          "\n".join(cmds))))))
 print("%d blocks to run" % n)
 PY
 
@@ -90,6 +94,7 @@ nblocks=$(ls -d "$tmp"/block.* 2>/dev/null | wc -l)
 for b in $(seq 1 "$nblocks"); do
 	d=$tmp/block.$b
 	line=$(cat "$d/line")
+	for p in $(cat "$d/paths"); do [ -e "$p" ] || made+=("$p"); done
 	busy=
 	for p in $(cat "$d/ports"); do port_taken "$p" && busy="$busy $p"; done
 	if [ -n "$busy" ]; then
