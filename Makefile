@@ -4,6 +4,7 @@
 #   make check      install missing Debian packages, build, run every test
 #   make demo       install missing Debian packages, build, run the demo
 #   make bench      run the benchmarks (figure, reference, ratio)
+#   make plots      the benchmark figures as PNGs (gnuplot), under build/plots
 #   make SAN=1 check   the same with ASan + UBSan (in build/san), the agents of
 #                      the system tests too; any report fails (tests/run.sh)
 #   make check-mutants build each mutant of an invariant, check its tests catch it
@@ -183,6 +184,21 @@ bench: deps
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs
+
+# make plots: the figures of a `make bench` run as PNGs under $(PLOTS), drawn
+# by gnuplot (bench/plots.py describes results.json). Without RESULTS=FILE it
+# reads $(BUILD)/bench/results.json, made first from the output of
+# `make bench | tee $(BUILD)/bench/bench.log` when that log is newer.
+PLOTS   ?= $(BUILD)/plots
+.PHONY: plots
+plots:
+ifeq ($(origin RESULTS),command line)
+	@python3 bench/plots.py --results $(RESULTS) --out $(PLOTS)
+else
+	@if [ $(BUILD)/bench/bench.log -nt $(BUILD)/bench/results.json ]; then \
+	  from="--from-log $(BUILD)/bench/bench.log"; fi; \
+	python3 bench/plots.py $$from --results $(BUILD)/bench/results.json --out $(PLOTS)
+endif
 
 clean:
 	rm -rf build
