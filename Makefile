@@ -63,7 +63,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
+.PHONY: all check demo bench bench-run deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
 .SECONDARY:
 all: $(BIN)
 
@@ -174,7 +174,13 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo.sh
 
+# The figures also go to $(BUILD)/bench/bench.log, which `make plots` reads.
 bench: deps
+	@mkdir -p $(BUILD)/bench
+	@{ $(MAKE) --no-print-directory bench-run; echo $$? > $(BUILD)/bench/.rc; } 2>&1 | \
+	    tee $(BUILD)/bench/bench.log; exit $$(cat $(BUILD)/bench/.rc)
+
+bench-run:
 	@$(MAKE) --no-print-directory all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/bench_protect.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_protect.py
