@@ -253,6 +253,7 @@ struct repl_epochs {
 	struct proto_verify verify_digest;  /* ...taken at the pause */
 	struct repl_stats st;
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
+	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
 	uint64_t worst_pages;
 };
 
