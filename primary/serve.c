@@ -238,7 +238,8 @@ int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_
 	machine_resume(vm->m);
 	net_notify(NET_NOTIFY_READY, "the VM runs (unprotected)");
 	ev_run(loop, 0);
-	net_notify(NET_NOTIFY_STOPPING, "stopping");
+	if (!ctx.switched)   /* switched over: this process goes on as the standby */
+		net_notify(NET_NOTIFY_STOPPING, "stopping");
 
 	if (!ctx.stopped)
 		machine_stop(vm->m, 0);

@@ -792,8 +792,6 @@ static void finish(struct repl_primary *p, int status)
 	}
 	p->state = P_DONE;
 	p->exit_status = status;
-	net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d): %s", status, p->migrated ?
-		   "migrated" : p->fault.kind != REPL_FAULT_NONE ? p->fault.what : "the guest stopped");
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
 	/* No release here: output the secondary never acknowledged never leaves
@@ -1032,6 +1030,9 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;
+	if (!p->switched)   /* switched over: this process goes on as the standby */
+		net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d): %s", status, p->migrated ?
+			   "migrated" : p->fault.kind ? p->fault.what : "the guest stopped");
 out:
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);

@@ -11,7 +11,9 @@
 #    from its event log on the same clock); STATUS= follows the states; a
 #    primary that was replaced exits 3 (REPL_EXIT_REPLACED, which the units'
 #    RestartPreventExitStatus= names); STOPPING=1 at the end; `run` is ready
-#    once the VM runs.
+#    once the VM runs; a switchover is no stop: the old primary goes on as
+#    the standby without STOPPING=1 (systemd would kill it), the new one
+#    says it is protected.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 tmp=$(mktemp -d)
@@ -74,7 +76,7 @@ python3 - "$tmp" <<'PY' >"$tmp/listener.out" 2>&1 &
 import os, select, socket, sys, time
 tmp = sys.argv[1]
 socks = {}
-for name in ("pri", "sec", "run"):
+for name in ("pri", "sec", "run", "swa", "swb"):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(os.path.join(tmp, name + ".sock"))
     socks[s] = name
@@ -157,4 +159,27 @@ wait $rp; rc=$?
 [ $rc = 0 ] || fail "run exited $rc on SIGTERM"
 notes run | grep -q "STOPPING=1" || fail "run: no STOPPING=1: $(notes run)"
 ok "run: READY=1 once the VM runs, STOPPING=1 on SIGTERM"
+
+a_port=$(free_port); a_con=$(free_port); b_port=$(free_port); b_con=$(free_port)
+NOTIFY_SOCKET=$tmp/swb.sock "$BIN" secondary --listen 127.0.0.1:$b_port --console tcp:127.0.0.1:$b_con \
+	--insecure --failover-timeout-ms 1000 --control "$tmp/b.ctl" 2>"$tmp/b.log" &
+bp=$!
+wait_port $b_port 20 || fail "secondary b did not listen: $(tail -3 "$tmp/b.log")"
+NOTIFY_SOCKET=$tmp/swa.sock "$BIN" primary --guest counter --console tcp:127.0.0.1:$a_con \
+	--peer 127.0.0.1:$b_port --insecure --timeout-ms 1000 --control "$tmp/a.ctl" 2>"$tmp/a.log" &
+ap=$!
+wait_log "$tmp/a.log" "protected: secondary holds" 30 || fail "a never protected: $(tail -3 "$tmp/a.log")"
+out=$("$BIN" switchover --control "$tmp/a.ctl" --listen 127.0.0.1:$a_port 2>&1) || fail "switchover: $out"
+for _ in $(seq 100); do notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" && break; sleep 0.05; done
+notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" || fail "new primary b: no protected STATUS: $(notes swb)"
+sleep 0.5
+kill -0 $ap 2>/dev/null || fail "the old primary exited after the switchover"
+notes swa | grep -q STOPPING=1 && fail "the old primary said STOPPING=1 at the switchover: $(notes swa)"
+notes swa | tail -1 | grep -q "STATUS=waiting for a primary on 127.0.0.1:$a_port" ||
+	fail "old primary a: last STATUS is not its standby's: $(notes swa)"
+kill -TERM $ap $bp
+wait $ap $bp
+notes swa | grep -q STOPPING=1 || fail "old primary a: no STOPPING=1 when it did stop: $(notes swa)"
+ok "switchover: no STOPPING=1 from the old primary (a standby now: STATUS=waiting for a primary)," \
+   "the new one STATUS=protected; STOPPING=1 on SIGTERM"
 echo "PASS"
