@@ -249,7 +249,7 @@ uninstall:
 # of this tree (its clean step would remove build/), into $(BUILD)/deb/.
 deb:
 	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb/src/understudy-$(VERSION)
-	tar -c --exclude=./build --exclude=./.git . | tar -x -C $(BUILD)/deb/src/understudy-$(VERSION)
+	tar -c --exclude=./build --exclude=./$(BUILD) --exclude=./.git . | tar -x -C $(BUILD)/deb/src/understudy-$(VERSION)
 	cd $(BUILD)/deb/src/understudy-$(VERSION) && dpkg-buildpackage -us -uc -b >../build.log 2>&1 || \
 	  { tail -30 ../build.log; exit 1; }
 	mv $(BUILD)/deb/src/*.deb $(BUILD)/deb/src/*.changes $(BUILD)/deb/src/*.buildinfo \
