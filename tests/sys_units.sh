@@ -97,7 +97,7 @@ with open(os.path.join(tmp, "notify.log"), "a", buffering=1) as log:
             data = s.recv(4096).decode(errors="replace")
             log.write("%s %d %s\n" % (socks[s], time.monotonic_ns(), data.replace("\n", "|")))
 PY
-for _ in $(seq 100); do [ -e "$tmp/listening" ] && break; sleep 0.05; done
+for _ in $(seq 300); do [ -e "$tmp/listening" ] && break; sleep 0.05; done
 [ -e "$tmp/listening" ] || fail "notify listener: $(cat "$tmp/listener.out")"
 # notes NAME: what NAME sent, one datagram a line
 notes() { grep "^$1 " "$tmp/notify.log" 2>/dev/null; }
@@ -120,7 +120,7 @@ NOTIFY_SOCKET=$tmp/pri.sock UNDERSTUDY_EVENT_LOG=$tmp/pri.events "$BIN" primary 
 	2>"$tmp/pri.log" &
 pp=$!
 wait_log "$tmp/pri.log" "protected: secondary holds" 30 || fail "never protected: $(tail -3 "$tmp/pri.log")"
-for _ in $(seq 100); do
+for _ in $(seq 300); do
 	notes pri | grep -q READY=1 && notes sec | grep -q READY=1 && break
 	sleep 0.05
 done
@@ -151,7 +151,7 @@ kill -CONT $pp
 wait $pp; rc=$?
 [ "$rc" = "$replaced" ] || fail "a replaced primary exited $rc, want $replaced: $(tail -3 "$tmp/pri.log")"
 notes pri | grep -q "STOPPING=1|STATUS=stopping (exit status $replaced)" || fail "primary STOPPING: $(notes pri)"
-for _ in $(seq 40); do notes sec | grep -q "STATUS=TOOK OVER" && break; sleep 0.05; done
+for _ in $(seq 300); do notes sec | grep -q "STATUS=TOOK OVER" && break; sleep 0.05; done
 notes sec | grep -q "STATUS=TOOK OVER: runs the guest from epoch [1-9]" || fail "secondary STATUS: $(notes sec)"
 kill -TERM $sp
 wait $sp
@@ -162,7 +162,7 @@ rcon=$(free_port)
 NOTIFY_SOCKET=$tmp/run.sock "$BIN" run --guest counter --console tcp:127.0.0.1:$rcon 2>"$tmp/run.log" &
 rp=$!
 wait_port $rcon 20 || fail "run: no console: $(tail -3 "$tmp/run.log")"
-for _ in $(seq 100); do notes run | grep -q READY=1 && break; sleep 0.05; done
+for _ in $(seq 300); do notes run | grep -q READY=1 && break; sleep 0.05; done
 notes run | grep -q "READY=1|STATUS=the VM runs" || fail "run: no READY=1: $(notes run)"
 kill -TERM $rp
 wait $rp; rc=$?
@@ -180,7 +180,7 @@ NOTIFY_SOCKET=$tmp/swa.sock "$BIN" primary --guest counter --console tcp:127.0.0
 ap=$!
 wait_log "$tmp/a.log" "protected: secondary holds" 30 || fail "a never protected: $(tail -3 "$tmp/a.log")"
 out=$("$BIN" switchover --control "$tmp/a.ctl" --listen 127.0.0.1:$a_port 2>&1) || fail "switchover: $out"
-for _ in $(seq 100); do notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" && break; sleep 0.05; done
+for _ in $(seq 300); do notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" && break; sleep 0.05; done
 notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" || fail "new primary b: no protected STATUS: $(notes swb)"
 sleep 0.5
 kill -0 $ap 2>/dev/null || fail "the old primary exited after the switchover"
