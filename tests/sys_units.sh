@@ -104,19 +104,30 @@ notes() { grep "^$1 " "$tmp/notify.log" 2>/dev/null; }
 # first_ns NAME PATTERN: when NAME first sent a datagram matching PATTERN
 first_ns() { notes "$1" | grep -m1 -- "$2" | cut -d' ' -f2; }
 
+# The pair and `run` start with the units' own ExecStart command lines, the
+# configuration file in a temporary place instead of /etc/understudy/%i.conf.
+unit_cmd() {   # ROLE CONF
+	sed -n "s|^ExecStart=/usr/bin/understudy |$BIN |p" "contrib/systemd/understudy-$1@.service" |
+		sed "s|/etc/understudy/%i.conf|$2|"
+}
 sport=$(free_port); scon=$(free_port); pcon=$(free_port)
-NOTIFY_SOCKET=$tmp/sec.sock "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon \
-	--insecure --failover-timeout-ms 300 2>"$tmp/sec.log" &
+printf 'listen = 127.0.0.1:%s\nconsole = tcp:127.0.0.1:%s\ninsecure = true\nfailover-timeout-ms = 300\n' \
+	$sport $scon >"$tmp/sec.conf"
+sec_cmd=$(unit_cmd secondary "$tmp/sec.conf")
+NOTIFY_SOCKET=$tmp/sec.sock $sec_cmd 2>"$tmp/sec.log" &
 sp=$!
 wait_port $sport 20 || fail "secondary did not listen: $(tail -3 "$tmp/sec.log")"
 sleep 0.5
 notes sec | grep -q "STATUS=waiting for a primary on 127.0.0.1:$sport" ||
 	fail "secondary: no waiting STATUS: $(notes sec)"
 notes sec | grep -q READY=1 && fail "secondary READY before any primary: $(notes sec)"
-ok "secondary waiting: STATUS=waiting for a primary, no READY=1 yet"
+ok "secondary started as its unit does ($(unit_cmd secondary CONF | sed "s|$BIN|understudy|")):" \
+   "STATUS=waiting for a primary, no READY=1 yet"
 
-NOTIFY_SOCKET=$tmp/pri.sock UNDERSTUDY_EVENT_LOG=$tmp/pri.events "$BIN" primary --guest counter \
-	--console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport --insecure --timeout-ms 300 \
+printf 'guest = counter\nconsole = tcp:127.0.0.1:%s\npeer = 127.0.0.1:%s\ninsecure = true\ntimeout-ms = 300\n' \
+	$pcon $sport >"$tmp/pri.conf"
+pri_cmd=$(unit_cmd primary "$tmp/pri.conf")
+NOTIFY_SOCKET=$tmp/pri.sock UNDERSTUDY_EVENT_LOG=$tmp/pri.events $pri_cmd \
 	2>"$tmp/pri.log" &
 pp=$!
 wait_log "$tmp/pri.log" "protected: secondary holds" 30 || fail "never protected: $(tail -3 "$tmp/pri.log")"
@@ -159,7 +170,9 @@ notes sec | grep -q "STOPPING=1" || fail "secondary: no STOPPING=1: $(notes sec)
 ok "replaced primary: exit $replaced, STOPPING=1; secondary: STATUS=TOOK OVER, STOPPING=1 on SIGTERM"
 
 rcon=$(free_port)
-NOTIFY_SOCKET=$tmp/run.sock "$BIN" run --guest counter --console tcp:127.0.0.1:$rcon 2>"$tmp/run.log" &
+printf 'guest = counter\nconsole = tcp:127.0.0.1:%s\n' $rcon >"$tmp/run.conf"
+run_cmd=$(unit_cmd run "$tmp/run.conf")
+NOTIFY_SOCKET=$tmp/run.sock $run_cmd 2>"$tmp/run.log" &
 rp=$!
 wait_port $rcon 20 || fail "run: no console: $(tail -3 "$tmp/run.log")"
 for _ in $(seq 300); do notes run | grep -q READY=1 && break; sleep 0.05; done
