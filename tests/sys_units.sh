@@ -2,10 +2,13 @@
 # The systemd units (contrib/systemd/) and the readiness the agents report.
 # 1. systemd-analyze verify, offline, of each unit with its ExecStart
 #    rewritten to the built binary (verify needs it to exist): any complaint
-#    fails; a broken copy must fail (verify really checks here). The units
-#    are started under a real systemd only where PID 1 is systemd; here they
-#    are verified, and the output says which ran.
-# 2. sd_notify, with a datagram listener as NOTIFY_SOCKET for a real pair:
+#    fails; a broken copy must fail (verify really checks here); the
+#    exposure score of `systemd-analyze security` stays at most 3.0. The
+#    units are not started by systemd (that needs PID 1 to be systemd, and
+#    is not done even then): a SKIP line says so.
+# 2. sd_notify, with a datagram listener as NOTIFY_SOCKET for a real pair
+#    and `run`, each started with its unit's ExecStart command line and a
+#    configuration file:
 #    the secondary says READY=1 only once its standby is complete (after the
 #    primary captured epoch 1), the primary only once protected (after ACK 1,
 #    from its event log on the same clock); STATUS= follows the states; a
