@@ -35,6 +35,9 @@ endif
 # libfabric is dlopen'ed by net/rdma.c when an RDMA link is made (see there).
 LDLIBS   := $(shell pkg-config --libs $(filter-out libfabric,$(PKGS)) 2>/dev/null) -lev -lm -ldl -pthread
 LDFLAGS  := $(SANFLAGS) $(SANLINK)
+# A packager's flags on top (debian/rules: dpkg-buildflags, the hardening ones).
+CFLAGS   += $(EXTRA_CFLAGS)
+LDFLAGS  += $(EXTRA_LDFLAGS)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
 GUESTS       := counter dirty stress
@@ -211,16 +214,48 @@ clean:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
-# ---- install, cluster test ---------------------------------------------------
-# make install [PREFIX=/usr/local] [DESTDIR=...]: the program and the Pacemaker
-# resource agent (ocf:understudy:understudy, docs/pacemaker.md).
+# ---- install, Debian package, cluster test ------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the program, its man page,
+# the systemd units (contrib/systemd/, ExecStart pointed at $(BINDIR)), the
+# Pacemaker resource agent (ocf:understudy:understudy, docs/pacemaker.md)
+# and an example configuration; make uninstall removes exactly those.
 PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
+DOCDIR  ?= $(PREFIX)/share/doc/understudy
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
 OCFDIR  ?= /usr/lib/ocf/resource.d/understudy
-.PHONY: install check-cluster
+UNITS   := understudy-primary@.service understudy-secondary@.service understudy-run@.service
+.PHONY: install uninstall deb check-cluster
 install: $(BIN)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(OCFDIR)
-	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/understudy
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(UNITDIR) \
+	    $(DESTDIR)$(OCFDIR) $(DESTDIR)$(DOCDIR)/examples
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/understudy
+	install -m 644 man/understudy.8 $(DESTDIR)$(MANDIR)/man8/understudy.8
+	for u in $(UNITS); do \
+	  sed -e 's|/usr/bin/understudy|$(BINDIR)/understudy|g' \
+	      -e 's|/usr/share/doc/understudy|$(DOCDIR)|g' contrib/systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u && \
+	  chmod 644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
 	install -m 755 ocf/understudy $(DESTDIR)$(OCFDIR)/understudy
+	install -m 644 contrib/understudy.conf.example $(DESTDIR)$(DOCDIR)/examples/understudy.conf.example
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/understudy $(DESTDIR)$(MANDIR)/man8/understudy.8 \
+	    $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) $(DESTDIR)$(OCFDIR)/understudy \
+	    $(DESTDIR)$(DOCDIR)/examples/understudy.conf.example
+	rmdir $(DESTDIR)$(OCFDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+
+# make deb: the Debian package (debian/), built by dpkg-buildpackage in a copy
+# of this tree (its clean step would remove build/), into $(BUILD)/deb/.
+deb:
+	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb/src/understudy-$(VERSION)
+	tar -c --exclude=./build --exclude=./$(BUILD) --exclude=./.git . | tar -x -C $(BUILD)/deb/src/understudy-$(VERSION)
+	cd $(BUILD)/deb/src/understudy-$(VERSION) && dpkg-buildpackage -us -uc -b >../build.log 2>&1 || \
+	  { tail -30 ../build.log; exit 1; }
+	mv $(BUILD)/deb/src/*.deb $(BUILD)/deb/src/*.changes $(BUILD)/deb/src/*.buildinfo \
+	    $(BUILD)/deb/src/build.log $(BUILD)/deb/
+	rm -rf $(BUILD)/deb/src
+	@ls $(BUILD)/deb/*.deb
 
 # A real two-node Pacemaker cluster on this machine (network and mount
 # namespaces, fencing): kill the primary, cut the link (tests/cluster/).

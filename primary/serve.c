@@ -16,6 +16,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "net/control.h"
+#include "net/notify.h"
 
 #define TAG "snapshot"
 
@@ -235,7 +236,10 @@ int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_
 	ev_signal_start(loop, &sigint_w);
 	ev_signal_start(loop, &sigterm_w);
 	machine_resume(vm->m);
+	net_notify(NET_NOTIFY_READY, "the VM runs (unprotected)");
 	ev_run(loop, 0);
+	if (!ctx.switched)   /* switched over: this process goes on as the standby */
+		net_notify(NET_NOTIFY_STOPPING, "stopping");
 
 	if (!ctx.stopped)
 		machine_stop(vm->m, 0);

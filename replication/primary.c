@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "net/control.h"
+#include "net/notify.h"
 
 #define TAG "primary"
 
@@ -150,6 +151,7 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	log_error(TAG, "%s: %s at epoch %llu (acked %llu): the VM runs UNPROTECTED from now on; "
 		  "held output is released", repl_fault_kind_name(f->kind), f->what,
 		  (unsigned long long)p->ep.epoch, (unsigned long long)p->ep.acked);
+	net_notify(NET_NOTIFY_READY, "UNPROTECTED: %s", f->what);   /* the start is over */
 	p->state = P_UNPROTECTED;
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
@@ -185,7 +187,7 @@ static void stop_for_takeover(struct repl_primary *p, const struct repl_fault *f
 	p->keep_standby = true;
 	repl_link_close(&p->link);
 	repl_epochs_drop(&p->ep);
-	finish(p, 1);
+	finish(p, REPL_EXIT_REPLACED);
 }
 
 /* The secondary runs the guest now: this copy must not. Nothing more is
@@ -225,7 +227,7 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
 	p->keep_standby = true;     /* it owns the guest now */
 	repl_pri_link_gone(p);
-	finish(p, 1);
+	finish(p, REPL_EXIT_REPLACED);
 	return -ECANCELED;
 }
 
@@ -479,6 +481,8 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 		p->state = P_PROTECTED;
 		log_info(TAG, "protected: secondary holds epoch %llu, %.1f ms after sync began",
 			 (unsigned long long)epoch, (now_ns() - p->sync.t0_ns) / 1e6);
+		net_notify(NET_NOTIFY_READY, "protected by %s (epoch %llu acknowledged)", p->o->peer,
+			   (unsigned long long)epoch);
 		if (p->wit) {
 			p->vouch_asked = true;
 			repl_witness_vouch(p->wit, p->standby_token);
@@ -527,6 +531,7 @@ static void start_sync(struct repl_primary *p)
 		return;
 	}
 	p->state = P_SYNC;
+	net_notify(NET_NOTIFY_STATUS, "initial sync to %s", p->o->peer);
 }
 
 /* ---- link callbacks ---------------------------------------------------------- */
@@ -886,7 +891,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 		return;
 	}
 	if (p->state == P_FENCED) {
-		finish(p, 1);            /* the guest is paused for good */
+		finish(p, REPL_EXIT_REPLACED);   /* the guest is paused for good */
 		return;
 	}
 	machine_stop(p->vm->m, 0);
@@ -1064,10 +1069,14 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 			 "only while the lease is provably valid", o->witness.key, o->witness.lease_ms);
 	else
 		log_info(TAG, "fencing: " REPL_FENCING);
+	net_notify(NET_NOTIFY_STATUS, "connecting to the secondary at %s", o->peer);
 	engine_start(p);
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;
+	if (!p->switched)   /* switched over: this process goes on as the standby */
+		net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d): %s", status, p->migrated ?
+			   "migrated" : p->fault.kind ? p->fault.what : "the guest stopped");
 out:
 	ev_signal_stop(p->loop, &p->sigint_w);
 	ev_signal_stop(p->loop, &p->sigterm_w);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net/notify.h"
+
 #define TAG "primary"
 
 /* The epochs on the link are freed once nothing reads them any more. */
@@ -37,6 +39,7 @@ void repl_pri_fence(struct repl_primary *p)
 		  "nothing more is released; restart this side to bring it back",
 		  (unsigned long long)p->ep.epoch, (unsigned long long)p->ep.acked, p->fault.what);
 	repl_event_log("fenced");
+	net_notify(NET_NOTIFY_STATUS, "FENCED: %s; the guest is paused for good", p->fault.what);
 	p->state = P_FENCED;
 	p->keep_standby = true;
 	machine_pause(p->vm->m);

@@ -461,6 +461,16 @@ struct repl_secondary_opts {
 #define REPL_FENCING "none (heartbeat only: a partition can leave two live copies)"
 #define REPL_FENCING_WITNESS "witness lease on etcd"
 
+/* The exit status of a primary that must not come back as primary: the
+ * secondary took over from it, it stopped so that the secondary takes
+ * over (a local fatal failure, a stall it may have been replaced in), or
+ * its witness lease lapsed (fenced; it exits on the next signal). A host
+ * (run, restore) whose attached engine ends so exits with it too. Apart
+ * from 0 (the guest powered off, or migrated away), 1 (errors) and 2 (bad
+ * options); a guest that powers off with status 3 is not told apart.
+ * contrib/systemd/understudy-primary@.service: RestartPreventExitStatus=. */
+#define REPL_EXIT_REPLACED 3
+
 /* Run on the caller's loop until the guest powers off or a signal; return
  * the exit status. */
 int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
@@ -472,7 +482,7 @@ int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
 struct repl_primary;
 struct repl_primary_host {
 	/* The engine is done: the guest stopped (status: its exit status, its
-	 * last epoch committed) or it was fenced (status 1). Not called when
+	 * last epoch committed) or it was replaced (REPL_EXIT_REPLACED). Not called when
 	 * the secondary is lost: the engine then runs the VM unprotected and
 	 * may be detached and replaced by a new one. */
 	void (*ended)(void *ctx, int status);

@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "net/control.h"
+#include "net/notify.h"
 #include "replication/fence.h"
 
 #define TAG "secondary"
@@ -75,6 +76,8 @@ static void end_link(struct repl_secondary *s, bool drop)
 					 : "the primary went away before the first checkpoint");
 		repl_sec_drop_standby(s);
 		s->state = S_WAITING;
+		net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (standby dropped)",
+			   s->o->listen);
 		return;
 	}
 	log_warn(TAG, "primary connection lost; standby holds epoch %llu",
@@ -91,6 +94,7 @@ static void fail_local(struct repl_secondary *s, const struct repl_fault *f)
 	repl_staging_abort(&s->stage);
 	repl_sec_drop_standby(s);
 	s->state = S_WAITING;
+	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (standby dropped)", s->o->listen);
 	if (s->link.conn && repl_send_error(&s->link, f->err, f->what) == 0) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
 		net_close_flush(s->link.conn);
@@ -236,6 +240,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	if (s->wit)
 		new_token(s);
 	s->state = S_STANDBY;
+	net_notify(NET_NOTIFY_STATUS, "syncing a standby of %s from the primary", s->cfg.guest);
 	log_info(TAG, "standby built: guest %s, %llu MiB, %d vCPU(s); syncing", s->cfg.guest,
 		 (unsigned long long)(s->cfg.mem_bytes >> 20), s->cfg.ncpus);
 	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing,
@@ -313,8 +318,10 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 			log_error(TAG, "%s", s->rx_fault.what);
 		return r;
 	}
-	if (s->stage.applied == 1)
+	if (s->stage.applied == 1) {
 		log_info(TAG, "first checkpoint applied: the VM is protected");
+		net_notify(NET_NOTIFY_READY, "standby of %s complete", s->cfg.guest);
+	}
 	return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.applied);
 }
 
@@ -853,6 +860,7 @@ int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts 
 	else
 		log_info(TAG, "waiting for a primary on %s (takeover after %u ms of silence)", o->listen,
 			 o->timeout_ms);
+	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s", o->listen);
 	if (s->wit)
 		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): a takeover "
 			 "only after winning the key", o->witness.key, o->witness.lease_ms);
@@ -864,6 +872,7 @@ int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts 
 	ev_signal_start(s->loop, &s->sigterm_w);
 	ev_run(s->loop, 0);
 	status = s->exit_status;
+	net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d)", status);
 out:
 	ev_timer_stop(s->loop, &s->watch_w);
 	ev_timer_stop(s->loop, &s->hb_w);

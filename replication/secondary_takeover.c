@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net/notify.h"
 #include "replication/fence.h"
 
 #define TAG "secondary"
@@ -102,6 +103,8 @@ static void take_over(struct repl_secondary *s)
 	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
 		g->verify_failed++;
 	machine_resume(s->vm->m);
+	net_notify(NET_NOTIFY_STATUS, "TOOK OVER: runs the guest from epoch %llu",
+		   (unsigned long long)g->applied);
 	log_info(TAG, "TOOK OVER: primary silent for %llu ms; guest resumed from epoch %llu in "
 		  "%.3f ms; %zu bytes of acknowledged output replayed", (unsigned long long)silent_ms,
 		  (unsigned long long)g->applied, (now_ns() - t0) / 1e6, g->held.len);
@@ -131,6 +134,7 @@ static void fence_and_take_over(struct repl_secondary *s, const char *reason)
 			if (s->wit)
 				repl_witness_stop(s->wit);   /* the key we won lapses: nobody runs it */
 			s->state = S_FENCE_FAILED;
+			net_notify(NET_NOTIFY_STATUS, "NO TAKEOVER: fence command failed: %s", why);
 			return;
 		}
 	}
@@ -183,6 +187,7 @@ static void on_revoked(void *ctx)
 	log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
 	repl_sec_drop_standby(s);
 	s->state = S_WAITING;
+	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (stood down)", s->o->listen);
 }
 
 /* The copy we run lost its lease: pause it for good, release nothing more. */
@@ -196,6 +201,7 @@ void repl_sec_fence(struct repl_secondary *s)
 	machine_pause(s->vm->m);
 	repl_witness_stop(s->wit);
 	s->state = S_FENCED;
+	net_notify(NET_NOTIFY_STATUS, "FENCED: %s; the guest is paused for good", s->fault.what);
 }
 
 /* Binds the console now, so that a takeover cannot fail on its port. */

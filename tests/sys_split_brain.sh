@@ -87,7 +87,7 @@ case_2() {
 	for _ in $(seq 1 200); do kill -0 $pp 2>/dev/null || break; sleep 0.05; done
 	kill -0 $pp 2>/dev/null && fail "primary stop: the old primary still runs after SIGCONT: $(tail -2 "$tmp/pri.log")"
 	wait $pp; rc=$?
-	[ $rc = 1 ] || fail "primary stop: old primary exit $rc"
+	[ $rc = 3 ] || fail "primary stop: old primary exit $rc, want 3 (replaced)"
 	one_live $scon $pcon "primary stop"
 	grep -q "UNPROTECTED" "$tmp/pri.log" && fail "primary stop: the old primary released held output as unprotected"
 	ok "primary SIGSTOP past the failover timeout: secondary took over, old primary stopped: $(grep -o 'the secondary took over.*' "$tmp/pri.log" | head -1 | cut -c1-80)"
