@@ -395,6 +395,7 @@ int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch)
 void repl_stats_add_pause(struct repl_stats *s, uint64_t ns)
 {
 	s->pause_ns[s->npause++ % REPL_STATS_WINDOW] = ns;
+	repl_hist_add(&s->pause_h, ns);
 }
 
 void repl_stats_add_epoch(struct repl_stats *s, uint64_t npages)
