@@ -101,6 +101,7 @@ struct run_ctx {
 	struct repl_vm *vm;
 	struct snapshots *snaps;
 	struct repl_primary *engine;    /* attached by "protect", or NULL */
+	struct repl_ops ops;            /* metrics and hooks, handed to each engine */
 	int status;
 	bool stopped;
 };
@@ -154,6 +155,7 @@ static char *protect_request(struct run_ctx *r, const char *request)
 		free(req);
 		return fmt("error %s", err);
 	}
+	o.ops = r->ops;
 	if (r->engine) {
 		if (!repl_primary_replaceable(r->engine)) {
 			free(req);
@@ -205,13 +207,16 @@ static char *on_control(void *ctx, const char *request)
 	return snapshot_request(r->snaps, request);
 }
 
-int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path)
+int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path,
+		  const struct repl_ops *ops)
 {
 	struct snapshots snaps;
 	struct run_ctx ctx = { .loop = loop, .vm = vm, .snaps = &snaps };
 	struct control *control = NULL;
 	ev_signal sigint_w, sigterm_w;
 
+	if (ops)
+		ctx.ops = *ops;
 	snapshots_init(&snaps, vm->m);
 	vm->on_stopped = on_stopped;
 	vm->cb_ctx = &ctx;

@@ -39,12 +39,22 @@ struct repl_hooks {
 	struct ev_loop *loop;
 	char *cmd;
 	unsigned timeout_ms;
-	struct repl_metrics *metrics;
+	uint64_t ended[REPL_HOOK_RESULTS];
 	struct hook_run *run[REPL_HOOKS_MAX];
 };
 
+static const char *const event_names[REPL_EV_COUNT] = {
+	"protected", "unprotected", "takeover", "fenced", "switchover", "migrated",
+	"drill-pass", "drill-fail",
+};
+
+const char *repl_event_name(enum repl_event ev)
+{
+	return ev < REPL_EV_COUNT ? event_names[ev] : "unknown";
+}
+
 int repl_hooks_new(struct ev_loop *loop, const char *cmd, unsigned timeout_ms,
-		   struct repl_metrics *m, struct repl_hooks **out)
+		   struct repl_hooks **out)
 {
 	struct repl_hooks *h;
 
@@ -62,7 +72,6 @@ int repl_hooks_new(struct ev_loop *loop, const char *cmd, unsigned timeout_ms,
 	}
 	h->loop = loop;
 	h->timeout_ms = timeout_ms;
-	h->metrics = m;
 	*out = h;
 	return 0;
 }
@@ -79,6 +88,12 @@ static void run_free(struct hook_run *r)
 		close(r->out);
 	h->run[r->slot] = NULL;
 	free(r);
+}
+
+void repl_hooks_counts(const struct repl_hooks *h, uint64_t out[REPL_HOOK_RESULTS])
+{
+	for (int i = 0; i < REPL_HOOK_RESULTS; i++)
+		out[i] = h ? h->ended[i] : 0;
 }
 
 void repl_hooks_free(struct repl_hooks *h)
@@ -138,10 +153,10 @@ static void on_exit_status(struct ev_loop *loop, ev_child *w, int revents)
 		log_warn(TAG, "the '%s' hook was KILLED after %.0f ms: no exit within %u ms (%s)%s%s",
 			 repl_event_name(r->ev), ms, r->h->timeout_ms,
 			 r->killed ? "SIGTERM, then SIGKILL" : "SIGTERM", line[0] ? ": " : "", line);
-		repl_metrics_count_hook(r->h->metrics, REPL_HOOK_TIMEOUT);
+		r->h->ended[REPL_HOOK_TIMEOUT]++;
 	} else if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 		log_info(TAG, "the '%s' hook exited 0 after %.0f ms", repl_event_name(r->ev), ms);
-		repl_metrics_count_hook(r->h->metrics, REPL_HOOK_OK);
+		r->h->ended[REPL_HOOK_OK]++;
 	} else {
 		char head[48];
 
@@ -152,7 +167,7 @@ static void on_exit_status(struct ev_loop *loop, ev_child *w, int revents)
 				 WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 		log_warn(TAG, "the '%s' hook FAILED after %.0f ms: %s%s%s", repl_event_name(r->ev), ms,
 			 head, line[0] ? ": " : "", line);
-		repl_metrics_count_hook(r->h->metrics, REPL_HOOK_FAILED);
+		r->h->ended[REPL_HOOK_FAILED]++;
 	}
 	run_free(r);
 }
@@ -251,13 +266,13 @@ void repl_hooks_run(struct repl_hooks *h, enum repl_event ev, const struct repl_
 	if (slot < 0) {
 		log_warn(TAG, "the '%s' hook is NOT run: %d hooks still run", repl_event_name(ev),
 			 REPL_HOOKS_MAX);
-		repl_metrics_count_hook(h->metrics, REPL_HOOK_FAILED);
+		h->ended[REPL_HOOK_FAILED]++;
 		return;
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
 		log_warn(TAG, "the '%s' hook is NOT run: out of memory", repl_event_name(ev));
-		repl_metrics_count_hook(h->metrics, REPL_HOOK_FAILED);
+		h->ended[REPL_HOOK_FAILED]++;
 		return;
 	}
 	r->h = h;
@@ -269,7 +284,7 @@ void repl_hooks_run(struct repl_hooks *h, enum repl_event ev, const struct repl_
 	if (rc < 0) {
 		log_warn(TAG, "the '%s' hook could not be started: %s", repl_event_name(ev),
 			 strerror(-rc));
-		repl_metrics_count_hook(h->metrics, REPL_HOOK_FAILED);
+		h->ended[REPL_HOOK_FAILED]++;
 		if (r->out >= 0)
 			close(r->out);
 		free(r);

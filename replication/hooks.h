@@ -30,10 +30,12 @@
 
 struct repl_hooks;
 
-/* loop must be libev's default loop (the only one with child watchers);
- * m (may be NULL) counts the runs. cmd is copied. */
+/* loop must be libev's default loop (the only one with child watchers).
+ * cmd is copied. */
 int repl_hooks_new(struct ev_loop *loop, const char *cmd, unsigned timeout_ms,
-		   struct repl_metrics *m, struct repl_hooks **out) __attribute__((warn_unused_result));
+		   struct repl_hooks **out) __attribute__((warn_unused_result));
+/* Runs that ended so far, by result (all 0 for h NULL). */
+void repl_hooks_counts(const struct repl_hooks *h, uint64_t out[REPL_HOOK_RESULTS]);
 /* Commands still running are left to finish on their own (a hook for the
  * last event of an agent that exits still runs to its end). */
 void repl_hooks_free(struct repl_hooks *h);

@@ -17,35 +17,8 @@ struct repl_metrics {
 	struct repl_primary *pri;
 	struct repl_secondary *sec;
 	uint64_t events[REPL_EV_COUNT];
-	uint64_t hooks[REPL_HOOK_RESULTS];
+	struct repl_hooks *hooks;
 };
-
-/* Upper bounds of the histogram buckets, ns: 0.1 ms .. 1 s. */
-static const uint64_t hist_le_ns[REPL_HIST_BUCKETS] = {
-	100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 25000000,
-	50000000, 100000000, 250000000, 500000000, 1000000000,
-};
-
-void repl_hist_add(struct repl_hist *h, uint64_t ns)
-{
-	int i = 0;
-
-	while (i < REPL_HIST_BUCKETS && ns > hist_le_ns[i])
-		i++;
-	h->count[i]++;
-	h->n++;
-	h->sum_ns += ns;
-}
-
-static const char *const event_names[REPL_EV_COUNT] = {
-	"protected", "unprotected", "takeover", "fenced", "switchover", "migrated",
-	"drill-pass", "drill-fail",
-};
-
-const char *repl_event_name(enum repl_event ev)
-{
-	return ev < REPL_EV_COUNT ? event_names[ev] : "unknown";
-}
 
 int repl_metrics_new(const char *host_role, struct repl_metrics **out)
 {
@@ -75,10 +48,10 @@ void repl_metrics_watch_secondary(struct repl_metrics *m, struct repl_secondary 
 		m->sec = s;
 }
 
-void repl_metrics_count_hook(struct repl_metrics *m, enum repl_hook_result r)
+void repl_metrics_set_hooks(struct repl_metrics *m, struct repl_hooks *h)
 {
-	if (m && r < REPL_HOOK_RESULTS)
-		m->hooks[r]++;
+	if (m)
+		m->hooks = h;
 }
 
 void repl_ops_event(const struct repl_ops *ops, enum repl_event ev,
@@ -138,7 +111,7 @@ static void hist(FILE *f, const char *name, const char *help, const struct repl_
 	family(f, name, "histogram", help);
 	for (int i = 0; i < REPL_HIST_BUCKETS; i++) {
 		cum += h->count[i];
-		fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, hist_le_ns[i] / 1e9,
+		fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, repl_hist_le_ns(i) / 1e9,
 			(unsigned long long)cum);
 	}
 	fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
@@ -276,6 +249,7 @@ static void render_host(FILE *f, const char *role)
 static void render_process(FILE *f, const struct repl_metrics *m)
 {
 	static const char *const hook_results[REPL_HOOK_RESULTS] = { "ok", "failed", "timeout" };
+	uint64_t hooks[REPL_HOOK_RESULTS] = { 0 };
 
 	one(f, "understudy_takeovers_total", "counter", "Takeovers by this agent (it resumed "
 	    "the guest of a failed primary)", (double)m->events[REPL_EV_TAKEOVER]);
@@ -293,13 +267,14 @@ static void render_process(FILE *f, const struct repl_metrics *m)
 	family(f, "understudy_events_total", "counter", "Events of this agent (what --on-event "
 	       "is run for), by event");
 	for (int i = 0; i < REPL_EV_COUNT; i++)
-		fprintf(f, "understudy_events_total{event=\"%s\"} %llu\n", event_names[i],
+		fprintf(f, "understudy_events_total{event=\"%s\"} %llu\n", repl_event_name(i),
 			(unsigned long long)m->events[i]);
 	family(f, "understudy_hook_runs_total", "counter", "Runs of the --on-event command, by "
 	       "result (timeout: killed at --on-event-timeout-ms)");
+	repl_hooks_counts(m->hooks, hooks);
 	for (int i = 0; i < REPL_HOOK_RESULTS; i++)
 		fprintf(f, "understudy_hook_runs_total{result=\"%s\"} %llu\n", hook_results[i],
-			(unsigned long long)m->hooks[i]);
+			(unsigned long long)hooks[i]);
 }
 
 char *repl_metrics_render(void *ctx, size_t *len)

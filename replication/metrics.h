@@ -25,7 +25,10 @@ struct repl_hist {
 	uint64_t sum_ns;
 };
 
+/* (wire.c, with the other statistics) */
 void repl_hist_add(struct repl_hist *h, uint64_t ns);
+/* The upper bound of bucket i < REPL_HIST_BUCKETS, ns. */
+uint64_t repl_hist_le_ns(int i);
 
 enum repl_event {
 	REPL_EV_PROTECTED,     /* the first epoch acknowledged after the initial sync */
@@ -53,6 +56,7 @@ struct repl_event_info {
 
 struct repl_metrics;
 struct repl_hooks;
+enum repl_hook_result { REPL_HOOK_OK, REPL_HOOK_FAILED, REPL_HOOK_TIMEOUT, REPL_HOOK_RESULTS };
 struct repl_primary;
 struct repl_secondary;
 
@@ -81,8 +85,8 @@ void repl_metrics_free(struct repl_metrics *m);
  * that took over and protects its guest has both: the primary engine wins. */
 void repl_metrics_watch_primary(struct repl_metrics *m, struct repl_primary *p);
 void repl_metrics_watch_secondary(struct repl_metrics *m, struct repl_secondary *s);
-enum repl_hook_result { REPL_HOOK_OK, REPL_HOOK_FAILED, REPL_HOOK_TIMEOUT, REPL_HOOK_RESULTS };
-void repl_metrics_count_hook(struct repl_metrics *m, enum repl_hook_result r);
+/* The hooks whose runs are counted (understudy_hook_runs_total), or NULL. */
+void repl_metrics_set_hooks(struct repl_metrics *m, struct repl_hooks *h);
 /* The exposition text (malloc'd, *len bytes), or NULL when out of memory.
  * Loop thread only. ctx: the struct repl_metrics. */
 char *repl_metrics_render(void *ctx, size_t *len);

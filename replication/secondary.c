@@ -540,6 +540,7 @@ static char *protect_request(struct repl_secondary *s, const char *req)
 	if (!copy)
 		return NULL;
 	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	o.ops = s->o->ops;
 	if (r == 0 && s->state != S_ACTIVE) {
 		snprintf(err, sizeof(err), "this secondary is %s: only a guest it took over can be "
 			 "protected", repl_sec_state_name(s));
@@ -633,6 +634,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_staging_init(&s->stage);
 	repl_candidates_init(&s->cands, &cand_ops, s, o->handshake_timeout_ms, &s->fault);
 	watchers_init(s);
+	repl_metrics_watch_secondary(o->ops.metrics, s);
 	if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0)
 		goto out;
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
@@ -682,6 +684,7 @@ out:
 		repl_witness_free(s->wit);
 	}
 	repl_staging_fini(&s->stage);
+	repl_metrics_watch_secondary(o->ops.metrics, NULL);
 	free(s);
 	return status;
 }
