@@ -62,6 +62,8 @@ int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char 
 	int r;
 
 	*c = (struct cli_ops){ 0 };
+	if (!log_has_role())
+		log_set_role(host_role);   /* the agent sets the same later: lines before it have it too */
 	if (o->metrics) {
 		if (repl_metrics_new(host_role, &c->metrics) < 0)
 			goto err;

@@ -35,6 +35,11 @@ void log_set_role(const char *role)
 	snprintf(log_cfg.role, sizeof(log_cfg.role), "%s", role);
 }
 
+bool log_has_role(void)
+{
+	return log_cfg.role[0] != 0;
+}
+
 void log_set_format(enum log_format format)
 {
 	log_cfg.format = format;

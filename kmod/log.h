@@ -7,6 +7,7 @@
 #ifndef US_LOG_H
 #define US_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,7 @@ enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 /* Process-wide settings, set once by main() before threads start. */
 void log_set_level(enum log_level level);
 void log_set_role(const char *role);
+bool log_has_role(void);
 void log_set_format(enum log_format format);
 /* The epoch this process last captured or applied, put into JSON lines.
  * Any thread may call it (a relaxed atomic store): the replication engines

@@ -152,10 +152,10 @@ int net_metrics_start(struct ev_loop *loop, const char *host_port, net_metrics_r
 		flags |= MHD_USE_IPv6;
 	errno = 0;
 	m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, m,
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first: MHD says so */
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
-				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!m->d) {
