@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# --on-event CMD: the agents run CMD on their events, never waiting for it.
+#   1. a recording hook on both sides of a pair: the primary's 'protected'
+#      and, after a kill -9 of the primary, the secondary's 'takeover' and
+#      'unprotected' carry the right details (event, role, epoch > 0, peer,
+#      VM, reason, time); a hook that exits 3 is logged with its last line;
+#   2. a hook that hangs (sleep 600) on both sides: the pair still protects,
+#      the takeover is not later than with the recording hook (the time from
+#      the kill to the console's answer, generous bound), and each hanging
+#      hook is killed at --on-event-timeout-ms with its process group, and
+#      logged; understudy_hook_runs_total{result="timeout"} counts it.
+set -u
+cd "$(dirname "$0")/.." && . tests/lib.sh
+need_kvm
+tmp=$(mktemp -d)
+cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+HANG_TIMEOUT_MS=6000   # longer than the slack: a hook the agent waited for would show
+SLACK_S=3          # how much later the takeover may be with the hanging hook
+
+n=0
+start_pair() {   # HOOK [more secondary args]: sets sp pp sport scon pcon smet
+	n=$((n + 1))
+	local hook=$1; shift
+	sport=$(free_port); scon=$(free_port); pcon=$(free_port); smet=$(free_port)
+	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
+		--failover-timeout-ms 400 --metrics 127.0.0.1:$smet --on-event "$hook sec" "$@" \
+		2>"$tmp/$n.sec.log" &
+	sp=$!
+	wait_port $sport 20 || fail "secondary did not listen: $(cat "$tmp/$n.sec.log")"
+	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
+		--insecure --timeout-ms 400 --on-event "$hook pri" "$@" 2>"$tmp/$n.pri.log" &
+	pp=$!
+	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 30 || fail "never protected: $(tail -5 "$tmp/$n.pri.log")"
+	python3 tests/counter_client.py $pcon incr incr >/dev/null || fail "client of the primary"
+}
+# Kills the primary; prints the seconds until the secondary's console
+# answers with the counter the primary had (2).
+failover_s() {
+	local t0 v
+	t0=$(date +%s.%N)
+	kill -9 $pp; wait $pp 2>/dev/null
+	for _ in $(seq 1 600); do
+		v=$(timeout 5 python3 tests/counter_client.py $scon get 2>/dev/null | tail -1 | cut -d' ' -f1)
+		[ "$v" = 2 ] && break
+		sleep 0.05
+	done
+	[ "$v" = 2 ] || fail "the secondary's console never answered 2 (got '$v'): $(tail -5 "$tmp/$n.sec.log")"
+	python3 -c "import time; print('%.3f' % (time.time() - $t0))"
+}
+field() { sed -n "s/^$2=//p" "$1"; }
+
+# 1. A recording hook; it fails (exit 3) for 'unprotected'.
+mkdir -p "$tmp/ev"
+cat >"$tmp/record.sh" <<SH
+#!/bin/sh
+env | grep '^UNDERSTUDY_' | sort >"$tmp/ev/\$1.\$UNDERSTUDY_EVENT"
+if [ "\$UNDERSTUDY_EVENT" = unprotected ]; then echo 'hook says "no" \\ bye'; exit 3; fi
+exit 0
+SH
+chmod +x "$tmp/record.sh"
+start_pair "$tmp/record.sh"
+wait_log "$tmp/$n.pri.log" "'protected' hook exited 0" 10 || fail "protected hook: $(grep hooks "$tmp/$n.pri.log")"
+f=$tmp/ev/pri.protected
+[ "$(field "$f" UNDERSTUDY_EVENT)" = protected ] || fail "protected: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_ROLE)" = primary ] || fail "protected role: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_PEER)" = 127.0.0.1:$sport ] || fail "protected peer: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_VM)" = counter ] || fail "protected vm: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_EPOCH)" -ge 1 ] || fail "protected epoch: $(cat "$f")"
+base_s=$(failover_s)
+wait_log "$tmp/$n.sec.log" "'unprotected' hook FAILED" 10 || fail "unprotected hook: $(grep hooks "$tmp/$n.sec.log")"
+f=$tmp/ev/sec.takeover
+[ -f "$f" ] || fail "no takeover event recorded: $(ls "$tmp/ev"); $(grep hooks "$tmp/$n.sec.log")"
+[ "$(field "$f" UNDERSTUDY_EVENT)" = takeover ] || fail "takeover: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_ROLE)" = primary ] || fail "takeover role: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_EPOCH)" -gt 0 ] || fail "takeover epoch: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_VM)" = counter ] || fail "takeover vm: $(cat "$f")"
+field "$f" UNDERSTUDY_PEER | grep -q '^127\.0\.0\.1:[0-9]' || fail "takeover peer: $(cat "$f")"
+field "$f" UNDERSTUDY_REASON | grep -q "silent" || fail "takeover reason: $(cat "$f")"
+field "$f" UNDERSTUDY_TIME | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]{3}Z$' ||
+	fail "takeover time: $(cat "$f")"
+[ "$(field "$tmp/ev/sec.unprotected" UNDERSTUDY_EVENT)" = unprotected ] || fail "no unprotected event"
+grep -q "'unprotected' hook FAILED after [0-9]* ms: exit 3: hook says \"no\" \\\\ bye" "$tmp/$n.sec.log" ||
+	fail "failure not logged with its line: $(grep FAILED "$tmp/$n.sec.log")"
+ok "1. recorded: protected (primary, epoch $(field "$tmp/ev/pri.protected" UNDERSTUDY_EPOCH)), takeover (role primary, epoch $(field "$f" UNDERSTUDY_EPOCH), '$(field "$f" UNDERSTUDY_REASON)'), unprotected; the failing hook logged: $(grep -o "hook FAILED.*" "$tmp/$n.sec.log")"
+ok "   takeover to console answer with a quick hook: $base_s s"
+kill -9 $sp; wait $sp 2>/dev/null
+
+# 2. A hanging hook on both sides.
+cat >"$tmp/hang.sh" <<SH
+#!/bin/sh
+echo \$\$ >"$tmp/ev/hang.\$1.\$UNDERSTUDY_EVENT.pgid"
+sleep 600
+SH
+chmod +x "$tmp/hang.sh"
+start_pair "$tmp/hang.sh" --on-event-timeout-ms $HANG_TIMEOUT_MS
+# The primary protected and serves with its 'protected' hook hanging; it is killed at the timeout.
+wait_log "$tmp/$n.pri.log" "'protected' hook was KILLED" 20 || fail "the primary's hanging hook was not killed: $(grep hooks "$tmp/$n.pri.log")"
+python3 tests/counter_client.py $pcon get >/dev/null || fail "the primary stopped answering"
+hang_s=$(failover_s)
+python3 -c "import sys; sys.exit(0 if $hang_s <= $base_s + $SLACK_S else 1)" ||
+	fail "takeover with a hanging hook took $hang_s s, with a quick one $base_s s"
+wait_log "$tmp/$n.sec.log" "'takeover' hook was KILLED" 20 || fail "the secondary's hanging hook was not killed: $(grep hooks "$tmp/$n.sec.log")"
+grep -q "'takeover' hook (pid [0-9]*) still runs after $HANG_TIMEOUT_MS ms: SIGTERM" "$tmp/$n.sec.log" ||
+	fail "the timeout is not logged: $(grep hooks "$tmp/$n.sec.log")"
+for side in pri.protected sec.takeover sec.unprotected; do
+	pg=$(cat "$tmp/ev/hang.$side.pgid" 2>/dev/null) || fail "hook $side did not run"
+	for _ in $(seq 1 100); do kill -0 -- -"$pg" 2>/dev/null || break; sleep 0.05; done
+	kill -0 -- -"$pg" 2>/dev/null && fail "the hanging $side hook (group $pg) still runs"
+done
+wait_log "$tmp/$n.sec.log" "'unprotected' hook was KILLED" 20 || fail "unprotected hook not killed"
+timeouts=$(curl -s -m 5 "http://127.0.0.1:$smet/metrics" | awk '$1 == "understudy_hook_runs_total{result=\"timeout\"}" { print $2 }')
+[ "$timeouts" = 2 ] || fail "hook_runs_total{result=timeout}: '$timeouts', want 2"
+ok "2. hanging hooks: the takeover took $hang_s s (quick hook: $base_s s, bound +$SLACK_S s); each killed at $HANG_TIMEOUT_MS ms with its group, logged, counted ($timeouts on the secondary)"
+echo "PASS sys_hooks"
