@@ -100,6 +100,31 @@ check_prom "$tmp/s3" "s3"
 ok "3. after kill -9 of the primary: takeovers_total 1, role primary, state active, promtool clean"
 kill $sp; wait $sp 2>/dev/null
 
+# The dashboard: valid JSON, and every metric its queries use is exported.
+python3 - contrib/grafana/understudy.json "$tmp/p2" "$tmp/s3" <<'PY' || fail "contrib/grafana/understudy.json"
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+have = set()
+for f in sys.argv[2:]:
+    for line in open(f):
+        if line.startswith("# TYPE "):
+            have.add(line.split()[2])
+exprs = [t["expr"] for p in d["panels"] for t in p["targets"]]
+exprs += [a["expr"] for a in d.get("annotations", {}).get("list", []) if "expr" in a]
+used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"understudy_\w+", e)}
+missing = sorted(used - have)
+if missing:
+    sys.exit("the dashboard uses metrics nobody exports: %s" % missing)
+titles = " ".join(p["title"] for p in d["panels"])
+for w in ("Pause", "commit", "Lag", "Epochs", "encoding", "Role", "State", "Takeovers"):
+    if w not in titles:
+        sys.exit("no panel for %s" % w)
+if not any("histogram_quantile(0.99" in e for e in exprs):
+    sys.exit("no p99 from a histogram")
+print("%d panels, %d metrics used, all exported" % (len(d["panels"]), len(used)))
+PY
+ok "   grafana dashboard: valid JSON, its $(python3 -c "import json; print(len(json.load(open('contrib/grafana/understudy.json'))['panels']))") panels use only exported metrics"
+
 # 4. run
 rmet=$(free_port)
 "$BIN" run --guest counter --console tcp:127.0.0.1:$(free_port) --metrics 127.0.0.1:$rmet 2>"$tmp/run.log" &
