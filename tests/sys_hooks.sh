@@ -8,7 +8,8 @@
 #      the takeover is not later than with the recording hook (the time from
 #      the kill to the console's answer, generous bound), and each hanging
 #      hook is killed at --on-event-timeout-ms with its process group, and
-#      logged; understudy_hook_runs_total{result="timeout"} counts it.
+#      logged; understudy_hook_runs_total{result="timeout"} counts it;
+#   3. a VM under `run` migrated away: 'migrated' with the destination.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -112,4 +113,26 @@ wait_log "$tmp/$n.sec.log" "'unprotected' hook was KILLED" 20 || fail "unprotect
 timeouts=$(curl -s -m 5 "http://127.0.0.1:$smet/metrics" | awk '$1 == "understudy_hook_runs_total{result=\"timeout\"}" { print $2 }')
 [ "$timeouts" = 2 ] || fail "hook_runs_total{result=timeout}: '$timeouts', want 2"
 ok "2. hanging hooks: the takeover took $hang_s s (quick hook: $base_s s, bound +$SLACK_S s); each killed at $HANG_TIMEOUT_MS ms with its group, logged, counted ($timeouts on the secondary)"
+kill -9 $sp $pp 2>/dev/null; wait 2>/dev/null
+
+# 3. A source under `run` migrated: its 'migrated' hook runs (after the source has exited).
+dport=$(free_port); dcon=$(free_port); rcon=$(free_port)
+"$BIN" secondary --listen 127.0.0.1:$dport --console tcp:127.0.0.1:$dcon --insecure \
+	--failover-timeout-ms 2000 2>"$tmp/dst.log" &
+dp=$!
+wait_port $dport 20 || fail "destination did not listen"
+"$BIN" run --guest counter --console tcp:127.0.0.1:$rcon --control "$tmp/src.ctl" \
+	--on-event "$tmp/record.sh src" 2>"$tmp/src.log" &
+rp=$!
+wait_port $rcon 20 || fail "source did not start: $(tail -3 "$tmp/src.log")"
+"$BIN" migrate --timeout-ms 5000 --control "$tmp/src.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>&1 ||
+	fail "migrate failed: $(tail -3 "$tmp/src.log")"
+wait $rp
+f=$tmp/ev/src.migrated
+for _ in $(seq 1 100); do [ -s "$f" ] && break; sleep 0.05; done
+[ "$(field "$f" UNDERSTUDY_EVENT)" = migrated ] || fail "no migrated event: $(ls "$tmp/ev"); $(grep hooks "$tmp/src.log")"
+[ "$(field "$f" UNDERSTUDY_PEER)" = 127.0.0.1:$dport ] || fail "migrated peer: $(cat "$f")"
+[ "$(field "$tmp/ev/src.protected" UNDERSTUDY_EVENT)" = protected ] || fail "the migration's engine did not say protected"
+ok "3. run -> migrate: 'protected' then 'migrated' (peer $(field "$f" UNDERSTUDY_PEER), epoch $(field "$f" UNDERSTUDY_EPOCH))"
+kill $dp; wait $dp 2>/dev/null
 echo "PASS sys_hooks"

@@ -7,7 +7,8 @@
 #      histograms, page bytes sent and received), other paths get 404;
 #   3. kill -9 of the primary: the secondary says takeovers_total 1, role
 #      primary, state active, and still passes promtool;
-#   4. `run --metrics`: a VM without protection says primary/unprotected.
+#   4. `run --metrics`: a VM without protection says primary/unprotected;
+#      after `understudy protect`, protected (the attached engine's metrics).
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -127,12 +128,27 @@ ok "   grafana dashboard: valid JSON, its $(python3 -c "import json; print(len(j
 
 # 4. run
 rmet=$(free_port)
-"$BIN" run --guest counter --console tcp:127.0.0.1:$(free_port) --metrics 127.0.0.1:$rmet 2>"$tmp/run.log" &
+"$BIN" run --guest counter --console tcp:127.0.0.1:$(free_port) --metrics 127.0.0.1:$rmet \
+	--control "$tmp/run.ctl" 2>"$tmp/run.log" &
 rp=$!
 wait_port $rmet 20 || fail "run: no metrics port: $(tail -3 "$tmp/run.log")"
 [ "$(scrape $rmet "$tmp/r1")" = 200 ] || fail "run /metrics: no 200"
 check_prom "$tmp/r1" "run"
 [ "$(value "$tmp/r1" 'understudy_state{state="unprotected"}')" = 1 ] || fail "run state: $(grep '^understudy_state' "$tmp/r1")"
-kill $rp; wait $rp 2>/dev/null
-ok "4. run --metrics: primary, unprotected, promtool clean"
+# understudy protect attaches an engine to the running VM: its metrics are served from then on.
+sport=$(free_port)
+"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$(free_port) --insecure \
+	--failover-timeout-ms 1000 2>"$tmp/sec4.log" &
+sp=$!
+wait_port $sport 20 || fail "secondary did not listen: $(cat "$tmp/sec4.log")"
+"$BIN" protect --control "$tmp/run.ctl" --peer 127.0.0.1:$sport --insecure --timeout-ms 1000 >/dev/null ||
+	fail "protect: $(tail -3 "$tmp/run.log")"
+wait_log "$tmp/run.log" "protected: secondary holds" 30 || fail "run never protected: $(tail -3 "$tmp/run.log")"
+[ "$(scrape $rmet "$tmp/r2")" = 200 ] || fail "run /metrics: no 200"
+check_prom "$tmp/r2" "run, protected"
+[ "$(value "$tmp/r2" 'understudy_state{state="protected"}')" = 1 ] || fail "protected run state: $(grep '^understudy_state' "$tmp/r2")"
+[ "$(value "$tmp/r2" 'understudy_events_total{event="protected"}')" = 1 ] || fail "protected event not counted"
+gt "$(value "$tmp/r2" understudy_pause_seconds_count)" 0 || fail "no pauses counted after protect"
+kill $rp $sp; wait $rp $sp 2>/dev/null
+ok "4. run --metrics: primary, unprotected, promtool clean; after understudy protect: protected, pauses counted"
 echo "PASS sys_metrics"
