@@ -9,15 +9,17 @@
 #      the kill to the console's answer, generous bound), and each hanging
 #      hook is killed at --on-event-timeout-ms with its process group, and
 #      logged; understudy_hook_runs_total{result="timeout"} counts it;
-#   3. a VM under `run` migrated away: 'migrated' with the destination.
+#   3. a VM under `run` migrated away: 'migrated' with the destination;
+#   4. a planned switchover: 'switchover' on both sides with the new roles,
+#      and the metrics follow (switchovers_total, role, state).
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-HANG_TIMEOUT_MS=6000   # longer than the slack: a hook the agent waited for would show
-SLACK_S=3          # how much later the takeover may be with the hanging hook
+HANG_TIMEOUT_MS=10000   # longer than the slack: a hook the agent waited for would show
+SLACK_S=5          # how much later the takeover may be with the hanging hook
 
 n=0
 start_pair() {   # HOOK [more secondary args]: sets sp pp sport scon pcon smet
@@ -135,4 +137,37 @@ for _ in $(seq 1 100); do [ -s "$f" ] && break; sleep 0.05; done
 [ "$(field "$tmp/ev/src.protected" UNDERSTUDY_EVENT)" = protected ] || fail "the migration's engine did not say protected"
 ok "3. run -> migrate: 'protected' then 'migrated' (peer $(field "$f" UNDERSTUDY_PEER), epoch $(field "$f" UNDERSTUDY_EPOCH))"
 kill $dp; wait $dp 2>/dev/null
+
+# 4. A planned switchover: both sides say 'switchover', each with its new role;
+#    understudy_switchovers_total and the roles follow.
+a_port=$(free_port); a_con=$(free_port); a_met=$(free_port)
+b_port=$(free_port); b_con=$(free_port); b_met=$(free_port)
+"$BIN" secondary --listen 127.0.0.1:$b_port --console tcp:127.0.0.1:$b_con --insecure \
+	--failover-timeout-ms 1000 --control "$tmp/b.ctl" --metrics 127.0.0.1:$b_met \
+	--on-event "$tmp/record.sh b" 2>"$tmp/b.log" &
+bp=$!
+wait_port $b_port 20 || fail "secondary did not listen"
+"$BIN" primary --guest counter --peer 127.0.0.1:$b_port --console tcp:127.0.0.1:$a_con --insecure \
+	--timeout-ms 1000 --control "$tmp/a.ctl" --metrics 127.0.0.1:$a_met \
+	--on-event "$tmp/record.sh a" 2>"$tmp/a.log" &
+ap=$!
+wait_log "$tmp/a.log" "protected: secondary holds" 30 || fail "never protected: $(tail -3 "$tmp/a.log")"
+"$BIN" switchover --control "$tmp/a.ctl" --listen 127.0.0.1:$a_port >/dev/null 2>"$tmp/sw.err" ||
+	fail "switchover: $(cat "$tmp/sw.err"; tail -3 "$tmp/a.log")"
+for f in a.switchover b.switchover; do
+	for _ in $(seq 1 200); do [ -s "$tmp/ev/$f" ] && break; sleep 0.05; done
+	[ -s "$tmp/ev/$f" ] || fail "no $f event: $(ls "$tmp/ev"); $(grep -h hooks "$tmp/a.log" "$tmp/b.log")"
+done
+[ "$(field "$tmp/ev/a.switchover" UNDERSTUDY_ROLE)" = secondary ] || fail "old primary: $(cat "$tmp/ev/a.switchover")"
+[ "$(field "$tmp/ev/b.switchover" UNDERSTUDY_ROLE)" = primary ] || fail "new primary: $(cat "$tmp/ev/b.switchover")"
+[ "$(field "$tmp/ev/b.switchover" UNDERSTUDY_EPOCH)" -gt 0 ] || fail "new primary epoch: $(cat "$tmp/ev/b.switchover")"
+mval() { curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k { print $2 }'; }
+for _ in $(seq 1 100); do [ "$(mval $b_met 'understudy_state{state="protected"}')" = 1 ] && break; sleep 0.1; done
+[ "$(mval $a_met understudy_switchovers_total)" = 1 ] && [ "$(mval $b_met understudy_switchovers_total)" = 1 ] ||
+	fail "switchovers_total: a $(mval $a_met understudy_switchovers_total), b $(mval $b_met understudy_switchovers_total)"
+[ "$(mval $a_met 'understudy_role{role="secondary"}')" = 1 ] || fail "the old primary's role: $(curl -s "http://127.0.0.1:$a_met/metrics" | grep '^understudy_role')"
+[ "$(mval $b_met 'understudy_role{role="primary"}')" = 1 ] || fail "the new primary's role"
+[ "$(mval $b_met 'understudy_state{state="protected"}')" = 1 ] || fail "the new primary is not protected: $(curl -s "http://127.0.0.1:$b_met/metrics" | grep '^understudy_state.* 1$')"
+ok "4. switchover: 'switchover' on both sides (old primary: role secondary; new: role primary, epoch $(field "$tmp/ev/b.switchover" UNDERSTUDY_EPOCH)); switchovers_total 1 on both, roles swapped, the new primary protected"
+kill $ap $bp; wait $ap $bp 2>/dev/null
 echo "PASS sys_hooks"
