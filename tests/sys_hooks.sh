@@ -169,5 +169,13 @@ for _ in $(seq 1 100); do [ "$(mval $b_met 'understudy_state{state="protected"}'
 [ "$(mval $b_met 'understudy_role{role="primary"}')" = 1 ] || fail "the new primary's role"
 [ "$(mval $b_met 'understudy_state{state="protected"}')" = 1 ] || fail "the new primary is not protected: $(curl -s "http://127.0.0.1:$b_met/metrics" | grep '^understudy_state.* 1$')"
 ok "4. switchover: 'switchover' on both sides (old primary: role secondary; new: role primary, epoch $(field "$tmp/ev/b.switchover" UNDERSTUDY_EPOCH)); switchovers_total 1 on both, roles swapped, the new primary protected"
-kill $ap $bp; wait $ap $bp 2>/dev/null
+# The standby (the old primary) dies: the new primary says 'unprotected'.
+rm -f "$tmp/ev/b.unprotected"
+kill -9 $ap; wait $ap 2>/dev/null
+f=$tmp/ev/b.unprotected
+for _ in $(seq 1 200); do [ -s "$f" ] && break; sleep 0.05; done
+[ "$(field "$f" UNDERSTUDY_ROLE)" = primary ] || fail "no unprotected event on the primary: $(ls "$tmp/ev"); $(tail -3 "$tmp/b.log")"
+[ -n "$(field "$f" UNDERSTUDY_REASON)" ] || fail "unprotected without a reason: $(cat "$f")"
+ok "   the standby killed: the primary said 'unprotected' ($(field "$f" UNDERSTUDY_REASON))"
+kill $bp; wait $bp 2>/dev/null
 echo "PASS sys_hooks"
