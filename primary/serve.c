@@ -258,6 +258,7 @@ int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_
 		vm->cb_ctx = NULL;
 		log_set_role("secondary");
 		repl_switch_secondary_opts(&ctx.sw, control_path, &so);
+		so.ops = ctx.ops;
 		return repl_secondary_adopt(loop, &so, vm, &ctx.sw);
 	}
 	repl_vm_free(vm);
