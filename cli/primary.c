@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/ops.h"
 #include "primary/primary.h"
 
 static const char primary_help[] =
@@ -21,7 +22,7 @@ static const char primary_help[] =
 	"--min-epoch-ms (default 2) after the last one, so that a reply waits for one\n"
 	"pause and one round trip rather than a whole epoch (--min-epoch-ms >= --epoch-ms:\n"
 	"the timer only).\n\n"
-	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP;
+	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
 {
@@ -29,6 +30,7 @@ int cli_cmd_primary(int argc, char **argv)
 		VM_OPTIONS_LONG,
 		NET_OPTIONS_LONG,
 		WITNESS_OPTIONS_LONG,
+		OPS_OPTIONS_LONG,
 		{ "peer", required_argument, NULL, 'p' },
 		{ "epoch-ms", required_argument, NULL, 'e' },
 		{ "min-epoch-ms", required_argument, NULL, 'm' },
@@ -43,8 +45,11 @@ int cli_cmd_primary(int argc, char **argv)
 	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500,
 				       .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
 	struct witness_options wo;
-	int opt;
+	struct ops_options ops;
+	struct cli_ops co;
+	int opt, status;
 
+	cli_ops_options_init(&ops);
 	cli_vm_options_init(&vo);
 	cli_witness_options_init(&wo);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
@@ -64,7 +69,8 @@ int cli_cmd_primary(int argc, char **argv)
 			break;
 		case 'c': o.control = optarg; break;
 		default:
-			r = opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
+			r = cli_is_ops_option(opt) ? cli_parse_ops_option("primary", &ops, opt, optarg) :
+			    opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
 			    cli_parse_option(opt, optarg, &vo, &o.net);
 			break;
 		}
@@ -78,10 +84,15 @@ int cli_cmd_primary(int argc, char **argv)
 		return 2;
 	}
 	if (cli_vm_options_check(&vo) || cli_net_options_check(&o.net) ||
-	    cli_witness_options_check(&wo, vo.cfg.guest))
+	    cli_witness_options_check(&wo, vo.cfg.guest) || cli_ops_options_check("primary", &ops))
 		return 2;
 	o.witness = wo.o;
 	o.cfg = vo.cfg;
 	o.console = vo.console;
-	return primary_run(ev_default_loop(0), &o);
+	if (cli_ops_start(&ops, ev_default_loop(0), "primary", &co))
+		return 1;
+	o.ops = co.ops;
+	status = primary_run(ev_default_loop(0), &o);
+	cli_ops_stop(&co);
+	return status;
 }

@@ -7,13 +7,14 @@
 
 #include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
+#include "cli/ops.h"
 #include "primary/primary.h"
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
 	"Rebuilds the VM saved in FILE (a full snapshot), applies the incremental\n"
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
-	"Nothing runs unless every file is intact and they form one chain.\n";
+	"Nothing runs unless every file is intact and they form one chain.\n\n" OPS_OPTIONS_HELP;
 
 /* Applies the chain (files[0], already read into c, and the diffs after it)
  * to vm, saying what is wrong with the first file that does not fit. */
@@ -38,6 +39,7 @@ static int apply_files(struct repl_vm *vm, struct ckpt *c, uint64_t base_id, cha
 int cli_cmd_restore(int argc, char **argv)
 {
 	static const struct option longopts[] = {
+		OPS_OPTIONS_LONG,
 		{ "console", required_argument, NULL, 'C' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
@@ -50,8 +52,11 @@ int cli_cmd_restore(int argc, char **argv)
 	struct ev_loop *loop;
 	struct repl_vm *vm;
 	struct ckpt c;
+	struct ops_options ops;
+	struct cli_ops co;
 	int opt, r;
 
+	cli_ops_options_init(&ops);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
 	optind = 1;
@@ -60,13 +65,22 @@ int cli_cmd_restore(int argc, char **argv)
 		case 'C': console = optarg; break;
 		case 'c': control = optarg; break;
 		case 'h': fputs(restore_help, stdout); return 0;
-		default: fputs(restore_help, stderr); return 2;
+		default:
+			if (!cli_is_ops_option(opt)) {
+				fputs(restore_help, stderr);
+				return 2;
+			}
+			if (cli_parse_ops_option("restore", &ops, opt, optarg))
+				return 2;
+			break;
 		}
 	}
 	if (optind >= argc) {
 		fputs(restore_help, stderr);
 		return 2;
 	}
+	if (cli_ops_options_check("restore", &ops))
+		return 2;
 	log_set_role("restore");
 	ckpt_init(&c);
 	/* The base first, for the configuration (and to fail before building). */
@@ -87,7 +101,13 @@ int cli_cmd_restore(int argc, char **argv)
 		goto err;
 	}
 	ckpt_fini(&c);
-	return primary_serve(loop, vm, control);
+	if (cli_ops_start(&ops, loop, "primary", &co)) {
+		repl_vm_free(vm);
+		return 1;
+	}
+	r = primary_serve(loop, vm, control, &co.ops);
+	cli_ops_stop(&co);
+	return r;
 err:
 	ckpt_fini(&c);
 	return 1;

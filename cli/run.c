@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/ops.h"
 #include "primary/primary.h"
 
 static const char run_help[] =
@@ -10,12 +11,14 @@ static const char run_help[] =
 	"Runs a VM unprotected until the guest powers off, or SIGINT/SIGTERM.\n\n"
 	VM_OPTIONS_HELP
 	"  --control PATH        control socket (understudy snapshot --control PATH ...)\n"
+	OPS_OPTIONS_HELP
 	"\nexit status: the guest's power-off status; 1 on errors; 2 on bad options\n";
 
 int cli_cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		VM_OPTIONS_LONG,
+		OPS_OPTIONS_LONG,
 		{ "control", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -25,8 +28,11 @@ int cli_cmd_run(int argc, char **argv)
 	const char *control = NULL;
 	struct ev_loop *loop;
 	struct repl_vm *vm;
+	struct ops_options ops;
+	struct cli_ops co;
 	int opt, r;
 
+	cli_ops_options_init(&ops);
 	cli_vm_options_init(&vo);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
@@ -36,12 +42,16 @@ int cli_cmd_run(int argc, char **argv)
 		switch (opt) {
 		case 'h': fputs(run_help, stdout); return 0;
 		case 'c': control = optarg; break;
-		default: r = cli_parse_option(opt, optarg, &vo, NULL); break;
+		default:
+			r = cli_is_ops_option(opt) ? cli_parse_ops_option("run", &ops, opt, optarg) :
+			    cli_parse_option(opt, optarg, &vo, NULL);
+			break;
 		}
 		if (r)
 			return cli_config_blame(&cf, argv, optind);
 	}
-	if (cli_check_no_more_args("run", argc, argv) || cli_vm_options_check(&vo))
+	if (cli_check_no_more_args("run", argc, argv) || cli_vm_options_check(&vo) ||
+	    cli_ops_options_check("run", &ops))
 		return 2;
 	log_set_role("run");
 
@@ -52,5 +62,11 @@ int cli_cmd_run(int argc, char **argv)
 		repl_vm_free(vm);
 		return 1;
 	}
-	return primary_serve(loop, vm, control);
+	if (cli_ops_start(&ops, loop, "primary", &co)) {
+		repl_vm_free(vm);
+		return 1;
+	}
+	r = primary_serve(loop, vm, control, &co.ops);
+	cli_ops_stop(&co);
+	return r;
 }

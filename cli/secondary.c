@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/ops.h"
 #include "secondary/secondary.h"
 
 static const char secondary_help[] =
@@ -24,7 +25,8 @@ static const char secondary_help[] =
 	"the primary's identity in UNDERSTUDY_PEER, UNDERSTUDY_PEER_HOST, UNDERSTUDY_PEER_PORT,\n"
 	"UNDERSTUDY_VM, UNDERSTUDY_EPOCH, UNDERSTUDY_REASON, UNDERSTUDY_ACTION=off) must exit 0\n"
 	"within --fence-timeout-ms (default 10000) before a takeover; otherwise there is no\n"
-	"takeover (state fence-failed) and the standby stays.\n\n" NET_OPTIONS_HELP WITNESS_OPTIONS_HELP;
+	"takeover (state fence-failed) and the standby stays.\n\n" NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
+	OPS_OPTIONS_HELP;
 
 int cli_cmd_secondary(int argc, char **argv)
 {
@@ -32,6 +34,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		VM_OPTIONS_LONG,
 		NET_OPTIONS_LONG,
 		WITNESS_OPTIONS_LONG,
+		OPS_OPTIONS_LONG,
 		{ "listen", required_argument, NULL, 'l' },
 		{ "failover-timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
@@ -49,8 +52,11 @@ int cli_cmd_secondary(int argc, char **argv)
 					 .fence_timeout_ms = 10000 };
 	bool fence_timeout_given = false;
 	struct witness_options wo;
-	int opt;
+	struct ops_options ops;
+	struct cli_ops co;
+	int opt, status;
 
+	cli_ops_options_init(&ops);
 	cli_vm_options_init(&vo);
 	cli_witness_options_init(&wo);
 	vo.console = NULL;
@@ -88,7 +94,8 @@ int cli_cmd_secondary(int argc, char **argv)
 			fence_timeout_given = true;
 			break;
 		default:
-			r = opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
+			r = cli_is_ops_option(opt) ? cli_parse_ops_option("secondary", &ops, opt, optarg) :
+			    opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
 			    cli_parse_option(opt, optarg, &vo, &o.net);
 			break;
 		}
@@ -102,7 +109,8 @@ int cli_cmd_secondary(int argc, char **argv)
 				"are required\n");
 		return 2;
 	}
-	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest))
+	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
+	    cli_ops_options_check("secondary", &ops))
 		return 2;
 	if (fence_timeout_given && !o.fence_cmd) {
 		fprintf(stderr, "understudy secondary: --fence-timeout-ms needs --fence-cmd\n");
@@ -112,5 +120,10 @@ int cli_cmd_secondary(int argc, char **argv)
 	if (vo.cfg.guest[0])
 		o.pin = vo.cfg;
 	o.console = vo.console;
-	return secondary_run(ev_default_loop(0), &o);
+	if (cli_ops_start(&ops, ev_default_loop(0), "secondary", &co))
+		return 1;
+	o.ops = co.ops;
+	status = secondary_run(ev_default_loop(0), &o);
+	cli_ops_stop(&co);
+	return status;
 }

@@ -16,5 +16,6 @@ int primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 		return status;
 	log_set_role("secondary");
 	repl_switch_secondary_opts(&sw, o->control, &so);
+	so.ops = o->ops;
 	return repl_secondary_adopt(loop, &so, vm, &sw);
 }

@@ -14,7 +14,9 @@ int primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
 
 /* Runs vm (booted or restored) on loop until it stops or a signal, with the
  * control socket at control_path if set (answering "snapshot full|incremental
- * FILE"); takes vm over and frees it. Returns the exit status. */
-int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path);
+ * FILE"); takes vm over and frees it. ops (may be NULL) goes to the engines
+ * "protect" attaches. Returns the exit status. */
+int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path,
+		  const struct repl_ops *ops);
 
 #endif

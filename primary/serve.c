@@ -102,6 +102,7 @@ struct run_ctx {
 	struct repl_vm *vm;
 	struct snapshots *snaps;
 	struct repl_primary *engine;    /* attached by "protect", or NULL */
+	struct repl_ops ops;            /* metrics and hooks, handed to each engine */
 	int status;
 	bool stopped;
 	bool switched;                  /* the engine switched over: become a standby */
@@ -159,6 +160,7 @@ static char *protect_request(struct run_ctx *r, const char *request)
 		free(req);
 		return fmt("error %s", err);
 	}
+	o.ops = r->ops;
 	if (r->engine) {
 		if (!repl_primary_replaceable(r->engine)) {
 			free(req);
@@ -215,13 +217,16 @@ static char *on_control(void *ctx, const char *request)
 	return snapshot_request(r->snaps, request);
 }
 
-int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path)
+int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path,
+		  const struct repl_ops *ops)
 {
 	struct snapshots snaps;
 	struct run_ctx ctx = { .loop = loop, .vm = vm, .snaps = &snaps };
 	struct control *control = NULL;
 	ev_signal sigint_w, sigterm_w;
 
+	if (ops)
+		ctx.ops = *ops;
 	snapshots_init(&snaps, vm->m);
 	vm->on_stopped = on_stopped;
 	vm->cb_ctx = &ctx;
@@ -257,6 +262,7 @@ int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_
 		vm->cb_ctx = NULL;
 		log_set_role("secondary");
 		repl_switch_secondary_opts(&ctx.sw, control_path, &so);
+		so.ops = ctx.ops;
 		return repl_secondary_adopt(loop, &so, vm, &ctx.sw);
 	}
 	repl_vm_free(vm);

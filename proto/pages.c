@@ -166,6 +166,7 @@ static size_t encode_page(struct proto_page_enc *e, uint64_t gfn, const uint8_t 
 	/* The cache must hold exactly what the receiver now has for gfn. */
 	if (slot)
 		memcpy(slot, page, PROTO_PAGE_BYTES);
+	st->enc_bytes[enc] += ENTRY_BYTES + (size_t)n;
 	put_le64(dst, gfn);
 	dst[8] = enc;
 	put_le32(dst + 9, (uint32_t)n);
@@ -184,6 +185,23 @@ static void stats_add(struct proto_page_stats *st, const struct proto_page_stats
 	st->nxor += local->nxor;
 	st->bytes_in += n * PROTO_PAGE_BYTES;
 	st->bytes_out += bytes_out;
+	for (int i = 0; i < 4; i++)
+		st->enc_bytes[i] += local->enc_bytes[i];
+}
+
+/* A decoded entry of elen bytes, for the receiver's metrics. */
+static void count_decoded(struct proto_page_stats *st, uint8_t enc, uint32_t elen)
+{
+	if (!st)
+		return;
+	st->npages++;
+	st->nzero += enc == PROTO_PAGE_ZERO;
+	st->nraw += enc == PROTO_PAGE_RAW;
+	st->nlz4 += enc == PROTO_PAGE_LZ4;
+	st->nxor += enc == PROTO_PAGE_XOR;
+	st->enc_bytes[enc & 3] += ENTRY_BYTES + (uint64_t)elen;
+	st->bytes_in += PROTO_PAGE_BYTES;
+	st->bytes_out += ENTRY_BYTES + (uint64_t)elen;
 }
 
 /* Reserves the worst case (so out->data does not move while encoding),
@@ -406,6 +424,7 @@ int proto_pages_decode(const void *payload, size_t len, uint64_t max_gfn,
 		r = sink->page(ctx, gfn, data);
 		if (r)
 			return r;
+		count_decoded(sink->st, p[off + 8], elen);
 		off += ENTRY_BYTES + elen;
 	}
 	return 0;

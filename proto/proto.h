@@ -284,6 +284,9 @@ struct proto_page_stats {
 	uint64_t nzero, nraw, nlz4, nxor;
 	uint64_t bytes_in;  /* npages * 4096 */
 	uint64_t bytes_out; /* payload bytes produced, headers included */
+	/* bytes_out by encoding (entry headers included), indexed by enum
+	 * proto_page_encoding: what the metrics call bytes by encoding */
+	uint64_t enc_bytes[4];
 };
 
 /* Sender state. The cache of sent pages is direct-mapped by gfn:
@@ -322,6 +325,9 @@ int proto_pages_encode_iov(struct proto_page_enc *e, const uint64_t *gfns,
 struct proto_page_sink {
 	const void *(*base)(void *ctx, uint64_t gfn);
 	int (*page)(void *ctx, uint64_t gfn, const void *data);
+	/* May be NULL; else the decoded entries are counted into it
+	 * (npages, n<encoding>, enc_bytes, bytes_in, bytes_out). */
+	struct proto_page_stats *st;
 };
 
 /* Decodes the payload of a PROTO_T_PAGES frame. Checks the count, every

@@ -145,6 +145,7 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	if (r < 0)
 		return r;
 	e->epoch = ++q->epoch;
+	log_set_epoch(e->epoch);      /* for the JSON log lines */
 	e->capture_ns = t0;
 	e->state = REPL_EPOCH_CAPTURED;
 	repl_event_log("capture %llu", (unsigned long long)e->epoch);
@@ -202,7 +203,8 @@ static int pack_pages(struct repl_epochs *q, struct repl_epoch *e, uint32_t *crc
 			ptrs[k] = c->pages + (i + k) * CKPT_PAGE_SIZE;
 			*crc = proto_digest_page(*crc, c->gfns[i + k], ptrs[k]);
 		}
-		if ((r = proto_pages_encode(q->enc, c->gfns + i, ptrs, n, &e->buf, NULL)) < 0)
+		if ((r = proto_pages_encode(q->enc, c->gfns + i, ptrs, n, &e->buf,
+					      &q->st.pages)) < 0)
 			return r;
 	}
 	return 0;
@@ -337,6 +339,7 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 			e->state = REPL_EPOCH_ACKED;
 			if (e->epoch == epoch)
 				q->st.lag_ns = now_ns() - e->capture_ns;
+			repl_hist_add(&q->st.commit_h, now_ns() - e->capture_ns);
 			commit(q, e);
 		}
 	}

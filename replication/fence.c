@@ -16,11 +16,9 @@
 #include "replication/fence.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,21 +29,15 @@
 #include <unistd.h>
 
 #include "net/net.h"
+#include "replication/proc.h"
 
 #define TAG "fence"
-#define SHELL "/bin/sh"
 /* Without a pidfd (kernel < 5.3) the exit is polled this often. */
 #define EXIT_POLL_MS 10
 /* How often a dying group is looked at. */
 #define GROUP_POLL_MS 5
 
-extern char **environ;
-
-struct out_tail {
-	char buf[REPL_FENCE_OUTPUT_MAX];
-	size_t len;
-	uint64_t total;          /* bytes read, kept or not */
-};
+_Static_assert(REPL_PROC_TAIL_MAX == REPL_FENCE_OUTPUT_MAX, "the kept output");
 
 struct run {
 	pid_t pid;               /* the shell, also the process group id */
@@ -53,60 +45,10 @@ struct run {
 	int out;                 /* read end of stdout + stderr, -1 once at EOF */
 	bool reaped;
 	int status;              /* wait status of the shell, once reaped */
-	struct out_tail tail;
+	struct repl_proc_tail tail;
 };
 
 /* ---- output ------------------------------------------------------------------- */
-
-static void tail_add(struct out_tail *t, const char *p, size_t n)
-{
-	t->total += n;
-	if (n >= sizeof(t->buf)) {
-		memcpy(t->buf, p + n - sizeof(t->buf), sizeof(t->buf));
-		t->len = sizeof(t->buf);
-		return;
-	}
-	if (t->len + n > sizeof(t->buf)) {
-		size_t drop = t->len + n - sizeof(t->buf);
-
-		memmove(t->buf, t->buf + drop, t->len - drop);
-		t->len -= drop;
-	}
-	memcpy(t->buf + t->len, p, n);
-	t->len += n;
-}
-
-/* Copies src to one printable line: the text goes into the environment,
- * the log and `status`, none of which should carry control bytes. */
-static void printable_copy(char *dst, size_t dstlen, const char *src, size_t srclen)
-{
-	size_t i;
-
-	if (!dstlen)
-		return;
-	for (i = 0; i < srclen && i + 1 < dstlen; i++) {
-		unsigned char c = (unsigned char)src[i];
-
-		dst[i] = c < 0x20 || c > 0x7e ? '?' : (char)c;
-	}
-	dst[i] = 0;
-}
-
-/* The last non-empty line of what was kept. */
-static void tail_last_line(const struct out_tail *t, char *out, size_t outlen)
-{
-	size_t end = t->len, start;
-
-	while (end && (t->buf[end - 1] == '\n' || t->buf[end - 1] == '\r' ||
-		       t->buf[end - 1] == ' ' || t->buf[end - 1] == '\t'))
-		end--;
-	start = end;
-	while (start && t->buf[start - 1] != '\n')
-		start--;
-	while (start < end && (t->buf[start] == ' ' || t->buf[start] == '\t'))
-		start++;
-	printable_copy(out, outlen, t->buf + start, end - start);
-}
 
 /* Reads what the pipe holds now. At EOF or on an error the pipe is closed
  * (nobody holds its write end any more, or it cannot be read: either way
@@ -119,7 +61,7 @@ static void drain(struct run *r)
 		ssize_t n = read(r->out, chunk, sizeof(chunk));
 
 		if (n > 0) {
-			tail_add(&r->tail, chunk, (size_t)n);
+			repl_proc_tail_add(&r->tail, chunk, (size_t)n);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -133,136 +75,25 @@ static void drain(struct run *r)
 
 /* ---- environment ------------------------------------------------------------- */
 
-static const char *const our_vars[] = {
-	"UNDERSTUDY_PEER", "UNDERSTUDY_PEER_HOST", "UNDERSTUDY_PEER_PORT", "UNDERSTUDY_VM",
-	"UNDERSTUDY_EPOCH", "UNDERSTUDY_REASON", "UNDERSTUDY_ACTION",
-};
-#define NOUR_VARS (sizeof(our_vars) / sizeof(our_vars[0]))
-
-static bool is_our_var(const char *entry)
-{
-	for (size_t i = 0; i < NOUR_VARS; i++) {
-		size_t n = strlen(our_vars[i]);
-
-		if (strncmp(entry, our_vars[i], n) == 0 && entry[n] == '=')
-			return true;
-	}
-	return false;
-}
-
-static void env_free(char **env, size_t first_ours)
-{
-	if (!env)
-		return;
-	for (size_t i = first_ours; env[i]; i++)
-		free(env[i]);
-	free(env);
-}
-
-static int add_var(char **env, size_t *n, const char *name, const char *value)
-{
-	char v[512];
-
-	printable_copy(v, sizeof(v), value ? value : "", value ? strlen(value) : 0);
-	if (asprintf(&env[*n], "%s=%s", name, v) < 0) {
-		env[*n] = NULL;
-		return -ENOMEM;
-	}
-	(*n)++;
-	env[*n] = NULL;
-	return 0;
-}
-
-/* This process's environment without any of our names (ours must win, and
- * a duplicate name is read differently by different programs), then ours.
- * The inherited strings are borrowed: env_free frees from *first_ours on. */
+/* This process's environment plus the primary's identity (proc.h). */
 static int env_build(const struct repl_fence_peer *p, char ***out, size_t *first_ours)
 {
 	char host[256] = "", port[16] = "", epoch[24];
 	const char *addr = p->peer_addr ? p->peer_addr : "";
-	size_t n = 0, cap = NOUR_VARS + 1;
-	char **env;
-	int r, iport;
+	int iport;
 
-	for (char **e = environ; e && *e; e++)
-		cap++;
-	env = calloc(cap, sizeof(*env));
-	if (!env)
-		return -ENOMEM;
-	for (char **e = environ; e && *e; e++)
-		if (!is_our_var(*e))
-			env[n++] = *e;
-	*first_ours = n;
 	if (addr[0] && net_parse_host_port(addr, false, host, sizeof(host), &iport) == 0)
 		snprintf(port, sizeof(port), "%d", iport);
 	else
 		snprintf(host, sizeof(host), "%s", addr);   /* no port: the address is the host */
 	snprintf(epoch, sizeof(epoch), "%" PRIu64, p->epoch);
-	if ((r = add_var(env, &n, "UNDERSTUDY_PEER", addr)) < 0 ||
-	    (r = add_var(env, &n, "UNDERSTUDY_PEER_HOST", host)) < 0 ||
-	    (r = add_var(env, &n, "UNDERSTUDY_PEER_PORT", port)) < 0 ||
-	    (r = add_var(env, &n, "UNDERSTUDY_VM", p->vm_name)) < 0 ||
-	    (r = add_var(env, &n, "UNDERSTUDY_EPOCH", epoch)) < 0 ||
-	    (r = add_var(env, &n, "UNDERSTUDY_REASON", p->reason)) < 0 ||
-	    (r = add_var(env, &n, "UNDERSTUDY_ACTION", "off")) < 0) {
-		env_free(env, *first_ours);
-		return r;
-	}
-	*out = env;
-	return 0;
-}
-
-/* ---- start -------------------------------------------------------------------- */
-
-/* An fd at 3 or above, close-on-exec: if this process runs with 0, 1 or 2
- * closed, a new pipe could land there and be overwritten by the dup2s. */
-static int fd_above_2(int fd)
-{
-	int nfd;
-
-	if (fd > 2)
-		return fd;
-	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	close(fd);
-	return nfd < 0 ? -errno : nfd;
-}
-
-/* The shell in a new process group whose id is its pid; stdin /dev/null,
- * stdout and stderr the pipe, every other fd closed, signal mask empty and
- * every signal at its default (an ignored SIGPIPE or SIGTERM of the agent
- * would otherwise be inherited through exec). */
-static int spawn(const char *cmd, char **env, int out_w, pid_t *pid)
-{
-	char *argv[] = { "sh", "-c", (char *)cmd, NULL };
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	sigset_t none, all;
-	int r;
-
-	sigemptyset(&none);
-	sigfillset(&all);
-	r = -posix_spawn_file_actions_init(&fa);
-	if (r)
-		return r;
-	r = -posix_spawnattr_init(&at);
-	if (r)
-		goto err_fa;
-	if ((r = -posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0)) ||
-	    (r = -posix_spawn_file_actions_adddup2(&fa, out_w, 1)) ||
-	    (r = -posix_spawn_file_actions_adddup2(&fa, out_w, 2)) ||
-	    (r = -posix_spawn_file_actions_addclosefrom_np(&fa, 3)) ||
-	    (r = -posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-						  POSIX_SPAWN_SETSIGDEF)) ||
-	    (r = -posix_spawnattr_setpgroup(&at, 0)) ||
-	    (r = -posix_spawnattr_setsigmask(&at, &none)) ||
-	    (r = -posix_spawnattr_setsigdefault(&at, &all)))
-		goto err_at;
-	r = -posix_spawn(pid, SHELL, &fa, &at, argv, env);
-err_at:
-	posix_spawnattr_destroy(&at);
-err_fa:
-	posix_spawn_file_actions_destroy(&fa);
-	return r;
+	const struct repl_proc_var vars[] = {
+		{ "UNDERSTUDY_PEER", addr }, { "UNDERSTUDY_PEER_HOST", host },
+		{ "UNDERSTUDY_PEER_PORT", port }, { "UNDERSTUDY_VM", p->vm_name },
+		{ "UNDERSTUDY_EPOCH", epoch }, { "UNDERSTUDY_REASON", p->reason },
+		{ "UNDERSTUDY_ACTION", "off" },
+	};
+	return repl_proc_env_build(vars, sizeof(vars) / sizeof(vars[0]), out, first_ours);
 }
 
 /* ---- exit and end of the group ---------------------------------------------- */
@@ -396,7 +227,7 @@ static int verdict(struct run *r, int waited, unsigned timeout_ms, char why[WHY_
 	char line[256], head[64];
 	int rc;
 
-	tail_last_line(&r->tail, line, sizeof(line));
+	repl_proc_tail_last_line(&r->tail, line, sizeof(line));
 	if (waited == -ETIMEDOUT) {
 		snprintf(head, sizeof(head), "no exit within %u ms", timeout_ms);
 		rc = -ETIMEDOUT;
@@ -420,7 +251,7 @@ static int verdict(struct run *r, int waited, unsigned timeout_ms, char why[WHY_
 
 static void copy_field(char *dst, size_t len, const char *src)
 {
-	printable_copy(dst, len, src ? src : "", src ? strlen(src) : 0);
+	repl_proc_printable(dst, len, src ? src : "", src ? strlen(src) : 0);
 }
 
 int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence_peer *peer,
@@ -428,7 +259,7 @@ int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence
 {
 	static const struct repl_fence_peer nobody = { 0 };
 	char **env = NULL, addr[300], vm[128], reason[256], buf[WHY_MAX];
-	int pipefd[2], w = -1, rc, waited, old_subreaper = 0;
+	int w = -1, rc, waited, old_subreaper = 0;
 	uint64_t t0 = now_ns();
 	size_t first_ours = 0;
 	struct run *r;
@@ -452,19 +283,11 @@ int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence
 	rc = env_build(peer, &env, &first_ours);
 	if (rc < 0)
 		goto err_run;
-	if (pipe2(pipefd, O_CLOEXEC) < 0) {
-		rc = -errno;
+	rc = repl_proc_pipe(&r->out, &w);
+	if (rc < 0) {
 		snprintf(buf, sizeof(buf), "cannot make a pipe: %s", strerror(-rc));
 		goto err_env;
 	}
-	r->out = fd_above_2(pipefd[0]);
-	w = fd_above_2(pipefd[1]);
-	if (r->out < 0 || w < 0) {
-		rc = r->out < 0 ? r->out : w;
-		snprintf(buf, sizeof(buf), "cannot make a pipe: %s", strerror(-rc));
-		goto err_pipe;
-	}
-	fcntl(r->out, F_SETFL, fcntl(r->out, F_GETFL) | O_NONBLOCK);
 
 	/* Orphans of the command come back to us while it runs (see the top). */
 	if (prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper) < 0 ||
@@ -474,11 +297,11 @@ int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence
 	log_info(TAG, "fencing the primary at %s (VM '%s', epoch %" PRIu64 ", %s): running '%s', "
 		 "deadline %u ms", addr, vm, peer->epoch, reason[0] ? reason : "takeover", cmd,
 		 timeout_ms);
-	rc = spawn(cmd, env, w, &r->pid);
+	rc = repl_proc_spawn(cmd, env, w, &r->pid);
 	close(w);
 	w = -1;
 	if (rc < 0) {
-		snprintf(buf, sizeof(buf), "cannot run %s: %s", SHELL, strerror(-rc));
+		snprintf(buf, sizeof(buf), "cannot run /bin/sh: %s", strerror(-rc));
 		goto err_subreaper;
 	}
 	r->pidfd = pidfd_open(r->pid, 0);   /* -1 on an old kernel: the exit is polled */
@@ -500,13 +323,12 @@ int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence
 err_subreaper:
 	if (!old_subreaper)
 		(void)prctl(PR_SET_CHILD_SUBREAPER, 0);
-err_pipe:
 	if (w >= 0)
 		close(w);
 	if (r->out >= 0)
 		close(r->out);
 err_env:
-	env_free(env, first_ours);
+	repl_proc_env_free(env, first_ours);
 err_run:
 	free(r);
 out:

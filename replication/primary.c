@@ -153,6 +153,7 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 		  (unsigned long long)p->ep.epoch, (unsigned long long)p->ep.acked);
 	net_notify(NET_NOTIFY_READY, "UNPROTECTED: %s", f->what);   /* the start is over */
 	p->state = P_UNPROTECTED;
+	repl_pri_event(p, REPL_EV_UNPROTECTED, f->what);
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
 	throttle_off(p);
@@ -216,6 +217,7 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		log_info(TAG, "MIGRATED: the destination runs the guest from epoch %llu; downtime %.3f "
 			 "ms (the pause to its word), %llu bytes sent", (unsigned long long)f->epoch,
 			 p->downtime_ms, (unsigned long long)p->link.bytes_sent);
+		repl_pri_event(p, REPL_EV_MIGRATED, "the destination runs the guest");
 		repl_pri_link_gone(p);
 		finish(p, 0);
 		return -ECANCELED;
@@ -225,6 +227,7 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		       f->reason);
 	log_error(TAG, "%s: another copy runs the guest; this primary stops now and releases "
 		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
+	repl_pri_event(p, REPL_EV_FENCED, p->fault.what);
 	p->keep_standby = true;     /* it owns the guest now */
 	repl_pri_link_gone(p);
 	finish(p, REPL_EXIT_REPLACED);
@@ -483,6 +486,7 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 			 (unsigned long long)epoch, (now_ns() - p->sync.t0_ns) / 1e6);
 		net_notify(NET_NOTIFY_READY, "protected by %s (epoch %llu acknowledged)", p->o->peer,
 			   (unsigned long long)epoch);
+		repl_pri_event(p, REPL_EV_PROTECTED, "the secondary holds the first checkpoint");
 		if (p->wit) {
 			p->vouch_asked = true;
 			repl_witness_vouch(p->wit, p->standby_token);
@@ -1056,6 +1060,7 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 	p->o = o;
 	p->loop = loop;
 	p->state = P_CONNECTING;
+	repl_metrics_watch_primary(o->ops.metrics, p);
 	repl_timing_init(&p->timing, o->timeout_ms, o->epoch_ms);
 	watchers_init(p);
 	if (setup(p) < 0) {
@@ -1099,6 +1104,7 @@ out:
 		repl_witness_release(p->wit, !p->keep_standby);
 		repl_witness_free(p->wit);
 	}
+	repl_metrics_watch_primary(o->ops.metrics, NULL);
 	free(p);
 	return status;
 }
@@ -1159,6 +1165,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	}
 	repl_pri_witness_attach(p);
 	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
+	repl_metrics_watch_primary(p->o->ops.metrics, p);
 	engine_start(p);
 	*out = p;
 	return 0;
@@ -1186,6 +1193,7 @@ void repl_primary_detach(struct repl_primary *p)
 	p->vm->cb_ctx = p->host_stopped_ctx;
 	if (release)
 		repl_vm_set_gated(p->vm, false);
+	repl_metrics_watch_primary(p->o->ops.metrics, NULL);
 	free(p);
 }
 

@@ -48,6 +48,7 @@ void repl_pri_fence(struct repl_primary *p)
 	repl_sync_stop(&p->sync);
 	repl_witness_stop(p->wit);
 	repl_pri_link_gone(p);
+	repl_pri_event(p, REPL_EV_FENCED, p->fault.what);
 }
 
 static void on_vouched(void *ctx)

@@ -15,6 +15,7 @@
 #include "net/console.h"
 #include "net/net.h"
 #include "proto/proto.h"
+#include "replication/metrics.h"
 #include "replication/witness.h"
 
 /* A machine on the loop with its console. Guest output is collected from the
@@ -175,6 +176,9 @@ struct repl_stats {
 	uint64_t epochs, acked, last_dirty_pages, dirty_pages_total, stretched;
 	uint64_t bytes_sent;
 	uint64_t lag_ns;          /* capture of the last acked epoch -> its ACK */
+	struct repl_hist pause_h; /* every pause (primary) or apply (secondary) */
+	struct repl_hist commit_h;   /* capture -> ACK of each acked epoch (primary) */
+	struct proto_page_stats pages;   /* pages of the epochs, by encoding */
 };
 void repl_stats_add_pause(struct repl_stats *s, uint64_t ns);
 void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p99);
@@ -288,6 +292,7 @@ struct repl_sync {
 	uint8_t *snap;             /* stable copies of pages being sent */
 	uint64_t t0_ns;
 	uint64_t batches;          /* sent so far */
+	struct proto_page_stats pages;   /* what the batches held, by encoding */
 	bool running;
 	ev_idle idle_w;
 	/* Loop-thread callbacks of the owner: the sync ended, or failed. */
@@ -437,6 +442,7 @@ struct repl_primary_opts {
 	 * pause and one round trip, not for the rest of the epoch. 0: the
 	 * default, REPL_MIN_EPOCH_MS; >= epoch_ms: timer only. */
 	unsigned min_epoch_ms;
+	struct repl_ops ops;       /* metrics and event hooks of the agent (may be empty) */
 };
 #define REPL_MIN_EPOCH_MS 2
 
@@ -452,6 +458,7 @@ struct repl_secondary_opts {
 	const char *fence_cmd;     /* run before a takeover; must exit 0 (fence.h), or NULL */
 	unsigned fence_timeout_ms; /* ...within this */
 	struct repl_witness_opts witness;   /* witness.endpoints NULL: heartbeat only */
+	struct repl_ops ops;       /* metrics and event hooks of the agent (may be empty) */
 };
 
 /* Fencing without a witness: failure detection by heartbeat, with goodbyes

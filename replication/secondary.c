@@ -646,6 +646,7 @@ static void adopt_standby(struct repl_secondary *s, const struct repl_switch *sw
 	log_info(TAG, "STANDBY after the switchover: holds epoch %llu (downtime %.3f ms); waiting "
 		 "for the new primary at %s", (unsigned long long)sw->epoch, sw->downtime_ms,
 		 s->o->listen);
+	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side is the standby now");
 }
 
 /* Our engine handed the guest over: this side becomes the standby again. */
@@ -698,6 +699,7 @@ static void protect_after_switch(struct repl_secondary *s)
 	/* The guest runs from here (output gated, writes logged); the engine is
 	 * attached once the loop has sent the old primary our word. */
 	machine_resume(m);
+	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side runs the guest now");
 	ev_timer_start(s->loop, &s->switch_w);
 }
 
@@ -714,6 +716,7 @@ static void attach_after_switch(struct repl_secondary *s)
 	o.timeout_ms = s->peer_timing.timeout_ms;
 	o.handshake_timeout_ms = s->o->handshake_timeout_ms;
 	o.resume_epoch = s->stage.applied;
+	o.ops = s->o->ops;
 	r = repl_primary_attach(s->loop, s->vm, s->wit, &o, &host, &s->engine);
 	if (r < 0) {
 		log_error(TAG, "cannot protect the guest onto the old primary (%s): it runs here "
@@ -734,6 +737,7 @@ static char *protect_request(struct repl_secondary *s, const char *req)
 	if (!copy)
 		return NULL;
 	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	o.ops = s->o->ops;
 	if (r == 0 && s->state != S_ACTIVE) {
 		snprintf(err, sizeof(err), "this secondary is %s: only a guest it took over can be "
 			 "protected", repl_sec_state_name(s));
@@ -839,6 +843,7 @@ int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts 
 	repl_staging_init(&s->stage);
 	repl_candidates_init(&s->cands, &cand_ops, s, o->handshake_timeout_ms, &s->fault);
 	watchers_init(s);
+	repl_metrics_watch_secondary(o->ops.metrics, s);
 	if (vm) {
 		/* A primary that switched over: its VM and console are the standby's. */
 		s->vm = vm;
@@ -897,6 +902,7 @@ out:
 		repl_witness_free(s->wit);
 	}
 	repl_staging_fini(&s->stage);
+	repl_metrics_watch_secondary(o->ops.metrics, NULL);
 	free(s);
 	return status;
 }

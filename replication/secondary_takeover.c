@@ -111,6 +111,11 @@ static void take_over(struct repl_secondary *s)
 	if (g->verify_ok || g->verify_failed)
 		log_info(TAG, "test mode: %llu epochs verified equal to the primary, %llu differed",
 			 (unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed);
+	char why[64];
+
+	snprintf(why, sizeof(why), "the primary was silent for %llu ms", (unsigned long long)silent_ms);
+	repl_sec_event(s, REPL_EV_TAKEOVER, why);
+	repl_sec_event(s, REPL_EV_UNPROTECTED, "took over: no standby until protected again");
 }
 
 /* With --fence-cmd, the old primary is powered off before the guest
@@ -202,6 +207,7 @@ void repl_sec_fence(struct repl_secondary *s)
 	repl_witness_stop(s->wit);
 	s->state = S_FENCED;
 	net_notify(NET_NOTIFY_STATUS, "FENCED: %s; the guest is paused for good", s->fault.what);
+	repl_sec_event(s, REPL_EV_FENCED, s->fault.what);
 }
 
 /* Binds the console now, so that a takeover cannot fail on its port. */

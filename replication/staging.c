@@ -134,7 +134,7 @@ static int page_staged(void *ctx, uint64_t gfn, const void *data)
 
 int repl_staging_pages(struct repl_staging *g, const struct proto_frame *f)
 {
-	struct proto_page_sink sink = { .base = page_base };
+	struct proto_page_sink sink = { .base = page_base, .st = &g->st.pages };
 
 	if (!g->vm)
 		return -EPROTO;
@@ -253,6 +253,7 @@ int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee, str
 		return r;
 	}
 	g->applied = g->cur;
+	log_set_epoch(g->applied);    /* for the JSON log lines */
 	g->have_ckpt = true;
 	g->in_epoch = false;
 	repl_stats_add_pause(&g->st, now_ns() - t0);

@@ -160,7 +160,7 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 	n = snap_batch(s, gfns, ptrs);
 	if (n) {
 		proto_buf_init(&batch);
-		if ((r = proto_pages_encode(s->enc, gfns, ptrs, n, &batch, NULL)) < 0) {
+		if ((r = proto_pages_encode(s->enc, gfns, ptrs, n, &batch, &s->pages)) < 0) {
 			proto_buf_fini(&batch);
 			if (repl_fault_local(r) == REPL_FAULT_LOCAL_TRANSIENT)
 				retry_batch(s, from, r, "encoding a batch");

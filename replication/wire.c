@@ -411,9 +411,32 @@ int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch)
 
 /* ---- statistics ----------------------------------------------------------- */
 
+/* Upper bounds of the histogram buckets, ns: 0.1 ms .. 1 s. */
+static const uint64_t hist_le_ns[REPL_HIST_BUCKETS] = {
+	100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 25000000,
+	50000000, 100000000, 250000000, 500000000, 1000000000,
+};
+
+uint64_t repl_hist_le_ns(int i)
+{
+	return hist_le_ns[i];
+}
+
+void repl_hist_add(struct repl_hist *h, uint64_t ns)
+{
+	int i = 0;
+
+	while (i < REPL_HIST_BUCKETS && ns > hist_le_ns[i])
+		i++;
+	h->count[i]++;
+	h->n++;
+	h->sum_ns += ns;
+}
+
 void repl_stats_add_pause(struct repl_stats *s, uint64_t ns)
 {
 	s->pause_ns[s->npause++ % REPL_STATS_WINDOW] = ns;
+	repl_hist_add(&s->pause_h, ns);
 }
 
 void repl_stats_add_epoch(struct repl_stats *s, uint64_t npages)

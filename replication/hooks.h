@@ -1,0 +1,45 @@
+/* --on-event: an operator's command run on each event of an agent
+ * (protected, takeover, fenced, ...), the way keepalived runs its notify
+ * scripts and DRBD its handlers. The command runs through /bin/sh -c in a
+ * process group of its own, with
+ *   UNDERSTUDY_EVENT   protected|unprotected|takeover|fenced|switchover|
+ *                      migrated|drill-pass|drill-fail
+ *   UNDERSTUDY_ROLE    primary|secondary (a standby that took over: primary)
+ *   UNDERSTUDY_EPOCH   the last epoch acknowledged (primary) or applied
+ *   UNDERSTUDY_PEER    HOST:PORT of the other side, as known ("" if not)
+ *   UNDERSTUDY_VM      the guest
+ *   UNDERSTUDY_REASON  one line for people ("" if none)
+ *   UNDERSTUDY_TIME    when, ISO 8601 UTC with milliseconds
+ * in its environment; its stdout and stderr are read by the agent (the last
+ * line is logged when it fails).
+ *
+ * The agent never waits for it: the command is spawned, its exit is seen by
+ * a libev child watcher, and one still running after the timeout gets
+ * SIGTERM (then SIGKILL a second later) with its whole process group. Each
+ * end is logged and counted (understudy_hook_runs_total). At most
+ * REPL_HOOKS_MAX run at once; an event beyond that is logged and dropped. */
+#ifndef US_REPL_HOOKS_H
+#define US_REPL_HOOKS_H
+
+#include <ev.h>
+
+#include "replication/metrics.h"
+
+#define REPL_HOOKS_MAX 16
+#define REPL_HOOKS_KILL_GRACE_MS 1000
+
+struct repl_hooks;
+
+/* loop must be libev's default loop (the only one with child watchers).
+ * cmd is copied. */
+int repl_hooks_new(struct ev_loop *loop, const char *cmd, unsigned timeout_ms,
+		   struct repl_hooks **out) __attribute__((warn_unused_result));
+/* Runs that ended so far, by result (all 0 for h NULL). */
+void repl_hooks_counts(const struct repl_hooks *h, uint64_t out[REPL_HOOK_RESULTS]);
+/* Commands still running are left to finish on their own (a hook for the
+ * last event of an agent that exits still runs to its end). */
+void repl_hooks_free(struct repl_hooks *h);
+/* Starts the command for ev; h may be NULL (no --on-event). */
+void repl_hooks_run(struct repl_hooks *h, enum repl_event ev, const struct repl_event_info *info);
+
+#endif

@@ -1,0 +1,94 @@
+/* The operations side of the agents: Prometheus metrics and event hooks.
+ *
+ * Counters of the running engines stay where they are (struct repl_stats,
+ * the links); an agent process has one struct repl_metrics that knows which
+ * engines run now and holds what outlives them (takeovers, fences, drills,
+ * hook runs). repl_metrics_render() turns all of it into the Prometheus
+ * text exposition format; it reads the engines, so it runs on their loop
+ * (net/metrics.c serves it from that loop, see there).
+ *
+ * Events (protected, takeover, ...) go through repl_ops_event(): counted
+ * here, and handed to the --on-event command (replication/hooks.h). */
+#ifndef US_REPL_METRICS_H
+#define US_REPL_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A latency histogram: fixed upper bounds from 0.1 ms to 1 s (plus +Inf),
+ * counts per bucket (not cumulative), in nanoseconds. */
+#define REPL_HIST_BUCKETS 13
+struct repl_hist {
+	uint64_t count[REPL_HIST_BUCKETS + 1];   /* the last one: above 1 s */
+	uint64_t n;
+	uint64_t sum_ns;
+};
+
+/* (wire.c, with the other statistics) */
+void repl_hist_add(struct repl_hist *h, uint64_t ns);
+/* The upper bound of bucket i < REPL_HIST_BUCKETS, ns. */
+uint64_t repl_hist_le_ns(int i);
+
+enum repl_event {
+	REPL_EV_PROTECTED,     /* the first epoch acknowledged after the initial sync */
+	REPL_EV_UNPROTECTED,   /* the secondary is lost, or a standby took over: no copy */
+	REPL_EV_TAKEOVER,      /* this standby resumed the guest */
+	REPL_EV_FENCED,        /* this side stopped for good: lease lost, or the other took over */
+	REPL_EV_SWITCHOVER,    /* a planned role swap (repl_ops_event by its code) */
+	REPL_EV_MIGRATED,      /* this source handed the guest over */
+	REPL_EV_DRILL_PASS,    /* a failover drill passed (repl_ops_drill_result) */
+	REPL_EV_DRILL_FAIL,
+	REPL_EV_COUNT,
+};
+
+/* "protected", "drill-pass", ...: UNDERSTUDY_EVENT of the hook. */
+const char *repl_event_name(enum repl_event ev);
+
+/* Details of an event; NULL strings count as "". */
+struct repl_event_info {
+	const char *role;      /* primary, secondary */
+	uint64_t epoch;        /* the last one acknowledged or applied */
+	const char *peer;      /* HOST:PORT of the other side, as known */
+	const char *vm;        /* the guest */
+	const char *reason;    /* one line, for people */
+};
+
+struct repl_metrics;
+struct repl_hooks;
+enum repl_hook_result { REPL_HOOK_OK, REPL_HOOK_FAILED, REPL_HOOK_TIMEOUT, REPL_HOOK_RESULTS };
+struct repl_primary;
+struct repl_secondary;
+
+/* What an agent hands its engines (opts->ops); either pointer may be NULL. */
+struct repl_ops {
+	struct repl_metrics *metrics;
+	struct repl_hooks *hooks;
+};
+
+/* Counts ev and runs the hook (never waits for it). ops may be NULL. */
+void repl_ops_event(const struct repl_ops *ops, enum repl_event ev,
+		    const struct repl_event_info *info);
+/* For the drills: counts understudy_drills_total{result=pass|fail} and runs
+ * the hook with drill-pass or drill-fail. */
+void repl_ops_drill_result(const struct repl_ops *ops, bool pass,
+			   const struct repl_event_info *info);
+/* The engines' own events, with their details filled in from their state. */
+void repl_pri_event(struct repl_primary *p, enum repl_event ev, const char *reason);
+void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *reason);
+
+/* host_role: what this process is before any engine runs ("primary" for
+ * run and restore, "secondary"). */
+int repl_metrics_new(const char *host_role, struct repl_metrics **out) __attribute__((warn_unused_result));
+void repl_metrics_free(struct repl_metrics *m);
+/* The engine running now (NULL: none any more). m may be NULL. A secondary
+ * that took over and protects its guest has both: the primary engine wins. */
+void repl_metrics_watch_primary(struct repl_metrics *m, struct repl_primary *p);
+void repl_metrics_watch_secondary(struct repl_metrics *m, struct repl_secondary *s);
+/* The hooks whose runs are counted (understudy_hook_runs_total), or NULL. */
+void repl_metrics_set_hooks(struct repl_metrics *m, struct repl_hooks *h);
+/* The exposition text (malloc'd, *len bytes), or NULL when out of memory.
+ * Loop thread only. ctx: the struct repl_metrics. */
+char *repl_metrics_render(void *ctx, size_t *len);
+
+#endif

@@ -1,0 +1,181 @@
+/* The operations pieces without an agent: JSON escaping of log lines, the
+ * latency histogram's buckets, the metrics text of a host and the event
+ * counters, and a hook run on a real libev loop (spawned, its exit seen,
+ * its details in its environment). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kmod/log.h"
+#include "replication/hooks.h"
+#include "replication/metrics.h"
+
+static void escape_is(const char *in, const char *want)
+{
+	char out[256];
+
+	log_json_escape(out, sizeof(out), in);
+	assert_string_equal(out, want);
+}
+
+static void json_escaping(void **state)
+{
+	(void)state;
+	escape_is("plain", "plain");
+	escape_is("a \"q\" \\ b", "a \\\"q\\\" \\\\ b");
+	escape_is("t\tn\nr\r", "t\\tn\\nr\\r");
+	escape_is("\x01\x1f\x7f", "\\u0001\\u001f\\u007f");
+	escape_is("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+	escape_is("bad\xff end", "bad\\ufffd end");
+	escape_is("\xc0\xaf", "\\ufffd\\ufffd");             /* overlong '/' */
+	escape_is("\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd");  /* a surrogate */
+	escape_is("cut\xe2\x82", "cut\\ufffd\\ufffd");        /* sequence cut short */
+}
+
+/* A full buffer ends before an escape, never inside one. */
+static void json_escaping_truncates_whole(void **state)
+{
+	char out[6];
+	size_t n;
+
+	(void)state;
+	n = log_json_escape(out, sizeof(out), "abcd\"e");
+	assert_int_equal(n, 4);
+	assert_string_equal(out, "abcd");
+	n = log_json_escape(out, sizeof(out), "ab\"cd");
+	assert_int_equal(n, 5);
+	assert_string_equal(out, "ab\\\"c");
+	n = log_json_escape(out, sizeof(out), "abcd\n");
+	assert_string_equal(out, "abcd");
+	assert_int_equal(n, 4);
+}
+
+static void histogram_buckets(void **state)
+{
+	struct repl_hist h = { 0 };
+
+	(void)state;
+	repl_hist_add(&h, 100000);          /* on the first bound: in it */
+	repl_hist_add(&h, 100001);
+	repl_hist_add(&h, 1000000000);      /* 1 s: the last bound */
+	repl_hist_add(&h, 5000000000ull);   /* above: +Inf only */
+	assert_int_equal(h.count[0], 1);
+	assert_int_equal(h.count[1], 1);
+	assert_int_equal(h.count[REPL_HIST_BUCKETS - 1], 1);
+	assert_int_equal(h.count[REPL_HIST_BUCKETS], 1);
+	assert_int_equal(h.n, 4);
+	assert_int_equal(h.sum_ns, 100000 + 100001 + 1000000000ull + 5000000000ull);
+	assert_int_equal(repl_hist_le_ns(0), 100000);
+	assert_int_equal(repl_hist_le_ns(REPL_HIST_BUCKETS - 1), 1000000000);
+}
+
+static char *render(struct repl_metrics *m)
+{
+	size_t len = 0;
+	char *text = repl_metrics_render(m, &len);
+
+	assert_non_null(text);
+	assert_int_equal(strlen(text), len);
+	return text;
+}
+
+static void host_metrics_and_events(void **state)
+{
+	struct repl_metrics *m;
+	struct repl_ops ops;
+	char *text;
+
+	(void)state;
+	assert_int_equal(repl_metrics_new("primary", &m), 0);
+	ops = (struct repl_ops){ .metrics = m };
+	text = render(m);
+	assert_non_null(strstr(text, "understudy_role{role=\"primary\"} 1\n"));
+	assert_non_null(strstr(text, "understudy_state{state=\"unprotected\"} 1\n"));
+	assert_non_null(strstr(text, "understudy_takeovers_total 0\n"));
+	assert_non_null(strstr(text, "# TYPE understudy_drills_total counter\n"));
+	free(text);
+	repl_ops_event(&ops, REPL_EV_TAKEOVER, NULL);
+	repl_ops_drill_result(&ops, true, NULL);
+	repl_ops_drill_result(&ops, false, NULL);
+	repl_ops_drill_result(&ops, false, NULL);
+	repl_ops_event(NULL, REPL_EV_FENCED, NULL);          /* no ops: nothing, no crash */
+	text = render(m);
+	assert_non_null(strstr(text, "understudy_takeovers_total 1\n"));
+	assert_non_null(strstr(text, "understudy_drills_total{result=\"pass\"} 1\n"));
+	assert_non_null(strstr(text, "understudy_drills_total{result=\"fail\"} 2\n"));
+	assert_non_null(strstr(text, "understudy_fences_total 0\n"));
+	assert_non_null(strstr(text, "understudy_events_total{event=\"drill-fail\"} 2\n"));
+	free(text);
+	repl_metrics_free(m);
+}
+
+static void on_give_up(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)w;
+	(void)revents;
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void hook_runs_with_details(void **state)
+{
+	struct ev_loop *loop = ev_default_loop(0);
+	char dir[] = "/tmp/test_ops.XXXXXX", cmd[512], path[64], buf[1024] = "";
+	struct repl_event_info info = { .role = "secondary", .epoch = 42, .peer = "10.0.0.1:7000",
+					.vm = "counter", .reason = "a \"quoted\" reason" };
+	uint64_t counts[REPL_HOOK_RESULTS];
+	struct repl_hooks *h;
+	ev_timer give_up;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/env", dir);
+	snprintf(cmd, sizeof(cmd), "env | grep ^UNDERSTUDY_ | sort >%s; exit 3", path);
+	assert_int_equal(repl_hooks_new(loop, cmd, 5000, &h), 0);
+	repl_hooks_run(h, REPL_EV_DRILL_PASS, &info);
+	ev_timer_init(&give_up, on_give_up, 0.05, 0.05);
+	ev_timer_start(loop, &give_up);
+	for (int i = 0; i < 200; i++) {        /* the loop sees the exit: up to 10 s */
+		repl_hooks_counts(h, counts);
+		if (counts[REPL_HOOK_FAILED])
+			break;
+		ev_run(loop, EVRUN_ONCE);
+	}
+	ev_timer_stop(loop, &give_up);
+	repl_hooks_counts(h, counts);
+	assert_int_equal(counts[REPL_HOOK_FAILED], 1);   /* exit 3 */
+	assert_int_equal(counts[REPL_HOOK_OK], 0);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	assert_true(fread(buf, 1, sizeof(buf) - 1, f) > 0);
+	fclose(f);
+	assert_non_null(strstr(buf, "UNDERSTUDY_EVENT=drill-pass\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_ROLE=secondary\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_EPOCH=42\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_PEER=10.0.0.1:7000\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_VM=counter\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_REASON=a \"quoted\" reason\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_TIME=20"));
+	repl_hooks_free(h);
+	unlink(path);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(json_escaping),
+		cmocka_unit_test(json_escaping_truncates_whole),
+		cmocka_unit_test(histogram_buckets),
+		cmocka_unit_test(host_metrics_and_events),
+		cmocka_unit_test(hook_runs_with_details),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
