@@ -61,6 +61,7 @@ struct repl_primary {
 	double migration_ms;           /* attach (or the migrate request) -> that word */
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
+	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (postcopy.c) */
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */
 	struct {
@@ -118,6 +119,7 @@ struct repl_secondary {
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	struct repl_primary *engine;     /* active and protected again (understudy protect) */
+	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (postcopy.c) */
 };
 
 /* secondary_takeover.c */

@@ -238,6 +238,7 @@ struct repl_epochs {
 	struct repl_stats st;
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
 	uint64_t worst_pages;
+	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
 };
 
 int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link *link,
@@ -273,6 +274,8 @@ struct repl_sync {
 	uint64_t batches;          /* sent so far */
 	bool running;
 	ev_idle idle_w;
+	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
+	ev_timer rate_w;           /* ...until the bucket allows the next batch */
 	/* Loop-thread callbacks of the owner: the sync ended, or failed. */
 	void (*done)(void *ctx);
 	void (*failed)(void *ctx, const struct repl_fault *f);
@@ -408,6 +411,11 @@ struct repl_primary_opts {
 	 * share of the epoch: 20 %, then +10 % per step, at most 99 %), as
 	 * QEMU's auto-converge does. */
 	bool no_auto_converge;
+	/* Migration: the stream before the switch at most this fast (MiB/s,
+	 * 0: unlimited); post-copy after this many rounds without
+	 * convergence (0: never). */
+	unsigned bandwidth_mib;
+	unsigned postcopy_after;
 };
 
 struct repl_secondary_opts {

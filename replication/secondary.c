@@ -41,7 +41,7 @@
  * The takeover itself (secondary_takeover.c): with --fence-cmd the old
  * primary is fenced first, with a witness the key is won first; a standby
  * the witness no longer vouches for stands down. */
-#include "replication/agent.h"
+#include "replication/postcopy.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -59,6 +59,11 @@
 /* The connection ends (see the policy above). */
 static void end_link(struct repl_secondary *s, bool drop)
 {
+	if (s->pc && s->state < S_CONTENDING) {   /* announced: no takeover without the source */
+		repl_link_close(&s->link);
+		repl_pc_dst_lost(s, s->fault.what[0] ? s->fault.what : "the link to the source ended");
+		return;
+	}
 	repl_link_close(&s->link);
 	proto_dec_fini(&s->link.dec);
 	proto_dec_init(&s->link.dec, PROTO_MAX_PAYLOAD_DEFAULT);
@@ -148,6 +153,10 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		return;
 	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
 		return;
+	if (s->pc) {
+		repl_pc_dst_lost(s, "the source went silent during the post-copy hand-over");
+		return;
+	}
 	if (!s->o->manual_takeover) {
 		repl_sec_begin_takeover(s);
 	} else if (!s->told_silent) {
@@ -316,6 +325,8 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 		return 0;
 	case PROTO_T_FENCE:
 		return on_fence(s, (Understudy__Fence *)msg);
+	case PROTO_T_POSTCOPY_BEGIN:
+		return repl_pc_dst_begin(s, (Understudy__PostcopyBegin *)msg);
 	default:
 		return -EPROTO;
 	}
@@ -347,6 +358,8 @@ static void after_feed(struct repl_secondary *s, int r)
 	if (s->migrate_now && s->state == S_STANDBY && s->stage.have_ckpt) {
 		s->migrate_now = false;
 		s->migrating = true;
+		if (s->pc && repl_pc_dst_arm(s) < 0)
+			return;              /* the VM is lost (reported) */
 		repl_sec_begin_takeover(s);
 		return;
 	}
@@ -670,6 +683,7 @@ out:
 	if (s->lis)
 		net_listener_close(s->lis);
 	repl_link_fini(&s->link);
+	repl_pc_dst_free(s);         /* before the stop: no vCPU waits on a missing page */
 	if (s->vm) {
 		machine_stop(s->vm->m, 0);
 		machine_pause(s->vm->m);
