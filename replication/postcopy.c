@@ -28,7 +28,12 @@
  * destination never runs on with pages missing (output gated, vCPUs
  * stopped). It cannot be cancelled either.
  *
- * Test mode (UNDERSTUDY_POSTCOPY_VERIFY in the source's environment): the
+ * Test modes, in the source's environment: UNDERSTUDY_POSTCOPY_STALE_ALL
+ * makes every page ever written stale (all fetched on demand: code, stacks
+ * and page tables fault, from the guest and from KVM's own accesses).
+ * UNDERSTUDY_POSTCOPY_BG_DELAY_MS=N starts the background stream N ms late
+ * (pages come only on demand until then; a window to kill either side).
+ * UNDERSTUDY_POSTCOPY_VERIFY: the
  * source sends a digest of all of its RAM at the switch; the destination
  * adds up the same digest from its RAM before the resume (pages not stale)
  * and from each stale page as it arrives (before the guest can write it),
@@ -133,6 +138,7 @@ struct repl_pc_src {
 	uint64_t nstale, cursor, nrequested, nbackground;
 	struct proto_page_enc *enc;   /* LZ4 and zero pages, no XOR (nothing cached there) */
 	ev_idle idle_w;
+	ev_timer delay_w;          /* test mode: the background stream starts late */
 	struct repl_primary *p;
 	uint64_t run_t0_ns;
 	double postcopy_ms;        /* the destination running -> every page in */
@@ -140,6 +146,7 @@ struct repl_pc_src {
 };
 
 static void src_idle(struct ev_loop *loop, ev_idle *w, int revents);
+static void src_delay_end(struct ev_loop *loop, ev_timer *w, int revents);
 
 int repl_pc_src_new(struct repl_primary *p, unsigned bandwidth_mib, unsigned postcopy_after)
 {
@@ -168,7 +175,8 @@ int repl_pc_src_new(struct repl_primary *p, unsigned bandwidth_mib, unsigned pos
 		}
 	}
 	ev_idle_init(&pc->idle_w, src_idle);
-	pc->idle_w.data = pc;
+	ev_timer_init(&pc->delay_w, src_delay_end, 0, 0);
+	pc->idle_w.data = pc->delay_w.data = pc;
 	p->pc = pc;
 	if (bandwidth_mib) {
 		p->ep.rate = p->sync.rate = &pc->rate;
@@ -186,6 +194,7 @@ void repl_pc_src_free(struct repl_primary *p)
 	if (!pc)
 		return;
 	ev_idle_stop(p->loop, &pc->idle_w);
+	ev_timer_stop(p->loop, &pc->delay_w);
 	p->ep.rate = p->sync.rate = NULL;
 	proto_page_enc_free(pc->enc);
 	free(pc->stale);
@@ -251,6 +260,24 @@ static int send_list(struct repl_primary *p, bool verify, uint64_t digest)
 	return r;
 }
 
+/* Test mode: every page ever written counts as stale (the destination
+ * holds them current, but fetches them all on demand): the guest's code,
+ * stacks and page tables, read by KVM as much as by the guest, all fault. */
+static int stale_all(struct machine *m, uint64_t *stale)
+{
+	size_t words = machine_bitmap_words(m);
+	uint64_t *populated = calloc(words, 8);
+	int r;
+
+	if (!populated)
+		return -ENOMEM;
+	r = machine_ram_populated(m, populated);
+	for (size_t i = 0; r == 0 && i < words; i++)
+		stale[i] |= populated[i];
+	free(populated);
+	return r;
+}
+
 int repl_pc_src_announce(struct repl_primary *p)
 {
 	struct repl_pc_src *pc = p->pc;
@@ -263,6 +290,8 @@ int repl_pc_src_announce(struct repl_primary *p)
 	/* Everything written since the last capture: the final epoch then
 	 * finds nothing dirty and carries only state and output. */
 	if ((r = machine_harvest_dirty(m, pc->stale)) < 0)
+		return r;
+	if (getenv("UNDERSTUDY_POSTCOPY_STALE_ALL") && (r = stale_all(m, pc->stale)) < 0)
 		return r;
 	pc->nstale = machine_bitmap_count(pc->stale, machine_bitmap_words(m));
 	if (verify)
@@ -329,14 +358,31 @@ static void src_idle(struct ev_loop *loop, ev_idle *w, int revents)
 	}
 }
 
+static void src_delay_end(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_pc_src *pc = w->data;
+
+	(void)loop;
+	(void)revents;
+	log_info(TAG, "post-copy: the background stream starts (test mode delay over)");
+	repl_pc_src_room(pc->p);
+}
+
 void repl_pc_src_running(struct repl_primary *p)
 {
 	struct repl_pc_src *pc = p->pc;
+	const char *delay = getenv("UNDERSTUDY_POSTCOPY_BG_DELAY_MS");
 
 	pc->running = true;
 	pc->run_t0_ns = now_ns();
 	log_info(TAG, "post-copy: the destination runs the guest; streaming %llu pages, requested "
 		 "ones first", (unsigned long long)pc->nstale);
+	if (delay && atoi(delay) > 0) {
+		/* Test mode: until then every page the guest touches is a fault. */
+		ev_timer_set(&pc->delay_w, atoi(delay) / 1e3, 0);
+		ev_timer_start(p->loop, &pc->delay_w);
+		return;
+	}
 	ev_idle_start(p->loop, &pc->idle_w);
 }
 
@@ -344,7 +390,7 @@ void repl_pc_src_room(struct repl_primary *p)
 {
 	struct repl_pc_src *pc = p->pc;
 
-	if (pc && pc->running && !pc->complete && pc->cursor < p->vm->m->ram_pages &&
+	if (pc && pc->running && !pc->complete && !ev_is_active(&pc->delay_w) && pc->cursor < p->vm->m->ram_pages &&
 	    !ev_is_active(&pc->idle_w) && p->link.conn &&
 	    net_queued_bytes(p->link.conn) <= PC_QUEUE_MAX)
 		ev_idle_start(p->loop, &pc->idle_w);
