@@ -244,7 +244,7 @@ static double mono_s(void)
 static int follow(const char *control, unsigned max_s, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
-	char state[32] = "", st[64], *reply = NULL;
+	char state[32] = "", st[200], *reply = NULL;
 	double bytes = 0, epoch = 0, downtime = -1, throttle = 0, total_ms = -1;
 	double pc_faults = -1, pc_p50 = -1, pc_p99 = -1, pc_ms = -1;
 	bool postcopy = false;
@@ -275,7 +275,7 @@ static int follow(const char *control, unsigned max_s, bool json)
 			return 1;
 		}
 		json_str(reply, "state", st, sizeof(st));
-		snprintf(state, sizeof(state), "%s", st);
+		snprintf(state, sizeof(state), "%.31s", st);
 		bytes = json_num(reply, "bytes_sent");
 		epoch = json_num(reply, "epoch");
 		downtime = json_num(reply, "migration_downtime_ms");
@@ -303,7 +303,8 @@ static int follow(const char *control, unsigned max_s, bool json)
 		if (!strcmp(state, "migrated"))
 			break;
 		if (!strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced")) {
-			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s\n", state);
+			json_str(reply, "reason", st, sizeof(st));
+			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, st);
 			return 1;
 		}
 		usleep(100000);

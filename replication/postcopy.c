@@ -130,6 +130,7 @@ struct repl_pc_src {
 	struct repl_rate rate;
 	unsigned after;            /* rounds without convergence before post-copy; 0 never */
 	unsigned misses;
+	bool pending;              /* due: at the next epoch the link has room for */
 	bool announced;            /* the stale list left: no way back */
 	bool running;              /* the destination runs the guest */
 	bool complete;
@@ -207,7 +208,17 @@ bool repl_pc_src_due(struct repl_primary *p)
 {
 	struct repl_pc_src *pc = p->pc;
 
-	return pc && pc->after && !pc->announced && ++pc->misses >= pc->after;
+	if (!pc || !pc->after || pc->announced || pc->pending || ++pc->misses < pc->after)
+		return false;
+	pc->pending = true;
+	return true;
+}
+
+bool repl_pc_src_ready(struct repl_primary *p)
+{
+	struct repl_pc_src *pc = p->pc;
+
+	return pc && pc->pending && !pc->announced && !repl_rate_wait_ns(&pc->rate);
 }
 
 double repl_pc_src_rate_ms(const struct repl_primary *p)

@@ -35,9 +35,12 @@ void repl_pc_src_free(struct repl_primary *p);
 /* What the limit adds to the predicted downtime: the last epoch's bytes at
  * the limited bandwidth (ms; 0 without a limit). */
 double repl_pc_src_rate_ms(const struct repl_primary *p);
-/* A round (an ACK) whose predicted downtime did not fit: true when it is
- * time to switch to post-copy. */
+/* A round (an ACK) whose predicted downtime did not fit: true when post-copy
+ * is due (once). It starts in place of the next epoch the bandwidth limit
+ * lets go (repl_pc_src_ready): what that epoch would carry is what the
+ * destination fetches. */
 bool repl_pc_src_due(struct repl_primary *p);
+bool repl_pc_src_ready(struct repl_primary *p);
 /* The guest is paused for good (p->finishing): names the stale pages to
  * the destination. From here on the VM lives only if both sides do. */
 int repl_pc_src_announce(struct repl_primary *p) US_MUST_CHECK;

@@ -76,7 +76,8 @@ static void on_linger(struct ev_loop *loop, ev_timer *w, int revents)
 /* The engine is done: the loop ends (repl_primary_run) or the host is told. */
 static void engine_done(struct repl_primary *p)
 {
-	if (p->migrated && !p->migrated_told) {
+	/* ...and one that lost the VM in post-copy, so that it can say so. */
+	if ((p->migrated || repl_pc_src_switched(p)) && !p->migrated_told) {
 		if (!ev_is_active(&p->linger_w))
 			ev_timer_start(p->loop, &p->linger_w);
 		return;
@@ -360,7 +361,9 @@ static void on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (p->state == P_PROTECTED || p->state == P_PROTECTING)
+	if (p->state == P_PROTECTED && repl_pc_src_ready(p))
+		switch_over(p, true);    /* instead of the epoch: its pages go post-copy */
+	else if (p->state == P_PROTECTED || p->state == P_PROTECTING)
 		(void)run_epoch(p);
 }
 
@@ -408,9 +411,8 @@ static void maybe_switch(struct repl_primary *p)
 	if (predicted_ms > p->migrate_ms) {
 		if (repl_pc_src_due(p)) {
 			log_info(TAG, "migration: predicted downtime %.2f ms > %u ms after %llu epochs: "
-				 "switching to post-copy", predicted_ms, p->migrate_ms,
-				 (unsigned long long)p->ep.epoch);
-			switch_over(p, true);
+				 "post-copy at the next epoch the link has room for", predicted_ms,
+				 p->migrate_ms, (unsigned long long)p->ep.epoch);
 			return;
 		}
 		if (!p->auto_converge || ++p->converge_misses < 8 || p->throttle_pct >= 99)
