@@ -103,9 +103,18 @@ int machine_uffd_fill(struct machine *m, int fd, uint64_t page, const void *data
 	struct uffdio_zeropage zp = { .range = { .start = dst, .len = KVM_PAGE_SIZE } };
 	int r;
 
+	static const uint8_t zero[KVM_PAGE_SIZE];
+
 	do {
 		r = data ? ioctl(fd, UFFDIO_COPY, &cp) : ioctl(fd, UFFDIO_ZEROPAGE, &zp);
 	} while (r < 0 && errno == EAGAIN);
+	/* A kernel without zero-page support for shared memory: copy zeros. */
+	if (r < 0 && errno == EINVAL && !data) {
+		cp.src = (uintptr_t)zero;
+		do {
+			r = ioctl(fd, UFFDIO_COPY, &cp);
+		} while (r < 0 && errno == EAGAIN);
+	}
 	if (r < 0 && errno == EEXIST) {
 		/* Filled already: make sure no waiter on it sleeps on. */
 		struct uffdio_range range = { .start = dst, .len = KVM_PAGE_SIZE };

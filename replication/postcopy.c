@@ -771,8 +771,15 @@ static void on_uffd(struct ev_loop *loop, ev_io *w, int revents)
 			uint64_t pg = pages[i];
 
 			if (bit(pc->placed, pg) || !bit(pc->stale, pg)) {
-				if (machine_uffd_fill(m, pc->uffd, pg, NULL) == 0)
-					pc->zero_faults++;   /* else: there already, its waiters woken */
+				int r = machine_uffd_fill(m, pc->uffd, pg, NULL);
+
+				if (r == 0) {
+					pc->zero_faults++;
+				} else if (r != -EEXIST) {   /* else: there already, its waiters woken */
+					log_error(TAG, "serving a zero page: %s", strerror(-r));
+					repl_pc_dst_lost(s, "a fault could not be served");
+					return;
+				}
 				continue;
 			}
 			if (bit(pc->asked, pg))
@@ -908,7 +915,11 @@ void repl_pc_dst_free(struct repl_secondary *s)
 
 	if (!pc)
 		return;
-	if (pc->uffd >= 0 && s->vm) {
+	if (pc->armed && !pc->done && pc->uffd >= 0 && s->vm) {
+		log_error(TAG, "stopping during post-copy (%llu of %llu stale pages in): THE VM IS LOST",
+			  (unsigned long long)pc->nplaced, (unsigned long long)pc->nstale);
+		stop_guest(s);
+	} else if (pc->uffd >= 0 && s->vm) {
 		ev_io_stop(s->loop, &pc->uffd_w);
 		machine_uffd_close(s->vm->m, pc->uffd);
 	}
