@@ -11,6 +11,8 @@
 #      every page is fetched on demand (test mode: all pages stale, the
 #      background stream 3 s late): the guest's code, stacks and page tables
 #      fault, from the guest and from KVM emulating it;
+#      the stress guest (2 vCPUs, LAPIC timer, AVX) passes its self-check
+#      after the same;
 #   4. the source killed during post-copy: the destination reports the VM
 #      lost, exits 1 and does not run the guest on;
 #   5. the destination killed during post-copy: the source reports the VM
@@ -118,6 +120,31 @@ summary "$tmp/3.json" 's["postcopy"] and s["postcopy_faults"] >= 10 and s["fault
 [ "$(count $dcon incr)" = 6 ] || fail "the destination does not go on after post-copy"
 grep -q "post-copy verify: the RAM at the switch equals" "$tmp/$n.dst.log" || fail "digest: $(grep verify "$tmp/$n.dst.log")"
 ok "3. counter conversation across post-copy, $(grep -o '[0-9]* faults fetched (wait[^)]*)' "$tmp/$n.dst.log")"
+kill $dp; wait $dp 2>/dev/null
+
+# 3b. The stress guest (2 vCPUs, LAPIC timer, AVX state), every page on demand.
+start_dest; start_run "${pc_env[@]}" -- --guest stress --cpus 2
+sleep 1
+migrate --downtime-ms 1 --postcopy-after 2 --no-auto-converge --bandwidth 5 --json >"$tmp/3b.json" 2>"$tmp/3b.err" ||
+	fail "stress migrate: $(tail -2 "$tmp/3b.err")"
+wait $sp || fail "the source exited non-zero"
+summary "$tmp/3b.json" 's["postcopy"] and s["postcopy_faults"] >= 1'
+out=$(python3 - $dcon <<'PY'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
+s.sendall(b"check\n")
+buf, end = b"", time.time() + 20
+while time.time() < end and b"\n" not in buf.split(b"check", 1)[-1]:
+    d = s.recv(4096)
+    if not d:
+        break
+    buf += d
+print(buf.decode(errors="replace").strip().splitlines()[-1] if buf else "")
+PY
+)
+echo "$out" | grep -q "^ok" || fail "stress self-check on the destination: $out"
+grep -q "post-copy verify: the RAM at the switch equals" "$tmp/$n.dst.log" || fail "digest: $(grep verify "$tmp/$n.dst.log")"
+ok "3b. stress guest (2 vCPUs) across post-copy: self-check '$out'"
 kill $dp; wait $dp 2>/dev/null
 
 # 4. The source dies during post-copy.
