@@ -62,6 +62,10 @@ struct repl_primary {
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
 	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (postcopy.c) */
+	bool switching_over;           /* switchover asked: hand over at the next ACK */
+	bool switched;                 /* ...done: the VM becomes the standby */
+	char switch_listen[128];       /* ...where it waits for the new primary */
+	ev_timer reconnect_w;          /* resuming: the old primary may not listen yet */
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */
 	struct {
@@ -120,6 +124,15 @@ struct repl_secondary {
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	struct repl_primary *engine;     /* active and protected again (understudy protect) */
 	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (postcopy.c) */
+	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
+	bool switching;                  /* ...taking over: protect onto switch_listen */
+	char switch_listen[128];         /* where the old primary waits as our standby */
+	bool resuming;                   /* the candidate's Hello resumes our standby */
+	bool await_resume;               /* switched: no takeover before the new primary connects */
+	uint64_t switches;               /* switchovers this agent took part in */
+	double switch_downtime_ms;       /* the last one's, as its old primary measured it */
+	uint64_t switch_epoch;           /* ...and its epoch */
+	ev_timer switch_w;               /* our engine switched over: become the standby */
 };
 
 /* secondary_takeover.c */

@@ -78,6 +78,18 @@ static void on_hangup(void *ctx)
 		v->on_hangup(v->cb_ctx);
 }
 
+/* A half-closed console client waits for the output still held here. */
+static bool on_output_held(void *ctx)
+{
+	struct repl_vm *v = ctx;
+	bool held;
+
+	pthread_mutex_lock(&v->out_lock);
+	held = v->produced != v->released;
+	pthread_mutex_unlock(&v->out_lock);
+	return held;
+}
+
 uint64_t repl_vm_output_mark(struct repl_vm *v)
 {
 	uint64_t mark;
@@ -203,17 +215,35 @@ err:
 
 int repl_vm_open_console(struct repl_vm *v, const char *console)
 {
-	struct console_ops cops = { .input = on_input, .hangup = on_hangup, .ctx = v };
+	struct console_ops cops = { .input = on_input, .hangup = on_hangup,
+				     .output_held = on_output_held, .ctx = v };
 
 	return console_open(v->loop, console, &cops, &v->con);
 }
 
 void repl_vm_serve_console(struct repl_vm *v, struct console *con)
 {
-	struct console_ops cops = { .input = on_input, .hangup = on_hangup, .ctx = v };
+	struct console_ops cops = { .input = on_input, .hangup = on_hangup,
+				     .output_held = on_output_held, .ctx = v };
 
 	v->con = con;
 	console_serve(con, &cops);
+}
+
+struct console *repl_vm_take_console(struct repl_vm *v)
+{
+	struct console *con = v->con;
+
+	if (con)
+		console_unserve(con);
+	v->con = NULL;
+	/* What this copy produced and did not release never leaves: as a
+	 * standby its output is the primary's, replayed from the stream. */
+	pthread_mutex_lock(&v->out_lock);
+	v->out_len = 0;
+	v->released = v->produced;
+	pthread_mutex_unlock(&v->out_lock);
+	return con;
 }
 
 int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to, struct proto_buf *out)
