@@ -1,11 +1,26 @@
 /* Migration extras: the bandwidth limit of the migration stream and
- * post-copy (postcopy.c). Both sides of post-copy live here; primary.c and
+ * post-copy (postcopy.c: the rate, the source; postcopy_dst.c: the
+ * destination). Both sides of post-copy live here; primary.c and
  * secondary.c call in at a few points and never the reverse, except that
  * the destination's outcome ends the secondary's loop (repl_pc_dst_*). */
 #ifndef US_REPL_POSTCOPY_H
 #define US_REPL_POSTCOPY_H
 
 #include "replication/agent.h"
+
+/* One page's share of a RAM digest (test mode): a sum, so that the order in
+ * which pages are counted does not matter. */
+uint64_t repl_pc_page_sum(uint64_t gfn, const void *data);
+
+static inline bool repl_bm_test(const uint64_t *bm, uint64_t i)
+{
+	return bm[i / 64] >> (i % 64) & 1;
+}
+
+static inline void repl_bm_set(uint64_t *bm, uint64_t i)
+{
+	bm[i / 64] |= 1ull << (i % 64);
+}
 
 /* ---- bandwidth: a token bucket on the sender ------------------------------------ */
 
