@@ -101,7 +101,7 @@ wait_log "$tmp/$n.dst.log" "post-copy verify" 20 || fail "no digest check: $(tai
 grep -q "post-copy verify: the RAM at the switch equals" "$tmp/$n.dst.log" ||
 	fail "$(grep 'post-copy verify' "$tmp/$n.dst.log")"
 kill -0 $dp || fail "the destination ended after post-copy"
-[ "$("$BIN" status --control "$tmp/$n.dst.ctl" | sed -n 's/^state //p')" = active ] || fail "destination state"
+[ "$("$BIN" status --control "$tmp/$n.dst.ctl" | sed -n "s/^state //p")" = unprotected ] || fail "destination state: not an ordinary unprotected VM"
 ok "2. post-copy after 2 rounds at 1 MiB/s: migrated, RAM at the switch equal ($(grep -o 'POST-COPY: [0-9]* pages' "$tmp/$n.src.log"))"
 kill $dp; wait $dp 2>/dev/null
 
