@@ -57,7 +57,7 @@
 static void finish(struct repl_primary *p, int status);
 static void send_handover(struct repl_primary *p);
 static void throttle_off(struct repl_primary *p);
-static void switch_over(struct repl_primary *p, bool postcopy);
+static void pause_for_handover(struct repl_primary *p, bool postcopy);
 
 static void engine_done(struct repl_primary *p);
 
@@ -372,7 +372,7 @@ static void on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	if (p->state == P_PROTECTED && repl_pc_src_ready(p))
-		switch_over(p, true);    /* instead of the epoch: its pages go post-copy */
+		pause_for_handover(p, true);    /* instead of the epoch: its pages go post-copy */
 	else if (p->state == P_PROTECTED || p->state == P_PROTECTING)
 		(void)run_epoch(p);
 }
@@ -446,11 +446,11 @@ static void maybe_switch(struct repl_primary *p)
 			 "pausing the guest for the final epoch (from here on it cannot be "
 			 "cancelled)", predicted_ms, p->migrate_ms, (unsigned long long)p->ep.epoch);
 	}
-	switch_over(p, false);
+	pause_for_handover(p, false);
 }
 
 /* The guest is paused for good; post-copy first names the stale pages. */
-static void switch_over(struct repl_primary *p, bool postcopy)
+static void pause_for_handover(struct repl_primary *p, bool postcopy)
 {
 	int r;
 
