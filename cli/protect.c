@@ -301,12 +301,12 @@ static int follow(const char *control, unsigned max_s, bool json)
 				bytes / 1048576.0 / (now - t0 + 1e-9), json_num(reply, "throttle_pct"), now - t0);
 			last_print = now;
 		}
+		json_str(reply, "reason", st, sizeof(st));   /* why it failed, if it did */
 		free(reply);
 		reply = NULL;
 		if (!strcmp(state, "migrated"))
 			break;
 		if (!strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced")) {
-			json_str(reply, "reason", st, sizeof(st));
 			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, st);
 			return 1;
 		}

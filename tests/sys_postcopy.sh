@@ -10,7 +10,8 @@
 #   3. the counter conversation goes on across a post-copy migration in which
 #      every page is fetched on demand (test mode: all pages stale, the
 #      background stream 3 s late): the guest's code, stacks and page tables
-#      fault, from the guest and from KVM emulating it;
+#      fault, from the guest and from KVM emulating it; afterwards the
+#      destination's VM is an ordinary one: `protect` gives it a secondary;
 #      the stress guest (2 vCPUs, LAPIC timer, AVX) passes its self-check
 #      after the same;
 #   4. the source killed during post-copy: the destination reports the VM
@@ -119,8 +120,14 @@ wait $sp || fail "the source exited non-zero"
 summary "$tmp/3.json" 's["postcopy"] and s["postcopy_faults"] >= 10 and s["fault_p99_us"] > 0'
 [ "$(count $dcon incr)" = 6 ] || fail "the destination does not go on after post-copy"
 grep -q "post-copy verify: the RAM at the switch equals" "$tmp/$n.dst.log" || fail "digest: $(grep verify "$tmp/$n.dst.log")"
-ok "3. counter conversation across post-copy, $(grep -o '[0-9]* faults fetched (wait[^)]*)' "$tmp/$n.dst.log")"
-kill $dp; wait $dp 2>/dev/null
+# The destination is an ordinary VM now: it can be protected again.
+dctl=$tmp/$n.dst.ctl; odp=$dp
+start_dest
+out=$("$BIN" protect --control "$dctl" --peer 127.0.0.1:$dport --insecure --timeout-ms 2000) ||
+	fail "protect after post-copy: $out"
+[ "$("$BIN" status --control "$dctl" | sed -n "s/^state //p")" = protected ] || fail "not protected after post-copy"
+ok "3. counter conversation across post-copy, $(grep -o '[0-9]* faults fetched (wait[^)]*)' "$tmp/$((n - 1)).dst.log"); protected again afterwards"
+kill $odp $dp; wait $odp $dp 2>/dev/null
 
 # 3b. The stress guest (2 vCPUs, LAPIC timer, AVX state), every page on demand.
 start_dest; start_run "${pc_env[@]}" -- --guest stress --cpus 2
