@@ -13,7 +13,13 @@ same run, runs interleaved (understudy, QEMU, understudy, QEMU, ...).
          sends every non-zero page whole: 4 KiB each);
      understudy over --insecure every run, once over TLS per kind;
   2. understudy under the dirty guest (64 MiB working set, written once
-     before the migration starts) at 10, 50, 200 MiB/s, beside the idle runs.
+     before the migration starts) at 10, 50, 200 MiB/s, beside the idle runs;
+  3. post-copy under the dirty guest at 200 MiB/s (--downtime-ms 1 so that
+     pre-copy never fits, --postcopy-after 2 --no-auto-converge): total time,
+     downtime, post-copy time, faults and their wait p50/p99; and once more
+     with the background stream held back 1 s (test mode
+     UNDERSTUDY_POSTCOPY_BG_DELAY_MS) so that every page the guest touches
+     meanwhile is a fault served on demand. Beside the pre-copy runs at 200.
 
 understudy's figures: downtime from the --json summary (the source's pause to
 the destination's word that it runs the guest); total from the source's own
@@ -31,7 +37,7 @@ counter: its console answers get as the source did before the move).
 A benchmark, not a test: it prints figures and exits 0 unless a run could not
 be made at all; the QEMU part prints SKIP with the reason when QEMU
 (Debian package qemu-system-x86) is missing or cannot run a KVM guest here.
-usage: bench_migrate.py [--runs N] [--quick]"""
+usage: bench_migrate.py [--runs N] [--quick] [--postcopy-only]"""
 import json, math, os, re, shutil, signal, socket, struct, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -42,6 +48,8 @@ RUNS = 5
 MEM_MB = 256
 TOUCH_MB = 240                  # the touched guests write this much
 DIRTY_MB, DIRTY_RATES, REPORT_MS = 64, [10, 50, 200], 100
+POSTCOPY_RATE, POSTCOPY_ARGS = 200, ["--downtime-ms", "1", "--postcopy-after", "2", "--no-auto-converge"]
+POSTCOPY_DELAY_MS = 1000
 DOWNTIME_MS = 30                # understudy's default --downtime-ms; QEMU's downtime-limit
 MAX_TIME_S = 60                 # understudy migrate --max-time
 QEMU_BANDWIDTH = 100 << 30      # bytes/s
@@ -104,8 +112,8 @@ def pct(values, p):
     return v[k]
 
 
-def spread(values, fmt="%.1f"):
-    return ("p50 " + fmt + " ms (" + fmt + ".." + fmt + ")") % (pct(values, 50), min(values), max(values))
+def spread(values, fmt="%.1f", unit="ms"):
+    return ("p50 " + fmt + " " + unit + " (" + fmt + ".." + fmt + ")") % (pct(values, 50), min(values), max(values))
 
 
 class Procs:
@@ -114,11 +122,12 @@ class Procs:
     def __init__(self, tmp):
         self.tmp, self.procs, self.logs = tmp, [], []
 
-    def start(self, name, argv):
+    def start(self, name, argv, env=None):
         path = os.path.join(self.tmp, name + ".log")
         log = open(path, "w")
         self.logs.append(log)
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log,
+                             env=dict(os.environ, **env) if env else None)
         self.procs.append(p)
         return p, path
 
@@ -194,10 +203,11 @@ def log_time(path, pattern, last=False):
     return found
 
 
-def understudy_run(tmp, tag, guest, tls=None, prepare=None):
-    """One migration: a waiting secondary, `run` with the guest, prepare(console
-    port) -> a token the destination must reproduce (or None), migrate --json.
-    Returns a dict of figures."""
+def understudy_run(tmp, tag, guest, tls=None, prepare=None, margs=(), env=None):
+    """One migration: a waiting secondary, `run` with the guest (env: more of
+    the source's environment), prepare(console port) -> a token the
+    destination must reproduce (or None), migrate --json [margs]. Returns a
+    dict of figures."""
     d = os.path.join(tmp, tag)
     os.makedirs(d)
     procs = Procs(d)
@@ -214,12 +224,12 @@ def understudy_run(tmp, tag, guest, tls=None, prepare=None):
                                         "--control", os.path.join(d, "dst.ctl")] + dlink)
         wait_port(dport)
         src, slog = procs.start("src", [BIN, "run", "--guest", guest, "--mem", "%dM" % MEM_MB, "--console",
-                                        "tcp:%s:%d" % (HOST, scon), "--control", sctl])
+                                        "tcp:%s:%d" % (HOST, scon), "--control", sctl], env=env)
         wait_port(scon)
         token, extra = prepare(scon) if prepare else (None, {})
         t0 = time.monotonic()
         m = subprocess.run([BIN, "migrate", "--control", sctl, "--to", "%s:%d" % (HOST, dport), "--json",
-                            "--downtime-ms", str(DOWNTIME_MS), "--max-time", str(MAX_TIME_S)] + mlink,
+                            "--downtime-ms", str(DOWNTIME_MS), "--max-time", str(MAX_TIME_S)] + mlink + list(margs),
                            capture_output=True, timeout=MAX_TIME_S + 30)
         wall = time.monotonic() - t0
         if m.returncode != 0:
@@ -245,6 +255,10 @@ def understudy_run(tmp, tag, guest, tls=None, prepare=None):
         res = {"tag": tag, "total_ms": (t_end - t_start) * 1000, "downtime_ms": summary["downtime_ms"],
                "summary_total_ms": summary["total_s"] * 1000, "wall_ms": wall * 1000,
                "bytes": summary["bytes"], "epochs": summary["epochs"]}
+        if summary.get("postcopy"):
+            res.update({k: summary[k] for k in ("postcopy_faults", "fault_p50_us", "fault_p99_us", "postcopy_ms")})
+        elif margs:
+            raise BenchError("%s: the migration did not go post-copy: %r" % (tag, summary))
         # Where the time goes: handshake, the sync rounds, the first ACK (the
         # destination applies the first checkpoint), the hand-over.
         t_acc, t_sync = log_time(slog, "secondary accepted us"), log_time(slog, "sync round", last=True)
@@ -467,6 +481,61 @@ def idle_line(kind, what, us, q):
     return d_ok and t_ok
 
 
+def postcopy_round(tmp, i, pc, fails, dirty=None):
+    """Post-copy runs of round i: the stream as it is, and demand only for a
+    while; with dirty, a pre-copy run at the same rate as reference."""
+    guest = "dirty:mb=%d,rate_mb=%d,report_ms=%d" % (DIRTY_MB, POSTCOPY_RATE, REPORT_MS)
+    if dirty is not None:
+        attempt(dirty, fails, understudy_run, tmp, "%02d-dirty-%d" % (i, POSTCOPY_RATE), guest,
+                prepare=dirty_prepare)
+    attempt(pc["stream"], fails, understudy_run, tmp, "%02d-postcopy" % i, guest, prepare=dirty_prepare,
+            margs=POSTCOPY_ARGS)
+    attempt(pc["demand"], fails, understudy_run, tmp, "%02d-postcopy-demand" % i, guest, prepare=dirty_prepare,
+            margs=POSTCOPY_ARGS, env={"UNDERSTUDY_POSTCOPY_BG_DELAY_MS": str(POSTCOPY_DELAY_MS)})
+
+
+def postcopy_lines(pc, precopy):
+    print("== post-copy under the dirty guest at %d MiB/s (%s), %d runs each; reference: pre-copy at the same rate "
+          "in the same run" % (POSTCOPY_RATE, " ".join(POSTCOPY_ARGS), RUNS))
+    for kind, what in (("stream", "background stream from the start"),
+                       ("demand", "background stream %d ms late: on demand only until then" % POSTCOPY_DELAY_MS)):
+        rs = pc[kind]
+        if not rs:
+            print("post-copy (%s): no run succeeded" % what)
+            continue
+        faulted = [r for r in rs if r["postcopy_faults"] > 0]
+        lat = ("fault wait (each run's p50, p99 over its faults): p50 %s, p99 %s; faults a run %s" % (
+            spread([r["fault_p50_us"] for r in faulted], "%.0f", "us"),
+            spread([r["fault_p99_us"] for r in faulted], "%.0f", "us"),
+            spread([r["postcopy_faults"] for r in faulted], "%.0f", "")) if faulted else "no faults (every page came "
+            "in the background before the guest touched it)")
+        ref = ""
+        if precopy:
+            ref = " vs pre-copy total %s, downtime %s" % (spread([r["total_ms"] for r in precopy]),
+                                                        spread([r["downtime_ms"] for r in precopy], "%.2f"))
+        print("migrate post-copy (%s): total %s, downtime %s, post-copy phase %s; %s%s" % (
+            what, spread([r["total_ms"] for r in rs]), spread([r["downtime_ms"] for r in rs], "%.2f"),
+            spread([r["postcopy_ms"] for r in rs], "%.1f"), lat, ref))
+
+
+def postcopy_only():
+    """--postcopy-only: section 3 alone, with its pre-copy reference."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        print("bench_migrate: SKIP: /dev/kvm not usable here")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="understudy-bench-postcopy-")
+    t0, fails, pc, pre = time.monotonic(), [], {"stream": [], "demand": []}, []
+    for i in range(RUNS):
+        postcopy_round(tmp, i, pc, fails, dirty=pre)
+    postcopy_lines(pc, pre)
+    if fails:
+        print("FAILED runs (not in the figures above): %d: %s (logs in %s)" % (len(fails), " || ".join(fails), tmp))
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("bench_migrate: %.0f s" % (time.monotonic() - t0))
+    return 0
+
+
 def main():
     global RUNS
     args = sys.argv[1:]
@@ -474,6 +543,8 @@ def main():
         RUNS = 2
     if "--runs" in args:
         RUNS = int(args[args.index("--runs") + 1])
+    if "--postcopy-only" in args:
+        return postcopy_only()
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         print("bench_migrate: SKIP: /dev/kvm not usable here")
         return 0
@@ -487,6 +558,7 @@ def main():
     us = {k: [] for k in guests}
     q = {k: [] for k in guests}
     tls_res, dirty = {}, {r: [] for r in DIRTY_RATES}
+    pc = {"stream": [], "demand": []}
     fails = []
     try:
         images = qemu_images(tmp)
@@ -518,6 +590,7 @@ def main():
                 guest = "dirty:mb=%d,rate_mb=%d,report_ms=%d" % (DIRTY_MB, rate, REPORT_MS)
                 attempt(dirty[rate], fails, understudy_run, tmp, "%02d-dirty-%d" % (i, rate), guest,
                         prepare=dirty_prepare)
+            postcopy_round(tmp, i, pc, fails)
     except BenchError as e:
         print("bench_migrate: could not measure: %s (logs in %s)" % (e, tmp))
         return 1
@@ -548,11 +621,12 @@ def main():
     ref_d = pct([x["downtime_ms"] for x in us["untouched"]], 50)
     qd = pct([x["downtime_ms"] for x in q["untouched"]], 50) if q["untouched"] else None
     print("== understudy under the dirty guest: %d MiB working set written once before the move, %d runs per rate, "
-          "interleaved (the guest writes one word a page: its pages compress, little goes on the wire); no "
-          "auto-converge throttle and no post-copy exist yet: the migration converges only if an epoch's dirty "
-          "pages fit the downtime, else --max-time (%d s) cancels it" % (DIRTY_MB, RUNS, MAX_TIME_S))
+          "interleaved (the guest writes one word a page: its pages compress, little goes on the wire); "
+          "pre-copy with the default auto-converge; --max-time %d s" % (DIRTY_MB, RUNS, MAX_TIME_S))
     for rate in DIRTY_RATES:
         rs = dirty[rate]
+        if not rs:
+            continue
         t, dt = [r["total_ms"] for r in rs], [r["downtime_ms"] for r in rs]
         print("migrate dirty %d MiB/s (guest measured p50 %.0f MiB/s): total %s, downtime %s, epochs p50 %d (%d..%d), "
               "%.1f MiB sent p50 vs idle untouched total %.1f ms, downtime %.2f ms -> %.2fx, %.2fx%s" % (
@@ -560,6 +634,7 @@ def main():
                   pct([r["epochs"] for r in rs], 50), min(r["epochs"] for r in rs), max(r["epochs"] for r in rs),
                   mib(pct([r["bytes"] for r in rs], 50)), ref_t, ref_d, pct(t, 50) / ref_t, pct(dt, 50) / ref_d,
                   "; downtime vs QEMU idle %.0f ms: %.3fx" % (qd, pct(dt, 50) / qd) if qd else ""))
+    postcopy_lines(pc, dirty[POSTCOPY_RATE])
     if all(v is not None for v in verdicts):
         print("goal (downtime <= 1/10 of QEMU's, total <= QEMU's, p50, both idle kinds): %s" % (
             "met" if all(verdicts) else "MISSED"))

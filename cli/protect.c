@@ -173,7 +173,7 @@ int cli_cmd_protect(int argc, char **argv)
 static const char migrate_help[] =
 	"usage: understudy migrate --control PATH --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
 	"                          [--epoch-ms N] [--timeout-ms N] [--no-auto-converge] [--json]\n"
-	"                          [link options]\n"
+	"                          [--bandwidth MiB/s] [--postcopy-after ROUNDS|never] [link options]\n"
 	"Moves the running VM whose control socket is PATH to the secondary waiting at --to\n"
 	"(understudy secondary): initial sync while the guest runs, protected epochs, and at\n"
 	"the first epoch whose predicted downtime (pause + capture-to-ACK) is at most\n"
@@ -187,6 +187,15 @@ static const char migrate_help[] =
 	"destination drops what it got. Once the guest is paused for the hand-over the\n"
 	"migration cannot be cancelled; if the link fails then, the destination takes over\n"
 	"from the last epoch it holds and the source stays paused (exit 1).\n"
+	"--bandwidth limits the migration stream before the switch (a token bucket; the\n"
+	"predicted downtime counts the last epoch at that rate).\n"
+	"--postcopy-after N (default never): after N epochs in a row whose predicted\n"
+	"downtime does not fit, switch to post-copy: the source pauses the guest for good\n"
+	"and sends its state and the list of pages the destination lacks; the destination\n"
+	"runs the guest at once and fetches each missing page on its first access, while\n"
+	"the source streams the rest. A post-copy migration CANNOT BE CANCELLED after the\n"
+	"switch, and if either side dies before every page is in, the VM is lost (both\n"
+	"sides report it and exit 1; the destination does not run on with pages missing).\n"
 	"A running `understudy primary` migrates only to its own secondary.\n\n"
 	NET_OPTIONS_HELP;
 
@@ -238,14 +247,17 @@ static double mono_s(void)
 static int follow(const char *control, unsigned max_s, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
-	char state[32] = "", st[64], *reply = NULL;
+	char state[32] = "", st[200], *reply = NULL;
 	double bytes = 0, epoch = 0, downtime = -1, throttle = 0, total_ms = -1;
+	double pc_faults = -1, pc_p50 = -1, pc_p99 = -1, pc_ms = -1;
+	bool postcopy = false;
 	int r;
 
 	for (;;) {
 		double now = mono_s();
 
-		if ((interrupted || now - t0 > max_s) && strcmp(state, "switching")) {
+		if ((interrupted || now - t0 > max_s) && strcmp(state, "switching") &&
+		    strcmp(state, "postcopy")) {
 			r = control_request(control, "cancel", 5000, &reply);
 			fprintf(stderr, "\nunderstudy migrate: %s: %s", interrupted ? "interrupted" :
 				"--max-time reached", r < 0 ? "cancel failed\n" : reply);
@@ -257,17 +269,29 @@ static int follow(const char *control, unsigned max_s, bool json)
 			/* The source exits after the hand-over; its last word was read. */
 			if (!strcmp(state, "switching") || !strcmp(state, "migrated"))
 				break;
+			if (!strcmp(state, "postcopy")) {
+				fprintf(stderr, "\nunderstudy migrate: the source ended during post-copy: the "
+					"VM is lost (see the logs)\n");
+				return 1;
+			}
 			fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
 			return 1;
 		}
 		json_str(reply, "state", st, sizeof(st));
-		snprintf(state, sizeof(state), "%s", st);
+		snprintf(state, sizeof(state), "%.31s", st);
 		bytes = json_num(reply, "bytes_sent");
 		epoch = json_num(reply, "epoch");
 		downtime = json_num(reply, "migration_downtime_ms");
 		total_ms = json_num(reply, "migration_total_ms");
 		if (json_num(reply, "throttle_pct") > throttle)
 			throttle = json_num(reply, "throttle_pct");
+		if (strstr(reply, "\"postcopy\":true")) {
+			postcopy = true;
+			pc_faults = json_num(reply, "postcopy_faults");
+			pc_p50 = json_num(reply, "fault_p50_us");
+			pc_p99 = json_num(reply, "fault_p99_us");
+			pc_ms = json_num(reply, "postcopy_ms");
+		}
 		if (json && now - last_print >= 1.0) {
 			printf("{\"elapsed_s\":%.1f,\"status\":%s", now - t0, reply);
 			last_print = now;
@@ -277,26 +301,34 @@ static int follow(const char *control, unsigned max_s, bool json)
 				bytes / 1048576.0 / (now - t0 + 1e-9), json_num(reply, "throttle_pct"), now - t0);
 			last_print = now;
 		}
+		json_str(reply, "reason", st, sizeof(st));   /* why it failed, if it did */
 		free(reply);
 		reply = NULL;
 		if (!strcmp(state, "migrated"))
 			break;
 		if (!strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced")) {
-			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s\n", state);
+			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, st);
 			return 1;
 		}
 		usleep(100000);
 	}
 	if (json)
 		printf("{\"summary\":true,\"result\":\"%s\",\"total_s\":%.3f,\"downtime_ms\":%.3f,"
-		       "\"bytes\":%.0f,\"epochs\":%.0f,\"throttle_pct_max\":%.0f}\n",
+		       "\"bytes\":%.0f,\"epochs\":%.0f,\"throttle_pct_max\":%.0f,\"postcopy\":%s,"
+		       "\"postcopy_faults\":%.0f,\"fault_p50_us\":%.0f,\"fault_p99_us\":%.0f,"
+		       "\"postcopy_ms\":%.3f}\n",
 		       strcmp(state, "migrated") ? "unknown" : "migrated",
-		       total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, downtime, bytes, epoch, throttle);
+		       total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, downtime, bytes, epoch, throttle,
+		       postcopy ? "true" : "false", pc_faults, pc_p50, pc_p99, pc_ms);
 	else
 		fprintf(stderr, "\nmigrated in %.3f s: downtime %.3f ms (pause to the destination's "
 			"word), %.1f MiB sent, %.0f epochs, throttle reached %.0f %%\n",
 			total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, downtime, bytes / 1048576.0, epoch,
 			throttle);
+	if (!json && postcopy)
+		fprintf(stderr, "post-copy: %.0f faults fetched on demand (wait p50 %.0f us, p99 %.0f us), "
+			"all pages in %.1f ms after the destination started\n", pc_faults, pc_p50, pc_p99,
+			pc_ms);
 	return strcmp(state, "migrated") ? 1 : 0;
 }
 
@@ -312,6 +344,8 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-auto-converge", no_argument, NULL, 'A' },
 		{ "timeout-ms", required_argument, NULL, 't' },
+		{ "bandwidth", required_argument, NULL, 'b' },
+		{ "postcopy-after", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -319,6 +353,7 @@ int cli_cmd_migrate(int argc, char **argv)
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000, link_timeout_ms = 500;
+	unsigned bandwidth = 0, pc_after = 0;
 	bool json = false, converge = true;
 	char req[4 * PATH_MAX], num[32], *reply = NULL;
 	int opt, r;
@@ -338,6 +373,12 @@ int cli_cmd_migrate(int argc, char **argv)
 		case 'j': json = true; break;
 		case 'A': converge = false; break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &link_timeout_ms); break;
+		case 'b': r = cli_parse_ms("--bandwidth (MiB/s)", optarg, 1, &bandwidth); break;
+		case 'P':
+			pc_after = 0;
+			r = strcmp(optarg, "never") ? cli_parse_ms("--postcopy-after (rounds)", optarg, 1,
+								      &pc_after) : 0;
+			break;
 		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
 		}
 		if (r)
@@ -355,6 +396,12 @@ int cli_cmd_migrate(int argc, char **argv)
 	snprintf(num, sizeof(num), "%u", downtime_ms);
 	if (add(req, sizeof(req), "downtime-ms", num, false) ||
 	    add(req, sizeof(req), "auto-converge", converge ? "true" : "false", false))
+		return 2;
+	snprintf(num, sizeof(num), "%u", bandwidth);
+	if (bandwidth && add(req, sizeof(req), "bandwidth", num, false))
+		return 2;
+	snprintf(num, sizeof(num), "%u", pc_after);
+	if (pc_after && add(req, sizeof(req), "postcopy-after", num, false))
 		return 2;
 	signal(SIGINT, on_sigint);
 	r = control_request(control, req, 10000, &reply);

@@ -201,4 +201,19 @@ void uart_reset(struct uart_state *u);
 /* Re-drives the IRQ line from restored state. */
 void uart_post_load(struct machine *m);
 
+/* ---- post-copy (uffd.c) ------------------------------------------------- */
+
+/* Drops the pages set in bitmap from the memfd: they read as missing again. */
+int machine_punch_pages(struct machine *m, const uint64_t *bitmap) US_MUST_CHECK;
+/* A userfaultfd (non-blocking) with all of RAM registered in missing-page
+ * mode: from now on an access to a missing page waits for machine_uffd_fill. */
+int machine_uffd_open(struct machine *m, int *fd) US_MUST_CHECK;
+/* Unregisters (waking any waiter) and closes; fd < 0 is a no-op. */
+void machine_uffd_close(struct machine *m, int fd);
+/* Up to max (<= 64) page indices that faulted; 0 when none are pending. */
+int machine_uffd_read(struct machine *m, int fd, uint64_t *pages, size_t max) US_MUST_CHECK;
+/* Places data (NULL: zeros) at page and wakes its waiters; -EEXIST when the
+ * page is there already. */
+int machine_uffd_fill(struct machine *m, int fd, uint64_t page, const void *data) US_MUST_CHECK;
+
 #endif

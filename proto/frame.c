@@ -65,6 +65,9 @@ static const ProtobufCMessageDescriptor *const msg_desc[PROTO_T_MSG_LAST + 1] = 
 	[PROTO_T_FENCE] = &understudy__fence__descriptor,
 	[PROTO_T_ERROR] = &understudy__error__descriptor,
 	[PROTO_T_SECTION] = &understudy__section__descriptor,
+	[PROTO_T_POSTCOPY_BEGIN] = &understudy__postcopy_begin__descriptor,
+	[PROTO_T_PAGE_REQUEST] = &understudy__page_request__descriptor,
+	[PROTO_T_POSTCOPY_DONE] = &understudy__postcopy_done__descriptor,
 };
 
 static const char *const type_names[PROTO_T_MSG_LAST + 1] = {
@@ -76,6 +79,9 @@ static const char *const type_names[PROTO_T_MSG_LAST + 1] = {
 	[PROTO_T_FENCE] = "FENCE",
 	[PROTO_T_ERROR] = "ERROR",
 	[PROTO_T_SECTION] = "SECTION",
+	[PROTO_T_POSTCOPY_BEGIN] = "POSTCOPY_BEGIN",
+	[PROTO_T_PAGE_REQUEST] = "PAGE_REQUEST",
+	[PROTO_T_POSTCOPY_DONE] = "POSTCOPY_DONE",
 };
 
 bool proto_type_known(uint16_t type)

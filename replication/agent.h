@@ -61,6 +61,7 @@ struct repl_primary {
 	double migration_ms;           /* attach (or the migrate request) -> that word */
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
+	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (postcopy.c) */
 	bool switching_over;           /* switchover asked: hand over at the next ACK */
 	bool switched;                 /* ...done: the VM becomes the standby */
 	char switch_listen[128];       /* ...where it waits for the new primary */
@@ -125,6 +126,7 @@ struct repl_secondary {
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	struct repl_primary *engine;     /* active and protected again (understudy protect) */
+	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (postcopy.c) */
 	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
 	bool switching;                  /* ...taking over: protect onto switch_listen */
 	char switch_listen[128];         /* where the old primary waits as our standby */

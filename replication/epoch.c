@@ -11,7 +11,7 @@
  * late): the slot is then released with on_wire still set, and freed by
  * sent(). A captured epoch that cannot reach the link is undone (undo()),
  * so that the next epoch carries everything it held. */
-#include "replication/replication.h"
+#include "replication/postcopy.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -273,7 +273,10 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 	struct repl_epoch *e = slot_claim(q);
 	int r;
 
-	if (!e || (q->link->conn && net_queued_bytes(q->link->conn) > LINK_QUEUE_MAX)) {
+	/* A migration's bandwidth limit holds epochs back like a full link;
+	 * not the final one (resume false): the guest is paused for it. */
+	if (!e || (q->link->conn && net_queued_bytes(q->link->conn) > LINK_QUEUE_MAX) ||
+	    (resume && q->rate && repl_rate_wait_ns(q->rate))) {
 		q->st.stretched++;    /* link slower than the guest: the epoch stretches */
 		return 0;
 	}
@@ -294,6 +297,8 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 			       (unsigned long long)e->epoch, strerror(-r));
 		goto err_undo;
 	}
+	if (q->rate)
+		repl_rate_charge(q->rate, e->buf.len);
 	return 1;
 
 err_undo:

@@ -41,7 +41,7 @@
  * start: output leaves only while its lease is provably valid, a standby
  * it gave up is withdrawn at the witness before held output leaves, and a
  * lease that lapses fences this copy for good (state fenced). */
-#include "replication/agent.h"
+#include "replication/postcopy.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -58,6 +58,7 @@
 static void finish(struct repl_primary *p, int status);
 static void send_handover(struct repl_primary *p);
 static void throttle_off(struct repl_primary *p);
+static void pause_for_handover(struct repl_primary *p, bool postcopy);
 
 static void engine_done(struct repl_primary *p);
 
@@ -76,7 +77,8 @@ static void on_linger(struct ev_loop *loop, ev_timer *w, int revents)
 /* The engine is done: the loop ends (repl_primary_run) or the host is told. */
 static void engine_done(struct repl_primary *p)
 {
-	if (p->migrated && !p->migrated_told) {
+	/* ...and one that lost the VM in post-copy, so that it can say so. */
+	if ((p->migrated || repl_pc_src_switched(p)) && !p->migrated_told) {
 		if (!ev_is_active(&p->linger_w))
 			ev_timer_start(p->loop, &p->linger_w);
 		return;
@@ -199,6 +201,14 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		log_error(TAG, "unexpected goodbye from the secondary (action %d)", f->action);
 		return -EPROTO;
 	}
+	if (p->state == P_SWITCHING && p->final_epoch && f->epoch == p->final_epoch &&
+	    repl_pc_src_switched(p)) {
+		p->downtime_ms = (now_ns() - p->switch_t0_ns) / 1e6;
+		log_info(TAG, "post-copy: the destination runs the guest from epoch %llu; downtime "
+			 "%.3f ms", (unsigned long long)f->epoch, p->downtime_ms);
+		repl_pc_src_running(p);
+		return 0;
+	}
 	if (p->state == P_SWITCHING && p->final_epoch && f->epoch == p->final_epoch) {
 		p->downtime_ms = (now_ns() - p->switch_t0_ns) / 1e6;
 		p->migration_ms = (now_ns() - p->migrate_t0_ns) / 1e6;
@@ -279,6 +289,13 @@ static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 {
 	struct repl_fault fatal;
 
+	if (repl_pc_src_switched(p) && p->state == P_SWITCHING) {
+		repl_pc_src_lost(p, f);   /* neither side alone holds the VM now */
+		p->keep_standby = true;
+		repl_pri_link_gone(p);
+		finish(p, 1);
+		return;
+	}
 	if (f->kind == REPL_FAULT_LOCAL_TRANSIENT) {
 		if (retry_transient(p, f))
 			return;
@@ -364,6 +381,10 @@ static void early_epoch(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->early_w);
 	if (p->state != P_PROTECTED || p->finishing || p->throttle_pct)
 		return;
+	if (repl_pc_src_ready(p)) {
+		pause_for_handover(p, true);   /* as on_epoch_timer */
+		return;
+	}
 	(void)run_epoch(p);
 	if (p->state == P_PROTECTED)
 		ev_timer_again(p->loop, &p->epoch_w);
@@ -399,7 +420,9 @@ static void on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (p->state == P_PROTECTED || p->state == P_PROTECTING)
+	if (p->state == P_PROTECTED && repl_pc_src_ready(p))
+		pause_for_handover(p, true);    /* instead of the epoch: its pages go post-copy */
+	else if (p->state == P_PROTECTED || p->state == P_PROTECTING)
 		(void)run_epoch(p);
 }
 
@@ -445,13 +468,19 @@ static void maybe_switch(struct repl_primary *p)
 	if (p->wit && !p->vouched)
 		return;                  /* the destination could not win the key yet */
 	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
-	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6;
+	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6 + repl_pc_src_rate_ms(p);
 	if (p->switching_over) {
 		log_info(TAG, "switchover: pausing the guest for the final epoch after epoch %llu "
 			 "(predicted downtime %.2f ms); the secondary takes over and this VM becomes "
 			 "its standby at %s", (unsigned long long)p->ep.epoch, predicted_ms,
 			 p->switch_listen);
 	} else if (predicted_ms > p->migrate_ms) {
+		if (repl_pc_src_due(p)) {
+			log_info(TAG, "migration: predicted downtime %.2f ms > %u ms after %llu epochs: "
+				 "post-copy at the next epoch the link has room for", predicted_ms,
+				 p->migrate_ms, (unsigned long long)p->ep.epoch);
+			return;
+		}
 		if (!p->auto_converge || ++p->converge_misses < 8 || p->throttle_pct >= 99)
 			return;
 		p->converge_misses = 0;
@@ -466,6 +495,14 @@ static void maybe_switch(struct repl_primary *p)
 			 "pausing the guest for the final epoch (from here on it cannot be "
 			 "cancelled)", predicted_ms, p->migrate_ms, (unsigned long long)p->ep.epoch);
 	}
+	pause_for_handover(p, false);
+}
+
+/* The guest is paused for good; post-copy first names the stale pages. */
+static void pause_for_handover(struct repl_primary *p, bool postcopy)
+{
+	int r;
+
 	repl_event_log("switch");
 	p->state = P_SWITCHING;
 	p->keep_standby = true;      /* from here on the destination may take over */
@@ -473,6 +510,11 @@ static void maybe_switch(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->epoch_w);
 	p->finishing = true;         /* the final capture does not resume the guest */
 	p->final_pending = true;
+	throttle_off(p);
+	if (postcopy && (r = repl_pc_src_announce(p)) < 0) {
+		fault(p, repl_fault_send(r), r, "post-copy: the stale pages could not be named");
+		return;
+	}
 	try_final_epoch(p);
 }
 
@@ -586,6 +628,23 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 	return 0;
 }
 
+/* Post-copy: a page request, or the end (the migration is complete). */
+static int postcopy_frame(struct repl_primary *p, uint16_t type, const ProtobufCMessage *msg)
+{
+	int r = repl_pc_src_frame(p, type, msg);
+
+	if (r <= 0)
+		return r;
+	p->migration_ms = (now_ns() - p->migrate_t0_ns) / 1e6;
+	p->migrated = true;
+	p->keep_standby = true;
+	log_info(TAG, "MIGRATED (post-copy): the destination holds every page; downtime %.3f ms, "
+		 "%llu bytes sent", p->downtime_ms, (unsigned long long)p->link.bytes_sent);
+	repl_pri_link_gone(p);
+	finish(p, 0);
+	return -ECANCELED;
+}
+
 static int on_frame(void *ctx, const struct proto_frame *f)
 {
 	struct repl_primary *p = ctx;
@@ -613,6 +672,10 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 		break;
 	case PROTO_T_FENCE:
 		r = on_fence(p, (Understudy__Fence *)msg);
+		break;
+	case PROTO_T_PAGE_REQUEST:
+	case PROTO_T_POSTCOPY_DONE:
+		r = postcopy_frame(p, f->type, msg);
 		break;
 	case PROTO_T_ERROR:
 		e = (Understudy__Error *)msg;
@@ -687,6 +750,8 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	if (repl_link_sent_owned(cookie)) {
 		if (p->state == P_SYNC)
 			repl_sync_room(&p->sync);
+		else
+			repl_pc_src_room(p);
 	} else if (kind == REPL_TX_EPOCH) {
 		repl_epoch_sent(&p->ep, cookie);
 		try_final_epoch(p);
@@ -947,6 +1012,7 @@ static void engine_fini(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->throttle_w);
 	ev_timer_stop(p->loop, &p->reconnect_w);
 	ev_timer_stop(p->loop, &p->early_w);
+	repl_pc_src_free(p);
 	repl_sync_fini(&p->sync);
 	repl_link_fini(&p->link);
 	repl_epochs_fini(&p->ep);
@@ -972,6 +1038,9 @@ static char *migrate_request(struct repl_primary *p, const char *req)
 		snprintf(err, sizeof(err), "the VM is %s, not protected", repl_primary_state(p));
 		r = -EINVAL;
 	}
+	if (r == 0 && (o.bandwidth_mib || o.postcopy_after) &&
+	    (r = repl_pc_src_new(p, o.bandwidth_mib, o.postcopy_after)) < 0)
+		snprintf(err, sizeof(err), "cannot set the migration up: %s", strerror(-r));
 	if (r == 0)
 		repl_primary_migrate(p, o.migrate_downtime_ms, !o.no_auto_converge);
 	free(copy);
@@ -1158,6 +1227,15 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 		engine_fini(p);
 		vm->on_stopped = p->host_stopped;
 		vm->on_output = NULL;
+		vm->cb_ctx = p->host_stopped_ctx;
+		repl_vm_set_gated(vm, false);
+		free(p);
+		return r;
+	}
+	if ((o->bandwidth_mib || o->postcopy_after) &&
+	    (r = repl_pc_src_new(p, o->bandwidth_mib, o->postcopy_after)) < 0) {
+		engine_fini(p);
+		vm->on_stopped = p->host_stopped;
 		vm->cb_ctx = p->host_stopped_ctx;
 		repl_vm_set_gated(vm, false);
 		free(p);

@@ -43,6 +43,15 @@ static int set_option(struct repl_primary_opts *o, const char *key, char *v, cha
 		o->no_auto_converge = !strcmp(v, "false");
 		return 0;
 	}
+	if (!strcmp(key, "bandwidth") && o->migrate_downtime_ms)
+		return parse_ms(key, v, 1, &o->bandwidth_mib, err, errlen);
+	if (!strcmp(key, "postcopy-after") && o->migrate_downtime_ms) {
+		if (!strcmp(v, "never")) {
+			o->postcopy_after = 0;
+			return 0;
+		}
+		return parse_ms(key, v, 1, &o->postcopy_after, err, errlen);
+	}
 	if (!strcmp(key, "insecure") && !strcmp(v, "true")) {
 		o->net.insecure = true;
 		return 0;

@@ -259,6 +259,7 @@ struct repl_epochs {
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
 	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
 	uint64_t worst_pages;
+	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
 };
 
 int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link *link,
@@ -295,6 +296,8 @@ struct repl_sync {
 	struct proto_page_stats pages;   /* what the batches held, by encoding */
 	bool running;
 	ev_idle idle_w;
+	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
+	ev_timer rate_w;           /* ...until the bucket allows the next batch */
 	/* Loop-thread callbacks of the owner: the sync ended, or failed. */
 	void (*done)(void *ctx);
 	void (*failed)(void *ctx, const struct repl_fault *f);
@@ -431,6 +434,11 @@ struct repl_primary_opts {
 	 * share of the epoch: 20 %, then +10 % per step, at most 99 %), as
 	 * QEMU's auto-converge does. */
 	bool no_auto_converge;
+	/* Migration: the stream before the switch at most this fast (MiB/s,
+	 * 0: unlimited); post-copy after this many rounds without
+	 * convergence (0: never). */
+	unsigned bandwidth_mib;
+	unsigned postcopy_after;
 	/* Nonzero: the secondary's standby already holds this epoch of the VM
 	 * (it was the VM's primary until a switchover): no sync, the epochs go
 	 * on from resume_epoch + 1 with every page written since the VM resumed

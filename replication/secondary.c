@@ -41,7 +41,7 @@
  * The takeover itself (secondary_takeover.c): with --fence-cmd the old
  * primary is fenced first, with a witness the key is won first; a standby
  * the witness no longer vouches for stands down. */
-#include "replication/agent.h"
+#include "replication/postcopy.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -64,6 +64,11 @@ static void on_engine_ended(void *ctx, int status);
 /* The connection ends (see the policy above). */
 static void end_link(struct repl_secondary *s, bool drop)
 {
+	if (s->pc && s->state < S_CONTENDING) {   /* announced: no takeover without the source */
+		repl_link_close(&s->link);
+		repl_pc_dst_lost(s, s->fault.what[0] ? s->fault.what : "the link to the source ended");
+		return;
+	}
 	repl_link_close(&s->link);
 	proto_dec_fini(&s->link.dec);
 	proto_dec_init(&s->link.dec, PROTO_MAX_PAYLOAD_DEFAULT);
@@ -156,6 +161,10 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		return;
 	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
 		return;
+	if (s->pc) {
+		repl_pc_dst_lost(s, "the source went silent during the post-copy hand-over");
+		return;
+	}
 	if (s->await_resume) {
 		/* After a switchover the new primary runs the guest already: until
 		 * it has connected, its silence proves nothing (it may be alive and
@@ -389,6 +398,8 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 		return 0;
 	case PROTO_T_FENCE:
 		return on_fence(s, (Understudy__Fence *)msg);
+	case PROTO_T_POSTCOPY_BEGIN:
+		return repl_pc_dst_begin(s, (Understudy__PostcopyBegin *)msg);
 	default:
 		return -EPROTO;
 	}
@@ -422,6 +433,8 @@ static void after_feed(struct repl_secondary *s, int r)
 		s->migrating = true;
 		s->switching = s->switch_now;
 		s->switch_now = false;
+		if (s->pc && repl_pc_dst_arm(s) < 0)
+			return;              /* the VM is lost (reported) */
 		repl_sec_begin_takeover(s);
 		if (s->switching && s->state == S_ACTIVE)
 			protect_after_switch(s);
@@ -890,6 +903,7 @@ out:
 	if (s->lis)
 		net_listener_close(s->lis);
 	repl_link_fini(&s->link);
+	repl_pc_dst_free(s);         /* before the stop: no vCPU waits on a missing page */
 	if (s->vm) {
 		machine_stop(s->vm->m, 0);
 		machine_pause(s->vm->m);

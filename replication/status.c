@@ -1,6 +1,6 @@
 /* What `understudy status` shows of each agent (read only: nothing here
  * changes an agent's state). Text, or JSON with "status json". */
-#include "replication/agent.h"
+#include "replication/postcopy.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -21,9 +21,10 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 	uint64_t p50, p99;
 	bool json = strstr(req, "json") != NULL;
 	double hb_ms = p->link.conn ? (now_ns() - p->link.last_rx_ns) / 1e6 : -1;
-	char reason[200], fencing[200];
+	char reason[200], fencing[200], pc[512];
 
 	repl_fault_reason(&p->fault, reason, sizeof(reason));
+	repl_pc_src_status(p, json, pc, sizeof(pc));
 	repl_stats_pause_pct(&q->st, &p50, &p99);
 	if (p->wit)
 		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms left, "
@@ -39,13 +40,13 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
 			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\","
 			"\"migration_downtime_ms\":%.3f,\"migration_total_ms\":%.3f,"
-			"\"throttle_pct\":%u}\n" :
+			"\"throttle_pct\":%u%s}\n" :
 			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
 			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
 			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n"
-			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n",
+			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n%s",
 			repl_primary_state(p), (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
@@ -55,7 +56,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
 			json || reason[0] ? reason : "none", fencing, p->downtime_ms, p->migration_ms,
-			p->throttle_pct);
+			p->throttle_pct, pc);
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)
@@ -120,5 +121,7 @@ const char *repl_primary_state(const struct repl_primary *p)
 {
 	if (p->migrated)
 		return "migrated";
+	if (repl_pc_src_state(p))
+		return repl_pc_src_state(p);
 	return pstate_names[p->state];
 }

@@ -7,7 +7,7 @@
  * Batches leave from an idle watcher, SYNC_QUEUE_MAX bytes ahead of the link
  * at most; repl_sync_room() goes on when sends complete. A batch that fails
  * for want of memory is retried the same way, from where it began. */
-#include "replication/replication.h"
+#include "replication/postcopy.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -20,6 +20,7 @@
 #define SYNC_DONE_PAGES 2048         /* dirty set small enough for the first checkpoint */
 
 static void on_idle(struct ev_loop *loop, ev_idle *w, int revents);
+static void on_rate(struct ev_loop *loop, ev_timer *w, int revents);
 
 int repl_sync_init(struct repl_sync *s, struct ev_loop *loop, struct repl_vm *vm,
 		   struct repl_link *link, struct proto_page_enc *enc)
@@ -30,7 +31,8 @@ int repl_sync_init(struct repl_sync *s, struct ev_loop *loop, struct repl_vm *vm
 	s->link = link;
 	s->enc = enc;
 	ev_idle_init(&s->idle_w, on_idle);
-	s->idle_w.data = s;
+	ev_timer_init(&s->rate_w, on_rate, 0.01, 0);
+	s->idle_w.data = s->rate_w.data = s;
 	s->todo = calloc(machine_bitmap_words(s->vm->m), 8);
 	if (!s->todo)
 		return -ENOMEM;
@@ -60,6 +62,7 @@ void repl_sync_stop(struct repl_sync *s)
 {
 	s->running = false;
 	ev_idle_stop(s->loop, &s->idle_w);
+	ev_timer_stop(s->loop, &s->rate_w);
 }
 
 /* Until repl_sync_room() finds room on the link. */
@@ -148,13 +151,20 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 	uint64_t gfns[BATCH_PAGES], from = s->cursor;
 	const void *ptrs[BATCH_PAGES];
 	struct proto_buf batch;
-	size_t n;
+	uint64_t wait_ns;
+	size_t n, bytes;
 	int r;
 
 	(void)loop;
 	(void)revents;
 	if (!s->link->conn || net_queued_bytes(s->link->conn) > SYNC_QUEUE_MAX) {
 		wait_room(s);
+		return;
+	}
+	if (s->rate && (wait_ns = repl_rate_wait_ns(s->rate))) {   /* bandwidth limit */
+		wait_room(s);
+		ev_timer_set(&s->rate_w, wait_ns / 1e9, 0);
+		ev_timer_start(s->loop, &s->rate_w);
 		return;
 	}
 	n = snap_batch(s, gfns, ptrs);
@@ -168,6 +178,7 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 				fail(s, REPL_FAULT_LOCAL_FATAL, r, "encoding a batch");
 			return;
 		}
+		bytes = batch.len;
 		if ((r = repl_link_send_owned(s->link, &batch)) < 0) {
 			if (repl_fault_send(r) == REPL_FAULT_LOCAL_TRANSIENT)
 				retry_batch(s, from, r, "sending a batch");
@@ -175,11 +186,20 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 				fail(s, repl_fault_send(r), r, "sending a batch");
 			return;
 		}
+		if (s->rate)
+			repl_rate_charge(s->rate, bytes);
 		s->round_pages += n;
 		s->batches++;
 	}
 	if (s->cursor >= s->vm->m->ram_pages)
 		done_round(s);
+}
+
+static void on_rate(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	repl_sync_room(w->data);
 }
 
 int repl_sync_start(struct repl_sync *s, struct repl_fault *f)

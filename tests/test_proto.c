@@ -138,12 +138,17 @@ static void test_msg_roundtrip(void **state)
 	Understudy__Fence fence = UNDERSTUDY__FENCE__INIT;
 	Understudy__Error error = UNDERSTUDY__ERROR__INIT;
 	Understudy__Section sec = UNDERSTUDY__SECTION__INIT;
+	Understudy__PostcopyBegin pcb = UNDERSTUDY__POSTCOPY_BEGIN__INIT;
+	Understudy__PageRequest prq = UNDERSTUDY__PAGE_REQUEST__INIT;
+	Understudy__PostcopyDone pcd = UNDERSTUDY__POSTCOPY_DONE__INIT;
 	/* indexed by frame type; the retired types have no message */
 	const ProtobufCMessage *msgs[PROTO_T_MSG_LAST + 1] = {
 		[PROTO_T_HELLO] = &hello.base, [PROTO_T_EPOCH_BEGIN] = &eb.base,
 		[PROTO_T_EPOCH_END] = &ee.base, [PROTO_T_ACK] = &ack.base,
 		[PROTO_T_HEARTBEAT] = &hb.base, [PROTO_T_FENCE] = &fence.base,
 		[PROTO_T_ERROR] = &error.base, [PROTO_T_SECTION] = &sec.base,
+		[PROTO_T_POSTCOPY_BEGIN] = &pcb.base, [PROTO_T_PAGE_REQUEST] = &prq.base,
+		[PROTO_T_POSTCOPY_DONE] = &pcd.base,
 	};
 	int types[PROTO_T_MSG_LAST], ntypes = 0;
 	struct proto_buf out;
