@@ -118,6 +118,7 @@ struct repl_secondary {
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	struct repl_primary *engine;     /* active and protected again (understudy protect) */
+	struct repl_drill *drill;        /* drills (drill.c), from the first applied epoch */
 };
 
 /* secondary_takeover.c */

@@ -113,6 +113,8 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	 * paused); the secondary compares it with its standby read from KVM. */
 	if (r == 0 && q->verify)
 		r = ckpt_digest_capture(m, &q->cap, &q->verify_digest);
+	if (r == 0 && q->drill.want_digest)
+		repl_drill_pri_capture(q);
 	e->out_mark = repl_vm_output_mark(q->vm);
 	if (resume)
 		machine_resume(m);
@@ -266,6 +268,8 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 			       (unsigned long long)e->epoch, strerror(-r));
 		goto err_undo;
 	}
+	if (q->drill.digest_ready)
+		repl_drill_pri_sent(q);
 	return 1;
 
 err_undo:
@@ -309,8 +313,10 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 		if ((e->state == REPL_EPOCH_SENDING || e->state == REPL_EPOCH_SENT) &&
 		    e->epoch <= epoch) {
 			e->state = REPL_EPOCH_ACKED;
-			if (e->epoch == epoch)
+			if (e->epoch == epoch) {
 				q->st.lag_ns = now_ns() - e->capture_ns;
+				repl_drill_pri_acked(q);
+			}
 			commit(q, e);
 		}
 	}
