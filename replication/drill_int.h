@@ -51,6 +51,7 @@ struct drill_run {
 	char probe_sent[32];
 	char probe[256];                 /* what the probe found */
 	bool probe_done, probe_ok;
+	bool counter_checked;            /* the answer matched the acknowledged output */
 
 	bool failed;
 	char reason[256];

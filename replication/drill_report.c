@@ -76,6 +76,7 @@ static void judge_counter(struct drill_run *r, const char *pre, const char *post
 	}
 	if (want ? !strcmp(post, want) : counter_n(post) == 0) {
 		r->probe_ok = true;
+		r->counter_checked = true;
 		snprintf(r->probe, sizeof(r->probe), "get -> '%s' = %s", post,
 			 want == pre ? "the reply of an incr in flight at the checkpoint (committed + 1)"
 				     : want ? "the last acknowledged reply"
@@ -157,9 +158,13 @@ static void add_u64(json_object *o, const char *k, uint64_t v)
 	json_object_object_add(o, k, json_object_new_int64((int64_t)v));
 }
 
+/* Milliseconds to the microsecond, printed as such (not 3.1259999...). */
 static void add_ms(json_object *o, const char *k, uint64_t ns)
 {
-	json_object_object_add(o, k, json_object_new_double((double)(ns / 1000) / 1e3));
+	char s[32];
+
+	snprintf(s, sizeof(s), "%.3f", (double)(ns / 1000) / 1e3);
+	json_object_object_add(o, k, json_object_new_double_s((double)(ns / 1000) / 1e3, s));
 }
 
 static void add_str(json_object *o, const char *k, const char *v)
@@ -212,7 +217,8 @@ void drill_report_build(struct repl_secondary *s)
 
 	verdict(s, r);
 	add_str(o, "kind", "test-failover");
-	add_u64(o, "id", r->id);
+	snprintf(t, sizeof(t), "%016" PRIx64, r->id);
+	add_str(o, "id", t);
 	iso8601(&r->wall_start, t, sizeof(t));
 	add_str(o, "start", t);
 	iso8601(&r->wall_end, t, sizeof(t));
@@ -233,7 +239,8 @@ void drill_report_build(struct repl_secondary *s)
 	else
 		json_object_object_add(o, "rto_ms", NULL);
 	x = json_object_new_object();
-	json_object_object_add(x, "acked_outputs_lost", r->probe_ok && !r->external ?
+	/* Only the counter's probe compares with the acknowledged output. */
+	json_object_object_add(x, "acked_outputs_lost", r->probe_ok && r->counter_checked ?
 			       json_object_new_int(0) : NULL);
 	add_u64(x, "unacked_epochs_discarded", r->primary.unacked_at_digest);
 	json_object_object_add(o, "rpo", x);
@@ -291,12 +298,12 @@ char *drill_status_json(struct repl_secondary *s)
 	if (!r || r->state == DRILL_IDLE)
 		return strdup("{\"state\":\"idle\"}\n");
 	if (r->state == DRILL_DONE && r->report) {
-		if (asprintf(&out, "{\"state\":\"done\",\"id\":%" PRIu64 ",\"report\":%s}\n", r->id,
+		if (asprintf(&out, "{\"state\":\"done\",\"id\":\"%016" PRIx64 "\",\"report\":%s}\n", r->id,
 			     r->report) < 0)
 			return NULL;
 		return out;
 	}
-	if (asprintf(&out, "{\"state\":\"%s\",\"id\":%" PRIu64 ",\"external\":%s,\"rto_ms\":%.3f,"
+	if (asprintf(&out, "{\"state\":\"%s\",\"id\":\"%016" PRIx64 "\",\"external\":%s,\"rto_ms\":%.3f,"
 		     "\"epoch_start\":%" PRIu64 ",\"standby_epoch\":%" PRIu64 "}\n",
 		     state_name(r->state), r->id, r->external ? "true" : "false", r->rto_ns / 1e6,
 		     r->epoch_start, s->stage.applied) < 0)
