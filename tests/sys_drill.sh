@@ -130,6 +130,18 @@ print("   RTO %.3f ms, clone get %d, client reached n=%s (max reply %s ms), prim
 PY
 ok "counter: PASS while the client went on and the primary's epochs continued"
 
+# --probe CMD: the clone's console on the command's stdin and stdout
+probe='printf "get\n"; read -r line; echo "probe read: $line"; case "$line" in [0-9]*" "*) exit 0;; esac; exit 1'
+"$BIN" drill test-failover --control "$SEC_CTL" --seconds 1 --probe "$probe" >"$tmp/p1.out" 2>&1 ||
+	fail "drill with a passing --probe: $(cat "$tmp/p1.out")"
+grep -q "probe *command exited 0" "$tmp/p1.out" || fail "probe outcome: $(cat "$tmp/p1.out")"
+"$BIN" drill test-failover --control "$SEC_CTL" --seconds 1 --probe 'printf "get\n"; exit 3' \
+	>"$tmp/p2.out" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "a failing --probe gave exit $rc: $(cat "$tmp/p2.out")"
+grep -q "verdict *FAIL: probe: command exited 3" "$tmp/p2.out" || fail "probe failure: $(cat "$tmp/p2.out")"
+ok "--probe CMD: exit 0 passes, exit 3 fails the drill (exit 1)"
+
 # ---- 4. the corrupt hook ------------------------------------------------------------
 out=$(ctl "$SEC_CTL" "drill corrupt")
 echo "$out" | grep -q "^ok flipped" || fail "drill corrupt: $out"
