@@ -107,6 +107,7 @@ void cli_print_guests(FILE *f);
 
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_takeover(int argc, char **argv);
+int cli_cmd_switchover(int argc, char **argv);
 int cli_cmd_protect(int argc, char **argv);
 int cli_cmd_migrate(int argc, char **argv);
 int cli_cmd_primary(int argc, char **argv);

@@ -18,6 +18,7 @@ static const struct {
 	{ "secondary", cli_cmd_secondary, "keep a hot standby; take over on failure" },
 	{ "protect", cli_cmd_protect, "attach a secondary to a running VM (run, restore, taken over)" },
 	{ "migrate", cli_cmd_migrate, "move a running VM to a waiting secondary" },
+	{ "switchover", cli_cmd_switchover, "swap the roles of a protected pair (no resync)" },
 	{ "takeover", cli_cmd_takeover, "tell a standby to resume the guest now (a fenced primary)" },
 	{ "status", cli_cmd_status, "epochs, dirty rate, pause times, lag of a running agent" },
 	{ "snapshot", cli_cmd_snapshot, "ask a running VM to write a snapshot file" },

@@ -32,7 +32,7 @@ static int wait_for_key(const char *control)
 			return 1;
 		}
 		line = strstr(st, "\nstate ");
-		if (line && !strncmp(line, "\nstate active\n", 14)) {
+		if (line && !strncmp(line, "\nstate unprotected\n", 19)) {
 			printf("ok took over: won the witness key\n");
 			free(st);
 			return 0;

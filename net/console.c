@@ -390,6 +390,16 @@ int console_port(const struct console *c)
 	return c->port;
 }
 
+void console_unserve(struct console *c)
+{
+	drop_client(c);
+	ev_io_stop(c->loop, &c->accept_w);
+	ev_io_stop(c->loop, &c->in_w);
+	memset(&c->ops, 0, sizeof(c->ops));
+	c->out_off = c->out_len = 0;    /* no backlog of this copy for a later client */
+	c->pending_in_len = c->pending_in_off = 0;
+}
+
 void console_close_endpoint(struct console *c)
 {
 	drop_client(c);

@@ -50,6 +50,10 @@ void console_input_resume(struct console *c);
 void console_flush(struct console *c);
 /* The bound TCP port, or 0 for stdio. */
 int console_port(const struct console *c);
+/* Back to bound and not served (a primary that became a standby after a
+ * switchover): the client is dropped, nothing is accepted or read, and the
+ * output kept for the next client is forgotten. */
+void console_unserve(struct console *c);
 /* Stops listening and drops the client (a fenced primary keeps quiet). */
 void console_close_endpoint(struct console *c);
 

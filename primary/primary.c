@@ -1,8 +1,20 @@
-/* The primary agent, protected: replication/ runs the epochs. */
+/* The primary agent, protected: replication/ runs the epochs. After a
+ * planned switchover the same process goes on as the new primary's
+ * standby (the VM it ran holds the switch epoch: no resync). */
 #include "primary/primary.h"
 
 int primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 {
+	struct repl_secondary_opts so;
+	struct repl_switch sw;
+	struct repl_vm *vm = NULL;
+	int status;
+
 	log_set_role("primary");
-	return repl_primary_run(loop, o);
+	status = repl_primary_run_switch(loop, o, &vm, &sw);
+	if (!vm)
+		return status;
+	log_set_role("secondary");
+	repl_switch_secondary_opts(&sw, o->control, &so);
+	return repl_secondary_adopt(loop, &so, vm, &sw);
 }

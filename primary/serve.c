@@ -103,6 +103,8 @@ struct run_ctx {
 	struct repl_primary *engine;    /* attached by "protect", or NULL */
 	int status;
 	bool stopped;
+	bool switched;                  /* the engine switched over: become a standby */
+	struct repl_switch sw;
 };
 
 static void on_stopped(void *ctx, int status)
@@ -135,6 +137,8 @@ static void on_engine_ended(void *ctx, int status)
 {
 	struct run_ctx *r = ctx;
 
+	if (repl_primary_switched(r->engine, &r->sw))
+		r->switched = true;
 	r->stopped = true;
 	r->status = status;
 	ev_break(r->loop, EVBREAK_ALL);
@@ -193,6 +197,11 @@ static char *on_control(void *ctx, const char *request)
 		return protect_request(r, request);
 	if (!strcmp(request, "cancel"))
 		return cancel_request(r);
+	if (!strncmp(request, "switchover", 10) && (!request[10] || request[10] == ' ')) {
+		if (!r->engine)
+			return fmt("error the VM is not protected: nothing to switch over to");
+		return repl_switchover_request(r->engine, request);
+	}
 	if (!strncmp(request, "status", 6)) {
 		if (r->engine)
 			return repl_primary_status_text(r->engine, request);
@@ -236,6 +245,16 @@ int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_
 	ev_signal_stop(loop, &sigint_w);
 	ev_signal_stop(loop, &sigterm_w);
 	snapshots_fini(&snaps);
+	if (ctx.switched) {
+		/* Paused at the switch epoch, which the new primary holds too. */
+		struct repl_secondary_opts so;
+
+		vm->on_stopped = NULL;
+		vm->cb_ctx = NULL;
+		log_set_role("secondary");
+		repl_switch_secondary_opts(&ctx.sw, control_path, &so);
+		return repl_secondary_adopt(loop, &so, vm, &ctx.sw);
+	}
 	repl_vm_free(vm);
 	if (!ctx.stopped)
 		return 0;

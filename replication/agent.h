@@ -61,6 +61,10 @@ struct repl_primary {
 	double migration_ms;           /* attach (or the migrate request) -> that word */
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
+	bool switching_over;           /* switchover asked: hand over at the next ACK */
+	bool switched;                 /* ...done: the VM becomes the standby */
+	char switch_listen[128];       /* ...where it waits for the new primary */
+	ev_timer reconnect_w;          /* resuming: the old primary may not listen yet */
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */
 	struct {
@@ -118,6 +122,15 @@ struct repl_secondary {
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	struct repl_primary *engine;     /* active and protected again (understudy protect) */
+	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
+	bool switching;                  /* ...taking over: protect onto switch_listen */
+	char switch_listen[128];         /* where the old primary waits as our standby */
+	bool resuming;                   /* the candidate's Hello resumes our standby */
+	bool await_resume;               /* switched: no takeover before the new primary connects */
+	uint64_t switches;               /* switchovers this agent took part in */
+	double switch_downtime_ms;       /* the last one's, as its old primary measured it */
+	uint64_t switch_epoch;           /* ...and its epoch */
+	ev_timer switch_w;               /* our engine switched over: become the standby */
 	struct repl_drill *drill;        /* drills (drill.c), from the first applied epoch */
 };
 

@@ -201,6 +201,16 @@ static int on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		p->migration_ms = (now_ns() - p->migrate_t0_ns) / 1e6;
 		p->migrated = true;
 		p->keep_standby = true;
+		if (p->switching_over) {
+			p->switched = true;
+			p->migrated_told = true;   /* the standby it becomes answers status */
+			log_info(TAG, "SWITCHED OVER: the secondary runs the guest from epoch %llu; "
+				 "downtime %.3f ms; this VM is its standby from now on",
+				 (unsigned long long)f->epoch, p->downtime_ms);
+			repl_pri_link_gone(p);
+			finish(p, 0);
+			return -ECANCELED;
+		}
 		log_info(TAG, "MIGRATED: the destination runs the guest from epoch %llu; downtime %.3f "
 			 "ms (the pause to its word), %llu bytes sent", (unsigned long long)f->epoch,
 			 p->downtime_ms, (unsigned long long)p->link.bytes_sent);
@@ -368,7 +378,9 @@ static void try_final_epoch(struct repl_primary *p)
 /* The final epoch left: the secondary takes over as soon as it holds it. */
 static void send_handover(struct repl_primary *p)
 {
-	int r = repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
+	int r = p->switching_over ?
+		repl_send_switch(&p->link, p->final_epoch, p->switch_listen) :
+		repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
 				p->final_epoch, "migration: the guest is handed over");
 
 	if (r < 0)
@@ -389,7 +401,12 @@ static void maybe_switch(struct repl_primary *p)
 		return;                  /* the destination could not win the key yet */
 	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
 	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6;
-	if (predicted_ms > p->migrate_ms) {
+	if (p->switching_over) {
+		log_info(TAG, "switchover: pausing the guest for the final epoch after epoch %llu "
+			 "(predicted downtime %.2f ms); the secondary takes over and this VM becomes "
+			 "its standby at %s", (unsigned long long)p->ep.epoch, predicted_ms,
+			 p->switch_listen);
+	} else if (predicted_ms > p->migrate_ms) {
 		if (!p->auto_converge || ++p->converge_misses < 8 || p->throttle_pct >= 99)
 			return;
 		p->converge_misses = 0;
@@ -399,10 +416,11 @@ static void maybe_switch(struct repl_primary *p)
 		log_info(TAG, "auto-converge: predicted downtime %.2f ms > %u ms: throttle %u %%",
 			 predicted_ms, p->migrate_ms, p->throttle_pct);
 		return;
+	} else {
+		log_info(TAG, "migration: predicted downtime %.2f ms <= %u ms after %llu epochs: "
+			 "pausing the guest for the final epoch (from here on it cannot be "
+			 "cancelled)", predicted_ms, p->migrate_ms, (unsigned long long)p->ep.epoch);
 	}
-	log_info(TAG, "migration: predicted downtime %.2f ms <= %u ms after %llu epochs: pausing "
-		 "the guest for the final epoch (from here on it cannot be cancelled)", predicted_ms,
-		 p->migrate_ms, (unsigned long long)p->ep.epoch);
 	repl_event_log("switch");
 	p->state = P_SWITCHING;
 	p->keep_standby = true;      /* from here on the destination may take over */
@@ -438,7 +456,7 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 	}
 	if (p->finishing && !p->final_pending && p->final_epoch && p->ep.acked >= p->final_epoch)
 		finish(p, p->exit_status);
-	else if (p->migrate_ms && p->state == P_PROTECTED && !p->finishing)
+	else if ((p->migrate_ms || p->switching_over) && p->state == P_PROTECTED && !p->finishing)
 		maybe_switch(p);
 }
 
@@ -505,6 +523,16 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 	}
 	if (p->wit)
 		snprintf(p->standby_token, sizeof(p->standby_token), "%s", h->standby_token);
+	if (p->o->resume_epoch) {
+		/* The standby holds resume_epoch: the next epoch carries every page
+		 * written since the guest resumed here, and the state. */
+		p->ep.epoch = p->ep.acked = p->o->resume_epoch;
+		p->sync.t0_ns = now_ns();
+		log_info(TAG, "the standby holds epoch %llu: no initial sync",
+			 (unsigned long long)p->o->resume_epoch);
+		on_sync_done(p);
+		return 0;
+	}
 	start_sync(p);
 	return 0;
 }
@@ -568,9 +596,10 @@ static void on_connected(struct net_conn *c, void *ctx)
 	p->state = P_HELLO;
 	p->link.last_rx_ns = p->link.up_ns = now_ns();
 	if (n < 0 ||
-	    (r = repl_send_hello(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg, &p->timing,
-				 p->o->witness.key, NULL)) < 0 ||
-	    (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0)
+	    (r = repl_send_hello_resume(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg,
+					&p->timing, p->o->witness.key, NULL, p->o->resume_epoch)) < 0 ||
+	    (!p->o->resume_epoch &&
+	     (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0))
 		fault(p, repl_fault_send(r), r, "cannot send hello");
 }
 
@@ -639,6 +668,12 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 		repl_pri_link_gone(p);
 		return;
 	}
+	if (p->state == P_CONNECTING && p->o->resume_epoch && reason == -ECONNREFUSED) {
+		/* After a switchover the old primary listens once it has heard
+		 * that this side took over: try again until the handshake deadline. */
+		ev_timer_start(p->loop, &p->reconnect_w);
+		return;
+	}
 	snprintf(why, sizeof(why), "connection to the secondary %s",
 		 reason ? strerror(-reason) : "closed");
 	fault(p, REPL_FAULT_PEER_LOST, reason, why);
@@ -647,6 +682,20 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 static const struct net_conn_ops conn_ops = {
 	.connected = on_connected, .recv = on_recv, .sent = on_sent, .closed = on_closed,
 };
+
+static void on_reconnect(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+	int r;
+
+	(void)loop;
+	(void)revents;
+	if (p->state != P_CONNECTING || p->link.conn)
+		return;
+	r = net_connect(p->loop, &p->o->net, p->o->peer, &conn_ops, p, &p->link.conn);
+	if (r < 0)
+		fault(p, REPL_FAULT_PEER_LOST, r, "cannot connect to the old primary's standby");
+}
 
 /* ---- handshake deadline ------------------------------------------------------- */
 
@@ -848,6 +897,7 @@ static void engine_fini(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->lease_w);
 	ev_timer_stop(p->loop, &p->linger_w);
 	ev_timer_stop(p->loop, &p->throttle_w);
+	ev_timer_stop(p->loop, &p->reconnect_w);
 	repl_sync_fini(&p->sync);
 	repl_link_fini(&p->link);
 	repl_epochs_fini(&p->ep);
@@ -885,6 +935,8 @@ static char *control_text(void *ctx, const char *req)
 {
 	if (!strncmp(req, "migrate ", 8))
 		return migrate_request(ctx, req);
+	if (!strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
+		return repl_switchover_request(ctx, req);
 	return repl_primary_status_text(ctx, req);
 }
 
@@ -916,7 +968,8 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->finish_w, on_finish_timeout, 2.0, 0);
 	ev_timer_init(&p->linger_w, on_linger, 1.5, 0);
 	ev_timer_init(&p->throttle_w, on_throttle_end, 0.01, 0);
-	p->linger_w.data = p->throttle_w.data = p;
+	ev_timer_init(&p->reconnect_w, on_reconnect, 0.02, 0);
+	p->linger_w.data = p->throttle_w.data = p->reconnect_w.data = p;
 	ev_timer_init(&p->goodbye_w, on_goodbye_timeout, 10.0, 0);
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */
@@ -934,9 +987,24 @@ static void watchers_init(struct repl_primary *p)
 
 int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 {
+	struct repl_switch sw;
+	struct repl_vm *vm = NULL;
+	int status = repl_primary_run_switch(loop, o, &vm, &sw);
+
+	if (vm) {                   /* nobody to hand it to: it stops here */
+		machine_stop(vm->m, 0);
+		repl_vm_free(vm);
+	}
+	return status;
+}
+
+int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts *o,
+			    struct repl_vm **vm, struct repl_switch *sw)
+{
 	struct repl_primary *p = calloc(1, sizeof(*p));
 	int status;
 
+	*vm = NULL;
 	if (!p)
 		return 1;
 	p->o = o;
@@ -964,6 +1032,13 @@ out:
 	ev_signal_stop(p->loop, &p->sigterm_w);
 	engine_fini(p);
 	control_free(p->ctl);
+	if (p->vm && repl_primary_switched(p, sw)) {
+		/* Paused at the final epoch, which the new primary holds too. */
+		p->vm->on_stopped = NULL;
+		p->vm->cb_ctx = NULL;
+		*vm = p->vm;
+		p->vm = NULL;
+	}
 	if (p->vm) {
 		machine_stop(p->vm->m, 0);
 		machine_pause(p->vm->m);
@@ -1093,4 +1168,85 @@ bool repl_primary_protecting(const struct repl_primary *p)
 bool repl_primary_keeps_standby(const struct repl_primary *p)
 {
 	return p->keep_standby;
+}
+
+int repl_primary_switchover(struct repl_primary *p, const char *listen, char *err, size_t errlen)
+{
+	const char *why = NULL;
+
+	if (p->state != P_PROTECTED)
+		why = "the VM is not protected (a switchover needs a standby that holds an epoch)";
+	else if (p->wit)
+		why = "a switchover with a witness is not supported yet (migrate, or fail over)";
+	else if (p->migrate_ms || p->switching_over || p->finishing)
+		why = "a migration or switchover is already under way";
+	else if (!listen || !listen[0] || strlen(listen) >= sizeof(p->switch_listen))
+		why = "listen=HOST:PORT is needed: where this VM waits as the new standby";
+	if (why) {
+		snprintf(err, errlen, "%s", why);
+		return -EINVAL;
+	}
+	snprintf(p->switch_listen, sizeof(p->switch_listen), "%s", listen);
+	p->switching_over = true;
+	p->migrate_t0_ns = now_ns();
+	log_info(TAG, "switchover asked: the secondary takes the guest over at the next epoch; "
+		 "this VM then waits at %s as its standby", listen);
+	return 0;
+}
+
+char *repl_switchover_request(struct repl_primary *p, const char *req)
+{
+	char listen[128] = "", err[256], *reply = NULL;
+	int r = -EINVAL;
+
+	if (sscanf(req, "switchover listen=%127s", listen) != 1)
+		snprintf(err, sizeof(err), "usage: switchover listen=HOST:PORT");
+	else
+		r = repl_primary_switchover(p, listen, err, sizeof(err));
+	if (asprintf(&reply, r == 0 ? "ok switching over: standby at %s\n" : "error %s\n",
+		     r == 0 ? listen : err) < 0)
+		return NULL;
+	return reply;
+}
+
+bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw)
+{
+	const struct net_config *n = &p->o->net;
+	const char *strs[5] = { n->cert, n->key, n->ca, n->peer_name, n->rdma_provider };
+	const char **dst[5];
+
+	if (!p->switched)
+		return false;
+	memset(sw, 0, sizeof(*sw));
+	sw->epoch = p->final_epoch;
+	snprintf(sw->listen, sizeof(sw->listen), "%s", p->switch_listen);
+	sw->downtime_ms = p->downtime_ms;
+	sw->bytes_sent = p->link.bytes_sent;
+	sw->net = *n;
+	dst[0] = &sw->net.cert;
+	dst[1] = &sw->net.key;
+	dst[2] = &sw->net.ca;
+	dst[3] = &sw->net.peer_name;
+	dst[4] = &sw->net.rdma_provider;
+	for (int i = 0; i < 5; i++) {
+		*dst[i] = NULL;
+		if (strs[i]) {
+			snprintf(sw->str[i], sizeof(sw->str[i]), "%s", strs[i]);
+			*dst[i] = sw->str[i];
+		}
+	}
+	sw->timeout_ms = p->o->timeout_ms;
+	sw->handshake_timeout_ms = p->o->handshake_timeout_ms;
+	return true;
+}
+
+void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,
+				struct repl_secondary_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->listen = sw->listen;
+	o->control = control;
+	o->net = sw->net;
+	o->timeout_ms = sw->timeout_ms;
+	o->handshake_timeout_ms = sw->handshake_timeout_ms;
 }

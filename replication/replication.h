@@ -54,6 +54,9 @@ int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const ch
 int repl_vm_open_console(struct repl_vm *v, const char *console) US_MUST_CHECK;
 /* Serves con (from console_bind) as this machine's console; takes ownership. */
 void repl_vm_serve_console(struct repl_vm *v, struct console *con);
+/* The console back from the VM, bound but not served (console_unserve), for
+ * a copy that becomes a standby; output not released is dropped. */
+struct console *repl_vm_take_console(struct repl_vm *v);
 /* Appends the output bytes [from, to) not yet released to out; 0 or -ENOMEM. */
 int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to,
 			struct proto_buf *out) US_MUST_CHECK;
@@ -130,6 +133,11 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct mac
 		    const struct repl_timing *t, const char *witness_key,
 		    const char *token) US_MUST_CHECK;
 /* Refuses (-EINVAL, err names both) a peer that answers to another witness. */
+/* The same, from a primary resuming after a switchover (Hello.resume_epoch). */
+int repl_send_hello_resume(struct repl_link *l, Understudy__Role role,
+			   const struct machine_config *cfg, const struct repl_timing *t,
+			   const char *witness_key, const char *token,
+			   uint64_t resume_epoch) US_MUST_CHECK;
 int repl_check_witness(const Understudy__Hello *h, const char *mine, char *err, size_t errlen);
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen);
 /* Reads the peer's settings from its Hello (-EPROTO if it did not say them). */
@@ -147,6 +155,8 @@ int repl_send_error(struct repl_link *l, int code, const char *text) US_MUST_CHE
 /* A goodbye before a deliberate close (see Fence in proto/understudy.proto). */
 int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
 		    const char *reason) US_MUST_CHECK;
+/* Fence SWITCHES: epoch was the last; the old primary's standby waits at listen. */
+int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen) US_MUST_CHECK;
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch) US_MUST_CHECK;
 int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len);
@@ -348,6 +358,7 @@ struct repl_staging {
 	uint64_t released;               /* the primary's release mark in that epoch */
 	struct proto_buf held;           /* output of applied epochs, maybe unreleased */
 	uint64_t held_from;              /* absolute offset of held[0] */
+	bool held_based;                 /* held_from is known (first epoch seen) */
 	struct repl_stats st;
 };
 
@@ -446,6 +457,11 @@ struct repl_primary_opts {
 	 * share of the epoch: 20 %, then +10 % per step, at most 99 %), as
 	 * QEMU's auto-converge does. */
 	bool no_auto_converge;
+	/* Nonzero: the secondary's standby already holds this epoch of the VM
+	 * (it was the VM's primary until a switchover): no sync, the epochs go
+	 * on from resume_epoch + 1 with every page written since the VM resumed
+	 * here (the dirty log was emptied just before). */
+	uint64_t resume_epoch;
 };
 
 struct repl_secondary_opts {
@@ -523,5 +539,44 @@ char *repl_primary_status_text(void *p, const char *req);
  * must stay. */
 int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t errlen) US_MUST_CHECK;
 int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o);
+
+/* ---- planned switchover ------------------------------------------------------ */
+
+/* What a primary that switched over hands to the standby it becomes: both
+ * copies hold `epoch`; the new primary protects the guest onto `listen`. */
+struct repl_switch {
+	uint64_t epoch;
+	char listen[128];
+	double downtime_ms;        /* the guest's pause here -> the new primary's word */
+	uint64_t bytes_sent;       /* by this side since protection began */
+	struct net_config net;     /* the link options, strings in str[] */
+	char str[5][512];
+	unsigned timeout_ms, handshake_timeout_ms;
+};
+
+/* "switchover listen=HOST:PORT": at the next acknowledged epoch the guest
+ * pauses for a final epoch, the secondary takes it over at once and
+ * protects it onto HOST:PORT, where this VM waits as its standby (no
+ * resync). 0, or -EINVAL/-EBUSY with err saying why (not protected, a
+ * witness, a migration under way). */
+int repl_primary_switchover(struct repl_primary *p, const char *listen, char *err,
+			    size_t errlen) US_MUST_CHECK;
+/* The control request "switchover listen=HOST:PORT" -> reply (malloc'd). */
+char *repl_switchover_request(struct repl_primary *p, const char *req);
+/* True (and *sw filled) when the engine ended by a switchover: the VM is
+ * paused at sw->epoch and must become a standby (repl_secondary_adopt). */
+bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw);
+/* repl_primary_run, but a switchover hands the paused VM out (*vm, *sw)
+ * instead of freeing it; *vm is NULL otherwise. */
+int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts *o,
+			    struct repl_vm **vm, struct repl_switch *sw);
+/* The secondary options of the standby a switched primary becomes. */
+void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,
+				struct repl_secondary_opts *o);
+/* A secondary agent whose standby is vm (paused at sw->epoch, its console
+ * bound, not served): it listens at sw->listen for the new primary's
+ * resuming Hello. Runs like repl_secondary_run; takes vm over. */
+int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
+			 struct repl_vm *vm, const struct repl_switch *sw);
 
 #endif

@@ -57,6 +57,10 @@
 
 #define TAG "secondary"
 
+static void protect_after_switch(struct repl_secondary *s);
+static void attach_after_switch(struct repl_secondary *s);
+static void on_engine_ended(void *ctx, int status);
+
 /* The connection ends (see the policy above). */
 static void end_link(struct repl_secondary *s, bool drop)
 {
@@ -149,6 +153,18 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		return;
 	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
 		return;
+	if (s->await_resume) {
+		/* After a switchover the new primary runs the guest already: until
+		 * it has connected, its silence proves nothing (it may be alive and
+		 * unable to reach us). No takeover on silence: a person decides. */
+		if (!s->told_silent) {
+			s->told_silent = true;
+			log_warn(TAG, "the new primary has not connected within %u ms of the switchover: "
+				 "no automatic takeover from this standby (it may run unprotected); "
+				 "`understudy takeover` if it is gone", s->o->timeout_ms);
+		}
+		return;
+	}
 	if (!s->o->manual_takeover) {
 		repl_sec_begin_takeover(s);
 	} else if (!s->told_silent) {
@@ -227,6 +243,40 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 			       s->o->witness.key, s->wit ? s->token : NULL);
 }
 
+/* A primary resuming after a switchover: this standby must hold exactly
+ * the epoch it resumes from, of the same machine; the epochs go on at once
+ * (our Hello answers now: there is no machine-config section to wait for). */
+static int resume_hello(struct repl_secondary *s, struct repl_link *l, const Understudy__Hello *h)
+{
+	char err[256];
+
+	if (s->state != S_STANDBY || !s->vm || !s->stage.have_ckpt || !h->resume_epoch ||
+	    h->resume_epoch != s->stage.applied || h->config_digest64 != s->hello_digest) {
+		if (s->state == S_WAITING)
+			snprintf(err, sizeof(err), "no standby here to resume from epoch %llu: protect "
+				 "afresh", (unsigned long long)h->resume_epoch);
+		else if (!h->resume_epoch)
+			snprintf(err, sizeof(err), "this standby holds epoch %llu of a guest and waits "
+				 "for its primary", (unsigned long long)s->stage.applied);
+		else
+			snprintf(err, sizeof(err), "this standby holds epoch %llu of configuration "
+				 "%016llx, not epoch %llu of %016llx: protect afresh",
+				 (unsigned long long)s->stage.applied, (unsigned long long)s->hello_digest,
+				 (unsigned long long)h->resume_epoch,
+				 (unsigned long long)h->config_digest64);
+		log_error(TAG, "refusing primary: %s", err);
+		repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, -EINVAL, "refused the primary: %s", err);
+		if (repl_send_error(l, -EINVAL, err) < 0)
+			log_warn(TAG, "could not tell the primary why");
+		return -ECONNREFUSED;
+	}
+	s->got_hello = true;
+	s->resuming = true;          /* our Hello follows on the promoted link */
+	log_info(TAG, "the new primary resumes from epoch %llu, which this standby holds: no resync",
+		 (unsigned long long)h->resume_epoch);
+	return 0;
+}
+
 static int on_hello(struct repl_secondary *s, struct repl_link *l, const Understudy__Hello *h)
 {
 	char err[256];
@@ -248,6 +298,8 @@ static int on_hello(struct repl_secondary *s, struct repl_link *l, const Underst
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
+	if (h->resume_epoch || s->state != S_WAITING)
+		return resume_hello(s, l, h);
 	s->got_hello = true;
 	s->hello_digest = h->config_digest64;
 	return 0;
@@ -276,6 +328,20 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 #ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
 	return 0;
 #endif
+	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_SWITCHES) {
+		if (!f->listen || !f->listen[0] || strlen(f->listen) >= sizeof(s->switch_listen) ||
+		    s->wit) {
+			log_error(TAG, "a switchover without a usable standby address%s: refused",
+				  s->wit ? " (or with a witness)" : "");
+			return -EPROTO;
+		}
+		log_info(TAG, "switchover: the primary hands the guest over at epoch %llu (this side "
+			 "holds %llu) and waits at %s as our standby", (unsigned long long)f->epoch,
+			 (unsigned long long)s->stage.applied, f->listen);
+		snprintf(s->switch_listen, sizeof(s->switch_listen), "%s", f->listen);
+		s->switch_now = s->migrate_now = true;
+		return 0;
+	}
 	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES) {
 		log_info(TAG, "the primary hands the guest over at epoch %llu (this side holds %llu): "
 			 "taking over now", (unsigned long long)f->epoch,
@@ -353,7 +419,11 @@ static void after_feed(struct repl_secondary *s, int r)
 	if (s->migrate_now && s->state == S_STANDBY && s->stage.have_ckpt) {
 		s->migrate_now = false;
 		s->migrating = true;
+		s->switching = s->switch_now;
+		s->switch_now = false;
 		repl_sec_begin_takeover(s);
+		if (s->switching && s->state == S_ACTIVE)
+			protect_after_switch(s);
 		return;
 	}
 	if (s->standing_down) {
@@ -454,7 +524,7 @@ static int cand_hello(void *ctx, struct repl_link *l, const struct proto_frame *
 	ProtobufCMessage *msg;
 	int r;
 
-	if (s->link.conn || s->state != S_WAITING) {
+	if (s->link.conn || (s->state != S_WAITING && s->state != S_STANDBY)) {
 		log_warn(TAG, "refusing %s: already serving a primary", net_peer_name(l->conn));
 		if (repl_send_error(l, -EBUSY, "already serving a primary") < 0)
 			log_warn(TAG, "could not tell it why");
@@ -482,8 +552,17 @@ static void cand_promote(void *ctx, struct net_conn *c)
 	s->refusing = false;
 	s->told_silent = false;
 	s->link.last_rx_ns = s->link.up_ns = now_ns();
-	s->state = S_HELLO;
+	s->state = s->resuming ? S_STANDBY : S_HELLO;
 	net_conn_set_ops(c, &conn_ops, s);
+	if (s->resuming) {
+		s->resuming = false;
+		s->await_resume = false;
+		if (repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing,
+				    s->o->witness.key, s->wit ? s->token : NULL) < 0) {
+			log_error(TAG, "cannot answer the resuming primary");
+			repl_link_close(&s->link);
+		}
+	}
 }
 
 /* The decoder that read the Hello goes on with the primary's stream. */
@@ -513,7 +592,9 @@ static void on_accept(struct net_listener *l, struct net_conn *c, void *ctx)
 	struct repl_secondary *s = ctx;
 
 	(void)l;
-	if (s->link.conn || s->state != S_WAITING) {
+	/* A standby without a link may hear a primary resuming it (switchover);
+	 * its Hello decides (resume_hello). */
+	if (s->link.conn || (s->state != S_WAITING && s->state != S_STANDBY)) {
 		log_warn(TAG, "refusing %s: already serving a primary", net_peer_name(c));
 		net_close(c);
 		return;
@@ -529,9 +610,115 @@ static void on_engine_ended(void *ctx, int status)
 {
 	struct repl_secondary *s = ctx;
 
+	if (s->engine && repl_primary_switched(s->engine, &(struct repl_switch){ 0 })) {
+		ev_timer_start(s->loop, &s->switch_w);   /* not inside the engine's call */
+		return;
+	}
 	s->exit_status = status;
 	s->state = S_DONE;
 	ev_break(s->loop, EVBREAK_ALL);
+}
+
+/* ---- planned switchover -------------------------------------------------------- */
+
+/* The standby holds sw->epoch of s->vm, paused: wait for the new primary's
+ * resuming Hello. Silent past the failure timeout, it is a lost primary,
+ * as after any link loss (the takeover resumes from that epoch). */
+static void adopt_standby(struct repl_secondary *s, const struct repl_switch *sw)
+{
+	s->cfg = s->vm->m->cfg;
+	s->hello_digest = machine_config_digest(&s->cfg);
+	repl_vm_set_gated(s->vm, true);
+	s->vm->on_stopped = NULL;
+	s->vm->cb_ctx = NULL;
+	s->vm->witness = NULL;
+	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
+	s->stage.applied = sw->epoch;
+	s->stage.have_ckpt = true;
+	s->state = S_STANDBY;
+	s->got_hello = s->migrating = s->switching = s->told_silent = false;
+	s->await_resume = true;
+	s->link.last_rx_ns = now_ns();
+	s->switches++;
+	s->switch_downtime_ms = sw->downtime_ms;
+	s->switch_epoch = sw->epoch;
+	log_info(TAG, "STANDBY after the switchover: holds epoch %llu (downtime %.3f ms); waiting "
+		 "for the new primary at %s", (unsigned long long)sw->epoch, sw->downtime_ms,
+		 s->o->listen);
+}
+
+/* Our engine handed the guest over: this side becomes the standby again. */
+static void on_switched(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_secondary *s = w->data;
+	struct repl_switch sw;
+	int r;
+
+	(void)loop;
+	(void)revents;
+	if (!s->engine && s->state == S_ACTIVE) {
+		attach_after_switch(s);
+		return;
+	}
+	if (!s->engine || !repl_primary_switched(s->engine, &sw))
+		return;
+	repl_primary_detach(s->engine);
+	s->engine = NULL;
+	s->con = repl_vm_take_console(s->vm);
+	adopt_standby(s, &sw);
+	r = net_listen(s->loop, &s->o->net, s->o->listen, on_accept, s, &s->lis);
+	if (r < 0) {
+		repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "cannot listen on %s after the "
+			       "switchover: %s", s->o->listen, strerror(-r));
+		log_error(TAG, "%s: the new primary cannot reach this standby", s->fault.what);
+	}
+}
+
+/* The old primary handed the guest over (Fence SWITCHES) and this side
+ * took it: the guest resumes protected onto the old primary, which waits as
+ * a standby holding the same epoch (no resync). The dirty log is emptied
+ * first, so the first epoch carries exactly the pages written from here on. */
+static void protect_after_switch(struct repl_secondary *s)
+{
+	struct machine *m = s->vm->m;
+	uint64_t *bm = calloc((m->ram_pages + 63) / 64, sizeof(uint64_t));
+	int r = bm ? machine_harvest_dirty(m, bm) : -ENOMEM;
+
+	free(bm);
+	s->switching = false;
+	s->switches++;
+	if (r < 0) {
+		log_error(TAG, "cannot empty the dirty log (%s): the guest runs here UNPROTECTED",
+			  strerror(-r));
+		repl_vm_set_gated(s->vm, false);
+		machine_resume(m);
+		return;
+	}
+	/* The guest runs from here (output gated, writes logged); the engine is
+	 * attached once the loop has sent the old primary our word. */
+	machine_resume(m);
+	ev_timer_start(s->loop, &s->switch_w);
+}
+
+static void attach_after_switch(struct repl_secondary *s)
+{
+	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = s };
+	struct repl_primary_opts o;
+	int r;
+
+	memset(&o, 0, sizeof(o));
+	o.peer = s->switch_listen;
+	o.net = s->o->net;
+	o.epoch_ms = s->peer_timing.epoch_ms;
+	o.timeout_ms = s->peer_timing.timeout_ms;
+	o.handshake_timeout_ms = s->o->handshake_timeout_ms;
+	o.resume_epoch = s->stage.applied;
+	r = repl_primary_attach(s->loop, s->vm, s->wit, &o, &host, &s->engine);
+	if (r < 0) {
+		log_error(TAG, "cannot protect the guest onto the old primary (%s): it runs here "
+			  "UNPROTECTED", strerror(-r));
+		repl_vm_set_gated(s->vm, false);
+	}
 }
 
 /* "protect PEER ...": the guest this side took over gets a secondary of its
@@ -586,6 +773,8 @@ static char *control_text(void *ctx, const char *req)
 		repl_primary_cancel(s->engine);
 		return strdup("ok cancelled: the VM runs on here\n");
 	}
+	if (s->engine && !strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
+		return repl_switchover_request(s->engine, req);
 	if (s->engine && !strncmp(req, "status", 6))
 		return repl_primary_status_text(s->engine, req);
 	return repl_sec_status_text(ctx, req);
@@ -621,19 +810,29 @@ static void watchers_init(struct repl_secondary *s)
 	/* Silence is judged after pending reads are handled (see primary.c);
 	 * the same timer notices a stall of this process (repl_link_tick). */
 	ev_set_priority(&s->watch_w, EV_MINPRI);
+	ev_timer_init(&s->switch_w, on_switched, 0, 0);
 	ev_signal_init(&s->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&s->sigterm_w, on_signal, SIGTERM);
 	s->watch_w.data = s->hb_w.data = s->sigint_w.data = s->sigterm_w.data = s;
+	s->switch_w.data = s;
 }
 
 int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)
+{
+	return repl_secondary_adopt(loop, o, NULL, NULL);
+}
+
+int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
+			 struct repl_vm *vm, const struct repl_switch *sw)
 {
 	struct repl_secondary *s = calloc(1, sizeof(*s));
 	bool withdraw = false;
 	int r, status = 1;
 
-	if (!s)
+	if (!s) {
+		repl_vm_free(vm);
 		return 1;
+	}
 	s->o = o;
 	s->loop = loop;
 	repl_timing_init(&s->timing, o->timeout_ms, 0);
@@ -641,8 +840,14 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 	repl_staging_init(&s->stage);
 	repl_candidates_init(&s->cands, &cand_ops, s, o->handshake_timeout_ms, &s->fault);
 	watchers_init(s);
-	if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0)
+	if (vm) {
+		/* A primary that switched over: its VM and console are the standby's. */
+		s->vm = vm;
+		s->con = repl_vm_take_console(vm);
+		adopt_standby(s, sw);
+	} else if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0) {
 		goto out;
+	}
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
 	if (r < 0) {
 		log_error(TAG, "cannot listen on %s: %s", o->listen, strerror(-r));
@@ -670,6 +875,7 @@ int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o
 out:
 	ev_timer_stop(s->loop, &s->watch_w);
 	ev_timer_stop(s->loop, &s->hb_w);
+	ev_timer_stop(s->loop, &s->switch_w);
 	ev_signal_stop(s->loop, &s->sigint_w);
 	ev_signal_stop(s->loop, &s->sigterm_w);
 	control_free(s->ctl);

@@ -88,8 +88,16 @@ static void take_over(struct repl_secondary *s)
 	s->vm->on_stopped = on_vm_stopped;
 	s->vm->cb_ctx = s;
 	s->vm->witness = s->wit;
-	repl_vm_set_gated(s->vm, false);
 	s->state = S_ACTIVE;
+	if (s->switching) {
+		/* A switchover: the guest resumes once protected onto the old
+		 * primary (secondary.c); its output stays gated until then. */
+		log_info(TAG, "SWITCHOVER: this side runs the guest from epoch %llu (%.3f ms); "
+			 "protecting it onto the old primary at %s", (unsigned long long)g->applied,
+			 (now_ns() - t0) / 1e6, s->switch_listen);
+		return;
+	}
+	repl_vm_set_gated(s->vm, false);
 	/* Test mode: what resumes is still the last applied epoch. */
 	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
 		g->verify_failed++;

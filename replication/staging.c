@@ -44,6 +44,7 @@ void repl_staging_attach(struct repl_staging *g, struct repl_vm *vm, uint64_t co
 	g->applied = 0;
 	proto_buf_reset(&g->held);
 	g->held_from = 0;
+	g->held_based = false;
 }
 
 void repl_staging_abort(struct repl_staging *g)
@@ -162,7 +163,17 @@ static void drop_held(struct repl_staging *g, uint64_t n)
 
 static int hold_output(struct repl_staging *g)
 {
-	int r = proto_buf_append(&g->held, g->out.data, g->out.len);
+	int r;
+
+	/* A primary's output counts from its boot, not from this standby: an
+	 * engine attached to a VM that ran (protect, a switchover) closes the
+	 * gate with everything before released, so the first epoch's release
+	 * mark is where its output starts. */
+	if (!g->held_based) {
+		g->held_from = g->released;
+		g->held_based = true;
+	}
+	r = proto_buf_append(&g->held, g->out.data, g->out.len);
 
 	if (r < 0)
 		return r;

@@ -79,6 +79,9 @@ static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
 	bool json = strstr(req, "json") != NULL;
 	double hb_ms = (now_ns() - s->link.last_rx_ns) / 1e6;
 	char reason[200], fencing[200];
+	/* A standby that took over runs the guest: a primary, unprotected until
+	 * `understudy protect` attaches a secondary (then the engine answers). */
+	bool took_over = s->state == S_ACTIVE;
 
 	repl_fault_reason(&s->fault, reason, sizeof(reason));
 	repl_stats_pause_pct(&g->st, &p50, &p99);
@@ -89,20 +92,23 @@ static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
 	else
 		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
 	return snprintf(out, len, json ?
-			"{\"role\":\"secondary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
+			"{\"role\":\"%s\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
 			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
-			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\"}\n" :
-			"role secondary\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
+			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\",\"switchovers\":%llu,"
+			"\"switch_epoch\":%llu,\"switch_downtime_ms\":%.3f}\n" :
+			"role %s\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
 			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
-			"reason %s\nfencing: %s\n",
-			repl_sec_state_name(s), (unsigned long long)g->applied,
+			"reason %s\nfencing: %s\nswitchovers %llu (last at epoch %llu, downtime %.3f ms)\n",
+			took_over ? "primary" : "secondary",
+			took_over ? "unprotected" : repl_sec_state_name(s), (unsigned long long)g->applied,
 			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)g->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
 			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
-			json || reason[0] ? reason : "none", fencing);
+			json || reason[0] ? reason : "none", fencing, (unsigned long long)s->switches,
+			(unsigned long long)s->switch_epoch, s->switch_downtime_ms);
 }
 
 char *repl_sec_status_text(void *ctx, const char *req)

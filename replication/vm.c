@@ -216,6 +216,22 @@ void repl_vm_serve_console(struct repl_vm *v, struct console *con)
 	console_serve(con, &cops);
 }
 
+struct console *repl_vm_take_console(struct repl_vm *v)
+{
+	struct console *con = v->con;
+
+	if (con)
+		console_unserve(con);
+	v->con = NULL;
+	/* What this copy produced and did not release never leaves: as a
+	 * standby its output is the primary's, replayed from the stream. */
+	pthread_mutex_lock(&v->out_lock);
+	v->out_len = 0;
+	v->released = v->produced;
+	pthread_mutex_unlock(&v->out_lock);
+	return con;
+}
+
 int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to, struct proto_buf *out)
 {
 	int r = 0;

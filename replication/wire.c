@@ -217,6 +217,13 @@ uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms)
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
 		    const struct repl_timing *t, const char *witness_key, const char *token)
 {
+	return repl_send_hello_resume(l, role, cfg, t, witness_key, token, 0);
+}
+
+int repl_send_hello_resume(struct repl_link *l, Understudy__Role role,
+			   const struct machine_config *cfg, const struct repl_timing *t,
+			   const char *witness_key, const char *token, uint64_t resume_epoch)
+{
 	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
 	uint64_t digest = machine_config_digest(cfg);
 	uint8_t digest_le[PROTO_META_U64_BYTES];
@@ -233,6 +240,7 @@ int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct mac
 	h.epoch_ms = t->epoch_ms;
 	h.witness_key = (char *)(witness_key ? witness_key : "");
 	h.standby_token = (char *)(token ? token : "");
+	h.resume_epoch = resume_epoch;
 	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
 }
 
@@ -369,6 +377,17 @@ int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_
 	f.action = action;
 	f.epoch = epoch;
 	f.reason = (char *)reason;
+	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
+}
+
+int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen)
+{
+	Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
+
+	f.action = UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_SWITCHES;
+	f.epoch = epoch;
+	f.reason = (char *)"switchover: the guest is handed over";
+	f.listen = (char *)listen;
 	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
 }
 

@@ -6,6 +6,8 @@
 #                             DNS:understudy-secondary, signed by ca
 #   client.pem/.key           the primary's (TLS client): extendedKeyUsage
 #                             clientAuth, SAN DNS:understudy-primary, signed by ca
+#   hosta.pem, hostb.pem      both roles (serverAuth,clientAuth), SAN as server:
+#                             the two hosts of a pair that switches over
 #   other-ca.pem, other.pem/.key   an unrelated CA and a cert it signed (both usages)
 #   expired.pem/.key          signed by ca, both usages, validity entirely in the past
 #   noeku.pem/.key            signed by ca, no extended key usage: refused in either role
@@ -44,6 +46,12 @@ subjectAltName=DNS:understudy-primary"
 mkleaf other other-ca 127.0.0.1 "$both
 $san"
 mkleaf noeku ca 127.0.0.1 "$san"
+# Hosts of a pair that swaps roles (switchover): each is a TLS server and a
+# TLS client in turn, so each certificate carries both roles.
+mkleaf hosta ca "understudy host a" "$both
+$san"
+mkleaf hostb ca "understudy host b" "$both
+$san"
 
 # Expired: openssl ca lets us set both dates in the past.
 openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \

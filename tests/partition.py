@@ -466,8 +466,9 @@ def run_cell(c):
                     pst.get("state"), "" if pri_alive else " (it exited %s; log ends: %s)" % (
                         c.procs["pri"].returncode, c.log("pri")[-300:])))
             c.notes.append("old primary fenced %.0f ms after the event" % ((p_fenced[0] - t_ev) / 1e6))
-        if mode == "witness" and sst.get("state") != "active":
-            raise CellFail("the new owner's state is %r, want active" % sst.get("state"))
+        if mode == "witness" and (sst.get("role"), sst.get("state")) != ("primary", "unprotected"):
+            raise CellFail("the new owner is %r/%r, want primary/unprotected"
+                           % (sst.get("role"), sst.get("state")))
         if mode == "heartbeat" and name == "stop-pri":
             # One live copy: the old primary must not answer any more.
             if pri_alive and c.get("p") is not None:
