@@ -389,19 +389,6 @@ static void probe_check(struct repl_secondary *s)
 
 /* ---- the run ------------------------------------------------------------------- */
 
-void drill_fail(struct drill_run *r, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (r->failed)
-		return;                    /* the first reason is the reason */
-	r->failed = true;
-	va_start(ap, fmt);
-	vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
-	va_end(ap);
-	log_warn(TAG, "drill %llu fails: %s", (unsigned long long)r->id, r->reason);
-}
-
 void drill_stop_clone(struct drill_run *r)
 {
 	if (!r->clone)

@@ -69,11 +69,12 @@ struct repl_drill {
 };
 
 /* drill.c */
-void drill_fail(struct drill_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void drill_stop_clone(struct drill_run *r);
 void drill_finish(struct repl_secondary *s);
 
 /* drill_report.c */
+/* Marks the drill failed; the first reason stays the reason. */
+void drill_fail(struct drill_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The built-in probe's answer in the clone output: 1 judged (r->probe,
  * r->probe_ok set; drill_fail if wrong), 0 still waiting. */
 int drill_probe_judge(struct drill_run *r, const char *guest, const char *out);

@@ -5,11 +5,25 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TAG "drill"
+
+void drill_fail(struct drill_run *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->failed)
+		return;                    /* the first reason is the reason */
+	r->failed = true;
+	va_start(ap, fmt);
+	vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+	va_end(ap);
+	log_warn(TAG, "drill %llu fails: %s", (unsigned long long)r->id, r->reason);
+}
 
 /* ---- the built-in probes --------------------------------------------------------- */
 
