@@ -94,25 +94,25 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* p50, p99 and max of the pauses counted since npause0 (the last
- * REPL_STATS_WINDOW of them at most). */
-static void pauses_since(const struct repl_stats *st, uint64_t npause0, uint64_t *p50,
-			 uint64_t *p99, uint64_t *max, uint64_t *n)
+/* p50, p99 and max of the pauses numbered [from, to) (counting from the
+ * first), or false when the ring no longer holds them all. */
+static bool pauses_range(const struct repl_stats *st, uint64_t from, uint64_t to, uint64_t *p50,
+			 uint64_t *p99, uint64_t *max)
 {
-	uint64_t count = st->npause - npause0, v[REPL_STATS_WINDOW];
+	uint64_t count = to - from, v[REPL_STATS_WINDOW];
 
-	*n = count;
+	if (to > st->npause || st->npause - from > REPL_STATS_WINDOW)
+		return false;             /* *p50.. keep what they held */
 	*p50 = *p99 = *max = 0;
-	if (count > REPL_STATS_WINDOW)
-		count = REPL_STATS_WINDOW;
 	if (!count)
-		return;
+		return true;
 	for (uint64_t i = 0; i < count; i++)
-		v[i] = st->pause_ns[(st->npause - count + i) % REPL_STATS_WINDOW];
+		v[i] = st->pause_ns[(from + i) % REPL_STATS_WINDOW];
 	qsort(v, count, sizeof(v[0]), cmp_u64);
 	*p50 = v[count / 2];
 	*p99 = v[(count * 99) / 100 < count ? (count * 99) / 100 : count - 1];
 	*max = v[count - 1];
+	return true;
 }
 
 int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec)
@@ -144,9 +144,20 @@ int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec
 	rep.pause_p99_before_ns = d->p99_before_ns;
 	rep.lag_before_ns = d->lag_before_ns;
 	rep.lag_max_during_ns = d->lag_max_ns;
-	pauses_since(&q->st, d->npause0, &rep.pause_p50_during_ns, &rep.pause_p99_during_ns, &max,
-		     &rep.pauses_during);
-	rep.pause_max_during_ns = max;
+	/* During: from drill-begin on (the last REPL_STATS_WINDOW if more).
+	 * Before: as many pauses right before drill-begin, the same stretch of
+	 * time without a drill, when the ring still holds them (else the
+	 * figures taken at drill-begin, over the window before it). */
+	rep.pauses_during = q->st.npause - d->npause0;
+	if (!pauses_range(&q->st, d->npause0, q->st.npause, &rep.pause_p50_during_ns,
+			  &rep.pause_p99_during_ns, &rep.pause_max_during_ns))
+		(void)pauses_range(&q->st, q->st.npause - REPL_STATS_WINDOW, q->st.npause,
+				   &rep.pause_p50_during_ns, &rep.pause_p99_during_ns,
+				   &rep.pause_max_during_ns);
+	if (d->npause0 >= rep.pauses_during &&
+	    pauses_range(&q->st, d->npause0 - rep.pauses_during, d->npause0, &rep.pause_p50_before_ns,
+			 &rep.pause_p99_before_ns, &max))
+		rep.pause_max_before_ns = max;
 	rep.digest_ns = d->digest_ns;
 	rep.epoch = d->digest_epoch;
 	d->id = 0;

@@ -199,6 +199,7 @@ static json_object *production(const struct drill_run *r)
 	add_ms(p, "pause_p99_before_ms", b->pause_p99_before_ns);
 	add_ms(p, "lag_before_ms", b->lag_before_ns);
 	if (r->have_stats) {
+		add_ms(p, "pause_max_before_ms", r->stats.pause_max_before_ns);
 		add_ms(p, "pause_p50_during_ms", r->stats.pause_p50_during_ns);
 		add_ms(p, "pause_p99_during_ms", r->stats.pause_p99_during_ns);
 		add_ms(p, "pause_max_during_ms", r->stats.pause_max_during_ns);
