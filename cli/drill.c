@@ -221,8 +221,9 @@ static void print_human(json_object *rep)
 	       num(rep, "seconds"));
 	printf("  epochs      %.0f .. %.0f: %.0f applied to the standby during the drill\n",
 	       num(rep, "epochs.start"), num(rep, "epochs.end"), num(rep, "epochs.applied_during"));
-	printf("  RTO         %.3f ms (activation: clone VM built, state set, vCPUs running)\n",
-	       num(rep, "rto_ms"));
+	printf("  RTO         %.3f ms (activation: state copied from the standby, vCPUs running; "
+	       "the VM was built ahead in %.3f ms, as a standby is)\n", num(rep, "rto_ms"),
+	       num(rep, "clone_build_ms"));
 	printf("  RPO         acknowledged outputs lost: %s; unacknowledged epochs discarded: %.0f\n",
 	       get(rep, "rpo.acked_outputs_lost") ? str(rep, "rpo.acked_outputs_lost") : "not known",
 	       num(rep, "rpo.unacked_epochs_discarded"));

@@ -7,13 +7,18 @@
  * its next capture (epoch E) and sends "drill-digest" right after epoch E on
  * the link, so the secondary reads it with exactly E applied to the standby
  * and E+1 not begun (applying is synchronous on this loop).
- * running: the clone is built there and then: its own KVM VM in this
- * process, its RAM a MAP_PRIVATE mapping of the standby's memfd
- * (machine_new_clone), its vCPU, irqchip, timer, clock and UART state read
- * from the standby (which holds E), its console captured into a buffer
- * (nothing outside hears it, it has no network). Activation time, from the
- * digest's arrival to the clone's vCPUs running (less the digest, which a
- * takeover does not compute), is the RTO this drill measures.
+ * The clone's VM is built at the request, as a standby is built before it
+ * is needed: its own KVM VM in this process, its RAM a MAP_PRIVATE mapping
+ * of the standby's memfd (machine_new_clone), vCPUs parked, its console
+ * captured into a buffer (nothing outside hears it, it has no network).
+ * Until activation nothing of it is private, so it follows the standby.
+ * running: at the digest's arrival the clone is activated there and then:
+ * its RAM digested (as it is: the standby at E), its vCPU, irqchip, timer,
+ * clock and UART state read from the standby (which holds E) and set, its
+ * vCPUs resumed. Activation time, from the digest's arrival to the clone's
+ * vCPUs running (less the digest, which a takeover does not compute), is
+ * the RTO this drill measures: a takeover's resume plus the state copy a
+ * standby gets with each epoch; the VM's build is reported apart.
  *
  * Why the clone's view stays at E while the standby applies E+1, E+2...:
  * a MAP_PRIVATE page the clone has not written yet still shows the file,
@@ -270,8 +275,8 @@ void repl_drill_before_apply(struct repl_secondary *s)
 	struct drill_run *r = s->drill ? &s->drill->run : NULL;
 	const struct ckpt *c = &s->stage.stage;
 
-	if (!r || !r->clone)
-		return;
+	if (!r || !r->clone || !r->active)
+		return;                  /* until activation the clone is meant to follow */
 	for (size_t i = 0; i < c->npages; i++) {
 		int64_t pg = machine_gfn_page(r->clone, c->gfns[i]);
 
@@ -307,10 +312,10 @@ static void activate(struct repl_secondary *s, const Understudy__DrillReport *re
 {
 	struct repl_drill *d = s->drill;
 	struct drill_run *r = &d->run;
-	struct machine_ops ops = { .console_out = clone_out, .stopped = clone_stopped, .ctx = r };
 	uint64_t t0 = now_ns(), t1;
 	int e;
 
+	r->active = true;        /* from here on the standby's writes leave the clone alone */
 	r->primary = *rep;
 	r->have_digest = true;
 	r->epoch_start = s->stage.applied;
@@ -318,11 +323,6 @@ static void activate(struct repl_secondary *s, const Understudy__DrillReport *re
 	memcpy(r->committed_tail, d->tail, sizeof(d->tail));
 	memcpy(r->committed_line, d->last_line, sizeof(d->last_line));
 	r->have_committed_line = d->have_line;
-	if ((e = machine_new_clone(s->vm->m, &ops, &r->clone)) < 0) {
-		drill_fail(r, "cannot build the clone: %s", strerror(-e));
-		drill_finish(s);
-		return;
-	}
 	t1 = now_ns();
 	r->clone_crc = repl_drill_ram_crc(r->clone);
 	r->digest_ns = now_ns() - t1;
@@ -542,6 +542,9 @@ static char *start_request(struct repl_secondary *s, const char *args)
 	struct drill_run *r;
 	unsigned seconds = 5;
 	bool external = false;
+	struct machine_ops ops;
+	uint64_t t0;
+	int e;
 	char word[64];
 	int n;
 
@@ -573,10 +576,21 @@ static char *start_request(struct repl_secondary *s, const char *args)
 		r->id = now_ns() | 1;
 	r->seconds = seconds;
 	r->external = external;
+	/* The clone's VM is built now, as a standby is built before it is
+	 * needed: activation then costs what a takeover costs, plus copying
+	 * the state (which the standby received with each epoch). Its RAM
+	 * follows the standby until activation (nothing is private yet). */
+	ops = (struct machine_ops){ .console_out = clone_out, .stopped = clone_stopped, .ctx = r };
+	t0 = now_ns();
+	if ((e = machine_new_clone(s->vm->m, &ops, &r->clone)) < 0)
+		return reply("error cannot build the clone: %s\n", strerror(-e));
+	r->build_ns = now_ns() - t0;
 	clock_gettime(CLOCK_REALTIME, &r->wall_start);
 	r->t_asked_ns = now_ns();
-	if (repl_send_drill_request(&s->link, REPL_DRILL_BEGIN, r->id) < 0)
+	if (repl_send_drill_request(&s->link, REPL_DRILL_BEGIN, r->id) < 0) {
+		drill_stop_clone(r);
 		return reply("error cannot ask the primary for its digest\n");
+	}
 	r->state = DRILL_ASKED;
 	ev_timer_init(&d->tick_w, on_tick, 0.01, 0.01);
 	d->tick_w.data = s;

@@ -22,7 +22,8 @@ struct drill_run {
 	bool external;                   /* the CLI probes (--probe CMD) */
 	struct timespec wall_start, wall_end;
 	uint64_t t_asked_ns, t_active_ns, t_probe_ns, t_end_asked_ns, t_stopped_ns;
-	uint64_t rto_ns, digest_ns;
+	uint64_t rto_ns, digest_ns, build_ns;
+	bool active;                     /* the clone's view is frozen (activation on) */
 	uint64_t epoch_start, epoch_end;
 	size_t held_bytes;               /* output a takeover would have replayed */
 

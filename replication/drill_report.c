@@ -253,6 +253,7 @@ void drill_report_build(struct repl_secondary *s)
 		add_ms(o, "rto_ms", r->rto_ns);
 	else
 		json_object_object_add(o, "rto_ms", NULL);
+	add_ms(o, "clone_build_ms", r->build_ns);
 	x = json_object_new_object();
 	/* Only the counter's probe compares with the acknowledged output. */
 	json_object_object_add(x, "acked_outputs_lost", r->probe_ok && r->counter_checked ?
