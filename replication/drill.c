@@ -61,32 +61,43 @@
 
 /* ---- the primary's part ------------------------------------------------------- */
 
+static bool page_is_zero(const uint8_t *p)
+{
+	const uint64_t *w = (const uint64_t *)p;
+	uint64_t acc = 0;
+
+	for (size_t i = 0; i < KVM_PAGE_SIZE / 8; i++)
+		acc |= w[i];
+	return acc == 0;
+}
+
+/* Defined by content, so that two machines with equal RAM agree whatever
+ * their memfds hold as holes: crc32c over every non-zero page, each as its
+ * index (u64) then its bytes. Holes are skipped without being read (reading
+ * would allocate shmem pages), so the cost follows the populated RAM, not
+ * its size: what matters inside the primary's pause. */
 uint32_t repl_drill_ram_crc(struct machine *m)
 {
-	static const uint8_t zeros[65536];
 	uint64_t end = m->cfg.mem_bytes, pos = 0;
 	uint32_t crc = 0;
 
-	/* Holes read as zeros: crc them from a buffer instead of faulting
-	 * shmem pages in (which would allocate them). */
 	while (pos < end) {
 		off_t data = lseek(m->memfd, (off_t)pos, SEEK_DATA), hole;
 
-		if (data < 0)
-			data = (off_t)end;      /* ENXIO: only a hole is left */
-		while (pos < (uint64_t)data) {
-			size_t n = (uint64_t)data - pos < sizeof(zeros) ? (size_t)((uint64_t)data - pos)
-									: sizeof(zeros);
-
-			crc = proto_crc32c(crc, zeros, n);
-			pos += n;
-		}
-		if (pos >= end)
-			break;
-		hole = lseek(m->memfd, (off_t)pos, SEEK_HOLE);
+		if (data < 0 || (uint64_t)data >= end)
+			break;                  /* ENXIO: only a hole is left */
+		hole = lseek(m->memfd, data, SEEK_HOLE);
 		if (hole < 0 || (uint64_t)hole > end)
 			hole = (off_t)end;
-		crc = proto_crc32c(crc, m->ram + pos, (size_t)((uint64_t)hole - pos));
+		for (uint64_t pg = (uint64_t)data / KVM_PAGE_SIZE;
+		     pg < ((uint64_t)hole + KVM_PAGE_SIZE - 1) / KVM_PAGE_SIZE; pg++) {
+			const uint8_t *p = machine_page_hva(m, pg);
+
+			if (page_is_zero(p))
+				continue;
+			crc = proto_crc32c(crc, &pg, sizeof(pg));
+			crc = proto_crc32c(crc, p, KVM_PAGE_SIZE);
+		}
 		pos = (uint64_t)hole;
 	}
 	return crc;

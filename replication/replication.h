@@ -287,8 +287,9 @@ void repl_drill_pri_capture(struct repl_epochs *q);
 void repl_drill_pri_sent(struct repl_epochs *q);
 /* An ACK set st.lag_ns. */
 void repl_drill_pri_acked(struct repl_epochs *q);
-/* crc32c of all of m's RAM (holes read as zeros without faulting them in);
- * what the drill compares on both sides. m paused or a clone not started. */
+/* A digest of m's RAM by content: crc32c over every non-zero page as its
+ * index and bytes (holes skipped unread); what the drill compares on both
+ * sides. m paused, or a clone not started. */
 uint32_t repl_drill_ram_crc(struct machine *m);
 /* wire.c: drill messages as Sections (understudy.proto, DrillRequest). */
 #define REPL_DRILL_BEGIN "drill-begin"
