@@ -284,7 +284,8 @@ static void event(const struct drill_cli *c, json_object *st)
 	const char *state = str(st, "state");
 
 	if (c->json) {
-		printf("{\"event\":\"%s\",\"rto_ms\":%.3f,\"standby_epoch\":%.0f}\n", state,
+		printf("{\"kind\":\"test-failover\",\"event\":\"%s\",\"rto_ms\":%.3f,"
+		       "\"standby_epoch\":%.0f}\n", state,
 		       num(st, "rto_ms"), num(st, "standby_epoch"));
 		fflush(stdout);
 	} else if (!strcmp(state, "running")) {

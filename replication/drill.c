@@ -242,6 +242,10 @@ void repl_drill_applied(struct repl_secondary *s)
 
 	if (!d && !(d = s->drill = calloc(1, sizeof(*d))))
 		return;                         /* no drill can run then: request says so */
+	if (s->stage.applied == 1) {            /* a new standby: the old output is not its */
+		d->tail_len = 0;
+		d->have_line = false;
+	}
 	for (size_t i = 0; i < out->len; i++) {
 		char c = (char)out->data[i];
 

@@ -71,37 +71,45 @@ static void split_lines(struct drill_run *r, const char *out, char *pre, char *p
 /* counter: "get" answers the last reply the committed output holds. If
  * the checkpoint caught an "incr" between its increment and its reply, the
  * clone finishes that reply first: it must be the committed one + 1, and
- * "get" must answer it. */
+ * "get" must answer it. With no reply committed since this standby began
+ * (protection of a VM whose replies came before), nothing is compared. */
 static void judge_counter(struct drill_run *r, const char *pre, const char *post)
 {
-	const char *want = r->have_committed_line && counter_n(r->committed_line) >= 0 ?
-			   r->committed_line : NULL;
-	int64_t n_want = want ? counter_n(want) : 0;
+	const char *committed = r->have_committed_line && counter_n(r->committed_line) >= 0 ?
+				r->committed_line : NULL;
+	const char *want = committed;
 
 	if (pre[0] && counter_n(pre) >= 0) {
-		if (counter_n(pre) != n_want + 1) {
+		if (committed && counter_n(pre) != counter_n(committed) + 1) {
 			drill_fail(r, "probe: the clone replied '%s' before the probe; the last "
-				   "acknowledged reply was '%s'", pre, want ? want : "(none: 0)");
+				   "acknowledged reply was '%s'", pre, committed);
 			snprintf(r->probe, sizeof(r->probe), "in-flight reply '%s' inconsistent", pre);
 			return;
 		}
 		want = pre;
-		n_want = counter_n(pre);
 	}
-	if (want ? !strcmp(post, want) : counter_n(post) == 0) {
-		r->probe_ok = true;
-		r->counter_checked = true;
-		snprintf(r->probe, sizeof(r->probe), "get -> '%s' = %s", post,
-			 want == pre ? "the reply of an incr in flight at the checkpoint (committed + 1)"
-				     : want ? "the last acknowledged reply"
-					    : "0 (no reply acknowledged yet)");
+	if (counter_n(post) < 0) {
+		snprintf(r->probe, sizeof(r->probe), "get -> '%s': not a counter reply", post);
+		drill_fail(r, "probe: get answered '%s', not a counter reply", post);
 		return;
 	}
-	snprintf(r->probe, sizeof(r->probe), "get -> '%s', expected '%s'", post,
-		 want ? want : "0 ...");
-	drill_fail(r, "probe: get answered '%s', the last acknowledged reply was '%s'", post,
-		   want ? want : "(none: 0)");
-	(void)n_want;
+	if (!want) {
+		r->probe_ok = true;
+		snprintf(r->probe, sizeof(r->probe), "get -> '%s' (no reply acknowledged since this "
+			 "standby began: not compared)", post);
+		return;
+	}
+	if (strcmp(post, want)) {
+		snprintf(r->probe, sizeof(r->probe), "get -> '%s', expected '%s'", post, want);
+		drill_fail(r, "probe: get answered '%s', the last acknowledged reply was '%s'", post,
+			   want);
+		return;
+	}
+	r->probe_ok = true;
+	r->counter_checked = committed != NULL;
+	snprintf(r->probe, sizeof(r->probe), "get -> '%s' = %s", post,
+		 want == pre ? "the reply of an incr in flight at the checkpoint (committed + 1)"
+			     : "the last acknowledged reply");
 }
 
 int drill_probe_judge(struct drill_run *r, const char *guest, const char *out)
