@@ -270,6 +270,7 @@ static void clone_out(void *ctx, const uint8_t *buf, size_t len)
 	struct drill_run *r = ctx;
 
 	pthread_mutex_lock(&r->out_lock);
+	r->out_total += len;
 	if (r->out_len + len > DRILL_OUT_MAX)
 		len = DRILL_OUT_MAX - r->out_len;      /* the rest is counted, not kept */
 	memcpy(r->out + r->out_len, buf, len);
@@ -576,6 +577,10 @@ static char *start_request(struct repl_secondary *s, const char *args)
 		return reply("error no drill: this secondary is %s%s\n", repl_sec_state_name(s),
 			     s->stage.have_ckpt && s->link.conn ? "" :
 			     " without a complete checkpoint from a connected primary");
+	/* An older primary would take a drill Section for a protocol error and
+	 * give its secondary up: production would lose its protection. */
+	if (!(s->peer_caps & PROTO_CAP_DRILL))
+		return reply("error the primary does not answer drills (an older version): no drill\n");
 	if (d->run.state >= DRILL_ASKED && d->run.state < DRILL_DONE)
 		return reply("error a drill is running (drill %llu)\n", (unsigned long long)d->run.id);
 	r = &d->run;

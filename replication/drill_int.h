@@ -32,6 +32,7 @@ struct drill_run {
 	pthread_mutex_t out_lock;
 	char *out;                       /* DRILL_OUT_MAX bytes */
 	size_t out_len;
+	uint64_t out_total;              /* written, kept or not */
 	atomic_bool clone_stopped;
 	int clone_status;
 	uint64_t preserved;              /* pages copied for the clone before an apply */

@@ -270,7 +270,7 @@ void drill_report_build(struct repl_secondary *s)
 	json_object_object_add(o, "rpo", x);
 	x = json_object_new_object();
 	add_u64(x, "held_bytes", r->held_bytes);
-	add_u64(x, "clone_output_bytes", r->out_len);
+	add_u64(x, "clone_output_bytes", r->out_total);
 	add_u64(x, "released_bytes", 0);
 	json_object_object_add(o, "output", x);
 	x = json_object_new_object();

@@ -298,6 +298,7 @@ static int on_hello(struct repl_secondary *s, struct repl_link *l, const Underst
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
+	s->peer_caps = h->capabilities;   /* drills need PROTO_CAP_DRILL */
 	if (h->resume_epoch || s->state != S_WAITING)
 		return resume_hello(s, l, h);
 	s->got_hello = true;
