@@ -13,12 +13,15 @@
 #  4. the test hook "drill corrupt" (refused without UNDERSTUDY_TEST_HOOKS=1)
 #     flips a byte of the standby: the drill FAILs with "digest mismatch",
 #     exit 1;
-#  5. --report-dir kept each report; drill history lists them.
+#  5. --report-dir kept each report; drill history lists them;
+#  6. the primary killed -9 during a drill: the drill FAILs (production
+#     changed), the clone is gone, and the real takeover still happens with
+#     the acknowledged counter value.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
 trap cleanup EXIT
 reports=$tmp/reports
 
@@ -35,13 +38,13 @@ done
 "$BIN" drill local --kind kill 2>&1 | grep -q "not yet" || fail "local does not say 'not yet'"
 ok "bad usage and the kinds not built yet exit 2"
 
-# start_pair NAME GUEST_ARGS... : a protected pair; sets SEC_CTL PRI_CTL PCON
+# start_pair NAME GUEST_ARGS... : a protected pair; sets SEC_CTL PRI_CTL PCON SCON
 start_pair() {
-	local name=$1 sport scon
+	local name=$1 sport
 	shift
-	sport=$(free_port); scon=$(free_port); PCON=$(free_port)
+	sport=$(free_port); SCON=$(free_port); PCON=$(free_port)
 	SEC_CTL=$tmp/$name-sec.ctl PRI_CTL=$tmp/$name-pri.ctl
-	env ${SEC_ENV:-} "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon \
+	env ${SEC_ENV:-} "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$SCON \
 		--insecure --failover-timeout-ms 2000 --control "$SEC_CTL" 2>"$tmp/$name-sec.log" &
 	wait_port $sport 20 || fail "secondary did not listen: $(cat "$tmp/$name-sec.log")"
 	"$BIN" primary "$@" --console tcp:127.0.0.1:$PCON --peer 127.0.0.1:$sport --insecure \
@@ -175,4 +178,33 @@ cat "$tmp/hist.out"
 grep -q "test-failover  FAIL .*digest mismatch" "$tmp/hist.out" || fail "history: the FAIL row"
 grep -q "^(3 drills)" "$tmp/hist.out" || fail "history count"
 ok "--report-dir kept 3 reports; drill history lists them"
+# ---- 6. the primary dies during a drill ------------------------------------------------
+kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null
+start_pair dies --guest counter
+out=$(python3 tests/counter_client.py $PCON incr incr incr incr) || fail "client of the primary"
+[ "$(echo "$out" | tail -1 | cut -d' ' -f1)" = 4 ] || fail "primary replies: $out"
+"$BIN" drill test-failover --control "$SEC_CTL" --seconds 10 >"$tmp/d6.out" 2>&1 &
+dpid=$!
+wait_log "$tmp/dies-sec.log" "clone running" 20 || fail "the clone did not start: $(tail -3 "$tmp/dies-sec.log")"
+pkill -9 -f -- "--control $PRI_CTL"
+wait $dpid
+rc=$?
+cat "$tmp/d6.out"
+[ $rc = 1 ] || fail "a drill whose primary died exited $rc, want 1"
+grep -q "production changed during the drill" "$tmp/d6.out" || fail "no 'production changed' reason"
+wait_log "$tmp/dies-sec.log" "TOOK OVER" 20 || fail "no takeover after the primary died mid-drill"
+"$BIN" status --control "$SEC_CTL" | grep -q "^role primary$" || fail "the secondary does not run the guest: $("$BIN" status --control "$SEC_CTL")"
+python3 - "$SCON" <<'PY' || fail "the guest after the takeover"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
+f = s.makefile("rwb", buffering=0)
+f.write(b"get\n")
+lines = [f.readline().decode() for _ in range(1)]
+while lines[-1].split()[0] != "4" and len(lines) < 10:
+    lines.append(f.readline().decode())
+print("   after the takeover:", [l.strip() for l in lines])
+if lines[-1].split()[0] != "4":
+    sys.exit("the taken-over guest answered %r, want 4" % lines)
+PY
+ok "the primary killed during a drill: the drill FAILs (exit 1), the takeover happens, the counter holds at 4"
 echo "PASS: sys_drill"
