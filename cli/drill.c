@@ -245,6 +245,15 @@ static void print_human(json_object *rep)
 		       num(rep, "production.lag_max_during_ms"));
 	else
 		printf("  production  the primary's figures did not arrive\n");
+	if (get(rep, "production.apply_p99_during_ms"))
+		printf("  standby     apply p50 %.3f -> %.3f ms, p99 %.3f -> %.3f ms, plus the "
+		       "clone's page copies %.3f ms an epoch (max %.3f): each ACK waits for both\n",
+		       num(rep, "production.apply_p50_before_ms"),
+		       num(rep, "production.apply_p50_during_ms"),
+		       num(rep, "production.apply_p99_before_ms"),
+		       num(rep, "production.apply_p99_during_ms"),
+		       num(rep, "production.clone_copy_avg_ms"),
+		       num(rep, "production.clone_copy_max_ms"));
 	printf("  memory      %.2f MiB private to the clone (copy-on-write; %.0f pages copied "
 	       "before the standby's applies)\n", num(rep, "memory.used_bytes") / 1048576,
 	       num(rep, "memory.pages_copied_before_applies"));

@@ -135,7 +135,7 @@ int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec
 {
 	struct repl_drill_pri *d = &q->drill;
 	Understudy__DrillReport rep = UNDERSTUDY__DRILL_REPORT__INIT;
-	uint64_t id, max;
+	uint64_t id, max, nb;
 	int r;
 
 	if (strcmp(sec->name, REPL_DRILL_BEGIN) && strcmp(sec->name, REPL_DRILL_END))
@@ -161,18 +161,18 @@ int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec
 	rep.lag_before_ns = d->lag_before_ns;
 	rep.lag_max_during_ns = d->lag_max_ns;
 	/* During: from drill-begin on (the last REPL_STATS_WINDOW if more).
-	 * Before: as many pauses right before drill-begin, the same stretch of
-	 * time without a drill, when the ring still holds them (else the
-	 * figures taken at drill-begin, over the window before it). */
+	 * Before: as many pauses right before drill-begin (fewer if there were
+	 * fewer), the same stretch of time without a drill, when the ring
+	 * still holds them (else the figures taken at drill-begin). */
 	rep.pauses_during = q->st.npause - d->npause0;
 	if (!pauses_range(&q->st, d->npause0, q->st.npause, &rep.pause_p50_during_ns,
 			  &rep.pause_p99_during_ns, &rep.pause_max_during_ns))
 		(void)pauses_range(&q->st, q->st.npause - REPL_STATS_WINDOW, q->st.npause,
 				   &rep.pause_p50_during_ns, &rep.pause_p99_during_ns,
 				   &rep.pause_max_during_ns);
-	if (d->npause0 >= rep.pauses_during &&
-	    pauses_range(&q->st, d->npause0 - rep.pauses_during, d->npause0, &rep.pause_p50_before_ns,
-			 &rep.pause_p99_before_ns, &max))
+	nb = rep.pauses_during < d->npause0 ? rep.pauses_during : d->npause0;
+	if (nb && pauses_range(&q->st, d->npause0 - nb, d->npause0, &rep.pause_p50_before_ns,
+			       &rep.pause_p99_before_ns, &max))
 		rep.pause_max_before_ns = max;
 	rep.digest_ns = d->digest_ns;
 	rep.epoch = d->digest_epoch;
@@ -291,6 +291,8 @@ void repl_drill_before_apply(struct repl_secondary *s)
 	struct drill_run *r = s->drill ? &s->drill->run : NULL;
 	const struct ckpt *c = &s->stage.stage;
 
+	uint64_t t0 = now_ns(), dt;
+
 	if (!r || !r->clone || !r->active)
 		return;                  /* until activation the clone is meant to follow */
 	for (size_t i = 0; i < c->npages; i++) {
@@ -302,6 +304,11 @@ void repl_drill_before_apply(struct repl_secondary *s)
 				  __ATOMIC_SEQ_CST);
 		r->preserved++;
 	}
+	dt = now_ns() - t0;         /* the ACK waits for this too */
+	r->preserve_ns += dt;
+	r->preserve_epochs++;
+	if (dt > r->preserve_max_ns)
+		r->preserve_max_ns = dt;
 }
 
 /* vCPU, irqchip, timer, clock and UART state from the standby, in
@@ -332,6 +339,7 @@ static void activate(struct repl_secondary *s, const Understudy__DrillReport *re
 	int e;
 
 	r->active = true;        /* from here on the standby's writes leave the clone alone */
+	r->apply_npause0 = s->stage.st.npause;
 	r->primary = *rep;
 	r->have_digest = true;
 	r->epoch_start = s->stage.applied;
@@ -428,6 +436,22 @@ void drill_stop_clone(struct drill_run *r)
 	r->t_stopped_ns = now_ns();
 }
 
+/* This side's cost: the time to apply an epoch (which the ACK waits for)
+ * while the clone ran, beside as many applies right before it. */
+static void apply_figures(struct repl_secondary *s, struct drill_run *r)
+{
+	const struct repl_stats *st = &s->stage.st;
+	uint64_t n = st->npause - r->apply_npause0;
+	uint64_t nb = n < r->apply_npause0 ? n : r->apply_npause0;   /* as many before, if held */
+
+	if (!r->active || !n || !nb)
+		return;
+	r->apply_known = pauses_range(st, r->apply_npause0, st->npause, &r->apply_during[0],
+				      &r->apply_during[1], &r->apply_during[2]) &&
+			 pauses_range(st, r->apply_npause0 - nb, r->apply_npause0, &r->apply_before[0],
+				      &r->apply_before[1], &r->apply_before[2]);
+}
+
 void drill_finish(struct repl_secondary *s)
 {
 	struct drill_run *r = &s->drill->run;
@@ -435,6 +459,7 @@ void drill_finish(struct repl_secondary *s)
 	drill_stop_clone(r);
 	ev_timer_stop(s->loop, &s->drill->tick_w);
 	r->epoch_end = s->stage.applied;
+	apply_figures(s, r);
 	clock_gettime(CLOCK_REALTIME, &r->wall_end);
 	r->state = DRILL_DONE;
 	drill_report_build(s);

@@ -24,6 +24,9 @@ struct drill_run {
 	uint64_t t_asked_ns, t_active_ns, t_probe_ns, t_end_asked_ns, t_stopped_ns;
 	uint64_t rto_ns, digest_ns, build_ns;
 	bool active;                     /* the clone's view is frozen (activation on) */
+	uint64_t apply_npause0;          /* the standby's apply count at activation */
+	uint64_t apply_before[3], apply_during[3];   /* p50, p99, max of apply times */
+	bool apply_known;
 	uint64_t epoch_start, epoch_end;
 	size_t held_bytes;               /* output a takeover would have replayed */
 
@@ -36,6 +39,7 @@ struct drill_run {
 	atomic_bool clone_stopped;
 	int clone_status;
 	uint64_t preserved;              /* pages copied for the clone before an apply */
+	uint64_t preserve_ns, preserve_max_ns, preserve_epochs;   /* ...and the time it took */
 	uint64_t private_bytes, rss_bytes;   /* the clone mapping, at its end */
 	bool memory_known;
 

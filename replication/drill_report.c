@@ -216,6 +216,16 @@ static json_object *production(const struct drill_run *r)
 	}
 	if (r->have_digest)
 		add_ms(p, "digest_in_pause_ms", r->primary.digest_ns);
+	if (r->apply_known) {   /* the standby's applies: what each ACK waits for */
+		add_ms(p, "apply_p50_before_ms", r->apply_before[0]);
+		add_ms(p, "apply_p99_before_ms", r->apply_before[1]);
+		add_ms(p, "apply_p50_during_ms", r->apply_during[0]);
+		add_ms(p, "apply_p99_during_ms", r->apply_during[1]);
+	}
+	if (r->preserve_epochs) {   /* the clone's copies, before each apply */
+		add_ms(p, "clone_copy_avg_ms", r->preserve_ns / r->preserve_epochs);
+		add_ms(p, "clone_copy_max_ms", r->preserve_max_ns);
+	}
 	return p;
 }
 
