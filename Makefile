@@ -4,6 +4,7 @@
 #   make check      install missing Debian packages, build, run every test
 #   make demo       install missing Debian packages, build, run the demo
 #   make bench      run the benchmarks (figure, reference, ratio)
+#   make plots      the benchmark figures as PNGs (gnuplot), under build/plots
 #   make SAN=1 check   the same with ASan + UBSan (in build/san), the agents of
 #                      the system tests too; any report fails (tests/run.sh)
 #   make check-mutants build each mutant of an invariant, check its tests catch it
@@ -62,7 +63,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check demo bench deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
+.PHONY: all check demo bench bench-run deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
 .SECONDARY:
 all: $(BIN)
 
@@ -173,15 +174,37 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo.sh
 
+# The figures also go to $(BUILD)/bench/bench.log, which `make plots` reads.
 bench: deps
+	@mkdir -p $(BUILD)/bench
+	@{ $(MAKE) --no-print-directory bench-run; echo $$? > $(BUILD)/bench/.rc; } 2>&1 | \
+	    tee $(BUILD)/bench/bench.log; exit $$(cat $(BUILD)/bench/.rc)
+
+bench-run:
 	@$(MAKE) --no-print-directory all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/bench_protect.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_protect.py
 	@echo "== bench/bench_witness.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_witness.py
 	@echo "== bench/bench_migrate.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_migrate.py
+	@echo "== bench/bench_switchover.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_switchover.py
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs
+
+# make plots: the figures of a `make bench` run as PNGs under $(PLOTS), drawn
+# by gnuplot (bench/plots.py describes results.json). Without RESULTS=FILE it
+# reads $(BUILD)/bench/results.json, made first from the output of
+# `make bench | tee $(BUILD)/bench/bench.log` when that log is newer.
+PLOTS   ?= $(BUILD)/plots
+.PHONY: plots
+plots:
+ifeq ($(origin RESULTS),command line)
+	@python3 bench/plots.py --results $(RESULTS) --out $(PLOTS)
+else
+	@if [ $(BUILD)/bench/bench.log -nt $(BUILD)/bench/results.json ]; then \
+	  from="--from-log $(BUILD)/bench/bench.log"; fi; \
+	python3 bench/plots.py $$from --results $(BUILD)/bench/results.json --out $(PLOTS)
+endif
 
 clean:
 	rm -rf build

@@ -103,6 +103,40 @@ int cli_check_no_more_args(const char *cmd, int argc, char **argv);
 int cli_parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out);
 void cli_print_guests(FILE *f);
 
+/* ---- --config FILE (config.c) ------------------------------------------- */
+
+/* One command-line word made from a line of a config file. */
+struct cli_config_word {
+	char *text;                   /* "--key=value" or "--flag", owned */
+	const char *file;
+	unsigned line;
+	const struct option *opt;     /* its entry in the command's longopts */
+};
+
+struct cli_config {
+	int argc;                     /* the argv the command parses instead */
+	char **argv;
+	struct cli_config_word *words;
+	size_t nwords, cap;
+};
+
+void cli_config_fini(struct cli_config *cf);
+/* Frees the words when the command returns, whichever way it does: optarg
+ * values point into them until then. */
+#define CLI_CONFIG_AUTO __attribute__((cleanup(cli_config_fini)))
+
+/* Expands every --config FILE of *argv (before "--") into the options of
+ * longopts, before the command line's own so that these win; a key the
+ * command line also gives is left out. *argc and *argv then describe the
+ * words to parse (untouched without --config). 0, or 2 after printing why,
+ * naming FILE:LINE for an unknown key or a value that is not a line. */
+int cli_config_apply(struct cli_config *cf, int *argc, char ***argv, const char *shortopts,
+		     const struct option *longopts) __attribute__((warn_unused_result));
+/* For the getopt loop's error path, once the option's own parser said
+ * what is wrong: when the word getopt_long just consumed (argv[next - 1],
+ * next being optind) came from a file, names its file and line. Returns 2. */
+int cli_config_blame(const struct cli_config *cf, char **argv, int next);
+
 /* ---- the subcommands: argv[0] is the subcommand; returns the exit status -- */
 
 int cli_cmd_run(int argc, char **argv);

@@ -28,11 +28,15 @@ static const struct {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: understudy COMMAND [options]   (understudy COMMAND --help)\n\ncommands:\n");
+	fprintf(f, "usage: understudy COMMAND [options] [--config FILE]   (understudy help COMMAND)\n"
+		"       understudy --version\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\nbuilt-in guests:\n");
 	cli_print_guests(f);
+	fprintf(f, "\n--config FILE: options from FILE, one 'key = value' per line, the keys named like\n"
+		"the long options (listen = 127.0.0.1:7000, insecure = true); the command line\n"
+		"wins. By convention /etc/understudy/NAME.conf. See understudy(8).\n");
 }
 
 int main(int argc, char **argv)
@@ -48,9 +52,25 @@ int main(int argc, char **argv)
 			printf("understudy %s\n", UNDERSTUDY_VERSION);
 			return 0;
 		}
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    (!strcmp(argv[1], "help") && argc == 2)) {
 		usage(stdout);
 		return 0;
+	}
+	/* "help COMMAND" is "COMMAND --help": one text per command, kept in its file. */
+	if (!strcmp(argv[1], "help")) {
+		char *help_argv[] = { argv[2], "--help", NULL };
+
+		if (argc > 3) {
+			fprintf(stderr, "understudy help: one COMMAND at a time\n");
+			return 2;
+		}
+		for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+			if (!strcmp(argv[2], commands[i].name))
+				return commands[i].fn(2, help_argv);
+		fprintf(stderr, "understudy: unknown command '%s'\n", argv[2]);
+		usage(stderr);
+		return 2;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))

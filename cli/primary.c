@@ -17,7 +17,10 @@ static const char primary_help[] =
 	"--handshake-timeout-ms (default 5000): else the VM was never protected and the\n"
 	"primary exits 1, or, once syncing, runs on UNPROTECTED. With --witness the guest\n"
 	"runs only while this side owns the witness key: past its lease it is paused for\n"
-	"good (state fenced).\n\n"
+	"good (state fenced). Output that commit holds ends the epoch early, at least\n"
+	"--min-epoch-ms (default 2) after the last one, so that a reply waits for one\n"
+	"pause and one round trip rather than a whole epoch (--min-epoch-ms >= --epoch-ms:\n"
+	"the timer only).\n\n"
 	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
@@ -28,12 +31,14 @@ int cli_cmd_primary(int argc, char **argv)
 		WITNESS_OPTIONS_LONG,
 		{ "peer", required_argument, NULL, 'p' },
 		{ "epoch-ms", required_argument, NULL, 'e' },
+		{ "min-epoch-ms", required_argument, NULL, 'm' },
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	struct vm_options vo;
 	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500,
 				       .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
@@ -42,6 +47,8 @@ int cli_cmd_primary(int argc, char **argv)
 
 	cli_vm_options_init(&vo);
 	cli_witness_options_init(&wo);
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		int r = 0;
@@ -50,6 +57,7 @@ int cli_cmd_primary(int argc, char **argv)
 		case 'h': fputs(primary_help, stdout); return 0;
 		case 'p': o.peer = optarg; r = cli_check_host_port("--peer", optarg); break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &o.epoch_ms); break;
+		case 'm': r = cli_parse_ms("--min-epoch-ms", optarg, 1, &o.min_epoch_ms); break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &o.timeout_ms); break;
 		case 'H':
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
@@ -61,7 +69,7 @@ int cli_cmd_primary(int argc, char **argv)
 			break;
 		}
 		if (r)
-			return 2;
+			return cli_config_blame(&cf, argv, optind);
 	}
 	if (cli_check_no_more_args("primary", argc, argv))
 		return 2;

@@ -117,6 +117,7 @@ int cli_cmd_protect(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, timeout_ms = 500, hs_ms = 5000;
@@ -124,6 +125,8 @@ int cli_cmd_protect(int argc, char **argv)
 	char req[4 * PATH_MAX], *reply = NULL;
 	int opt, r;
 
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		r = 0;
@@ -138,7 +141,7 @@ int cli_cmd_protect(int argc, char **argv)
 		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
 		}
 		if (r)
-			return 2;
+			return cli_config_blame(&cf, argv, optind);
 	}
 	if (cli_check_no_more_args("protect", argc, argv))
 		return 2;
@@ -312,6 +315,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000, link_timeout_ms = 500;
@@ -319,6 +323,8 @@ int cli_cmd_migrate(int argc, char **argv)
 	char req[4 * PATH_MAX], num[32], *reply = NULL;
 	int opt, r;
 
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		r = 0;
@@ -335,7 +341,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
 		}
 		if (r)
-			return 2;
+			return cli_config_blame(&cf, argv, optind);
 	}
 	if (cli_check_no_more_args("migrate", argc, argv))
 		return 2;

@@ -43,6 +43,7 @@ int cli_cmd_restore(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	const char *console = "stdio", *control = NULL;
 	struct machine_config cfg;
 	struct ckpt_file_info info;
@@ -51,6 +52,8 @@ int cli_cmd_restore(int argc, char **argv)
 	struct ckpt c;
 	int opt, r;
 
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {

@@ -20,6 +20,7 @@ int cli_cmd_run(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	struct vm_options vo;
 	const char *control = NULL;
 	struct ev_loop *loop;
@@ -27,6 +28,8 @@ int cli_cmd_run(int argc, char **argv)
 	int opt, r;
 
 	cli_vm_options_init(&vo);
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		r = 0;
@@ -36,7 +39,7 @@ int cli_cmd_run(int argc, char **argv)
 		default: r = cli_parse_option(opt, optarg, &vo, NULL); break;
 		}
 		if (r)
-			return 2;
+			return cli_config_blame(&cf, argv, optind);
 	}
 	if (cli_check_no_more_args("run", argc, argv) || cli_vm_options_check(&vo))
 		return 2;

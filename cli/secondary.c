@@ -42,6 +42,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	struct vm_options vo;
 	struct repl_secondary_opts o = { .timeout_ms = 500,
 					 .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS,
@@ -53,6 +54,8 @@ int cli_cmd_secondary(int argc, char **argv)
 	cli_vm_options_init(&vo);
 	cli_witness_options_init(&wo);
 	vo.console = NULL;
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		int r = 0;
@@ -90,7 +93,7 @@ int cli_cmd_secondary(int argc, char **argv)
 			break;
 		}
 		if (r)
-			return 2;
+			return cli_config_blame(&cf, argv, optind);
 	}
 	if (cli_check_no_more_args("secondary", argc, argv))
 		return 2;

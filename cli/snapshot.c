@@ -25,11 +25,14 @@ int cli_cmd_snapshot(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	const char *control = NULL, *out = NULL;
 	char abs[PATH_MAX], req[PATH_MAX + 64], *reply = NULL;
 	bool incremental = false;
 	int opt, r;
 
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {

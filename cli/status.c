@@ -1,31 +1,111 @@
 /* understudy status: ask a running agent through its control socket. */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "net/control.h"
+
+/* --watch: a refresh every interval, like watch(1): the screen cleared on
+ * a terminal, else blocks one after the other (with --json, one object a
+ * line). SIGINT and SIGTERM are blocked and waited for in sigtimedwait(),
+ * which is also the sleep: Ctrl-C ends it at once, with status 0, and no
+ * handler or global flag is needed. An agent that stops answering ends it
+ * with status 1. */
+static int status_watch(const char *path, bool json, double interval_s)
+{
+	struct timespec ts = { .tv_sec = (time_t)interval_s,
+			       .tv_nsec = (long)((interval_s - (time_t)interval_s) * 1e9) };
+	bool tty = isatty(STDOUT_FILENO);
+	unsigned long refreshes = 0;
+	sigset_t stop, old;
+	int r = 0;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &stop, &old);
+	for (;;) {
+		char *reply = NULL, stamp[32];
+		time_t now = time(NULL);
+		int n = control_request(path, json ? "status json" : "status", 5000, &reply);
+
+		if (n < 0) {
+			if (refreshes)
+				fprintf(stderr, "understudy status: %s: the agent went away (%s) after %lu "
+					"refreshes\n", path, strerror(-n), refreshes);
+			else
+				fprintf(stderr, "understudy status: %s: %s\n", path, strerror(-n));
+			r = 1;
+			break;
+		}
+		strftime(stamp, sizeof(stamp), "%F %T", localtime(&now));
+		if (tty)
+			printf("\033[H\033[2J");
+		if (tty || !json)
+			printf("every %gs: understudy status --control %s    %s\n\n", interval_s, path,
+			       stamp);
+		fputs(reply, stdout);
+		if (!tty && !json)
+			putchar('\n');
+		fflush(stdout);
+		free(reply);
+		refreshes++;
+		n = sigtimedwait(&stop, NULL, &ts);
+		if (n == SIGINT || n == SIGTERM)
+			break;
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return r;
+}
 
 int cli_cmd_status(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "watch", no_argument, NULL, 'w' },
+		{ "interval", required_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	const char *path = NULL;
 	char *reply = NULL;
-	int opt, json = 0, n;
+	int opt, json = 0, watch = 0, n;
+	double interval_s = 1;
+	char *end;
 
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c': path = optarg; break;
 		case 'j': json = 1; break;
+		case 'w': watch = 1; break;
+		case 'i':   /* implies --watch */
+			watch = 1;
+			errno = 0;
+			interval_s = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(interval_s >= 0.1 && interval_s <= 3600)) {
+				fprintf(stderr, "understudy status: --interval '%s': seconds, 0.1..3600\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'h':
-			puts("usage: understudy status --control PATH [--json]\n"
+			puts("usage: understudy status --control PATH [--json] [--watch [--interval S]]\n"
 			     "Role, epoch, last acknowledged epoch, pause p50/p99, dirty pages per epoch,\n"
-			     "bytes sent, replication lag, time since the last heartbeat.");
+			     "bytes sent, replication lag, time since the last heartbeat.\n"
+			     "--watch refreshes every S seconds (default 1) like watch(1): the screen\n"
+			     "is cleared on a terminal, else the blocks follow each other (--json: one\n"
+			     "object a line). Ctrl-C ends it (status 0); an agent that goes away ends it\n"
+			     "with a message and status 1.");
 			return 0;
 		default: return 2;
 		}
@@ -34,6 +114,8 @@ int cli_cmd_status(int argc, char **argv)
 		fprintf(stderr, "understudy status: --control PATH is required\n");
 		return 2;
 	}
+	if (watch)
+		return status_watch(path, json, interval_s);
 	n = control_request(path, json ? "status json" : "status", 5000, &reply);
 	if (n < 0) {
 		fprintf(stderr, "understudy status: %s: %s\n", path, strerror(-n));

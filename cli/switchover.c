@@ -88,9 +88,12 @@ int cli_cmd_switchover(int argc, char **argv)
 	const char *control = NULL, *listen = NULL;
 	unsigned timeout_ms = 30000;
 	bool json = false;
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	char req[256], *reply = NULL, *end;
 	int opt, r;
 
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {

@@ -55,10 +55,13 @@ int cli_cmd_takeover(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	const char *control = NULL;
 	char *reply = NULL;
 	int opt, r;
 
+	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
+		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {

@@ -466,6 +466,8 @@ err:
 		close(m->memfd);
 	free(m->vmm_dirty);
 	free(m->kvm_dirty);
+	free(m->hot);
+	free(m->seen);
 	free(m);
 	return r;
 }
@@ -503,6 +505,8 @@ void machine_free(struct machine *m)
 	close(m->memfd);
 	free(m->vmm_dirty);
 	free(m->kvm_dirty);
+	free(m->hot);
+	free(m->seen);
 	pthread_cond_destroy(&m->cond);
 	pthread_cond_destroy(&m->parked_cond);
 	pthread_mutex_destroy(&m->lock);
@@ -511,31 +515,103 @@ void machine_free(struct machine *m)
 
 /* ---- dirty pages and state ---------------------------------------------- */
 
+int machine_set_hot_budget(struct machine *m, uint64_t pages)
+{
+	if (pages && !m->hot) {
+		m->hot = calloc(bitmap_words(m->ram_pages), sizeof(uint64_t));
+		m->seen = calloc(m->ram_pages, sizeof(uint32_t));
+		if (!m->hot || !m->seen) {
+			free(m->hot);
+			free(m->seen);
+			m->hot = NULL;
+			m->seen = NULL;
+			return -ENOMEM;
+		}
+	}
+	m->hot_budget = pages;
+	return 0;
+}
+
+/* The hot set's part of a harvest: bitmap holds what this harvest reports
+ * (hot pages included, their bits never cleared). A cold page reported now
+ * and within the last MACHINE_HOT_WINDOW harvests was really rewritten
+ * soon after its re-protection: it joins while there is budget. A hot page leaves after its term or when over
+ * budget. What stays hot is then taken out of kvm_dirty (the slot's clear
+ * mask), so KVM leaves it writable. */
+static void hot_update(struct machine *m, const uint64_t *bitmap, size_t words)
+{
+	uint32_t h = ++m->harvests;
+
+	if (!m->hot)
+		return;
+	for (size_t w = 0; w < words; w++) {
+		uint64_t d = bitmap[w] | m->hot[w];
+
+		while (d) {
+			int b = __builtin_ctzll(d);
+			uint64_t bit = 1ull << b, p = w * 64 + (uint64_t)b;
+
+			d &= d - 1;
+			if (m->hot[w] & bit) {
+				if (h - m->seen[p] >= MACHINE_HOT_TERM || m->hot_pages > m->hot_budget) {
+					m->hot[w] &= ~bit;
+					m->hot_pages--;
+					m->seen[p] = h;
+				}
+			} else {
+				if (m->seen[p] && h - m->seen[p] <= MACHINE_HOT_WINDOW &&
+				    m->hot_pages < m->hot_budget) {
+					m->hot[w] |= bit;
+					m->hot_pages++;
+				}
+				m->seen[p] = h;
+			}
+		}
+	}
+}
+
 int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
 {
 	size_t words = bitmap_words(m->ram_pages);
 	uint64_t first = 0;
 	int r;
 
-	for (size_t w = 0; w < words; w++)
-		bitmap[w] = atomic_exchange_explicit(&m->vmm_dirty[w], 0, memory_order_relaxed);
+	memset(bitmap, 0, words * sizeof(uint64_t));
+	/* What KVM reports, every slot, before anything is cleared (the hot set
+	 * goes by guest writes only: a page the VMM wrote is not writable in
+	 * KVM for being reported). */
 	for (int s = 0; s < m->vm.nslots; s++) {
 		uint64_t npages = m->vm.slots[s].size / KVM_PAGE_SIZE;
 		size_t sw = bitmap_words(npages);
 
 		memset(m->kvm_dirty, 0, sw * sizeof(uint64_t));
-		if ((r = kvm_vm_get_dirty_log(&m->vm, s, m->kvm_dirty)) < 0 ||
-		    (r = kvm_vm_clear_dirty_log(&m->vm, s, m->kvm_dirty)) < 0) {
+		if ((r = kvm_vm_get_dirty_log(&m->vm, s, m->kvm_dirty)) < 0) {
+			log_error(TAG, "dirty log of slot %d: %s", s, strerror(-r));
+			return r;        /* nothing taken: KVM and vmm_dirty still hold it all */
+		}
+		for (size_t w = 0; w < sw; w++)
+			bitmap[first / 64 + w] |= m->kvm_dirty[w];
+		first += npages;
+	}
+	hot_update(m, bitmap, words);
+	/* Re-protect what was reported, less the hot pages. */
+	first = 0;
+	for (int s = 0; s < m->vm.nslots; s++) {
+		uint64_t npages = m->vm.slots[s].size / KVM_PAGE_SIZE;
+		size_t sw = bitmap_words(npages);
+
+		for (size_t w = 0; w < sw; w++)
+			m->kvm_dirty[w] = bitmap[first / 64 + w] & ~(m->hot ? m->hot[first / 64 + w] : 0);
+		if ((r = kvm_vm_clear_dirty_log(&m->vm, s, m->kvm_dirty)) < 0) {
 			log_error(TAG, "dirty log of slot %d: %s", s, strerror(-r));
 			/* What was taken so far goes back: the next harvest has it. */
 			machine_requeue_dirty(m, bitmap);
 			return r;
 		}
-		/* Slots start on 64-page boundaries (0 and 3 GiB). */
-		for (size_t w = 0; w < sw; w++)
-			bitmap[first / 64 + w] |= m->kvm_dirty[w];
-		first += npages;
+		first += npages;     /* slots start on 64-page boundaries (0 and 3 GiB) */
 	}
+	for (size_t w = 0; w < words; w++)
+		bitmap[w] |= atomic_exchange_explicit(&m->vmm_dirty[w], 0, memory_order_relaxed);
 	return 0;
 }
 

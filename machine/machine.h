@@ -107,6 +107,15 @@ struct machine {
 	_Atomic uint64_t *vmm_dirty;
 	uint64_t *kvm_dirty;         /* scratch for the slot harvest */
 
+	/* Hot pages (machine_set_hot_budget): a page rewritten within a few
+	 * harvests of its re-protection keeps its dirty bit in KVM (not re-protected: no write
+	 * fault, which costs ~25 us a page on this software KVM) and so is
+	 * reported by every harvest until it leaves the set. */
+	uint64_t *hot;               /* bitmap of the set */
+	uint32_t *seen;              /* per page: harvest it was last written / promoted */
+	uint32_t harvests;
+	uint64_t hot_pages, hot_budget;
+
 	struct machine_stats stats;
 };
 
@@ -166,6 +175,15 @@ void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len);
  * page (ram_pages bits). Re-protects them in KVM before returning, so every
  * later write is seen by the next harvest. */
 int machine_harvest_dirty(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
+/* At most pages hot pages from the next harvest on (0: none, the default:
+ * every harvest re-protects all it reports). A page joins when it is
+ * written again within MACHINE_HOT_WINDOW harvests of the last time, and
+ * leaves after MACHINE_HOT_TERM harvests or when the budget shrinks (to
+ * come back only when rewritten again). -ENOMEM if the bookkeeping
+ * cannot be allocated (the set then stays off). */
+#define MACHINE_HOT_TERM 64
+#define MACHINE_HOT_WINDOW 8
+int machine_set_hot_budget(struct machine *m, uint64_t pages) US_MUST_CHECK;
 /* Marks the pages set in bitmap dirty again, so the next harvest returns
  * them: for a harvest whose pages could not be delivered. */
 void machine_requeue_dirty(struct machine *m, const uint64_t *bitmap);

@@ -28,6 +28,10 @@ struct console {
 	int in_fd, out_fd, listen_fd;
 	int port;
 	ev_io in_w, out_w, accept_w;
+	ev_timer eof_w;             /* a half-closed client: when to close it */
+	bool in_eof;                /* the client sent its last byte */
+	bool in_any;                /* it sent at least one */
+	uint64_t eof_ns, moved_ns;  /* its EOF; the last byte in or out since */
 	struct net_accept_guard guard; /* out of fds: pause, log little */
 	bool input_paused;
 	uint8_t pending_in[4096];   /* read but not yet taken by the guest */
@@ -108,10 +112,19 @@ static void drop_client(struct console *c)
 		return;
 	ev_io_stop(c->loop, &c->in_w);
 	ev_io_stop(c->loop, &c->out_w);
+	ev_timer_stop(c->loop, &c->eof_w);
+	c->in_eof = c->in_any = false;
 	close(c->in_fd);
 	c->in_fd = c->out_fd = -1;
 	if (c->listen_fd >= 0)
 		ev_io_start(c->loop, &c->accept_w);
+}
+
+/* Something moved for a half-closed client: its quiet period starts over. */
+static void eof_touch(struct console *c)
+{
+	if (c->in_eof)
+		c->moved_ns = now_ns();
 }
 
 static void try_write(struct console *c)
@@ -136,6 +149,7 @@ static void try_write(struct console *c)
 			return;
 		}
 		c->out_off += (size_t)n;
+		eof_touch(c);
 	}
 	if (!out_pending(c)) {
 		c->out_off = c->out_len = 0;
@@ -224,8 +238,43 @@ static void deliver_input(struct console *c)
 			return;
 		}
 		c->pending_in_off += n;
+		eof_touch(c);
 	}
 	c->pending_in_off = c->pending_in_len = 0;
+}
+
+/* Read EOF from a TCP client is "no more input", not "gone": replies to what
+ * it sent are still to come (from a primary, only after the secondary's
+ * ACK). Checked every CONSOLE_EOF_CHECK_MS: the client is closed once
+ * nothing is waiting and nothing moved (eof_touch) for CONSOLE_EOF_QUIET_MS,
+ * or at the cap whatever is waiting. A client that sent nothing (a port
+ * probe, a reader of the backlog) asked for no reply: it goes as soon as
+ * nothing is waiting, so that probing the port does not hold the console. */
+#define CONSOLE_EOF_CHECK_MS 100
+
+static void on_eof_check(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct console *c = w->data;
+	uint64_t now = now_ns();
+	uint64_t waited_ms = (now - c->eof_ns) / 1000000;
+	uint64_t quiet_ms = (now - c->moved_ns) / 1000000;
+	bool held = c->ops.output_held && c->ops.output_held(c->ops.ctx);
+	bool waiting = held || out_pending(c) || c->pending_in_len;
+	uint64_t quiet_min_ms = c->in_any ? CONSOLE_EOF_QUIET_MS : 0;
+
+	(void)loop;
+	(void)revents;
+	if (waited_ms < CONSOLE_EOF_MAX_MS && (waiting || quiet_ms < quiet_min_ms))
+		return;
+	if (waiting || quiet_ms < quiet_min_ms)
+		log_warn(TAG, "console client half-closed %llu ms ago; closing it with output still "
+			 "coming (%zu bytes unwritten%s: kept for the next client)",
+			 (unsigned long long)waited_ms, out_pending(c), held ? ", more held" : "");
+	else
+		log_info(TAG, "console client done: every reply written");
+	drop_client(c);
+	if (c->ops.hangup)
+		c->ops.hangup(c->ops.ctx);
 }
 
 static void on_in(struct ev_loop *loop, ev_io *w, int revents)
@@ -238,14 +287,27 @@ static void on_in(struct ev_loop *loop, ev_io *w, int revents)
 	n = read(c->in_fd, c->pending_in, sizeof(c->pending_in));
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
+	if (n < 0 && c->tcp) {
+		log_info(TAG, "console client gone: %s", strerror(errno));
+		drop_client(c);
+	}
+	if (n == 0 && c->tcp) {
+		ev_io_stop(c->loop, &c->in_w);
+		c->in_eof = true;
+		c->eof_ns = c->moved_ns = now_ns();
+		ev_timer_again(c->loop, &c->eof_w);
+		log_info(TAG, "console client finished sending; its replies still go out");
+		if (!c->in_any)
+			on_eof_check(c->loop, &c->eof_w, 0);
+		return;
+	}
 	if (n <= 0) {
 		ev_io_stop(c->loop, &c->in_w);
-		if (c->tcp)
-			drop_client(c);
 		if (c->ops.hangup)
 			c->ops.hangup(c->ops.ctx);
 		return;
 	}
+	c->in_any = true;
 	c->pending_in_len = (size_t)n;
 	c->pending_in_off = 0;
 	deliver_input(c);
@@ -301,7 +363,8 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 	c->listen_fd = -1;
 	ev_io_init(&c->in_w, on_in, 0, EV_READ);
 	ev_io_init(&c->out_w, on_out, 1, EV_WRITE);
-	c->in_w.data = c->out_w.data = c->accept_w.data = c;
+	ev_timer_init(&c->eof_w, on_eof_check, 0., CONSOLE_EOF_CHECK_MS / 1000.);
+	c->in_w.data = c->out_w.data = c->accept_w.data = c->eof_w.data = c;
 	if (!strcmp(spec, "stdio")) {
 		c->in_fd = 0;
 		c->out_fd = 1;
@@ -417,6 +480,7 @@ void console_free(struct console *c)
 		return;
 	ev_io_stop(c->loop, &c->in_w);
 	ev_io_stop(c->loop, &c->out_w);
+	ev_timer_stop(c->loop, &c->eof_w);
 	console_close_endpoint(c);
 	if (!c->tcp && c->in_fd == 0) {
 		int fl = fcntl(0, F_GETFL);

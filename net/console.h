@@ -5,7 +5,18 @@
  * connected is kept (the latest CONSOLE_BACKLOG bytes) for the next client.
  * A connected client that lets more than CONSOLE_CLIENT_MAX bytes wait is
  * dropped (logged), and the next one gets the backlog; on stdio the oldest
- * waiting bytes are dropped instead. */
+ * waiting bytes are dropped instead.
+ *
+ * A TCP client that half-closes (read EOF: `nc -N`, a script done sending)
+ * has sent its last request, not given up on the replies: input stops, the
+ * connection stays and output keeps flowing to it. The console closes it
+ * once nothing is waiting (no input the guest has not taken, no output
+ * unwritten here or held by the owner, e.g. for output commit) and nothing
+ * has moved for CONSOLE_EOF_QUIET_MS (a client that sent nothing, such as
+ * a port probe, as soon as nothing is waiting), and at the latest
+ * CONSOLE_EOF_MAX_MS after the EOF. Output not yet written when a client
+ * goes (or is closed) stays in the backlog for the next client; bytes the
+ * kernel took for a peer that had already closed its socket go with it. */
 #ifndef US_NET_CONSOLE_H
 #define US_NET_CONSOLE_H
 
@@ -16,6 +27,8 @@
 
 #define CONSOLE_BACKLOG (1u << 20)
 #define CONSOLE_CLIENT_MAX (4u << 20)
+#define CONSOLE_EOF_QUIET_MS 1000
+#define CONSOLE_EOF_MAX_MS 10000
 
 struct console;
 
@@ -23,8 +36,12 @@ struct console_ops {
 	/* Bytes typed by the client; returns how many were taken. When fewer,
 	 * input stops until console_input_resume(). */
 	size_t (*input)(void *ctx, const uint8_t *buf, size_t len);
-	/* stdin reached end of file, or a TCP client went away. */
+	/* stdin reached end of file, or a TCP client went away (for a client
+	 * that half-closed: when the console closes it, see above). */
 	void (*hangup)(void *ctx);
+	/* Optional: true while the owner holds output it will write later (the
+	 * guest's replies waiting for an ACK); a half-closed client waits. */
+	bool (*output_held)(void *ctx);
 	void *ctx;
 };
 

@@ -65,6 +65,9 @@ struct repl_primary {
 	bool switched;                 /* ...done: the VM becomes the standby */
 	char switch_listen[128];       /* ...where it waits for the new primary */
 	ev_timer reconnect_w;          /* resuming: the old primary may not listen yet */
+	ev_timer early_w;              /* output waits: end the epoch at min_epoch_ms */
+	uint64_t epoch_t0_ns;          /* the last epoch was captured then */
+	unsigned min_epoch_ms;
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */
 	struct {

@@ -14,6 +14,7 @@
 #include "replication/replication.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TAG "epoch"
@@ -99,6 +100,30 @@ static void count_pause(struct repl_epochs *q, uint64_t pause_ns)
 	repl_stats_add_epoch(&q->st, q->cap.npages);
 }
 
+/* The hot set's budget (machine_set_hot_budget): as many pages as the pause
+ * copies in REPL_HOT_PAUSE_US at the copy speed measured in the pauses (a
+ * hot page costs a copy per epoch in the pause; a re-protected one a write
+ * fault, ~50x more here, every time it is rewritten).
+ * UNDERSTUDY_HOT_PAUSE_US overrides it (0: no hot set), for benchmarks. */
+#define REPL_HOT_PAUSE_US 1000
+static void hot_budget(struct repl_epochs *q)
+{
+	struct machine *m = q->vm->m;
+	const char *env = getenv("UNDERSTUDY_HOT_PAUSE_US");
+	uint64_t us = env ? strtoull(env, NULL, 10) : REPL_HOT_PAUSE_US, pages;
+	double per_page;
+
+	if (q->cap.npages < 64)
+		return;
+	per_page = (double)q->cap.stats.copy_ns / q->cap.npages;
+	q->copy_page_ns = q->copy_page_ns ? 0.8 * q->copy_page_ns + 0.2 * per_page : per_page;
+	pages = q->copy_page_ns > 0 ? (uint64_t)(us * 1000.0 / q->copy_page_ns) : 0;
+	if (pages > m->ram_pages / 4)
+		pages = m->ram_pages / 4;
+	if (pages != m->hot_budget && machine_set_hot_budget(m, pages) < 0)
+		log_warn(TAG, "no memory for the hot-page set: every page is re-protected");
+}
+
 /* FREE -> CAPTURED. The guest is paused only here; resume is false for the
  * last epoch of a guest that stopped. */
 static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
@@ -129,6 +154,7 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	repl_release_epoch(q->vm, e->epoch, e->out_mark);
 #endif
 	count_pause(q, pause_ns);
+	hot_budget(q);
 	return 0;
 }
 

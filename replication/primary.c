@@ -306,7 +306,10 @@ static int run_epoch(struct repl_primary *p)
 {
 	struct repl_fault f;
 	bool throttled = p->throttle_pct && !p->finishing;
-	int r = repl_epoch_run(&p->ep, !p->finishing && !throttled, &f);
+	int r;
+
+	p->epoch_t0_ns = now_ns();
+	r = repl_epoch_run(&p->ep, !p->finishing && !throttled, &f);
 
 	/* Throttled (auto-converge): the guest stays paused after the capture
 	 * for throttle_pct of the epoch; on_throttle_end resumes it. */
@@ -346,6 +349,43 @@ static void throttle_off(struct repl_primary *p)
 		if (!p->finishing && p->state != P_FENCED)
 			machine_resume(p->vm->m);
 	}
+}
+
+/* Output-triggered epochs: held output ends the epoch early (at least
+ * min_epoch_ms after the last capture), and the periodic timer starts
+ * over from there. */
+static void early_epoch(struct repl_primary *p)
+{
+	ev_timer_stop(p->loop, &p->early_w);
+	if (p->state != P_PROTECTED || p->finishing || p->throttle_pct)
+		return;
+	(void)run_epoch(p);
+	if (p->state == P_PROTECTED)
+		ev_timer_again(p->loop, &p->epoch_w);
+}
+
+static void on_early(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	early_epoch(w->data);
+}
+
+static void on_vm_output(void *ctx)
+{
+	struct repl_primary *p = ctx;
+	uint64_t min_ns = p->min_epoch_ms * 1000000ull, age_ns;
+
+	if (p->state != P_PROTECTED || p->finishing || p->throttle_pct ||
+	    p->min_epoch_ms >= p->o->epoch_ms || ev_is_active(&p->early_w))
+		return;
+	age_ns = now_ns() - p->epoch_t0_ns;
+	if (age_ns >= min_ns) {
+		early_epoch(p);
+		return;
+	}
+	ev_timer_set(&p->early_w, (min_ns - age_ns) / 1e9, 0);
+	ev_timer_start(p->loop, &p->early_w);
 }
 
 static void on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -863,7 +903,9 @@ static int engine_init(struct repl_primary *p)
 	int r;
 
 	p->vm->on_stopped = on_vm_stopped;
+	p->vm->on_output = on_vm_output;
 	p->vm->cb_ctx = p;
+	p->min_epoch_ms = p->o->min_epoch_ms ? p->o->min_epoch_ms : REPL_MIN_EPOCH_MS;
 	repl_vm_set_gated(p->vm, true);
 	repl_link_init(&p->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	if ((r = repl_epochs_init(&p->ep, p->vm, &p->link, getenv("UNDERSTUDY_VERIFY") != NULL)) < 0 ||
@@ -898,6 +940,7 @@ static void engine_fini(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->linger_w);
 	ev_timer_stop(p->loop, &p->throttle_w);
 	ev_timer_stop(p->loop, &p->reconnect_w);
+	ev_timer_stop(p->loop, &p->early_w);
 	repl_sync_fini(&p->sync);
 	repl_link_fini(&p->link);
 	repl_epochs_fini(&p->ep);
@@ -969,7 +1012,8 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->linger_w, on_linger, 1.5, 0);
 	ev_timer_init(&p->throttle_w, on_throttle_end, 0.01, 0);
 	ev_timer_init(&p->reconnect_w, on_reconnect, 0.02, 0);
-	p->linger_w.data = p->throttle_w.data = p->reconnect_w.data = p;
+	ev_timer_init(&p->early_w, on_early, 0.002, 0);
+	p->linger_w.data = p->throttle_w.data = p->reconnect_w.data = p->early_w.data = p;
 	ev_timer_init(&p->goodbye_w, on_goodbye_timeout, 10.0, 0);
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */
@@ -1035,6 +1079,7 @@ out:
 	if (p->vm && repl_primary_switched(p, sw)) {
 		/* Paused at the final epoch, which the new primary holds too. */
 		p->vm->on_stopped = NULL;
+		p->vm->on_output = NULL;
 		p->vm->cb_ctx = NULL;
 		*vm = p->vm;
 		p->vm = NULL;
@@ -1100,6 +1145,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	if ((r = engine_init(p)) < 0) {
 		engine_fini(p);
 		vm->on_stopped = p->host_stopped;
+		vm->on_output = NULL;
 		vm->cb_ctx = p->host_stopped_ctx;
 		repl_vm_set_gated(vm, false);
 		free(p);
@@ -1130,6 +1176,7 @@ void repl_primary_detach(struct repl_primary *p)
 		log_warn(TAG, "could not tell the secondary we stop");
 	engine_fini(p);
 	p->vm->on_stopped = p->host_stopped;
+	p->vm->on_output = NULL;
 	p->vm->cb_ctx = p->host_stopped_ctx;
 	if (release)
 		repl_vm_set_gated(p->vm, false);

@@ -32,6 +32,8 @@ static int set_option(struct repl_primary_opts *o, const char *key, char *v, cha
 		return parse_ms(key, v, 1, &o->epoch_ms, err, errlen);
 	if (!strcmp(key, "timeout-ms"))
 		return parse_ms(key, v, 10, &o->timeout_ms, err, errlen);
+	if (!strcmp(key, "min-epoch-ms"))
+		return parse_ms(key, v, 1, &o->min_epoch_ms, err, errlen);
 	if (!strcmp(key, "handshake-timeout-ms"))
 		return parse_ms(key, v, 10, &o->handshake_timeout_ms, err, errlen);
 	if (!strcmp(key, "downtime-ms") && o->migrate_downtime_ms)

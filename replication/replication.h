@@ -41,8 +41,14 @@ struct repl_vm {
 	atomic_bool stopped;
 	int status;
 
+	uint64_t epoch_mark;    /* produced at the last repl_vm_output_mark */
+	atomic_bool out_new;    /* output since that mark (while gated) */
+
 	/* Loop-thread callbacks of the owner. */
 	void (*on_stopped)(void *ctx, int status);
+	/* Gated output arrived, the first since the last epoch's mark: an
+	 * output-triggered epoch may end now (replication/primary.c). */
+	void (*on_output)(void *ctx);
 	void (*on_hangup)(void *ctx);
 	void *cb_ctx;
 };
@@ -259,6 +265,7 @@ struct repl_epochs {
 	struct proto_verify verify_digest;  /* ...taken at the pause */
 	struct repl_stats st;
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
+	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
 	uint64_t worst_pages;
 	struct repl_drill_pri drill;
 };
@@ -463,7 +470,14 @@ struct repl_primary_opts {
 	 * on from resume_epoch + 1 with every page written since the VM resumed
 	 * here (the dirty log was emptied just before). */
 	uint64_t resume_epoch;
+	/* Output-triggered epochs: when the guest writes output that output
+	 * commit holds, the epoch ends at once if it is at least this old (else
+	 * when it is), instead of at the epoch_ms timer: a reply waits for one
+	 * pause and one round trip, not for the rest of the epoch. 0: the
+	 * default, REPL_MIN_EPOCH_MS; >= epoch_ms: timer only. */
+	unsigned min_epoch_ms;
 };
+#define REPL_MIN_EPOCH_MS 2
 
 struct repl_secondary_opts {
 	const char *listen;        /* HOST:PORT */

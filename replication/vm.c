@@ -17,7 +17,7 @@ static void wake(struct repl_vm *v)
 static void on_console_out(void *ctx, const uint8_t *buf, size_t len)
 {
 	struct repl_vm *v = ctx;
-	bool first;
+	bool first, fresh;
 
 	if (!len)
 		return;
@@ -39,11 +39,16 @@ static void on_console_out(void *ctx, const uint8_t *buf, size_t len)
 	}
 	memcpy(v->out + v->out_len, buf, len);
 	first = v->out_len == 0;
+	fresh = v->produced == v->epoch_mark;
 	v->out_len += len;
 	v->produced += len;
 	pthread_mutex_unlock(&v->out_lock);
-	if (first && !v->gated)
+	if (first && !v->gated) {
 		wake(v);
+	} else if (fresh && v->gated) {
+		atomic_store(&v->out_new, true);
+		wake(v);
+	}
 }
 
 static void on_console_room(void *ctx)
@@ -78,12 +83,24 @@ static void on_hangup(void *ctx)
 		v->on_hangup(v->cb_ctx);
 }
 
+/* A half-closed console client waits for the output still held here. */
+static bool on_output_held(void *ctx)
+{
+	struct repl_vm *v = ctx;
+	bool held;
+
+	pthread_mutex_lock(&v->out_lock);
+	held = v->produced != v->released;
+	pthread_mutex_unlock(&v->out_lock);
+	return held;
+}
+
 uint64_t repl_vm_output_mark(struct repl_vm *v)
 {
 	uint64_t mark;
 
 	pthread_mutex_lock(&v->out_lock);
-	mark = v->produced;
+	mark = v->epoch_mark = v->produced;
 	pthread_mutex_unlock(&v->out_lock);
 	return mark;
 }
@@ -159,6 +176,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 		repl_vm_release(v, UINT64_MAX);
 	if (atomic_exchange(&v->room, false) && v->con)
 		console_input_resume(v->con);
+	if (atomic_exchange(&v->out_new, false) && v->on_output)
+		v->on_output(v->cb_ctx);
 	if (atomic_load(&v->stopped) && v->on_stopped) {
 		void (*cb)(void *, int) = v->on_stopped;
 
@@ -203,14 +222,16 @@ err:
 
 int repl_vm_open_console(struct repl_vm *v, const char *console)
 {
-	struct console_ops cops = { .input = on_input, .hangup = on_hangup, .ctx = v };
+	struct console_ops cops = { .input = on_input, .hangup = on_hangup,
+				     .output_held = on_output_held, .ctx = v };
 
 	return console_open(v->loop, console, &cops, &v->con);
 }
 
 void repl_vm_serve_console(struct repl_vm *v, struct console *con)
 {
-	struct console_ops cops = { .input = on_input, .hangup = on_hangup, .ctx = v };
+	struct console_ops cops = { .input = on_input, .hangup = on_hangup,
+				     .output_held = on_output_held, .ctx = v };
 
 	v->con = con;
 	console_serve(con, &cops);

@@ -110,17 +110,19 @@ static int bit(const uint64_t *bm, uint64_t p)
 
 /* Every page whose contents changed between two pauses is in the harvest:
  * checked by content over many rounds of the dirty guest at full speed;
- * pages the VMM writes itself are in it too. */
-static void test_dirty_log_exact(void **st)
+ * pages the VMM writes itself are in it too. With a hot-page budget, pages
+ * the guest rewrites stay writable (never re-protected) and must still be
+ * reported every time. */
+static void dirty_log_exact(const char *guest, uint64_t hot_budget)
 {
 	struct th_vm t;
-	uint64_t pages, *bm;
+	uint64_t pages, *bm, hot_max = 0;
 	uint8_t *shadow;
 	uint64_t changed_total = 0, extra_total = 0, reported_total = 0;
 
-	(void)st;
 	REQUIRE_KVM();
-	assert_int_equal(th_vm_new(&t, "dirty:mb=16,report_ms=5", MEM, 1, true), 0);
+	assert_int_equal(th_vm_new(&t, guest, MEM, 1, true), 0);
+	assert_int_equal(machine_set_hot_budget(t.m, hot_budget), 0);
 	pages = t.m->ram_pages;
 	bm = calloc((pages + 63) / 64, 8);
 	shadow = malloc(MEM);
@@ -149,18 +151,43 @@ static void test_dirty_log_exact(void **st)
 			extra += bit(bm, p) && !diff;
 		}
 		assert_true(bit(bm, vmm_page));
+		for (uint64_t p = 0; p < pages && t.m->hot; p++)
+			if (bit(t.m->hot, p) && !bit(bm, p))
+				fail_msg("round %d: hot page %llu not reported", round,
+					 (unsigned long long)p);
+		if (t.m->hot_pages > hot_max)
+			hot_max = t.m->hot_pages;
+		assert_true(t.m->hot_pages <= hot_budget);
 		changed_total += changed;
 		extra_total += extra;
 		reported_total += reported;
 		memcpy(shadow, t.m->ram, MEM);
 	}
-	printf("60 rounds: %llu pages changed, %llu reported, 0 missed, %llu extra "
-	       "(written with the same contents)\n", (unsigned long long)changed_total,
-	       (unsigned long long)reported_total, (unsigned long long)extra_total);
+	printf("%s, hot budget %llu: 60 rounds: %llu pages changed, %llu reported, 0 missed, "
+	       "%llu extra (written with the same contents or hot), hot set up to %llu pages\n",
+	       guest, (unsigned long long)hot_budget, (unsigned long long)changed_total,
+	       (unsigned long long)reported_total, (unsigned long long)extra_total,
+	       (unsigned long long)hot_max);
 	assert_true(changed_total > 1000);
+	if (hot_budget)
+		assert_true(hot_max > 0);        /* the mechanism was exercised */
 	free(shadow);
 	free(bm);
 	th_vm_free(&t);
+}
+
+static void test_dirty_log_exact(void **st)
+{
+	(void)st;
+	dirty_log_exact("dirty:mb=16,report_ms=5", 0);
+}
+
+/* A small working set rewritten all the time: it becomes hot. */
+static void test_dirty_log_exact_hot(void **st)
+{
+	(void)st;
+	dirty_log_exact("dirty:mb=2,report_ms=5", 256);
+	dirty_log_exact("dirty:mb=16,report_ms=5", 2048);
 }
 
 /* Parses the last complete "pages N ..." progress line of the dirty guest
@@ -366,6 +393,7 @@ int main(void)
 		cmocka_unit_test(test_guest_fault_reported),
 		cmocka_unit_test(test_state_round_trip),
 		cmocka_unit_test(test_dirty_log_exact),
+		cmocka_unit_test(test_dirty_log_exact_hot),
 		cmocka_unit_test(test_pause_resume_1000),
 	};
 

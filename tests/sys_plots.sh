@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# make plots on sample figures (tests/data): results.json in, four PNGs out;
+# the text of `make bench` (a sample log in the format the benchmarks print)
+# turned into results.json and drawn; a missing part named and left out; no
+# results at all is an error that says how to make them.
+set -u
+cd "$(dirname "$0")/.." && . tests/lib.sh
+command -v gnuplot >/dev/null || { echo "SKIP: gnuplot not installed (make deps)"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+figs="pause_vs_dirty slowdown output_latency_cdf migration_downtime"
+
+# pngs DIR: every figure there is a non-empty PNG of a sane size
+pngs() {
+	local f size
+	for f in $figs; do
+		[ -s "$1/$f.png" ] || fail "$1/$f.png missing or empty"
+		head -c 8 "$1/$f.png" | od -An -tx1 | tr -d ' \n' | grep -q '^89504e470d0a1a0a$' ||
+			fail "$1/$f.png is not a PNG"
+		size=$(stat -c %s "$1/$f.png")
+		[ "$size" -gt 5000 ] || fail "$1/$f.png only $size bytes: an empty plot?"
+	done
+}
+
+make --no-print-directory plots RESULTS=tests/data/bench_results_sample.json PLOTS="$tmp/json" \
+	>"$tmp/json.out" 2>&1 || fail "make plots on the sample results: $(cat "$tmp/json.out")"
+pngs "$tmp/json"
+ok "make plots RESULTS=tests/data/bench_results_sample.json: 4 PNGs ($(du -sh "$tmp/json" | cut -f1))"
+
+python3 bench/plots.py --from-log tests/data/bench_sample.log --results "$tmp/log/results.json" \
+	--out "$tmp/log" >"$tmp/log.out" 2>&1 || fail "plots from the sample bench log: $(cat "$tmp/log.out")"
+pngs "$tmp/log"
+python3 - "$tmp/log/results.json" <<'PY' || fail "figures read from the bench log are wrong: $(cat "$tmp/log/results.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [p["dirty_pages"] for p in r["checkpoint_pause"]] == [1000, 10000, 100000]
+assert r["checkpoint_pause"][2]["pause_us"] == 29000.0 and r["checkpoint_pause"][2]["memcpy_us"] == 25500.0
+assert [(s["rate_mib_s"], s["slowdown_pct"]) for s in r["slowdown"]] == [(10, 3.2), (50, 3.8), (200, 17.0)]
+lat = {e["epoch_ms"]: e for e in r["output_latency"]}
+assert lat[25]["protected_pct"] == {"50": 25.0, "99": 28.9} and lat[5]["unprotected_pct"]["99"] == 2.3
+m = {x["case"]: x for x in r["migration"]}
+assert m["idle, RAM untouched"]["qemu_downtime_ms"] == 4 and m["idle, RAM untouched"]["downtime_ms"] == 0.64
+assert m["dirty 200 MiB/s"]["downtime_ms"] == 6.8 and "qemu_downtime_ms" not in m["dirty 200 MiB/s"]
+PY
+ok "bench log -> results.json -> 4 PNGs, figures read right"
+
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1])); del r["migration"]; json.dump(r, open(sys.argv[2], "w"))' \
+	tests/data/bench_results_sample.json "$tmp/part.json"
+python3 bench/plots.py --results "$tmp/part.json" --out "$tmp/part" >"$tmp/part.out" 2>&1 ||
+	fail "a results file without migration figures failed: $(cat "$tmp/part.out")"
+grep -q "no migration in" "$tmp/part.out" || fail "the missing part was not named: $(cat "$tmp/part.out")"
+[ -e "$tmp/part/migration_downtime.png" ] && fail "a migration figure drawn without data"
+[ -s "$tmp/part/slowdown.png" ] || fail "the other figures were not drawn"
+ok "a missing part is named and left out"
+
+python3 bench/plots.py --results "$tmp/none.json" --out "$tmp/none" >"$tmp/none.out" 2>&1 && fail "no results: exit 0"
+grep -q "make bench" "$tmp/none.out" || fail "no results: does not say how to make them: $(cat "$tmp/none.out")"
+ok "no results: exit 1, says to run make bench"
+exit 0
