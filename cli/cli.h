@@ -149,5 +149,6 @@ int cli_cmd_secondary(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
 int cli_cmd_snapshot(int argc, char **argv);
 int cli_cmd_restore(int argc, char **argv);
+int cli_cmd_drill(int argc, char **argv);
 
 #endif

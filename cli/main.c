@@ -23,6 +23,7 @@ static const struct {
 	{ "status", cli_cmd_status, "epochs, dirty rate, pause times, lag of a running agent" },
 	{ "snapshot", cli_cmd_snapshot, "ask a running VM to write a snapshot file" },
 	{ "restore", cli_cmd_restore, "rebuild a VM from snapshot files and run it" },
+	{ "drill", cli_cmd_drill, "failover drill on a protected pair (test-failover), history of reports" },
 };
 
 static void usage(FILE *f)

@@ -2,6 +2,7 @@
 #include "machine/machine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,18 +325,27 @@ static void *vcpu_thread(void *arg)
 
 /* ---- construction ----------------------------------------------------- */
 
-static int map_ram(struct machine *m)
+/* src_memfd >= 0: a clone's RAM, a private (copy-on-write) mapping of
+ * another machine's memfd (machine_new_clone). */
+static int map_ram(struct machine *m, int src_memfd)
 {
 	uint64_t bytes = m->cfg.mem_bytes;
 	uint64_t low = bytes < MACHINE_LOW_RAM_MAX ? bytes : MACHINE_LOW_RAM_MAX;
 	int r;
 
-	m->memfd = memfd_create("understudy-ram", MFD_CLOEXEC);
-	if (m->memfd < 0)
-		return -errno;
-	if (ftruncate(m->memfd, (off_t)bytes) < 0)
-		return -errno;
-	m->ram = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, m->memfd, 0);
+	if (src_memfd >= 0) {
+		m->memfd = fcntl(src_memfd, F_DUPFD_CLOEXEC, 0);
+		if (m->memfd < 0)
+			return -errno;
+	} else {
+		m->memfd = memfd_create("understudy-ram", MFD_CLOEXEC);
+		if (m->memfd < 0)
+			return -errno;
+		if (ftruncate(m->memfd, (off_t)bytes) < 0)
+			return -errno;
+	}
+	m->ram = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		      (src_memfd >= 0 ? MAP_PRIVATE : MAP_SHARED) | MAP_NORESERVE, m->memfd, 0);
 	if (m->ram == MAP_FAILED) {
 		m->ram = NULL;
 		return -errno;
@@ -407,8 +417,8 @@ static int start_vcpus(struct machine *m)
 	return 0;
 }
 
-int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
-		struct machine **out)
+static int machine_build(const struct machine_config *cfg, const struct machine_ops *ops,
+			 int src_memfd, struct machine **out)
 {
 	struct machine *m;
 	int r;
@@ -431,7 +441,7 @@ int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
 		goto err;
 	if ((r = kvm_vm_create(&m->vm, &m->sys)) < 0)
 		goto err_sys;
-	if ((r = map_ram(m)) < 0) {
+	if ((r = map_ram(m, src_memfd)) < 0) {
 		log_error(TAG, "guest RAM of %llu bytes: %s", (unsigned long long)cfg->mem_bytes,
 			  strerror(-r));
 		goto err_vm;
@@ -460,6 +470,18 @@ err:
 	free(m->seen);
 	free(m);
 	return r;
+}
+
+int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
+		struct machine **out)
+{
+	return machine_build(cfg, ops, -1, out);
+}
+
+int machine_new_clone(const struct machine *src, const struct machine_ops *ops,
+		      struct machine **out)
+{
+	return machine_build(&src->cfg, ops, src->memfd, out);
 }
 
 void machine_free(struct machine *m)

@@ -122,6 +122,15 @@ struct machine {
 /* Builds the machine: RAM, slots, vCPUs (created, threads parked). */
 int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
 		struct machine **out) US_MUST_CHECK;
+/* A machine of src's configuration whose RAM is a private (copy-on-write)
+ * mapping of src's memfd: it reads src's pages until it writes them, and its
+ * writes never reach src. A page it has not written yet shows later writes
+ * to src's memfd: whoever writes src while the clone runs must first make
+ * the clone's copy of that page private (touch it through the clone's
+ * mapping with an atomic read-modify-write that changes nothing). vCPUs are
+ * created parked with no state set: the caller sets it (drills). */
+int machine_new_clone(const struct machine *src, const struct machine_ops *ops,
+		      struct machine **out) US_MUST_CHECK;
 void machine_free(struct machine *m);
 /* Loads cfg->guest into RAM and sets the boot state of every vCPU. */
 int machine_boot(struct machine *m) US_MUST_CHECK;

@@ -43,6 +43,9 @@
 #define PROTO_CAP_LZ4   (1ull << 0)
 #define PROTO_CAP_XOR   (1ull << 1)
 #define PROTO_CAPS_REQUIRED (PROTO_CAP_LZ4 | PROTO_CAP_XOR)
+/* Optional: the sender answers drill Sections (DrillRequest in
+ * understudy.proto); a secondary runs no drill with a primary without it. */
+#define PROTO_CAP_DRILL (1ull << 2)
 
 /* Frame types. Message types carry the protobuf message of that name;
  * 3, 4, 10 and 11 are retired (never sent) and refused as unknown. */

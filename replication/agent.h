@@ -136,6 +136,8 @@ struct repl_secondary {
 	double switch_downtime_ms;       /* the last one's, as its old primary measured it */
 	uint64_t switch_epoch;           /* ...and its epoch */
 	ev_timer switch_w;               /* our engine switched over: become the standby */
+	struct repl_drill *drill;        /* drills (drill.c), from the first applied epoch */
+	uint64_t peer_caps;              /* the primary's Hello.capabilities */
 };
 
 /* secondary_takeover.c */

@@ -138,6 +138,8 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	 * paused); the secondary compares it with its standby read from KVM. */
 	if (r == 0 && q->verify)
 		r = ckpt_digest_capture(m, &q->cap, &q->verify_digest);
+	if (r == 0 && q->drill.want_digest)
+		repl_drill_pri_capture(q);
 	e->out_mark = repl_vm_output_mark(q->vm);
 	if (resume)
 		machine_resume(m);
@@ -299,6 +301,8 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 	}
 	if (q->rate)
 		repl_rate_charge(q->rate, e->buf.len);
+	if (q->drill.digest_ready)
+		repl_drill_pri_sent(q);
 	return 1;
 
 err_undo:
@@ -342,8 +346,10 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 		if ((e->state == REPL_EPOCH_SENDING || e->state == REPL_EPOCH_SENT) &&
 		    e->epoch <= epoch) {
 			e->state = REPL_EPOCH_ACKED;
-			if (e->epoch == epoch)
+			if (e->epoch == epoch) {
 				q->st.lag_ns = now_ns() - e->capture_ns;
+				repl_drill_pri_acked(q);
+			}
 			repl_hist_add(&q->st.commit_h, now_ns() - e->capture_ns);
 			commit(q, e);
 		}

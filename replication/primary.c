@@ -670,6 +670,9 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 		break;
 	case PROTO_T_HEARTBEAT:
 		break;
+	case PROTO_T_SECTION:     /* a drill on the secondary (drill.c) */
+		r = repl_drill_pri_section(&p->ep, (Understudy__Section *)msg);
+		break;
 	case PROTO_T_FENCE:
 		r = on_fence(p, (Understudy__Fence *)msg);
 		break;

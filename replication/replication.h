@@ -243,6 +243,18 @@ struct repl_epoch {
 	struct proto_buf buf;
 };
 
+/* The primary's part of a drill the secondary runs (drill.c): a digest of
+ * the RAM at one capture, and the pauses and lag from the drill's begin. */
+struct repl_drill_pri {
+	uint64_t id;               /* 0: no drill */
+	bool want_digest;          /* digest the RAM at the next capture */
+	bool digest_ready;         /* ...taken: send it after that epoch */
+	uint64_t npause0;          /* stats' pause count at drill-begin */
+	uint64_t p50_before_ns, p99_before_ns, lag_before_ns, lag_max_ns;
+	uint64_t digest_epoch, digest_ns, unacked_at_digest;
+	uint32_t mem_crc;
+};
+
 /* The pipeline: one capture buffer, REPL_EPOCH_SLOTS slots in flight. */
 struct repl_epochs {
 	struct repl_vm *vm;
@@ -260,6 +272,7 @@ struct repl_epochs {
 	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
 	uint64_t worst_pages;
 	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
+	struct repl_drill_pri drill;
 };
 
 int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link *link,
@@ -275,6 +288,32 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f) US_
 void repl_epoch_sent(struct repl_epochs *q, void *cookie);
 /* ACK(epoch): 1 accepted (output released), 0 ignored (stale or unknown). */
 int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch);
+
+/* ---- the primary's part of drills (drill.c) ------------------------------ */
+/* A "drill-begin" or "drill-end" Section from the secondary (other names:
+ * -EPROTO). */
+int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec) US_MUST_CHECK;
+/* In the pause, after a capture: the RAM digest a drill asked for. */
+void repl_drill_pri_capture(struct repl_epochs *q);
+/* After an epoch went to the link: the digest follows it. */
+void repl_drill_pri_sent(struct repl_epochs *q);
+/* An ACK set st.lag_ns. */
+void repl_drill_pri_acked(struct repl_epochs *q);
+/* A digest of m's RAM by content: crc32c over every non-zero page as its
+ * index and bytes (holes skipped unread); what the drill compares on both
+ * sides. m paused, or a clone not started. */
+uint32_t repl_drill_ram_crc(struct machine *m);
+/* wire.c: drill messages as Sections (understudy.proto, DrillRequest). */
+#define REPL_DRILL_BEGIN "drill-begin"
+#define REPL_DRILL_DIGEST "drill-digest"
+#define REPL_DRILL_END "drill-end"
+#define REPL_DRILL_STATS "drill-stats"
+int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id) US_MUST_CHECK;
+int repl_send_drill_report(struct repl_link *l, const char *name,
+			   const Understudy__DrillReport *m) US_MUST_CHECK;
+int repl_drill_request_decode(const Understudy__Section *sec, uint64_t *id) US_MUST_CHECK;
+int repl_drill_report_decode(const Understudy__Section *sec,
+			     Understudy__DrillReport *out) US_MUST_CHECK;
 
 /* ---- the initial sync (sync.c) -------------------------------------------- */
 

@@ -42,6 +42,8 @@
  * primary is fenced first, with a witness the key is won first; a standby
  * the witness no longer vouches for stands down. */
 #include "replication/postcopy.h"
+#include "replication/agent.h"
+#include "replication/drill.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -311,6 +313,7 @@ static int on_hello(struct repl_secondary *s, struct repl_link *l, const Underst
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
+	s->peer_caps = h->capabilities;   /* drills need PROTO_CAP_DRILL */
 	if (h->resume_epoch || s->state != S_WAITING)
 		return resume_hello(s, l, h);
 	s->got_hello = true;
@@ -320,8 +323,10 @@ static int on_hello(struct repl_secondary *s, struct repl_link *l, const Underst
 
 static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 {
-	int r = repl_staging_end(&s->stage, ee, &s->rx_fault);
+	int r;
 
+	repl_drill_before_apply(s);    /* a drill's clone keeps its view of the pages */
+	r = repl_staging_end(&s->stage, ee, &s->rx_fault);
 	if (r < 0) {
 		if (s->rx_fault.kind == REPL_FAULT_PEER_PROTOCOL)
 			log_error(TAG, "%s", s->rx_fault.what);
@@ -331,6 +336,7 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 		log_info(TAG, "first checkpoint applied: the VM is protected");
 		net_notify(NET_NOTIFY_READY, "standby of %s complete", s->cfg.guest);
 	}
+	repl_drill_applied(s);
 	return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.applied);
 }
 
@@ -391,6 +397,8 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 #endif
 		return repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch);
 	case PROTO_T_SECTION:
+		if (!strncmp(((Understudy__Section *)msg)->name, "drill-", 6))
+			return repl_drill_section(s, (Understudy__Section *)msg);
 		return repl_staging_section(&s->stage, (Understudy__Section *)msg);
 	case PROTO_T_EPOCH_END:
 		return end_epoch(s, (Understudy__EpochEnd *)msg);
@@ -782,6 +790,8 @@ static char *control_text(void *ctx, const char *req)
 
 	if (!strcmp(req, "takeover"))
 		return repl_sec_takeover_request(ctx);
+	if (!strncmp(req, "drill", 5))
+		return repl_drill_request(s, req);
 	if (!strncmp(req, "protect ", 8) || !strncmp(req, "migrate ", 8))
 		return protect_request(s, req);
 	if (!strcmp(req, "cancel") && s->engine && repl_primary_protecting(s->engine) &&
@@ -902,6 +912,7 @@ out:
 	repl_candidates_close_all(&s->cands, "stopping");
 	if (s->lis)
 		net_listener_close(s->lis);
+	repl_drill_free(s);
 	repl_link_fini(&s->link);
 	repl_pc_dst_free(s);         /* before the stop: no vCPU waits on a missing page */
 	if (s->vm) {

@@ -234,7 +234,7 @@ int repl_send_hello_resume(struct repl_link *l, Understudy__Role role,
 	h.config_digest64 = digest;
 	h.config_digest.data = digest_le;
 	h.config_digest.len = sizeof(digest_le);
-	h.capabilities = PROTO_CAPS_REQUIRED;
+	h.capabilities = PROTO_CAPS_REQUIRED | PROTO_CAP_DRILL;
 	h.heartbeat_ms = t->heartbeat_ms;
 	h.timeout_ms = t->timeout_ms;
 	h.epoch_ms = t->epoch_ms;
@@ -310,9 +310,9 @@ int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *er
 			 (unsigned long long)h->capabilities, (unsigned long long)PROTO_CAPS_REQUIRED);
 		return -EPROTONOSUPPORT;
 	}
-	if (h->capabilities & ~PROTO_CAPS_REQUIRED)
+	if (h->capabilities & ~(PROTO_CAPS_REQUIRED | PROTO_CAP_DRILL))
 		log_info(TAG, "peer offers capabilities 0x%llx this side does not know; ignored",
-			 (unsigned long long)(h->capabilities & ~PROTO_CAPS_REQUIRED));
+			 (unsigned long long)(h->capabilities & ~(PROTO_CAPS_REQUIRED | PROTO_CAP_DRILL)));
 	return 0;
 }
 
@@ -474,4 +474,52 @@ void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p
 	qsort(tmp, n, sizeof(uint64_t), cmp_u64);
 	*p50 = tmp[n / 2];
 	*p99 = tmp[n * 99 / 100];
+}
+
+/* ---- drills: Sections outside epochs (see DrillRequest in understudy.proto) ---- */
+
+int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id)
+{
+	Understudy__DrillRequest m = UNDERSTUDY__DRILL_REQUEST__INIT;
+	uint8_t buf[32];
+
+	m.id = id;
+	if (protobuf_c_message_get_packed_size(&m.base) > sizeof(buf))
+		return -ENOSPC;
+	return repl_link_send_section(l, name, buf, protobuf_c_message_pack(&m.base, buf));
+}
+
+int repl_send_drill_report(struct repl_link *l, const char *name, const Understudy__DrillReport *m)
+{
+	uint8_t buf[256];
+
+	if (protobuf_c_message_get_packed_size(&m->base) > sizeof(buf))
+		return -ENOSPC;
+	return repl_link_send_section(l, name, buf, protobuf_c_message_pack(&m->base, buf));
+}
+
+int repl_drill_request_decode(const Understudy__Section *sec, uint64_t *id)
+{
+	Understudy__DrillRequest *m = understudy__drill_request__unpack(NULL, sec->data.len,
+									 sec->data.data);
+
+	if (!m)
+		return -EBADMSG;
+	*id = m->id;
+	understudy__drill_request__free_unpacked(m, NULL);
+	return *id ? 0 : -EBADMSG;
+}
+
+int repl_drill_report_decode(const Understudy__Section *sec, Understudy__DrillReport *out)
+{
+	Understudy__DrillReport *m = understudy__drill_report__unpack(NULL, sec->data.len,
+								       sec->data.data);
+
+	if (!m)
+		return -EBADMSG;
+	*out = *m;
+	out->base.unknown_fields = NULL;
+	out->base.n_unknown_fields = 0;
+	understudy__drill_report__free_unpacked(m, NULL);
+	return 0;
 }
