@@ -325,7 +325,8 @@ void repl_epoch_sent(struct repl_epochs *q, void *cookie)
 /* ACKED -> RELEASED: the epoch's output leaves (output commit). */
 static void commit(struct repl_epochs *q, struct repl_epoch *e)
 {
-	repl_release_epoch(q->vm, e->epoch, e->out_mark);
+	if (!q->hold_output)
+		repl_release_epoch(q->vm, e->epoch, e->out_mark);
 	e->state = REPL_EPOCH_RELEASED;
 	settle(e, false);
 }

@@ -446,8 +446,15 @@ static void try_final_epoch(struct repl_primary *p)
 /* The final epoch left: the secondary takes over as soon as it holds it. */
 static void send_handover(struct repl_primary *p)
 {
-	int r = p->switching_over ?
-		repl_send_switch(&p->link, p->final_epoch, p->switch_listen) :
+	int r;
+
+	/* A switchover: nothing more leaves here; the new primary replays the
+	 * output past this mark (no line twice, none lost). */
+	if (p->switching_over)
+		p->ep.hold_output = true;
+	r = p->switching_over ?
+		repl_send_switch(&p->link, p->final_epoch, p->switch_listen,
+				 repl_vm_released(p->vm)) :
 		repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
 				p->final_epoch, "migration: the guest is handed over");
 

@@ -68,6 +68,8 @@ struct console *repl_vm_take_console(struct repl_vm *v);
 int repl_vm_output_copy(struct repl_vm *v, uint64_t from, uint64_t to,
 			struct proto_buf *out) US_MUST_CHECK;
 void repl_vm_free(struct repl_vm *v);
+/* Total output handed to the console so far. */
+uint64_t repl_vm_released(struct repl_vm *v);
 /* Total output produced so far (call while paused to mark an epoch's end). */
 uint64_t repl_vm_output_mark(struct repl_vm *v);
 /* Hands output up to the mark to the console. */
@@ -163,7 +165,8 @@ int repl_send_error(struct repl_link *l, int code, const char *text) US_MUST_CHE
 int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
 		    const char *reason) US_MUST_CHECK;
 /* Fence SWITCHES: epoch was the last; the old primary's standby waits at listen. */
-int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen) US_MUST_CHECK;
+int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen,
+		     uint64_t released) US_MUST_CHECK;
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch) US_MUST_CHECK;
 int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len);
@@ -270,6 +273,7 @@ struct repl_epochs {
 	struct repl_stats st;
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
 	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
+	bool hold_output;          /* switchover: nothing more leaves here (the new primary replays it) */
 	uint64_t worst_pages;
 	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
 	struct repl_drill_pri drill;
@@ -382,6 +386,8 @@ void repl_staging_init(struct repl_staging *g);
 void repl_staging_fini(struct repl_staging *g);
 /* A new standby (or none): forget every epoch and held byte. */
 void repl_staging_attach(struct repl_staging *g, struct repl_vm *vm, uint64_t config_digest);
+/* The primary released its output up to mark: not to be replayed. */
+void repl_staging_released(struct repl_staging *g, uint64_t mark);
 /* A torn transfer: the epoch in flight is dropped, the standby stays. */
 void repl_staging_abort(struct repl_staging *g);
 int repl_staging_begin(struct repl_staging *g, uint64_t epoch) US_MUST_CHECK;

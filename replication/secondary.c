@@ -357,6 +357,7 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 			 "holds %llu) and waits at %s as our standby", (unsigned long long)f->epoch,
 			 (unsigned long long)s->stage.applied, f->listen);
 		snprintf(s->switch_listen, sizeof(s->switch_listen), "%s", f->listen);
+		repl_staging_released(&s->stage, f->released);
 		s->switch_now = s->migrate_now = true;
 		return 0;
 	}

@@ -161,6 +161,12 @@ static void drop_held(struct repl_staging *g, uint64_t n)
 	g->held_from += n;
 }
 
+void repl_staging_released(struct repl_staging *g, uint64_t mark)
+{
+	if (g->held_based && mark > g->held_from)
+		drop_held(g, mark - g->held_from);
+}
+
 static int hold_output(struct repl_staging *g)
 {
 	int r;

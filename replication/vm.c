@@ -95,6 +95,16 @@ static bool on_output_held(void *ctx)
 	return held;
 }
 
+uint64_t repl_vm_released(struct repl_vm *v)
+{
+	uint64_t r;
+
+	pthread_mutex_lock(&v->out_lock);
+	r = v->released;
+	pthread_mutex_unlock(&v->out_lock);
+	return r;
+}
+
 uint64_t repl_vm_output_mark(struct repl_vm *v)
 {
 	uint64_t mark;
