@@ -113,6 +113,11 @@ static void hot_budget(struct repl_epochs *q)
 	uint64_t us = env ? strtoull(env, NULL, 10) : REPL_HOT_PAUSE_US, pages;
 	double per_page;
 
+	if (q->hot_off) {
+		if (m->hot_budget && machine_set_hot_budget(m, 0) < 0)
+			log_warn(TAG, "cannot empty the hot-page set");
+		return;
+	}
 	if (q->cap.npages < 64)
 		return;
 	per_page = (double)q->cap.stats.copy_ns / q->cap.npages;

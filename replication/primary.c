@@ -1252,6 +1252,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 		return r;
 	}
 	repl_pri_witness_attach(p);
+	p->ep.hot_off = p->migrate_ms != 0;
 	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
 	repl_metrics_watch_primary(p->o->ops.metrics, p);
 	engine_start(p);
@@ -1290,6 +1291,7 @@ void repl_primary_cancel(struct repl_primary *p)
 	struct repl_fault f;
 
 	p->migrate_ms = 0;
+	p->ep.hot_off = false;
 	repl_fault_set(&f, REPL_FAULT_PEER_LOST, -ECANCELED, "cancelled by the operator");
 	drop_protection(p, &f);
 }
@@ -1297,6 +1299,7 @@ void repl_primary_cancel(struct repl_primary *p)
 void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge)
 {
 	p->migrate_ms = downtime_ms;
+	p->ep.hot_off = true;
 	p->migrate_t0_ns = now_ns();
 	p->auto_converge = auto_converge;
 	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
@@ -1337,6 +1340,7 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 	}
 	snprintf(p->switch_listen, sizeof(p->switch_listen), "%s", listen);
 	p->switching_over = true;
+	p->ep.hot_off = true;
 	p->migrate_t0_ns = now_ns();
 	log_info(TAG, "switchover asked: the secondary takes the guest over at the next epoch; "
 		 "this VM then waits at %s as its standby", listen);

@@ -274,6 +274,7 @@ struct repl_epochs {
 	struct ckpt_stats worst;   /* breakdown of the longest pause */
 	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
 	bool hold_output;          /* switchover: nothing more leaves here (the new primary replays it) */
+	bool hot_off;              /* a hand-over is coming: no hot pages (each would be in every epoch) */
 	uint64_t worst_pages;
 	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
 	struct repl_drill_pri drill;
