@@ -142,6 +142,11 @@ int cli_config_blame(const struct cli_config *cf, char **argv, int next);
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_takeover(int argc, char **argv);
 int cli_cmd_switchover(int argc, char **argv);
+/* understudy drill switchover (cli/drill_switch.c) and the report keeper it
+ * shares with the other kinds (cli/drill.c). */
+struct json_object;
+int cli_drill_switchover(int argc, char **argv);
+int cli_drill_keep_report(const char *dir, struct json_object *rep);
 int cli_cmd_protect(int argc, char **argv);
 int cli_cmd_migrate(int argc, char **argv);
 int cli_cmd_primary(int argc, char **argv);

@@ -36,7 +36,13 @@ static const char drill_help[] =
 	"      --probe CMD: CMD runs under /bin/sh with the clone's console on its stdin\n"
 	"      (everything the clone wrote since it started) and stdout (bytes to the\n"
 	"      clone); exit status 0 means the clone passed. Given up after 100 s.\n"
-	"  switchover, local: not yet.\n"
+	"  switchover --control PRIMARY_CONTROL --listen HOST:PORT [--back] [--timeout-ms N]\n"
+	"             [--json] [--report-dir DIR]\n"
+	"      A planned switchover (understudy switchover), and with --back the switch back\n"
+	"      (the new standby asks its primary for the guest back). Reports the downtime\n"
+	"      of each leg, the bytes the new primary sent to be protected again (no\n"
+	"      resync), and that the standby keeps taking epochs.\n"
+	"  local: not yet.\n"
 	"  --json             JSON lines (events, then the summary object last)\n"
 	"  --report-dir DIR   keep the report as DIR/drill-<UTC time>-<kind>.json\n"
 	"exit status: 0 PASS, 1 FAIL, 2 bad usage\n";
@@ -260,7 +266,7 @@ static void print_human(json_object *rep)
 	printf("  verdict     %s: %s\n", str(rep, "verdict"), str(rep, "reason"));
 }
 
-static int keep_report(const char *dir, json_object *rep)
+int cli_drill_keep_report(const char *dir, json_object *rep)
 {
 	char path[4096], stamp[32];
 	time_t now = time(NULL);
@@ -346,7 +352,7 @@ static int test_failover(const struct drill_cli *c)
 			else
 				print_human(rep);
 			if (c->report_dir)
-				(void)keep_report(c->report_dir, rep);
+				(void)cli_drill_keep_report(c->report_dir, rep);
 			verdict = strcmp(str(rep, "verdict"), "PASS") ? 1 : 0;
 			json_object_put(st);
 			return verdict;
@@ -431,7 +437,9 @@ int cli_cmd_drill(int argc, char **argv)
 		}
 		return history(argv[2]);
 	}
-	if (!strcmp(kind, "switchover") || !strcmp(kind, "local")) {
+	if (!strcmp(kind, "switchover"))
+		return cli_drill_switchover(argc - 1, argv + 1);
+	if (!strcmp(kind, "local")) {
 		fprintf(stderr, "understudy drill %s: not yet (only test-failover and history exist in "
 			"this version)\n", kind);
 		return 2;

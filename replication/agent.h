@@ -13,7 +13,7 @@ enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_SWITCH
 struct repl_primary {
 	const struct repl_primary_opts *o;
 	struct repl_primary_opts own;  /* attached: a copy of the caller's options */
-	char own_strings[6][512];      /* ...and of the strings they point to */
+	char own_strings[7][512];      /* ...and of the strings they point to */
 	bool attached;                 /* on a host's running VM (repl_primary_attach) */
 	struct repl_primary_host host;
 	uint64_t attach_t0_ns;
@@ -136,6 +136,9 @@ struct repl_secondary {
 	double switch_downtime_ms;       /* the last one's, as its old primary measured it */
 	uint64_t switch_epoch;           /* ...and its epoch */
 	ev_timer switch_w;               /* our engine switched over: become the standby */
+	uint64_t switch_fence_ns;        /* the Fence SWITCHES arrived then */
+	uint64_t switch_paused_us;       /* ...its sender's guest paused that long before */
+	double switch_in_ms;             /* ...so the guest was down about this long here */
 	struct repl_drill *drill;        /* drills (drill.c), from the first applied epoch */
 	uint64_t peer_caps;              /* the primary's Hello.capabilities */
 };

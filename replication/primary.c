@@ -454,7 +454,7 @@ static void send_handover(struct repl_primary *p)
 		p->ep.hold_output = true;
 	r = p->switching_over ?
 		repl_send_switch(&p->link, p->final_epoch, p->switch_listen,
-				 repl_vm_released(p->vm)) :
+				 repl_vm_released(p->vm), (now_ns() - p->switch_t0_ns) / 1000) :
 		repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
 				p->final_epoch, "migration: the guest is handed over");
 
@@ -652,6 +652,20 @@ static int postcopy_frame(struct repl_primary *p, uint16_t type, const ProtobufC
 	return -ECANCELED;
 }
 
+/* The standby asks for the guest back (drill switchover --back). */
+static void switch_request(struct repl_primary *p)
+{
+	char err[200];
+
+	if (!p->o->home_listen) {
+		log_warn(TAG, "the secondary asks for a switchover back: refused, this primary knows "
+			 "no address to wait at (use understudy switchover --listen)");
+		return;
+	}
+	if (repl_primary_switchover(p, p->o->home_listen, err, sizeof(err)) < 0)
+		log_warn(TAG, "the secondary asks for a switchover back: refused: %s", err);
+}
+
 static int on_frame(void *ctx, const struct proto_frame *f)
 {
 	struct repl_primary *p = ctx;
@@ -677,8 +691,11 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 		break;
 	case PROTO_T_HEARTBEAT:
 		break;
-	case PROTO_T_SECTION:     /* a drill on the secondary (drill.c) */
-		r = repl_drill_pri_section(&p->ep, (Understudy__Section *)msg);
+	case PROTO_T_SECTION:     /* a drill on the secondary (drill.c), or a switch back */
+		if (!strcmp(((Understudy__Section *)msg)->name, REPL_SWITCH_REQUEST))
+			switch_request(p);
+		else
+			r = repl_drill_pri_section(&p->ep, (Understudy__Section *)msg);
 		break;
 	case PROTO_T_FENCE:
 		r = on_fence(p, (Understudy__Fence *)msg);
@@ -1216,6 +1233,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->own.net.ca = own_string(p, 3, o->net.ca);
 	p->own.net.peer_name = own_string(p, 4, o->net.peer_name);
 	p->own.net.rdma_provider = own_string(p, 5, o->net.rdma_provider);
+	p->own.home_listen = own_string(p, 6, o->home_listen);
 	p->own.control = p->own.console = NULL;
 	p->own.cfg = vm->m->cfg;     /* what the secondary builds its standby from */
 	p->own.witness = (struct repl_witness_opts){ .key = wit ? repl_witness_key(wit) : NULL };

@@ -166,7 +166,8 @@ int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_
 		    const char *reason) US_MUST_CHECK;
 /* Fence SWITCHES: epoch was the last; the old primary's standby waits at listen. */
 int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen,
-		     uint64_t released) US_MUST_CHECK;
+		     uint64_t released, uint64_t paused_us) US_MUST_CHECK;
+#define REPL_SWITCH_REQUEST "switch-request"   /* Section S -> P: switch back to me */
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch) US_MUST_CHECK;
 int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len);
@@ -490,6 +491,11 @@ struct repl_primary_opts {
 	 * on from resume_epoch + 1 with every page written since the VM resumed
 	 * here (the dirty log was emptied just before). */
 	uint64_t resume_epoch;
+	/* After a switchover, the new primary's engine: where its host listens
+	 * as a standby (a "switch-request" from the standby switches back to
+	 * it), and the downtime of the switch as seen here (for status). */
+	const char *home_listen;
+	double switch_downtime_ms;
 	/* Output-triggered epochs: when the guest writes output that output
 	 * commit holds, the epoch ends at once if it is at least this old (else
 	 * when it is), instead of at the epoch_ms timer: a reply waits for one

@@ -358,6 +358,8 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 			 (unsigned long long)s->stage.applied, f->listen);
 		snprintf(s->switch_listen, sizeof(s->switch_listen), "%s", f->listen);
 		repl_staging_released(&s->stage, f->released);
+		s->switch_fence_ns = now_ns();
+		s->switch_paused_us = f->paused_us;
 		s->switch_now = s->migrate_now = true;
 		return 0;
 	}
@@ -721,6 +723,7 @@ static void protect_after_switch(struct repl_secondary *s)
 	/* The guest runs from here (output gated, writes logged); the engine is
 	 * attached once the loop has sent the old primary our word. */
 	machine_resume(m);
+	s->switch_in_ms = s->switch_paused_us / 1e3 + (now_ns() - s->switch_fence_ns) / 1e6;
 	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side runs the guest now");
 	ev_timer_start(s->loop, &s->switch_w);
 }
@@ -739,6 +742,8 @@ static void attach_after_switch(struct repl_secondary *s)
 	o.handshake_timeout_ms = s->o->handshake_timeout_ms;
 	o.resume_epoch = s->stage.applied;
 	o.ops = s->o->ops;
+	o.home_listen = s->o->listen;
+	o.switch_downtime_ms = s->switch_in_ms;
 	r = repl_primary_attach(s->loop, s->vm, s->wit, &o, &host, &s->engine);
 	if (r < 0) {
 		log_error(TAG, "cannot protect the guest onto the old primary (%s): it runs here "
@@ -785,6 +790,18 @@ static char *protect_request(struct repl_secondary *s, const char *req)
 	return reply;
 }
 
+/* "switchback": a standby asks its primary for the guest back (a
+ * switchover towards this side; the primary decides, see primary.c). */
+static char *switchback_request(struct repl_secondary *s)
+{
+	if (s->state != S_STANDBY || !s->link.conn || !s->stage.have_ckpt)
+		return strdup("error not a standby connected to its primary\n");
+	if (repl_link_send_section(&s->link, REPL_SWITCH_REQUEST, "", 0) < 0)
+		return strdup("error cannot ask the primary\n");
+	log_info(TAG, "asked the primary for a switchover back to this side");
+	return strdup("ok asked the primary to switch over to this side\n");
+}
+
 static char *control_text(void *ctx, const char *req)
 {
 	struct repl_secondary *s = ctx;
@@ -793,6 +810,8 @@ static char *control_text(void *ctx, const char *req)
 		return repl_sec_takeover_request(ctx);
 	if (!strncmp(req, "drill", 5))
 		return repl_drill_request(s, req);
+	if (!strcmp(req, "switchback"))
+		return switchback_request(s);
 	if (!strncmp(req, "protect ", 8) || !strncmp(req, "migrate ", 8))
 		return protect_request(s, req);
 	if (!strcmp(req, "cancel") && s->engine && repl_primary_protecting(s->engine) &&

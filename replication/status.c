@@ -40,13 +40,14 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
 			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\","
 			"\"migration_downtime_ms\":%.3f,\"migration_total_ms\":%.3f,"
-			"\"throttle_pct\":%u%s}\n" :
+			"\"throttle_pct\":%u,\"resumed_epoch\":%llu,\"switch_in_ms\":%.3f%s}\n" :
 			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
 			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
 			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n"
-			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n%s",
+			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n"
+			"resumed from epoch %llu (switchover, downtime about %.3f ms)\n%s",
 			repl_primary_state(p), (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
@@ -56,7 +57,8 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
 			json || reason[0] ? reason : "none", fencing, p->downtime_ms, p->migration_ms,
-			p->throttle_pct, pc);
+			p->throttle_pct, (unsigned long long)p->o->resume_epoch, p->o->switch_downtime_ms,
+			pc);
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)

@@ -380,11 +380,13 @@ int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_
 	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
 }
 
-int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, uint64_t released)
+int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, uint64_t released,
+		     uint64_t paused_us)
 {
 	Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
 
 	f.released = released;
+	f.paused_us = paused_us;
 	f.action = UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_SWITCHES;
 	f.epoch = epoch;
 	f.reason = (char *)"switchover: the guest is handed over";

@@ -34,7 +34,6 @@ for args in "" "test-failover" "test-failover --control" "test-failover --contro
 	rc=$?
 	[ $rc = 2 ] || fail "'drill $args' exited $rc, want 2: $(cat "$tmp/usage.out")"
 done
-"$BIN" drill switchover --control x 2>&1 | grep -q "not yet" || fail "switchover does not say 'not yet'"
 "$BIN" drill local --kind kill 2>&1 | grep -q "not yet" || fail "local does not say 'not yet'"
 ok "bad usage and the kinds not built yet exit 2"
 

@@ -1,0 +1,272 @@
+/* understudy drill switchover: a planned switchover (and back) as a drill,
+ * with a report: the downtime of each leg, the bytes the new primary sent
+ * until the standby held its first epoch (a resync would be the guest's
+ * RAM), and that the standby keeps taking epochs afterwards. The back leg
+ * is asked of the new standby ("switchback"), which asks its primary over
+ * the link, so the whole drill runs from the first primary's host. */
+#include <getopt.h>
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "net/control.h"
+
+static const char help[] =
+	"usage: understudy drill switchover --control PRIMARY_CONTROL --listen HOST:PORT [--back]\n"
+	"                                   [--timeout-ms N] [--json] [--report-dir DIR]\n"
+	"A planned switchover of the protected primary at PRIMARY_CONTROL (its VM becomes the\n"
+	"standby at HOST:PORT), then, with --back, the switch back. PASS when each leg\n"
+	"completes within --timeout-ms (default 30000) and the standby takes the new\n"
+	"primary's epochs. Exit status: 0 PASS, 1 FAIL, 2 bad usage.\n";
+
+struct leg {
+	double downtime_ms;
+	double bytes;
+	unsigned long long epoch;
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static json_object *status(const char *control)
+{
+	char *reply = NULL;
+	json_object *js = NULL;
+
+	if (control_request(control, "status json", 2000, &reply) == 0)
+		js = json_tokener_parse(reply);
+	free(reply);
+	return js;
+}
+
+static const char *jstr(json_object *js, const char *key)
+{
+	json_object *v;
+
+	return js && json_object_object_get_ex(js, key, &v) ? json_object_get_string(v) : "";
+}
+
+static double jnum(json_object *js, const char *key)
+{
+	json_object *v;
+
+	return js && json_object_object_get_ex(js, key, &v) ? json_object_get_double(v) : -1;
+}
+
+/* Polls until want(status) or the deadline; the last status in *out. */
+static bool wait_for(const char *control, double deadline, bool (*want)(json_object *, void *),
+		     void *arg, json_object **out)
+{
+	for (;;) {
+		json_object *js = status(control);
+
+		if (js && want(js, arg)) {
+			*out = js;
+			return true;
+		}
+		json_object_put(js);
+		if (now_s() > deadline)
+			return false;
+		usleep(10000);
+	}
+}
+
+static bool is_standby(json_object *js, void *arg)
+{
+	(void)arg;
+	return !strcmp(jstr(js, "role"), "secondary") && !strcmp(jstr(js, "state"), "standby");
+}
+
+static bool applied_past(json_object *js, void *arg)
+{
+	return is_standby(js, NULL) && jnum(js, "epoch") > *(double *)arg;
+}
+
+static bool resumed_protected(json_object *js, void *arg)
+{
+	(void)arg;
+	return !strcmp(jstr(js, "role"), "primary") && !strcmp(jstr(js, "state"), "protected") &&
+	       jnum(js, "resumed_epoch") > 0 && jnum(js, "acked") > jnum(js, "resumed_epoch");
+}
+
+static void say(bool json, const char *event, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void say(bool json, const char *event, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (json) {
+		json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "kind", json_object_new_string("switchover"));
+		json_object_object_add(o, "event", json_object_new_string(event));
+		json_object_object_add(o, "text", json_object_new_string(text));
+		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+		json_object_put(o);
+	} else {
+		printf("%s\n", text);
+	}
+	fflush(stdout);
+}
+
+/* The first leg: this primary hands over and becomes the standby. */
+static const char *leg_away(const char *control, const char *listen, double deadline,
+			    struct leg *l, bool json)
+{
+	char req[256], *reply = NULL;
+	json_object *js = NULL;
+	double epoch;
+
+	snprintf(req, sizeof(req), "switchover listen=%s", listen);
+	if (control_request(control, req, 10000, &reply) < 0 || strncmp(reply, "ok", 2)) {
+		free(reply);
+		return "the primary refused the switchover";
+	}
+	free(reply);
+	if (!wait_for(control, deadline, is_standby, NULL, &js))
+		return "the old primary did not become the standby in time";
+	l->downtime_ms = jnum(js, "switch_downtime_ms");
+	l->epoch = (unsigned long long)jnum(js, "switch_epoch");
+	epoch = l->epoch;
+	json_object_put(js);
+	say(json, "switched", "switched over at epoch %llu: downtime %.3f ms; this VM is the "
+	    "standby", l->epoch, l->downtime_ms);
+	if (!wait_for(control, deadline, applied_past, &epoch, &js))
+		return "the standby took no epoch of the new primary in time";
+	l->bytes = jnum(js, "bytes_received");
+	json_object_put(js);
+	say(json, "protected", "the new primary protected the guest again after %.0f KiB",
+	    l->bytes / 1024);
+	return NULL;
+}
+
+/* The way back: the standby asks its primary for the guest. */
+static const char *leg_back(const char *control, double deadline, struct leg *l, bool json)
+{
+	char *reply = NULL;
+	json_object *js = NULL;
+
+	if (control_request(control, "switchback", 5000, &reply) < 0 || strncmp(reply, "ok", 2)) {
+		free(reply);
+		return "the standby could not ask for the guest back";
+	}
+	free(reply);
+	if (!wait_for(control, deadline, resumed_protected, NULL, &js))
+		return "the guest did not come back protected in time";
+	l->downtime_ms = jnum(js, "switch_in_ms");
+	l->epoch = (unsigned long long)jnum(js, "resumed_epoch");
+	l->bytes = jnum(js, "bytes_sent");
+	json_object_put(js);
+	say(json, "back", "switched back at epoch %llu: downtime about %.3f ms; protected again "
+	    "after %.0f KiB", l->epoch, l->downtime_ms, l->bytes / 1024);
+	return NULL;
+}
+
+static json_object *leg_json(const struct leg *l)
+{
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "epoch", json_object_new_int64((int64_t)l->epoch));
+	json_object_object_add(o, "downtime_ms", json_object_new_double(l->downtime_ms));
+	json_object_object_add(o, "bytes_to_protect_again", json_object_new_double(l->bytes));
+	return o;
+}
+
+static void stamp(char *out, size_t len)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int cli_drill_switchover(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "control", required_argument, NULL, 'c' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "back", no_argument, NULL, 'b' },
+		{ "timeout-ms", required_argument, NULL, 't' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "report-dir", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *control = NULL, *listen = NULL, *dir = NULL, *why;
+	unsigned timeout_ms = 30000;
+	bool back = false, json = false;
+	struct leg away = { 0 }, home = { 0 };
+	char start[32], end[32], *e;
+	json_object *st, *rep;
+	int opt;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c': control = optarg; break;
+		case 'l': listen = optarg; break;
+		case 'b': back = true; break;
+		case 't':
+			timeout_ms = (unsigned)strtoul(optarg, &e, 10);
+			if (*e || !timeout_ms) {
+				fprintf(stderr, "understudy drill switchover: bad --timeout-ms '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'j': json = true; break;
+		case 'r': dir = optarg; break;
+		case 'h': fputs(help, stdout); return 0;
+		default: fputs(help, stderr); return 2;
+		}
+	}
+	if (!control || !listen || optind < argc || strchr(listen, ' ') || strlen(listen) > 127) {
+		fputs(help, stderr);
+		return 2;
+	}
+	stamp(start, sizeof(start));
+	st = status(control);
+	if (!st || strcmp(jstr(st, "role"), "primary") || strcmp(jstr(st, "state"), "protected"))
+		why = "not a protected primary at --control";
+	else
+		why = leg_away(control, listen, now_s() + timeout_ms / 1e3, &away, json);
+	json_object_put(st);
+	if (!why && back)
+		why = leg_back(control, now_s() + timeout_ms / 1e3, &home, json);
+	stamp(end, sizeof(end));
+	rep = json_object_new_object();
+	json_object_object_add(rep, "kind", json_object_new_string("switchover"));
+	json_object_object_add(rep, "start", json_object_new_string(start));
+	json_object_object_add(rep, "end", json_object_new_string(end));
+	json_object_object_add(rep, "control", json_object_new_string(control));
+	json_object_object_add(rep, "rto_ms", json_object_new_double(away.downtime_ms));
+	json_object_object_add(rep, "away", leg_json(&away));
+	if (back)
+		json_object_object_add(rep, "back", leg_json(&home));
+	json_object_object_add(rep, "verdict", json_object_new_string(why ? "FAIL" : "PASS"));
+	json_object_object_add(rep, "reason", json_object_new_string(why ? why :
+				       back ? "switched over and back, protected after each" :
+				       "switched over, protected again"));
+	if (json)
+		printf("%s\n", json_object_to_json_string_ext(rep, JSON_C_TO_STRING_PLAIN));
+	else
+		printf("drill switchover: %s: %s\n", why ? "FAIL" : "PASS", jstr(rep, "reason"));
+	if (dir)
+		(void)cli_drill_keep_report(dir, rep);
+	json_object_put(rep);
+	return why ? 1 : 0;
+}
