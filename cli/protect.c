@@ -244,7 +244,7 @@ static double mono_s(void)
 }
 
 /* Follows the migration until it ends: 0 migrated, 1 failed or cancelled. */
-static int follow(const char *control, unsigned max_s, bool json)
+static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
 	char state[32] = "", st[200], *reply = NULL;
@@ -296,9 +296,15 @@ static int follow(const char *control, unsigned max_s, bool json)
 			printf("{\"elapsed_s\":%.1f,\"status\":%s", now - t0, reply);
 			last_print = now;
 		} else if (!json && now - last_print >= 1.0) {
-			fprintf(stderr, "\r%-16s epoch %-6.0f %8.1f MiB sent  %6.1f MiB/s  throttle %2.0f %%  "
-				"%.0f s ", state, epoch, bytes / 1048576.0,
-				bytes / 1048576.0 / (now - t0 + 1e-9), json_num(reply, "throttle_pct"), now - t0);
+			/* The prediction the source switches on: a pause plus capture-to-ACK. */
+			double predicted = json_num(reply, "pause_p50_us") / 1e3 + json_num(reply, "lag_ms");
+			double dirty = json_num(reply, "dirty_pages_last") * 4096.0 / 1048576.0 /
+				       (epoch_ms / 1e3);
+
+			fprintf(stderr, "\r%-12s round %-6.0f %8.1f MiB sent %6.1f MiB/s  dirty %6.1f MiB/s  "
+				"predicted %6.2f ms  throttle %2.0f %%  %.0f s ", state, epoch,
+				bytes / 1048576.0, bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
+				json_num(reply, "throttle_pct"), now - t0);
 			last_print = now;
 		}
 		json_str(reply, "reason", st, sizeof(st));   /* why it failed, if it did */
@@ -415,5 +421,5 @@ int cli_cmd_migrate(int argc, char **argv)
 		return 1;
 	}
 	free(reply);
-	return follow(control, max_ms / 1000, json);
+	return follow(control, max_ms / 1000, epoch_ms, json);
 }
