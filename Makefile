@@ -190,6 +190,7 @@ bench-run:
 	@echo "== bench/bench_witness.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_witness.py
 	@echo "== bench/bench_migrate.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_migrate.py
 	@echo "== bench/bench_switchover.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_switchover.py
+	@echo "== bench/bench_latency.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_latency.py
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs

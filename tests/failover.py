@@ -39,6 +39,11 @@ TIMEOUT_MS = 800
 # FAILOVER_VERIFY=0: production timing, without UNDERSTUDY_VERIFY's RAM and
 # state digest in every pause (and nothing verified).
 VERIFY = os.environ.get("FAILOVER_VERIFY", "1") != "0"
+# Epochs end at the 25 ms timer only (--min-epoch-ms 25) by default: the phase
+# aiming (idle between epochs, an epoch in transfer) assumes a steady period.
+# --min-epoch-ms 2 runs the default output-triggered epochs, where a reply
+# ends its epoch at once and an idle phase is rare.
+MIN_EPOCH_MS = 25
 PHASES = ["sync", "transfer", "apply", "idle"]
 # Every incr rewrites 4 MiB that no encoding shrinks: epochs with an incr take
 # long enough to be cut in the middle (with the small socket buffers below).
@@ -364,6 +369,7 @@ def run_trial(trial, rng, table, sig, tmp, transport, target, pipeline):
             raise RuntimeError("secondary never listened: %s" % slog.poll()[-300:])
         pri = subprocess.Popen([BIN, "primary", "--guest", GUEST, "--console", "tcp:127.0.0.1:%d" % pcon,
                                 "--peer", "127.0.0.1:%d" % sport, "--epoch-ms", "25",
+                                "--min-epoch-ms", str(MIN_EPOCH_MS),
                                 "--timeout-ms", "1500", "--control", pctl] + link_args(transport, tmp, "primary"),
                                stderr=plog_f, env=env)
         t_start = time.time()
@@ -480,7 +486,10 @@ def main():
     ap.add_argument("--transport", default="tcp", choices=["tcp", "tls", "rdma"])
     ap.add_argument("--pipeline", type=int, default=1, help="requests kept in flight")
     ap.add_argument("--require", default=",".join(PHASES), help="phases that need the minimum")
+    ap.add_argument("--min-epoch-ms", type=int, default=25, help="the primary's --min-epoch-ms")
     args = ap.parse_args()
+    global MIN_EPOCH_MS
+    MIN_EPOCH_MS = args.min_epoch_ms
     print("seed %d (--seed to replay), at least %d trials per phase, SIG%s, %s link, %d request(s) in flight; %s" % (
         args.seed, args.min_per_phase, args.signal, args.transport, args.pipeline, net))
     rng = random.Random(args.seed)

@@ -49,4 +49,9 @@ export FAILOVER_VERIFY=0
 fo "$((seed + 5))" --min-per-phase 2 --max-trials 160 --max-seconds 200 --signal KILL \
 	--require transfer,idle || fail "SIGKILL trials without verify"
 fo "$((seed + 6))" --min-per-phase 1 --max-seconds 120 --transport tls || fail "TLS trials without verify"
+# The sets above end epochs at the timer (--min-epoch-ms 25: their phase
+# aiming needs a steady period); the default output-triggered epochs, where
+# each reply ends its epoch at once, with verify: every kill consistent.
+FAILOVER_VERIFY=1 fo "$((seed + 7))" --min-per-phase 1 --trials 20 --max-seconds 150 --signal KILL \
+	--min-epoch-ms 2 --require sync,transfer || fail "SIGKILL trials with output-triggered epochs"
 ok "failover consistency held in every phase, with and without verify (seed $seed)"

@@ -9,7 +9,10 @@
 #   4. the destination killed before the hand-over: the source runs on;
 #   5. a protected `primary` hands over to its own secondary;
 #   6. auto-converge: a guest dirtying faster than the downtime allows is
-#      throttled step by step until the hand-over fits.
+#      throttled step by step until the hand-over fits;
+#   7. the source killed (-9) the moment it pauses for the hand-over: the
+#      destination runs the guest (it took the hand-over, or fails over from
+#      the last epoch it holds) and the counter goes on.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -130,4 +133,23 @@ assert s["result"] == "migrated" and s["throttle_pct_max"] >= 20, s
 print("   summary:", s)' || fail "summary: $(tail -1 "$tmp/6.json")"
 grep -q "auto-converge: predicted downtime" "$tmp/$n.src.log" || fail "no throttle step logged"
 ok "6. auto-converge: $(grep -c 'auto-converge: predicted' "$tmp/$n.src.log") throttle steps, then migrated"
+
+# 7. The source dies right after the switch.
+start_dest
+scon=$(free_port)
+UNDERSTUDY_EVENT_LOG="$tmp/7.events" "$BIN" run --guest counter --console tcp:127.0.0.1:$scon \
+	--control "$tmp/$n.src.ctl" 2>"$tmp/$n.src.log" &
+sp=$!
+wait_port $scon || fail "source did not start"
+[ "$(count $scon incr incr)" = 2 ] || fail "source counter"
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure \
+	>/dev/null 2>"$tmp/7.out" &
+mp=$!
+for i in $(seq 2000); do grep -q " switch" "$tmp/7.events" 2>/dev/null && break; sleep 0.005; done
+kill -9 $sp
+wait $mp 2>/dev/null
+wait_log "$tmp/$n.dst.log" "TOOK OVER" 20 || fail "the destination did not run the guest: $(tail -3 "$tmp/$n.dst.log")"
+v=$(count $dcon incr)
+[ "$v" = 3 ] || fail "the destination says $v after the source died, want 3"
+ok "7. source killed at the switch: the destination runs the guest ($(grep -o 'TOOK OVER: [^;]*' "$tmp/$n.dst.log" | head -1)), counter 3"
 exit 0
