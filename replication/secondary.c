@@ -636,6 +636,7 @@ static void on_engine_ended(void *ctx, int status)
 	struct repl_secondary *s = ctx;
 
 	if (s->engine && repl_primary_switched(s->engine, &(struct repl_switch){ 0 })) {
+		ev_timer_set(&s->switch_w, 0, 0);
 		ev_timer_start(s->loop, &s->switch_w);   /* not inside the engine's call */
 		return;
 	}
@@ -724,6 +725,9 @@ static void protect_after_switch(struct repl_secondary *s)
 	 * attached once the loop has sent the old primary our word. */
 	machine_resume(m);
 	s->switch_in_ms = s->switch_paused_us / 1e3 + (now_ns() - s->switch_fence_ns) / 1e6;
+	/* A moment later: the loop first sends the old primary our word (its
+	 * measure of the downtime ends there), then builds the engine. */
+	ev_timer_set(&s->switch_w, 0.002, 0);
 	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side runs the guest now");
 	ev_timer_start(s->loop, &s->switch_w);
 }
