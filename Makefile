@@ -205,7 +205,8 @@ plots:
 ifeq ($(origin RESULTS),command line)
 	@python3 bench/plots.py --results $(RESULTS) --out $(PLOTS)
 else
-	@if [ $(BUILD)/bench/bench.log -nt $(BUILD)/bench/results.json ]; then \
+	@if [ -f $(BUILD)/bench/bench.log ] && { [ ! -f $(BUILD)/bench/results.json ] || \
+	    [ $(BUILD)/bench/bench.log -nt $(BUILD)/bench/results.json ]; }; then \
 	  from="--from-log $(BUILD)/bench/bench.log"; fi; \
 	python3 bench/plots.py $$from --results $(BUILD)/bench/results.json --out $(PLOTS)
 endif
