@@ -6,15 +6,20 @@ extern const uint8_t guest_counter_start[], guest_counter_end[];
 extern const uint8_t guest_dirty_start[], guest_dirty_end[];
 extern const uint8_t guest_stress_start[], guest_stress_end[];
 
-#define IMAGE(n, s) { #n, s, guest_##n##_start, 0 }
+#define IMAGE(n, s, k) { #n, s, k, guest_##n##_start, 0 }
 
 const struct guest_image *guest_list(void)
 {
 	static struct guest_image images[] = {
-		IMAGE(counter, "request/response counter over the serial console (failover oracle)"),
-		IMAGE(dirty, "dirties a working set at a set rate: dirty:mb=N,rate_mb=N,report_ms=N"),
-		IMAGE(stress, "exercises all machine state (timer, SSE/AVX, own mappings, 2 vCPUs); 'check' self-tests"),
-		{ NULL, NULL, NULL, 0 },
+		IMAGE(counter, "request/response counter over the serial console (failover oracle): "
+		      "counter:area_mb=N,dense=0|1,churn_mb=N,churn_rate_mb=N",
+		      "area_mb,dense,churn_mb,churn_rate_mb"),
+		IMAGE(dirty, "dirties a working set at a set rate: dirty:mb=N,rate_mb=N,report_ms=N,"
+		      "hot_mb=N (after one pass, rewrite only the first N MiB)",
+		      "mb,rate_mb,report_ms,hot_mb"),
+		IMAGE(stress, "exercises all machine state (timer, SSE/AVX, own mappings, 2 vCPUs); "
+		      "'check' self-tests", ""),
+		{ NULL, NULL, NULL, NULL, 0 },
 	};
 	/* Sizes are link-time differences; fill them on first use (idempotent). */
 	images[0].size = guest_counter_end - guest_counter_start;

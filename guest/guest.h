@@ -73,6 +73,7 @@ struct guest_bootinfo {
 struct guest_image {
 	const char *name;
 	const char *summary;
+	const char *keys;        /* its arguments, "k1,k2,...": each takes a number */
 	const uint8_t *data;
 	size_t size;
 };

@@ -43,6 +43,49 @@ int machine_check_mem(uint64_t mem_bytes)
 	return 0;
 }
 
+/* Each argument is a key the guest knows with a decimal number: the guests
+ * themselves ignore what they do not know, so a typo would run silently. */
+static int check_guest_args(const struct guest_image *g, const char *args, char *err,
+			    size_t errlen)
+{
+	const char *p = args;
+
+	while (*p) {
+		const char *eq = strchr(p, '='), *end = strchr(p, ',');
+		size_t klen;
+		const char *k;
+		bool known = false;
+
+		if (!end)
+			end = p + strlen(p);
+		if (!eq || eq > end || eq == p) {
+			snprintf(err, errlen, "guest %s: bad argument '%.*s' (want key=number)", g->name,
+				 (int)(end - p), p);
+			return -EINVAL;
+		}
+		klen = (size_t)(eq - p);
+		for (k = g->keys; *k; ) {
+			size_t n = strcspn(k, ",");
+
+			if (n == klen && !strncmp(k, p, n))
+				known = true;
+			k += n + (k[n] == ',');
+		}
+		if (!known) {
+			snprintf(err, errlen, "guest %s: unknown argument '%.*s' (known: %s)", g->name,
+				 (int)klen, p, g->keys[0] ? g->keys : "none");
+			return -EINVAL;
+		}
+		if (eq + 1 == end || strspn(eq + 1, "0123456789") != (size_t)(end - eq - 1)) {
+			snprintf(err, errlen, "guest %s: bad value for '%.*s' (want a decimal number)",
+				 g->name, (int)klen, p);
+			return -EINVAL;
+		}
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
 int machine_parse_guest(struct machine_config *cfg, const char *spec, char *err, size_t errlen)
 {
 	const char *colon = strchr(spec, ':');
@@ -68,7 +111,7 @@ int machine_parse_guest(struct machine_config *cfg, const char *spec, char *err,
 		return -EINVAL;
 	}
 	snprintf(cfg->guest_args, sizeof(cfg->guest_args), "%s", colon ? colon + 1 : "");
-	return 0;
+	return check_guest_args(guest_find(cfg->guest), cfg->guest_args, err, errlen);
 }
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n)

@@ -316,6 +316,16 @@ static void test_bad_config(void **st)
 	assert_non_null(strstr(err, "counter"));
 	assert_int_equal(machine_parse_guest(&cfg, "dirty:mb=4", err, sizeof(err)), 0);
 	assert_string_equal(cfg.guest_args, "mb=4");
+	/* The guests ignore what they do not know: the parser does not. */
+	assert_int_equal(machine_parse_guest(&cfg, "dirty:mb=64,hot_mb=8,rate_mb=50", err,
+					     sizeof(err)), 0);
+	assert_int_equal(machine_parse_guest(&cfg, "dirty:mb=64,bogus=1", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "unknown argument 'bogus'"));
+	assert_int_equal(machine_parse_guest(&cfg, "dirty:mb=6x4", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "bad value for 'mb'"));
+	assert_int_equal(machine_parse_guest(&cfg, "dirty:mb", err, sizeof(err)), -EINVAL);
+	assert_int_equal(machine_parse_guest(&cfg, "stress:x=1", err, sizeof(err)), -EINVAL);
+	assert_int_equal(machine_parse_guest(&cfg, "counter:area_mb=240,dense=1", err, sizeof(err)), 0);
 	assert_int_equal(machine_parse_size("64M", &v), 0);
 	assert_int_equal(v, 64ull << 20);
 	assert_int_equal(machine_parse_size("1GiB", &v), 0);
