@@ -191,6 +191,7 @@ bench-run:
 	@echo "== bench/bench_migrate.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_migrate.py
 	@echo "== bench/bench_switchover.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_switchover.py
 	@echo "== bench/bench_latency.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_latency.py
+	@echo "== bench/bench_hot.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_hot.py
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs
