@@ -525,8 +525,33 @@ static void pause_for_handover(struct repl_primary *p, bool postcopy)
 	try_final_epoch(p);
 }
 
+/* After this process stalled past the secondary's failover timeout, the
+ * secondary may run the guest already: ACKs it sent before deciding (read
+ * now, before its Fence) release nothing until it acknowledges an epoch
+ * captured after the stall, which a secondary that took over never does. */
+static void hold_after_stall(struct repl_primary *p, uint64_t epoch)
+{
+	uint64_t now = now_ns(), window = 2ull * stall_ms(p) * 1000000ull;
+
+	if (!p->release_after && p->peer_timing.timeout_ms && now - p->stall_seen_ns > window &&
+	    repl_link_stalled_ns(&p->link, stall_ms(p)) >=
+	    (uint64_t)p->peer_timing.timeout_ms * 1000000ull) {
+		p->stall_seen_ns = now;
+		p->release_after = p->ep.epoch + 1;
+		p->ep.hold_output = true;
+		log_warn(TAG, "stalled past the secondary's failover timeout: output stays held until "
+			 "it acknowledges epoch %llu (captured after the stall)",
+			 (unsigned long long)p->release_after);
+	}
+	if (p->release_after && epoch >= p->release_after) {
+		p->release_after = 0;
+		p->ep.hold_output = p->switching_over;   /* a switchover keeps it held */
+	}
+}
+
 static void on_ack(struct repl_primary *p, uint64_t epoch)
 {
+	hold_after_stall(p, epoch);
 	if (!repl_epoch_ack(&p->ep, epoch))
 		return;
 	if (p->state == P_PROTECTING) {
