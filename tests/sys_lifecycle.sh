@@ -39,12 +39,21 @@ print(data.decode(errors="replace").strip())
 PY
 }
 start_secondary() {   # NAME: sets ${NAME}_port ${NAME}_con, pid in ${NAME}_pid
-	local port con
-	port=$(free_port); con=$(free_port)
-	"$BIN" secondary --listen 127.0.0.1:$port --console tcp:127.0.0.1:$con --insecure \
-		--failover-timeout-ms 300 --control "$tmp/$1.ctl" 2>"$tmp/$1.log" &
-	eval "$1_pid=$! $1_port=$port $1_con=$con"
-	wait_port $port || fail "secondary $1 did not listen"
+	local port con pid try
+	# A port free_port saw free may be taken meanwhile (as the source port
+	# of a client's connection): a secondary that cannot bind exits at once,
+	# and is started again on other ports.
+	for try in 1 2 3 4 5; do
+		port=$(free_port); con=$(free_port)
+		"$BIN" secondary --listen 127.0.0.1:$port --console tcp:127.0.0.1:$con --insecure \
+			--failover-timeout-ms 300 --control "$tmp/$1.ctl" 2>"$tmp/$1.log" &
+		pid=$!
+		eval "$1_pid=$pid $1_port=$port $1_con=$con"
+		wait_port $port && return 0
+		kill -0 $pid 2>/dev/null && break
+		echo "   secondary $1 exited at start (try $try): $(tail -1 "$tmp/$1.log")"
+	done
+	fail "secondary $1 did not listen: $(tail -2 "$tmp/$1.log")"
 }
 
 rcon=$(free_port)
