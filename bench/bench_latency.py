@@ -18,29 +18,14 @@ import json, os, socket, statistics, subprocess, sys, tempfile, time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy"))
 HOST = "127.0.0.1"
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_protect import free_port, wait_port   # noqa: E402  (one copy of each)
 MODES = {
     "timer": (["--min-epoch-ms", "25"], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
     "output": ([], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
     "both": ([], {}),
 }
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, timeout_s=10):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        with socket.socket() as s:
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        time.sleep(0.02)
-    raise SystemExit("port %d never opened" % port)
 
 
 def pct(xs, p):
