@@ -118,7 +118,7 @@ for t in tests/sys_*.sh; do
 	n=$(basename "$t" .sh)
 	echo "== $n"
 	start=$(date +%s)
-	timeout 2400 bash "$t" >"$log_dir/$n.log" 2>&1
+	timeout 3000 bash "$t" >"$log_dir/$n.log" 2>&1
 	rc=$?
 	# a sanitizer report from any process the test started fails it
 	san_reports "$n" || rc="$rc, sanitizer report"
@@ -143,6 +143,14 @@ if [ ${#skip_reasons[@]} -gt 0 ]; then
 	printf '    %s\n' "${skip_reasons[@]}"
 fi
 if [ ${#failed_names[@]} -gt 0 ]; then
+	# The lines that say why, again at the end: a CI log is often read
+	# from its tail only.
+	for n in "${failed_names[@]}"; do
+		n=${n%% *}
+		[ -f "$log_dir/$n.log" ] || continue
+		echo "why $n failed (whole log: $log_dir/$n.log):"
+		grep -E '^(FAIL|not ok)|BELOW MINIMUM|^result|^[A-Za-z_]+: ' "$log_dir/$n.log" | tail -8 | cut -c1-300 | sed 's/^/    | /'
+	done
 	echo "failed: ${failed_names[*]}"
 fi
 echo "$pass passed, $fail failed, $skip skipped"
