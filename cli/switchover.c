@@ -25,7 +25,8 @@ static const char switchover_help[] =
 	"  --timeout-ms N      give up waiting for the outcome after N ms (default 30000)\n"
 	"  --json              print the new standby's status as JSON at the end\n"
 	"Exit status: 0 switched over, 1 refused or failed (the primary runs on), 2 bad usage.\n"
-	"Not with a witness yet (use migrate, or a failover).\n";
+	"With a witness the key moves with the role (the new primary wins it before the\n"
+	"guest resumes there).\n";
 
 static bool field_is(const char *json, const char *key, const char *want)
 {

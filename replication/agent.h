@@ -138,12 +138,17 @@ struct repl_secondary {
 	double switch_downtime_ms;       /* the last one's, as its old primary measured it */
 	uint64_t switch_epoch;           /* ...and its epoch */
 	ev_timer switch_w;               /* our engine switched over: become the standby */
+	char listen_at[128];             /* --listen, or where the last switchover said */
 	uint64_t switch_fence_ns;        /* the Fence SWITCHES arrived then */
 	uint64_t switch_paused_us;       /* ...its sender's guest paused that long before */
 	double switch_in_ms;             /* ...so the guest was down about this long here */
 	struct repl_drill *drill;        /* drills (drill.c), from the first applied epoch */
 	uint64_t peer_caps;              /* the primary's Hello.capabilities */
 };
+
+/* secondary.c: the switchover's new primary resumes the guest protected
+ * onto the old one (after the takeover, once the key is won if any). */
+void repl_sec_protect_after_switch(struct repl_secondary *s);
 
 /* secondary_takeover.c */
 void repl_sec_drop_standby(struct repl_secondary *s);
@@ -152,6 +157,9 @@ void repl_sec_begin_takeover(struct repl_secondary *s);
 void repl_sec_fence(struct repl_secondary *s);
 int repl_sec_acquire_resources(struct repl_secondary *s);
 int repl_sec_witness_setup(struct repl_secondary *s);
+/* A primary that switched over becomes this standby: its witness (resigned,
+ * its thread running) is the standby's from now on. */
+void repl_sec_witness_adopt(struct repl_secondary *s, struct repl_witness *w);
 char *repl_sec_takeover_request(struct repl_secondary *s);
 
 /* status.c */

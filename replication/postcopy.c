@@ -136,10 +136,6 @@ int repl_pc_src_new(struct repl_primary *p, unsigned bandwidth_mib, unsigned pos
 	struct repl_pc_src *pc;
 	size_t words = machine_bitmap_words(p->vm->m);
 
-	if (postcopy_after && p->wit) {
-		log_error(TAG, "post-copy with a witness is not supported");
-		return -EOPNOTSUPP;
-	}
 	repl_pc_src_free(p);
 	pc = calloc(1, sizeof(*pc));
 	if (!pc)

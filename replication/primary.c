@@ -833,7 +833,11 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 	}
 	if (p->state == P_CONNECTING && p->o->resume_epoch && reason == -ECONNREFUSED) {
 		/* After a switchover the old primary listens once it has heard
-		 * that this side took over: try again until the handshake deadline. */
+		 * that this side took over: try again until the handshake deadline.
+		 * (Set again: restarted as it is, libev keeps what was left of its
+		 * last run, nothing, and the retries would spin and starve the
+		 * deadline's watcher, which has the lowest priority.) */
+		ev_timer_set(&p->reconnect_w, 0.02, 0);
 		ev_timer_start(p->loop, &p->reconnect_w);
 		return;
 	}
@@ -1215,6 +1219,11 @@ out:
 		p->vm->cb_ctx = NULL;
 		*vm = p->vm;
 		p->vm = NULL;
+		/* The key went to the new primary (resigned at the final ACK); the
+		 * same witness serves the standby this process becomes. */
+		sw->witness = o->witness;
+		sw->wit = p->wit;
+		p->wit = NULL;
 	}
 	if (p->vm) {
 		machine_stop(p->vm->m, 0);
@@ -1371,8 +1380,6 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 
 	if (p->state != P_PROTECTED)
 		why = "the VM is not protected (a switchover needs a standby that holds an epoch)";
-	else if (p->wit)
-		why = "a switchover with a witness is not supported yet (migrate, or fail over)";
 	else if (p->migrate_ms || p->switching_over || p->finishing)
 		why = "a migration or switchover is already under way";
 	else if (!listen || !listen[0] || strlen(listen) >= sizeof(p->switch_listen))
@@ -1445,4 +1452,5 @@ void repl_switch_secondary_opts(const struct repl_switch *sw, const char *contro
 	o->net = sw->net;
 	o->timeout_ms = sw->timeout_ms;
 	o->handshake_timeout_ms = sw->handshake_timeout_ms;
+	o->witness = sw->witness;
 }

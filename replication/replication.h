@@ -605,6 +605,11 @@ struct repl_switch {
 	struct net_config net;     /* the link options, strings in str[] */
 	char str[5][512];
 	unsigned timeout_ms, handshake_timeout_ms;
+	/* With a witness: its settings, and (from repl_primary_run_switch only)
+	 * the engine's witness, resigned and still running, for the standby
+	 * this process becomes (repl_secondary_adopt takes it over). */
+	struct repl_witness_opts witness;
+	struct repl_witness *wit;
 };
 
 /* "switchover listen=HOST:PORT": at the next acknowledged epoch the guest

@@ -59,7 +59,6 @@
 
 #define TAG "secondary"
 
-static void protect_after_switch(struct repl_secondary *s);
 static void attach_after_switch(struct repl_secondary *s);
 static void on_engine_ended(void *ctx, int status);
 
@@ -84,7 +83,7 @@ static void end_link(struct repl_secondary *s, bool drop)
 		repl_sec_drop_standby(s);
 		s->state = S_WAITING;
 		net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (standby dropped)",
-			   s->o->listen);
+			   s->listen_at);
 		return;
 	}
 	log_warn(TAG, "primary connection lost; standby holds epoch %llu",
@@ -101,7 +100,7 @@ static void fail_local(struct repl_secondary *s, const struct repl_fault *f)
 	repl_staging_abort(&s->stage);
 	repl_sec_drop_standby(s);
 	s->state = S_WAITING;
-	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (standby dropped)", s->o->listen);
+	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (standby dropped)", s->listen_at);
 	if (s->link.conn && repl_send_error(&s->link, f->err, f->what) == 0) {
 		s->refusing = true;      /* the Error leaves, then closed() follows */
 		net_close_flush(s->link.conn);
@@ -347,10 +346,8 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 	return 0;
 #endif
 	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_SWITCHES) {
-		if (!f->listen || !f->listen[0] || strlen(f->listen) >= sizeof(s->switch_listen) ||
-		    s->wit) {
-			log_error(TAG, "a switchover without a usable standby address%s: refused",
-				  s->wit ? " (or with a witness)" : "");
+		if (!f->listen || !f->listen[0] || strlen(f->listen) >= sizeof(s->switch_listen)) {
+			log_error(TAG, "a switchover without a usable standby address: refused");
 			return -EPROTO;
 		}
 		log_info(TAG, "switchover: the primary hands the guest over at epoch %llu (this side "
@@ -448,7 +445,7 @@ static void after_feed(struct repl_secondary *s, int r)
 			return;              /* the VM is lost (reported) */
 		repl_sec_begin_takeover(s);
 		if (s->switching && s->state == S_ACTIVE)
-			protect_after_switch(s);
+			repl_sec_protect_after_switch(s);
 		return;
 	}
 	if (s->standing_down) {
@@ -661,6 +658,8 @@ static void adopt_standby(struct repl_secondary *s, const struct repl_switch *sw
 	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
 	s->stage.applied = sw->epoch;
 	s->stage.have_ckpt = true;
+	if (s->wit)
+		new_token(s);        /* the new owner vouches for it once protected */
 	s->state = S_STANDBY;
 	s->got_hello = s->migrating = s->switching = s->told_silent = false;
 	s->await_resume = true;
@@ -670,7 +669,7 @@ static void adopt_standby(struct repl_secondary *s, const struct repl_switch *sw
 	s->switch_epoch = sw->epoch;
 	log_info(TAG, "STANDBY after the switchover: holds epoch %llu (downtime %.3f ms); waiting "
 		 "for the new primary at %s", (unsigned long long)sw->epoch, sw->downtime_ms,
-		 s->o->listen);
+		 s->listen_at);
 	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side is the standby now");
 }
 
@@ -692,11 +691,13 @@ static void on_switched(struct ev_loop *loop, ev_timer *w, int revents)
 	repl_primary_detach(s->engine);
 	s->engine = NULL;
 	s->con = repl_vm_take_console(s->vm);
+	if (sw.listen[0])            /* switchover --listen: where to wait now */
+		snprintf(s->listen_at, sizeof(s->listen_at), "%s", sw.listen);
 	adopt_standby(s, &sw);
-	r = net_listen(s->loop, &s->o->net, s->o->listen, on_accept, s, &s->lis);
+	r = net_listen(s->loop, &s->o->net, s->listen_at, on_accept, s, &s->lis);
 	if (r < 0) {
 		repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "cannot listen on %s after the "
-			       "switchover: %s", s->o->listen, strerror(-r));
+			       "switchover: %s", s->listen_at, strerror(-r));
 		log_error(TAG, "%s: the new primary cannot reach this standby", s->fault.what);
 	}
 }
@@ -705,7 +706,7 @@ static void on_switched(struct ev_loop *loop, ev_timer *w, int revents)
  * took it: the guest resumes protected onto the old primary, which waits as
  * a standby holding the same epoch (no resync). The dirty log is emptied
  * first, so the first epoch carries exactly the pages written from here on. */
-static void protect_after_switch(struct repl_secondary *s)
+void repl_sec_protect_after_switch(struct repl_secondary *s)
 {
 	struct machine *m = s->vm->m;
 	uint64_t *bm = calloc((m->ram_pages + 63) / 64, sizeof(uint64_t));
@@ -746,7 +747,7 @@ static void attach_after_switch(struct repl_secondary *s)
 	o.handshake_timeout_ms = s->o->handshake_timeout_ms;
 	o.resume_epoch = s->stage.applied;
 	o.ops = s->o->ops;
-	o.home_listen = s->o->listen;
+	o.home_listen = s->listen_at;
 	o.switch_downtime_ms = s->switch_in_ms;
 	r = repl_primary_attach(s->loop, s->vm, s->wit, &o, &host, &s->engine);
 	if (r < 0) {
@@ -885,6 +886,7 @@ int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts 
 	}
 	s->o = o;
 	s->loop = loop;
+	snprintf(s->listen_at, sizeof(s->listen_at), "%s", o->listen);
 	repl_timing_init(&s->timing, o->timeout_ms, 0);
 	repl_link_init(&s->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_init(&s->stage);
@@ -895,6 +897,8 @@ int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts 
 		/* A primary that switched over: its VM and console are the standby's. */
 		s->vm = vm;
 		s->con = repl_vm_take_console(vm);
+		if (sw->wit)
+			repl_sec_witness_adopt(s, sw->wit);
 		adopt_standby(s, sw);
 	} else if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0) {
 		goto out;

@@ -178,7 +178,10 @@ static void on_won(void *ctx)
 		return;
 	log_info(TAG, "won the witness key %.1f ms after the takeover decision",
 		 (now_ns() - s->contend_t0_ns) / 1e6);
-	fence_and_take_over(s, "the primary is silent and its witness lease ran out");
+	fence_and_take_over(s, s->migrating ? "the primary handed the guest over" :
+			    "the primary is silent and its witness lease ran out");
+	if (s->switching && s->state == S_ACTIVE)
+		repl_sec_protect_after_switch(s);
 }
 
 static void on_revoked(void *ctx)
@@ -192,7 +195,7 @@ static void on_revoked(void *ctx)
 	log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
 	repl_sec_drop_standby(s);
 	s->state = S_WAITING;
-	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (stood down)", s->o->listen);
+	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (stood down)", s->listen_at);
 }
 
 /* The copy we run lost its lease: pause it for good, release nothing more. */
@@ -250,6 +253,13 @@ int repl_sec_witness_setup(struct repl_secondary *s)
 	return repl_witness_start(s->wit);
 }
 
+
+void repl_sec_witness_adopt(struct repl_secondary *s, struct repl_witness *w)
+{
+	s->wit = w;
+	repl_witness_set_cbs(w, &(struct repl_witness_cbs){
+		.won = on_won, .revoked = on_revoked, .ctx = s });
+}
 
 /* Control request "takeover": a standby that holds a complete checkpoint
  * resumes the guest now (a cluster manager decided, e.g. Pacemaker's

@@ -14,6 +14,13 @@
 #   7. a manual takeover against a live owner is refused;
 #   8. migration with a witness: the key moves with the guest; then
 #      re-protection of the new owner and a second failover through the key.
+#   9. switchover with a witness, there and back: the key moves to the new
+#      primary each time, the old one waits as its vouched-for standby (no
+#      resync), nothing is lost; then the owner is killed and the standby
+#      wins the key and goes on.
+#  10. post-copy migration with a witness (every page fetched on demand):
+#      the key moves to the destination, which goes on from the source's
+#      count while its pages arrive; the source exits 0.
 # WITNESS_CASES="4 5" runs some cases.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
@@ -232,5 +239,75 @@ if want 8; then
 	[ "$v" = 4 ] || fail "B says $v, want 4"
 	ok "8. re-protected with a witness, owner killed: B won the key and goes on at 4"
 	kill -9 $bp; wait $bp 2>/dev/null
+	stop_pair
+fi
+
+if want 9; then
+	start_etcd "$tmp/etcd9"
+	W="--witness etcd:$ETCD_EP --lease-ms 1000"
+	start_pair t9 "$W --witness-key t9" "$W --witness-key t9"
+	protected
+	incr3
+	aport=$(free_port)
+	out=$("$BIN" switchover --control "$tmp/$n.pri.ctl" --listen 127.0.0.1:$aport 2>&1) ||
+		fail "switchover with a witness: $out $(tail -3 "$tmp/$n.pri.log")"
+	owner=$(etcd_get $ETCD_EP t9/owner)
+	[[ "$owner" == "secondary "*"pid $sp" ]] || fail "t9/owner after the switchover is '$owner'"
+	wait_log "$tmp/$n.sec.log" "the witness vouches for the standby" 20 ||
+		fail "the new primary never vouched for the old one: $(tail -3 "$tmp/$n.sec.log")"
+	kill -0 $pp 2>/dev/null || fail "the old primary exited instead of becoming the standby"
+	v=$(python3 tests/counter_client.py $scon incr | tail -1 | cut -d' ' -f1)
+	[ "$v" = 4 ] || fail "the new primary's guest says $v, want 4"
+	ok "9. switchover with a witness: the key moved to '$owner', the old primary is its vouched-for standby; counter 4"
+	# ...and back: the key returns to the first process.
+	bport=$(free_port)
+	out=$("$BIN" switchover --control "$tmp/$n.sec.ctl" --listen 127.0.0.1:$bport 2>&1) ||
+		fail "switchover back with a witness: $out $(tail -3 "$tmp/$n.sec.log")"
+	owner=$(etcd_get $ETCD_EP t9/owner)
+	[[ "$owner" == *"pid $pp" ]] || fail "t9/owner after the switch back is '$owner'"
+	for _ in $(seq 200); do
+		[ "$(grep -c "the witness vouches for the standby" "$tmp/$n.pri.log")" -ge 2 ] && break
+		sleep 0.1
+	done
+	[ "$(grep -c "the witness vouches for the standby" "$tmp/$n.pri.log")" -ge 2 ] ||
+		fail "the first process never vouched for its standby again"
+	v=$(python3 tests/counter_client.py $pcon incr | tail -1 | cut -d' ' -f1)
+	[ "$v" = 5 ] || fail "after the switch back the guest says $v, want 5"
+	grep -q "standby built" "$tmp/$n.pri.log" && fail "a resync after a switchover"
+	# The owner dies: its standby (the second process) wins the key and goes on at 5.
+	sleep 0.3
+	kill -9 $pp; wait $pp 2>/dev/null
+	wait_log "$tmp/$n.sec.log" "won the witness key" 20 || fail "no takeover through the key: $(tail -3 "$tmp/$n.sec.log")"
+	sleep 0.5
+	v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
+	[ "$v" = 5 ] || fail "after the owner died the standby's guest says $v, want 5"
+	ok "9. and back: the key returned to pid $pp; owner killed: the standby won the key and goes on at 5"
+	stop_pair
+fi
+
+if want 10; then
+	start_etcd "$tmp/etcd10"
+	W="--witness etcd:$ETCD_EP --lease-ms 1000"
+	export UNDERSTUDY_POSTCOPY_VERIFY=1 UNDERSTUDY_POSTCOPY_STALE_ALL=1 UNDERSTUDY_POSTCOPY_BG_DELAY_MS=2000
+	start_pair t10 "$W --witness-key t10" "$W --witness-key t10"
+	unset UNDERSTUDY_POSTCOPY_VERIFY UNDERSTUDY_POSTCOPY_STALE_ALL UNDERSTUDY_POSTCOPY_BG_DELAY_MS
+	protected
+	incr3
+	"$BIN" migrate --control "$tmp/$n.pri.ctl" --to 127.0.0.1:$sport --insecure --downtime-ms 1 \
+		--postcopy-after 2 --no-auto-converge --bandwidth 5 --json >"$tmp/10.json" 2>"$tmp/10.err" &
+	mp=$!
+	wait_log "$tmp/$n.sec.log" "stale pages made missing" 30 || fail "no post-copy: $(tail -3 "$tmp/$n.sec.log")"
+	v=$(python3 tests/counter_client.py $scon incr | tail -1 | cut -d' ' -f1)
+	[ "$v" = 4 ] || fail "the destination says $v during post-copy, want 4"
+	owner=$(etcd_get $ETCD_EP t10/owner)
+	[[ "$owner" == "secondary "*"pid $sp" ]] || fail "t10/owner during post-copy is '$owner'"
+	wait $mp || fail "migrate: $(tail -2 "$tmp/10.err"; tail -3 "$tmp/$n.pri.log")"
+	wait $pp; rc=$?
+	[ $rc = 0 ] || fail "the source exited $rc after post-copy"
+	grep -q '"postcopy": *true' "$tmp/10.json" || fail "not a post-copy migration: $(tail -1 "$tmp/10.json")"
+	wait_log "$tmp/$n.sec.log" "post-copy verify" 20 || fail "no digest check"
+	grep -q "post-copy verify: the RAM at the switch equals" "$tmp/$n.sec.log" ||
+		fail "$(grep 'post-copy verify' "$tmp/$n.sec.log")"
+	ok "10. post-copy with a witness: the key moved to '$owner', the destination went on at 4 while its pages arrived; RAM at the switch equal"
 	stop_pair
 fi
