@@ -702,37 +702,6 @@ static void on_switched(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* The old primary handed the guest over (Fence SWITCHES) and this side
- * took it: the guest resumes protected onto the old primary, which waits as
- * a standby holding the same epoch (no resync). The dirty log is emptied
- * first, so the first epoch carries exactly the pages written from here on. */
-void repl_sec_protect_after_switch(struct repl_secondary *s)
-{
-	struct machine *m = s->vm->m;
-	uint64_t *bm = calloc((m->ram_pages + 63) / 64, sizeof(uint64_t));
-	int r = bm ? machine_harvest_dirty(m, bm) : -ENOMEM;
-
-	free(bm);
-	s->switching = false;
-	s->switches++;
-	if (r < 0) {
-		log_error(TAG, "cannot empty the dirty log (%s): the guest runs here UNPROTECTED",
-			  strerror(-r));
-		repl_vm_set_gated(s->vm, false);
-		machine_resume(m);
-		return;
-	}
-	/* The guest runs from here (output gated, writes logged); the engine is
-	 * attached once the loop has sent the old primary our word. */
-	machine_resume(m);
-	s->switch_in_ms = s->switch_paused_us / 1e3 + (now_ns() - s->switch_fence_ns) / 1e6;
-	/* A moment later: the loop first sends the old primary our word (its
-	 * measure of the downtime ends there), then builds the engine. */
-	ev_timer_set(&s->switch_w, 0.002, 0);
-	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side runs the guest now");
-	ev_timer_start(s->loop, &s->switch_w);
-}
-
 static void attach_after_switch(struct repl_secondary *s)
 {
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = s };
