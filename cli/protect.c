@@ -293,7 +293,9 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			pc_ms = json_num(reply, "postcopy_ms");
 		}
 		if (json && now - last_print >= 1.0) {
-			printf("{\"elapsed_s\":%.1f,\"status\":%s", now - t0, reply);
+			/* one object a line: the status reply ends in a newline */
+			printf("{\"elapsed_s\":%.1f,\"status\":%.*s}\n", now - t0,
+			       (int)strcspn(reply, "\n"), reply);
 			last_print = now;
 		} else if (!json && now - last_print >= 1.0) {
 			/* The prediction the source switches on: a pause plus capture-to-ACK. */
@@ -301,9 +303,14 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			double dirty = json_num(reply, "dirty_pages_last") * 4096.0 / 1048576.0 /
 				       (epoch_ms / 1e3);
 
-			fprintf(stderr, "\r%-12s round %-6.0f %8.1f MiB sent %6.1f MiB/s  dirty %6.1f MiB/s  "
-				"predicted %6.2f ms  throttle %2.0f %%  %.0f s ", state, epoch,
-				bytes / 1048576.0, bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
+			/* total: what left so far plus what is still to go (before
+			 * encoding: zero pages and deltas send less) */
+			double total = bytes + json_num(reply, "left_bytes");
+
+			fprintf(stderr, "\r%-12s round %-6.0f %8.1f / %.1f MiB %3.0f %%  %6.1f MiB/s  dirty "
+				"%6.1f MiB/s  predicted %6.2f ms  throttle %2.0f %%  %.0f s ", state, epoch,
+				bytes / 1048576.0, total / 1048576.0, total > 0 ? 100.0 * bytes / total : 0.0,
+				bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
 				json_num(reply, "throttle_pct"), now - t0);
 			last_print = now;
 		}

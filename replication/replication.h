@@ -356,6 +356,8 @@ int repl_sync_start(struct repl_sync *s, struct repl_fault *f) US_MUST_CHECK;
 void repl_sync_stop(struct repl_sync *s);
 /* A send the link owned left: go on if the sync waited for room. */
 void repl_sync_room(struct repl_sync *s);
+/* Pages of the current round not sent yet (0 when not running). */
+uint64_t repl_sync_left(const struct repl_sync *s);
 
 /* ---- the secondary's staging (staging.c) ---------------------------------- */
 

@@ -14,6 +14,17 @@ static const char *const sstate_names[] = {
 	"waiting", "hello", "standby", "contending", "fence-failed", "active", "fenced", "done",
 };
 
+/* What a hand-over would still send, before encoding: the rest of the sync
+ * round, or the pages the last epoch dirtied (the next final epoch's like). */
+static uint64_t left_bytes(const struct repl_primary *p)
+{
+	if (p->state == P_SYNC)
+		return repl_sync_left(&p->sync) * KVM_PAGE_SIZE;
+	if (p->state == P_PROTECTING || p->state == P_PROTECTED)
+		return p->ep.st.last_dirty_pages * KVM_PAGE_SIZE;
+	return 0;
+}
+
 static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 {
 	struct repl_primary *p = ctx;
@@ -40,14 +51,16 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
 			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\","
 			"\"migration_downtime_ms\":%.3f,\"migration_total_ms\":%.3f,"
-			"\"throttle_pct\":%u,\"resumed_epoch\":%llu,\"switch_in_ms\":%.3f%s}\n" :
+			"\"throttle_pct\":%u,\"resumed_epoch\":%llu,\"switch_in_ms\":%.3f,"
+			"\"left_bytes\":%llu%s}\n" :
 			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
 			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
 			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n"
 			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n"
-			"resumed from epoch %llu (switchover, downtime about %.3f ms)\n%s",
+			"resumed from epoch %llu (switchover, downtime about %.3f ms)\n"
+			"left to send about %llu bytes\n%s",
 			repl_primary_state(p), (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
@@ -58,7 +71,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
 			json || reason[0] ? reason : "none", fencing, p->downtime_ms, p->migration_ms,
 			p->throttle_pct, (unsigned long long)p->o->resume_epoch, p->o->switch_downtime_ms,
-			pc);
+			(unsigned long long)left_bytes(p), pc);
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)

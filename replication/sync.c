@@ -233,3 +233,21 @@ int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
 		 (unsigned long long)machine_bitmap_count(s->todo, words));
 	return 0;
 }
+
+uint64_t repl_sync_left(const struct repl_sync *s)
+{
+	const struct machine *m;
+	uint64_t n = 0;
+
+	if (!s->running || !s->todo)
+		return 0;
+	m = s->vm->m;
+	for (uint64_t pg = s->cursor; pg < m->ram_pages; pg++)
+		if (pg % 64 == 0 && pg + 64 <= m->ram_pages) {
+			n += (uint64_t)__builtin_popcountll(s->todo[pg / 64]);
+			pg += 63;
+		} else {
+			n += s->todo[pg / 64] >> (pg % 64) & 1;
+		}
+	return n;
+}

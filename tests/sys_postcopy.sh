@@ -70,6 +70,19 @@ s = json.loads(open(sys.argv[3]).read().splitlines()[-1])
 need = s["bytes"] / (50 * 2**20)
 print("   %.1f MiB in %.2f s; at 50 MiB/s they need %.2f s" % (s["bytes"] / 2**20, took, need))
 assert 0.8 * need <= took <= need + 20, (took, need)
+# The progress objects: sent + left (the total the progress line shows)
+# is about the 240 MiB written while the sync runs, and left shrinks.
+sync = [json.loads(l)["status"] for l in open(sys.argv[3]).read().splitlines()[:-1]]
+sync = [st for st in sync if st["state"] == "syncing"]
+assert len(sync) >= 2, "fewer than 2 progress objects during the sync"
+for st in sync:
+    total = st["bytes_sent"] + st["left_bytes"]
+    assert 200 * 2**20 <= total <= 320 * 2**20, ("total", total, st)
+assert sync[-1]["left_bytes"] < sync[0]["left_bytes"], "left does not shrink"
+print("   progress: sent+left %.0f..%.0f MiB, left %.0f -> %.0f MiB" % (
+    min(st["bytes_sent"] + st["left_bytes"] for st in sync) / 2**20,
+    max(st["bytes_sent"] + st["left_bytes"] for st in sync) / 2**20,
+    sync[0]["left_bytes"] / 2**20, sync[-1]["left_bytes"] / 2**20))
 PY
 [ "$(count $dcon incr)" = 2 ] || fail "the destination does not go on from 1"
 ok "1. --bandwidth 50: the migration takes as long as its bytes need at 50 MiB/s"
