@@ -344,6 +344,7 @@ static int map_ram(struct machine *m, int src_memfd)
 		if (ftruncate(m->memfd, (off_t)bytes) < 0)
 			return -errno;
 	}
+	m->ram_private = src_memfd >= 0;
 	m->ram = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		      (src_memfd >= 0 ? MAP_PRIVATE : MAP_SHARED) | MAP_NORESERVE, m->memfd, 0);
 	if (m->ram == MAP_FAILED) {
@@ -360,6 +361,15 @@ static int map_ram(struct machine *m, int src_memfd)
 	m->vmm_dirty = calloc(bitmap_words(m->ram_pages), sizeof(uint64_t));
 	m->kvm_dirty = calloc(bitmap_words(m->ram_pages), sizeof(uint64_t));
 	return m->vmm_dirty && m->kvm_dirty ? 0 : -ENOMEM;
+}
+
+void machine_fill_page(struct machine *m, uint64_t page, const void *data)
+{
+	off_t off = (off_t)(page * KVM_PAGE_SIZE);
+
+	if (!m->ram_private && pwrite(m->memfd, data, KVM_PAGE_SIZE, off) == KVM_PAGE_SIZE)
+		return;
+	memcpy(machine_page_hva(m, page), data, KVM_PAGE_SIZE);
 }
 
 static int init_sync(struct machine *m)

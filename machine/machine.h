@@ -86,6 +86,7 @@ struct machine {
 	struct kvm_vm vm;
 
 	int memfd;
+	bool ram_private;            /* a clone: MAP_PRIVATE over another's memfd */
 	uint8_t *ram;
 	uint64_t ram_pages;
 	uint64_t low_pages;          /* pages mapped below 4 GiB */
@@ -156,6 +157,12 @@ static inline void *machine_page_hva(const struct machine *m, uint64_t page)
 {
 	return m->ram + page * KVM_PAGE_SIZE;
 }
+
+/* Writes a whole page of RAM from outside the guest (a standby's initial
+ * sync). Through the memfd: a page written for the first time then skips
+ * the zeroing a first touch of the mapping costs (write(2) into a hole of
+ * shmem fills a new page, it does not clear it first). */
+void machine_fill_page(struct machine *m, uint64_t page, const void *data);
 
 /* Page index of a gfn, or -1 if no RAM is there. */
 int64_t machine_gfn_page(const struct machine *m, uint64_t gfn);

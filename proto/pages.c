@@ -20,6 +20,7 @@ struct proto_page_enc {
 	size_t nslots;        /* 0: no cache, no xor */
 	uint64_t *tags;       /* gfn held by each slot, NO_TAG if empty */
 	uint8_t *cache;       /* nslots pages */
+	bool caching;         /* pages sent now are kept for XOR (proto_page_enc_cache) */
 	void *lz4_state;
 	uint8_t delta[PROTO_PAGE_BYTES];
 };
@@ -80,6 +81,7 @@ struct proto_page_enc *proto_page_enc_new(size_t cache_mb, unsigned flags)
 	if (!e)
 		return NULL;
 	e->flags = flags;
+	e->caching = true;
 	if (flags & PROTO_PAGE_NO_COMPRESS)
 		return e;
 	e->lz4_state = malloc((size_t)LZ4_sizeofState());
@@ -114,6 +116,11 @@ void proto_page_enc_free(struct proto_page_enc *e)
 	free(e);
 }
 
+void proto_page_enc_cache(struct proto_page_enc *e, bool on)
+{
+	e->caching = on;
+}
+
 void proto_page_enc_reset(struct proto_page_enc *e)
 {
 	for (size_t i = 0; i < e->nslots; i++)
@@ -129,7 +136,12 @@ static size_t encode_page(struct proto_page_enc *e, uint64_t gfn, const uint8_t 
 	uint8_t enc;
 	int n = 0;
 
-	if (e->nslots) {
+	if (e->nslots && !e->caching) {
+		size_t i = gfn % e->nslots;
+
+		if (e->tags[i] == gfn)   /* the receiver gets another copy now */
+			e->tags[i] = NO_TAG;
+	} else if (e->nslots) {
 		size_t i = gfn % e->nslots;
 
 		slot = e->cache + i * PROTO_PAGE_BYTES;

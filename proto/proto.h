@@ -307,6 +307,11 @@ void proto_page_enc_free(struct proto_page_enc *e);
 /* Forget every cached page: call at each new connection (the new receiver
  * knows nothing about what was sent before). */
 void proto_page_enc_reset(struct proto_page_enc *e);
+/* Off: pages encoded from now on are not kept for XOR (and a kept copy of
+ * their gfn is forgotten). A bulk copy, where most pages travel once (the
+ * initial sync), then costs no copy into the cache, nor the faults of a
+ * cache touched for the first time. On by default. */
+void proto_page_enc_cache(struct proto_page_enc *e, bool on);
 
 /* Appends one complete PROTO_T_PAGES frame holding n pages to out.
  * st (may be NULL) is accumulated into. */

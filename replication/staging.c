@@ -113,7 +113,7 @@ static int page_direct(void *ctx, uint64_t gfn, const void *data)
 
 	if (pg < 0)
 		return -EBADMSG;
-	memcpy(machine_page_hva(g->vm->m, (uint64_t)pg), data, KVM_PAGE_SIZE);
+	machine_fill_page(g->vm->m, (uint64_t)pg, data);
 	return 0;
 }
 

@@ -60,6 +60,8 @@ void repl_sync_fini(struct repl_sync *s)
 
 void repl_sync_stop(struct repl_sync *s)
 {
+	if (s->running)
+		proto_page_enc_cache(s->enc, true);   /* the epochs' pages are */
 	s->running = false;
 	ev_idle_stop(s->loop, &s->idle_w);
 	ev_timer_stop(s->loop, &s->rate_w);
@@ -226,6 +228,7 @@ int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
 	s->t0_ns = now_ns();
 	s->cursor = 0;
 	s->running = true;
+	proto_page_enc_cache(s->enc, false);   /* most pages travel once */
 	machine_resume(m);
 	ev_idle_start(s->loop, &s->idle_w);
 	log_info(TAG, "secondary accepted us: initial sync while the guest runs (%llu pages, "

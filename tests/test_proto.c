@@ -427,6 +427,48 @@ static void test_pages_roundtrip(void **state)
 	run_pages(PROTO_PAGE_NO_COMPRESS, 4);
 }
 
+/* Caching off (a bulk copy): nothing sent then is an XOR base later, and a
+ * copy kept from before is forgotten, since the receiver's page changed. */
+static void test_pages_cache_off(void **state)
+{
+	static uint8_t page[PG];
+	const void *ptrs[1] = { page };
+	uint64_t gfn[1] = { 5 };
+	struct proto_page_enc *e = proto_page_enc_new(1, 0);
+	struct mem m = { calloc(NGFN, PG), NGFN, 0 };
+	struct proto_buf out;
+	size_t e0 = 8 + PROTO_HDR_BYTES;   /* the entry: gfn(8) enc(1) len(4) */
+
+	(void)state;
+	proto_buf_init(&out);
+	text_page(page);
+	assert_int_equal(proto_pages_encode(e, gfn, ptrs, 1, &out, NULL), 0);   /* kept */
+	assert_int_equal(decode_frame(&out, &m), 0);
+	proto_page_enc_cache(e, false);
+	page[7] ^= 0x55;
+	proto_buf_reset(&out);
+	assert_int_equal(proto_pages_encode(e, gfn, ptrs, 1, &out, NULL), 0);
+	assert_int_not_equal(out.data[e0 + 8], PROTO_PAGE_XOR);   /* not against the kept copy */
+	assert_int_equal(decode_frame(&out, &m), 0);
+	proto_page_enc_cache(e, true);
+	page[9] ^= 0x33;
+	proto_buf_reset(&out);
+	assert_int_equal(proto_pages_encode(e, gfn, ptrs, 1, &out, NULL), 0);
+	/* The copy kept before caching went off is stale: not a base. */
+	assert_int_not_equal(out.data[e0 + 8], PROTO_PAGE_XOR);
+	assert_int_equal(decode_frame(&out, &m), 0);
+	assert_memory_equal(m.pages + 5 * PG, page, PG);
+	page[11] ^= 0x11;                  /* kept again: XOR from here on */
+	proto_buf_reset(&out);
+	assert_int_equal(proto_pages_encode(e, gfn, ptrs, 1, &out, NULL), 0);
+	assert_int_equal(out.data[e0 + 8], PROTO_PAGE_XOR);
+	assert_int_equal(decode_frame(&out, &m), 0);
+	assert_memory_equal(m.pages + 5 * PG, page, PG);
+	proto_buf_fini(&out);
+	proto_page_enc_free(e);
+	free(m.pages);
+}
+
 /* Builds a batch of 3 pages (text, xor against zero base, raw). */
 static void bad_batch(struct proto_buf *payload)
 {
@@ -800,6 +842,7 @@ int main(void)
 		cmocka_unit_test(test_pages_roundtrip),
 		cmocka_unit_test(test_pages_malformed),
 		cmocka_unit_test(test_pages_scatter_and_read_in_place),
+		cmocka_unit_test(test_pages_cache_off),
 		cmocka_unit_test(test_frame_split_everywhere),
 		cmocka_unit_test(test_state_vcpu),
 		cmocka_unit_test(test_state_vm_uart),
