@@ -25,32 +25,10 @@ import argparse, json, os, re, shutil, signal, socket, subprocess, sys, tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy"))
 HOST = "127.0.0.1"
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_protect import BenchError, free_port, wait_port   # noqa: E402  (one copy of each)
 TIMEOUT_MS = 300
-
-
-class BenchError(Exception):
-    pass
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout_s=20):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        s = socket.socket()
-        try:
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        finally:
-            s.close()
-        time.sleep(0.02)
-    raise BenchError("nothing listens on %s:%d after %d s" % (HOST, port, timeout_s))
 
 
 def read(path):
@@ -122,7 +100,7 @@ def trial(tmp, k, seconds):
                             str(TIMEOUT_MS), "--control", ctl], stderr=open(slog, "w"))
     pri = None
     try:
-        wait_port(sport)
+        wait_port(sport, 20)
         pri = subprocess.Popen([BIN, "primary", "--guest", "counter", "--console", "tcp:%s:%d" % (HOST, pcon),
                                 "--peer", "%s:%d" % (HOST, sport), "--insecure", "--timeout-ms",
                                 str(TIMEOUT_MS)], stderr=open(plog, "w"))

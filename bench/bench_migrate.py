@@ -44,6 +44,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy"))
 QEMU = "qemu-system-x86_64"
 HOST = "127.0.0.1"
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_protect import BenchError, free_port, wait_port   # noqa: E402  (one copy of each)
 RUNS = 5
 MEM_MB = 256
 TOUCH_MB = 240                  # the touched guests write this much
@@ -55,33 +58,8 @@ MAX_TIME_S = 60                 # understudy migrate --max-time
 QEMU_BANDWIDTH = 100 << 30      # bytes/s
 
 
-class BenchError(Exception):
-    pass
-
-
 class Skip(Exception):
     pass
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout_s=10):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        s = socket.socket()
-        try:
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        finally:
-            s.close()
-        time.sleep(0.02)
-    raise BenchError("nothing listens on %s:%d after %d s" % (HOST, port, timeout_s))
 
 
 def read(path):

@@ -26,39 +26,17 @@ import base64, json, math, os, shutil, signal, socket, subprocess, sys, tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy"))
 HOST = "127.0.0.1"
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_protect import BenchError, free_port, wait_port   # noqa: E402  (one copy of each)
 TRIALS = 15
 LEASE_MS, TIMEOUT_MS = 1000, 300
 GET_EVERY_S = 0.005
 RELEASES = ("release", "out", "replay")
 
 
-class BenchError(Exception):
-    pass
-
-
 def mono():
     return time.monotonic_ns()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout_s=10):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        s = socket.socket()
-        try:
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        finally:
-            s.close()
-        time.sleep(0.02)
-    raise BenchError("nothing listens on %s:%d after %d s" % (HOST, port, timeout_s))
 
 
 def read(path):
