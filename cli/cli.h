@@ -143,6 +143,11 @@ int cli_config_blame(const struct cli_config *cf, char **argv, int next);
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_takeover(int argc, char **argv);
 int cli_cmd_switchover(int argc, char **argv);
+/* After "switchover listen=...": polls the control socket (closed and opened
+ * again by the standby the old primary becomes) until it answers as a
+ * standby (0) or as a primary that did not switch (1), *status then its
+ * status JSON (malloc'd); -ETIMEDOUT after timeout_ms. */
+int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **status);
 /* understudy drill switchover (cli/drill_switch.c) and the report keeper it
  * shares with the other kinds (cli/drill.c). */
 struct json_object;

@@ -129,7 +129,7 @@ static const char *leg_away(const char *control, const char *listen, double dead
 {
 	char req[256], *reply = NULL;
 	json_object *js = NULL;
-	double epoch;
+	double epoch, left_s;
 
 	snprintf(req, sizeof(req), "switchover listen=%s", listen);
 	if (control_request(control, req, 10000, &reply) < 0 || strncmp(reply, "ok", 2)) {
@@ -137,8 +137,18 @@ static const char *leg_away(const char *control, const char *listen, double dead
 		return "the primary refused the switchover";
 	}
 	free(reply);
-	if (!wait_for(control, deadline, is_standby, NULL, &js))
+	left_s = deadline - now_s();
+	switch (cli_switchover_outcome(control, left_s > 0.001 ? (unsigned)(left_s * 1000) : 1, &reply)) {
+	case 0:
+		js = json_tokener_parse(reply);
+		free(reply);
+		break;
+	case 1:
+		free(reply);
+		return "no switch: the primary went on as a primary";
+	default:
 		return "the old primary did not become the standby in time";
+	}
 	l->downtime_ms = jnum(js, "switch_downtime_ms");
 	l->epoch = (unsigned long long)jnum(js, "switch_epoch");
 	epoch = l->epoch;

@@ -3,6 +3,7 @@
  * takes the guest over at once and protects it back onto this host, where
  * the VM that ran waits at --listen as the new standby. Both copies hold
  * the switch epoch, so only what changes after it is sent (no resync). */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,44 +37,58 @@ static bool field_is(const char *json, const char *key, const char *want)
 	return strstr(json, pat) != NULL;
 }
 
-/* The control socket is closed and opened again by the standby: wait
- * until it answers as a standby, or says the switch did not happen. */
-static int wait_outcome(const char *control, unsigned timeout_ms, bool json)
+int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **status)
 {
 	struct timespec t0, t;
 
+	*status = NULL;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		char *st = NULL;
 		int r = control_request(control, "status json", 2000, &st);
 
 		if (r == 0 && field_is(st, "role", "secondary") && field_is(st, "state", "standby")) {
-			const char *d = strstr(st, "\"switch_downtime_ms\":");
-			const char *e = strstr(st, "\"switch_epoch\":");
-
-			if (json)
-				fputs(st, stdout);
-			else
-				printf("ok switched over at epoch %llu: downtime %.3f ms; this host now keeps "
-				       "the standby\n", e ? strtoull(e + 15, NULL, 10) : 0ull,
-				       d ? strtod(d + 21, NULL) : 0.0);
-			free(st);
+			*status = st;
 			return 0;
 		}
 		if (r == 0 && field_is(st, "role", "primary") && !field_is(st, "state", "protected") &&
 		    !field_is(st, "state", "switching")) {
-			fprintf(stderr, "understudy switchover: no switch: the VM is now %s", st);
-			free(st);
+			*status = st;
 			return 1;
 		}
 		free(st);
 		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms) {
-			fprintf(stderr, "understudy switchover: no outcome within %u ms\n", timeout_ms);
-			return 1;
-		}
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms)
+			return -ETIMEDOUT;
 		usleep(20000);
 	}
+}
+
+static int wait_outcome(const char *control, unsigned timeout_ms, bool json)
+{
+	char *st;
+	int r = cli_switchover_outcome(control, timeout_ms, &st);
+
+	if (r == -ETIMEDOUT) {
+		fprintf(stderr, "understudy switchover: no outcome within %u ms\n", timeout_ms);
+		return 1;
+	}
+	if (r == 1) {
+		fprintf(stderr, "understudy switchover: no switch: the VM is now %s", st);
+		free(st);
+		return 1;
+	}
+	if (json) {
+		fputs(st, stdout);
+	} else {
+		const char *d = strstr(st, "\"switch_downtime_ms\":");
+		const char *e = strstr(st, "\"switch_epoch\":");
+
+		printf("ok switched over at epoch %llu: downtime %.3f ms; this host now keeps the "
+		       "standby\n", e ? strtoull(e + 15, NULL, 10) : 0ull, d ? strtod(d + 21, NULL) : 0.0);
+	}
+	free(st);
+	return 0;
 }
 
 int cli_cmd_switchover(int argc, char **argv)
