@@ -55,19 +55,7 @@ struct run {
  * nothing blocks on it). */
 static void drain(struct run *r)
 {
-	char chunk[16384];
-
-	while (r->out >= 0) {
-		ssize_t n = read(r->out, chunk, sizeof(chunk));
-
-		if (n > 0) {
-			repl_proc_tail_add(&r->tail, chunk, (size_t)n);
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
+	if (r->out >= 0 && repl_proc_drain(r->out, &r->tail)) {
 		close(r->out);
 		r->out = -1;
 	}

@@ -112,19 +112,7 @@ void repl_hooks_free(struct repl_hooks *h)
 
 static void drain(struct hook_run *r)
 {
-	char chunk[4096];
-
-	while (r->out >= 0) {
-		ssize_t n = read(r->out, chunk, sizeof(chunk));
-
-		if (n > 0) {
-			repl_proc_tail_add(&r->tail, chunk, (size_t)n);
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
+	if (r->out >= 0 && repl_proc_drain(r->out, &r->tail)) {
 		ev_io_stop(r->h->loop, &r->out_w);   /* EOF (or unreadable): done with it */
 		close(r->out);
 		r->out = -1;

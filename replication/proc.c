@@ -187,3 +187,20 @@ err_fa:
 	posix_spawn_file_actions_destroy(&fa);
 	return r;
 }
+
+int repl_proc_drain(int fd, struct repl_proc_tail *t)
+{
+	char chunk[16384];
+
+	for (;;) {
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+
+		if (n > 0) {
+			repl_proc_tail_add(t, chunk, (size_t)n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n < 0 && errno == EAGAIN ? 0 : 1;
+	}
+}

@@ -22,6 +22,9 @@ struct repl_proc_tail {
 };
 
 void repl_proc_tail_add(struct repl_proc_tail *t, const char *p, size_t n);
+/* Reads what the non-blocking fd holds now into t: 0 when it would block,
+ * 1 at EOF or on an error (the caller stops watching it and closes it). */
+int repl_proc_drain(int fd, struct repl_proc_tail *t);
 /* The last non-empty line of what was kept, printable. */
 void repl_proc_tail_last_line(const struct repl_proc_tail *t, char *out, size_t outlen);
 /* src as one printable line: bytes outside printable ASCII become '?'. */
