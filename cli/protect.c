@@ -196,7 +196,9 @@ static const char migrate_help[] =
 	"the source streams the rest. A post-copy migration CANNOT BE CANCELLED after the\n"
 	"switch, and if either side dies before every page is in, the VM is lost (both\n"
 	"sides report it and exit 1; the destination does not run on with pages missing).\n"
-	"A running `understudy primary` migrates only to its own secondary.\n\n"
+	"A protected VM hands over to its own secondary when that is the one named; to\n"
+	"another host, its secondary is told to stand down first. A running\n"
+	"`understudy primary` migrates only to its own secondary.\n\n"
 	NET_OPTIONS_HELP;
 
 static volatile sig_atomic_t interrupted;
@@ -241,6 +243,55 @@ static double mono_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A VM protected by a secondary other than the destination: that one is
+ * told to stand down first ("cancel": a goodbye, it takes nothing over),
+ * then the migration request is sent once the agent takes a new engine.
+ * 0 when the request was accepted (*reply is its answer), 1 otherwise. */
+static int send_migrate(const char *control, const char *req, const char *to, char **reply)
+{
+	char *st = NULL, state[32] = "", peer[160] = "";
+	int r;
+
+	*reply = NULL;
+	if (control_request(control, "status json", 5000, &st) == 0) {
+		json_str(st, "state", state, sizeof(state));
+		json_str(st, "peer", peer, sizeof(peer));
+	}
+	free(st);
+	if (peer[0] && strcmp(peer, to) && strcmp(state, "unprotected") && strcmp(state, "fenced") &&
+	    strcmp(state, "done")) {
+		fprintf(stderr, "understudy migrate: the VM is %s by %s: it is told to stand down first\n",
+			state, peer);
+		if (control_request(control, "cancel", 5000, &st) < 0 || strncmp(st, "ok", 2)) {
+			fprintf(stderr, "understudy migrate: cannot drop the secondary: %s",
+				st ? st : "no answer\n");
+			free(st);
+			return 1;
+		}
+		free(st);
+	}
+	/* The goodbye is delivered (and, with a witness, the vouch withdrawn)
+	 * before a new engine is taken: "not now" until then. */
+	for (int i = 0; i < 500; i++) {
+		r = control_request(control, req, 10000, reply);
+		if (r < 0) {
+			fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
+			return 1;
+		}
+		if (!strncmp(*reply, "ok", 2))
+			return 0;
+		if (!strstr(*reply, "not now"))
+			break;
+		free(*reply);
+		*reply = NULL;
+		usleep(20000);
+	}
+	fprintf(stderr, "understudy migrate: %s", *reply ? *reply : "the secondary did not go\n");
+	free(*reply);
+	*reply = NULL;
+	return 1;
 }
 
 /* Follows the migration until it ends: 0 migrated, 1 failed or cancelled. */
@@ -417,16 +468,8 @@ int cli_cmd_migrate(int argc, char **argv)
 	if (pc_after && add(req, sizeof(req), "postcopy-after", num, false))
 		return 2;
 	signal(SIGINT, on_sigint);
-	r = control_request(control, req, 10000, &reply);
-	if (r < 0) {
-		fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
+	if (send_migrate(control, req, peer, &reply))
 		return 1;
-	}
-	if (strncmp(reply, "ok", 2)) {
-		fprintf(stderr, "understudy migrate: %s", reply);
-		free(reply);
-		return 1;
-	}
 	free(reply);
 	return follow(control, max_ms / 1000, epoch_ms, json);
 }

@@ -156,6 +156,10 @@ static char *protect_request(struct run_ctx *r, const char *request)
 
 	if (!req)
 		return NULL;
+	if (!strncmp(request, "migrate", 7) && r->engine && repl_primary_protecting(r->engine)) {
+		free(req);          /* to its own secondary (or refused, saying why) */
+		return repl_primary_migrate_request(r->engine, request);
+	}
 	if (repl_protect_parse(req, &o, err, sizeof(err)) < 0) {
 		free(req);
 		return fmt("error %s", err);

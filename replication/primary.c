@@ -1074,9 +1074,7 @@ static void engine_fini(struct repl_primary *p)
 	repl_epochs_fini(&p->ep);
 }
 
-/* "migrate PEER ...": the only destination of a running `primary` is its
- * own secondary (a planned hand-over). */
-static char *migrate_request(struct repl_primary *p, const char *req)
+char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
 {
 	struct repl_primary_opts o;
 	char *copy = strdup(req), err[256], *reply = NULL;
@@ -1086,7 +1084,8 @@ static char *migrate_request(struct repl_primary *p, const char *req)
 		return NULL;
 	r = repl_protect_parse(copy, &o, err, sizeof(err));
 	if (r == 0 && strcmp(o.peer, p->o->peer)) {
-		snprintf(err, sizeof(err), "this primary can only hand over to its own secondary %s",
+		snprintf(err, sizeof(err), "the VM is protected by %s: it hands over only to that "
+			 "secondary (understudy migrate drops it first when the destination is another)",
 			 p->o->peer);
 		r = -EINVAL;
 	}
@@ -1108,7 +1107,11 @@ static char *migrate_request(struct repl_primary *p, const char *req)
 static char *control_text(void *ctx, const char *req)
 {
 	if (!strncmp(req, "migrate ", 8))
-		return migrate_request(ctx, req);
+		return repl_primary_migrate_request(ctx, req);
+	if (!strcmp(req, "cancel"))
+		return strdup("error a primary agent keeps the secondary it was started with (--peer): "
+			      "it migrates only to that one (start the VM with run, then protect, to move "
+			      "it anywhere)\n");
 	if (!strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
 		return repl_switchover_request(ctx, req);
 	return repl_primary_status_text(ctx, req);

@@ -575,6 +575,10 @@ void repl_primary_cancel(struct repl_primary *p);
 /* Hands the guest over to the engine's own secondary as soon as the
  * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
 void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);
+/* A control request "migrate PEER ..." to the engine protecting the VM: the
+ * hand-over to PEER if it is this engine's own secondary, else refused
+ * (the caller drops the secondary first: "cancel"). The reply, malloc'd. */
+char *repl_primary_migrate_request(struct repl_primary *p, const char *req);
 /* True when a new engine may replace this one: it runs the VM unprotected,
  * its old secondary has been told goodbye and (witness) withdrawn. A
  * migrated, fenced or finished engine is never replaced. */

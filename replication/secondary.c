@@ -737,6 +737,10 @@ static char *protect_request(struct repl_secondary *s, const char *req)
 
 	if (!copy)
 		return NULL;
+	if (!strncmp(req, "migrate ", 8) && s->engine && repl_primary_protecting(s->engine)) {
+		free(copy);         /* to its own secondary (or refused, saying why) */
+		return repl_primary_migrate_request(s->engine, req);
+	}
 	r = repl_protect_parse(copy, &o, err, sizeof(err));
 	o.ops = s->o->ops;
 	if (r == 0 && s->state != S_ACTIVE) {

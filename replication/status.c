@@ -44,7 +44,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 	else
 		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
 	return snprintf(out, len, json ?
-			"{\"role\":\"primary\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
+			"{\"role\":\"primary\",\"state\":\"%s\",\"peer\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
 			"\"pause_p50_us\":%.1f,\"pause_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
 			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
 			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
@@ -53,7 +53,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"migration_downtime_ms\":%.3f,\"migration_total_ms\":%.3f,"
 			"\"throttle_pct\":%u,\"resumed_epoch\":%llu,\"switch_in_ms\":%.3f,"
 			"\"left_bytes\":%llu%s}\n" :
-			"role primary\nstate %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
+			"role primary\nstate %s\npeer %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
 			"since heartbeat %.1f ms\nlongest pause %.1f us: %llu pages, harvest %.1f us, "
@@ -61,7 +61,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n"
 			"resumed from epoch %llu (switchover, downtime about %.3f ms)\n"
 			"left to send about %llu bytes\n%s",
-			repl_primary_state(p), (unsigned long long)q->epoch,
+			repl_primary_state(p), p->o->peer ? p->o->peer : "", (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
 			q->st.epochs ? (double)q->st.dirty_pages_total / (double)q->st.epochs : 0.0,

@@ -12,7 +12,10 @@
 #      throttled step by step until the hand-over fits;
 #   7. the source killed (-9) the moment it pauses for the hand-over: the
 #      destination runs the guest (it took the hand-over, or fails over from
-#      the last epoch it holds) and the counter goes on.
+#      the last epoch it holds) and the counter goes on;
+#   8. a VM protected by `protect` moves to another host: its secondary is
+#      told to stand down first (it stays waiting, takes nothing over); and a
+#      protected VM hands over to its own secondary.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -113,6 +116,9 @@ wait_log "$tmp/p.log" "protected: secondary holds" 20 || fail "primary never pro
 other=$(free_port)
 "$BIN" migrate --timeout-ms 2000 --control "$tmp/p.ctl" --to 127.0.0.1:$other --insecure 2>"$tmp/5a.out" &&
 	fail "a primary migrated to a host other than its secondary"
+grep -q "keeps the secondary it was started with" "$tmp/5a.out" || fail "no clear refusal: $(cat "$tmp/5a.out")"
+[ "$("$BIN" status --control "$tmp/p.ctl" | sed -n 's/^state //p')" = protected ] ||
+	fail "the refused migration left the primary unprotected"
 "$BIN" migrate --timeout-ms 2000 --control "$tmp/p.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/5.out" ||
 	fail "primary hand-over: $(cat "$tmp/5.out")"
 wait $pp; rc=$?
@@ -152,4 +158,45 @@ wait_log "$tmp/$n.dst.log" "TOOK OVER" 20 || fail "the destination did not run t
 v=$(count $dcon incr)
 [ "$v" = 3 ] || fail "the destination says $v after the source died, want 3"
 ok "7. source killed at the switch: the destination runs the guest ($(grep -o 'TOOK OVER: [^;]*' "$tmp/$n.dst.log" | head -1)), counter 3"
+kill $dp 2>/dev/null; wait $dp 2>/dev/null
+
+# 8. A VM protected (run + protect) moves to another host: its secondary is
+# told to stand down first (it takes nothing over), then the migration runs;
+# and a protected VM hands over to its own secondary.
+start_dest; a_ctl=$tmp/$n.dst.ctl; a_log=$tmp/$n.dst.log; a_port=$dport; a_con=$dcon
+start_dest; b_con=$dcon
+start_run --guest counter
+"$BIN" protect --control "$tmp/$n.src.ctl" --peer 127.0.0.1:$a_port --insecure --timeout-ms 2000 >/dev/null ||
+	fail "protect before the migration"
+for i in $(seq 100); do
+	[ "$("$BIN" status --control "$tmp/$n.src.ctl" | sed -n 's/^state //p')" = protected ] && break
+	sleep 0.1
+done
+[ "$("$BIN" status --control "$tmp/$n.src.ctl" | sed -n 's/^peer //p')" = 127.0.0.1:$a_port ] ||
+	fail "status does not name the secondary: $("$BIN" status --control "$tmp/$n.src.ctl" | head -4)"
+[ "$(count $scon incr incr)" = 2 ] || fail "source counter"
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure \
+	>/dev/null 2>"$tmp/8.out" || fail "migrate of a protected VM: $(cat "$tmp/8.out"; tail -3 "$tmp/$n.src.log")"
+grep -q "told to stand down first" "$tmp/8.out" || fail "the CLI did not say it drops the secondary"
+wait $sp; rc=$?
+[ $rc = 0 ] || fail "the source exited $rc"
+[ "$(count $b_con incr)" = 3 ] || fail "the destination does not go on from 2"
+grep -q "TOOK OVER" "$a_log" && fail "the dropped secondary took over"
+a_state=$("$BIN" status --control "$a_ctl" | sed -n 's/^state //p')
+[ "$a_state" = waiting ] || fail "the dropped secondary is '$a_state', not waiting"
+ok "8. protected VM migrated to another host: its secondary stood down first (now $a_state), the destination goes on at 3"
+# The new owner (a secondary that took the guest) protected by A, then
+# handed over to A, its own secondary.
+"$BIN" protect --control "$tmp/$n.dst.ctl" --peer 127.0.0.1:$a_port --insecure --timeout-ms 2000 >/dev/null ||
+	fail "protect B onto A"
+for i in $(seq 100); do
+	[ "$("$BIN" status --control "$tmp/$n.dst.ctl" | sed -n 's/^state //p')" = protected ] && break
+	sleep 0.1
+done
+"$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.dst.ctl" --to 127.0.0.1:$a_port --insecure \
+	>/dev/null 2>"$tmp/8b.out" || fail "hand-over to its own secondary: $(cat "$tmp/8b.out")"
+grep -q "stand down" "$tmp/8b.out" && fail "its own secondary was dropped instead of taking the guest"
+wait_log "$a_log" "TOOK OVER" 20 || fail "A did not take the guest: $(tail -3 "$a_log")"
+[ "$(count $a_con incr)" = 4 ] || fail "A does not go on from 3"
+ok "8. and a protected VM handed over to its own secondary ($(grep -o 'downtime [0-9.]* ms' "$tmp/8b.out"))"
 exit 0
