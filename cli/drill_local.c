@@ -36,7 +36,8 @@ static const char help[] =
 	"             serves on, no takeover (needs --witness: without one a cut link is the\n"
 	"             documented split-brain hole)\n"
 	"  loss       drop 5% of the link's packets for 3 s: no takeover or a consistent one\n"
-	"  slowlink   loopback at 20 mbit (tc tbf) for 3 s: epochs go on, stretched\n"
+	"  slowlink   loopback at 20 mbit (tc tbf) for 3 s: epochs go on, stretched (the\n"
+	"             agents' timeouts at 3 s and 5 s, as an operator sets them for a slow link)\n"
 	"  --trials N      trials (default 5)\n"
 	"  --seed S        the moments of the faults (printed; give it again to replay)\n"
 	"  --witness       an etcd witness (Debian etcd-server) on loopback for both agents\n"
@@ -51,6 +52,10 @@ static const char *const kinds[] = { "kill", "stop", "partition", "loss", "slowl
 /* Both agents' failover timeout (a loaded 2-core host gives spurious
  * takeovers much below this, see tests/failover.py). */
 #define TIMEOUT_MS 800
+/* A slow link is run with the timeouts an operator gives one (those of
+ * tests/sys_slowlink.sh): a heartbeat waits behind epochs in the queue. */
+#define SLOW_TIMEOUT_MS 3000
+#define SLOW_PRI_TIMEOUT_MS 5000
 /* Replies the oracle holds: more than any trial asks for. */
 #define ORACLE_COUNT 1500
 
@@ -209,7 +214,8 @@ static int drill_run(const struct dl_opts *o, const char *self)
 	char dir[] = "/tmp/understudy-drill-local-XXXXXX", ep[64], start[32];
 	struct dl_oracle oracle = { 0 };
 	struct dl_ctx x = { .kind = (enum dl_kind)o->kind, .kind_name = kinds[o->kind], .self = self,
-			    .guest = o->guest, .timeout_ms = TIMEOUT_MS, .oracle = &oracle };
+			    .guest = o->guest, .timeout_ms = TIMEOUT_MS, .pri_timeout_ms = TIMEOUT_MS,
+			    .oracle = &oracle };
 	struct dl_rng rng = { .s = o->seed };
 	json_object *trials, *rep;
 	unsigned failed = 0;
@@ -231,6 +237,10 @@ static int drill_run(const struct dl_opts *o, const char *self)
 		return 1;
 	}
 	x.dir = dir;
+	if (x.kind == DL_SLOWLINK) {
+		x.timeout_ms = SLOW_TIMEOUT_MS;
+		x.pri_timeout_ms = SLOW_PRI_TIMEOUT_MS;
+	}
 	stamp(start, sizeof(start));
 	if ((r = dl_oracle_run(self, o->guest, ORACLE_COUNT, &oracle)) < 0) {
 		fprintf(stderr, "understudy drill local: the uninterrupted run of %s failed: %s\n",

@@ -70,7 +70,8 @@ bool dl_client_failed(const struct dl_client *c);
 struct dl_pair {
 	const char *self, *guest, *dir;  /* binary, guest spec, temp dir */
 	unsigned trial;
-	int timeout_ms;                 /* both agents' failover timeout */
+	int timeout_ms;                 /* the secondary's failover timeout */
+	int pri_timeout_ms;             /* the primary's (--timeout-ms) */
 	const char *witness;            /* etcd:HOST:PORT or NULL */
 	int sport, scon, pcon;          /* secondary link, consoles */
 	char sctl[512], pctl[512], slog[512], plog[512];
@@ -122,7 +123,7 @@ struct dl_ctx {
 	const char *kind_name;
 	const char *self, *guest, *dir;
 	const char *witness;             /* etcd:HOST:PORT with --witness, else NULL */
-	int timeout_ms;
+	int timeout_ms, pri_timeout_ms;  /* the secondary's and the primary's */
 	const struct dl_oracle *oracle;
 };
 

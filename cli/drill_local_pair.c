@@ -23,6 +23,8 @@
 /* The slow link: loopback shaped to this (tc tbf), with this much queue. */
 #define SLOW_RATE "20mbit"
 #define SLOW_LATENCY "300ms"
+/* At least the loopback MTU (64 KiB): tbf drops a packet larger than its burst. */
+#define SLOW_BURST "256kb"
 #define ETCD_CLIENT_PORT 2379
 #define ETCD_PEER_PORT 2380
 
@@ -127,11 +129,11 @@ static bool wait_answer(const char *ctl, pid_t pid)
 
 int dl_pair_start(struct dl_pair *p, const char **why)
 {
-	char listen[32], scon[40], pcon[40], peer[32], tmo[16], key[32];
+	char listen[32], scon[40], pcon[40], peer[32], tmo[16], ptmo[16], key[32];
 	char *sec[24] = { (char *)p->self, "secondary", "--listen", listen, "--console", scon,
 			  "--insecure", "--control", p->sctl, "--failover-timeout-ms", tmo };
 	char *pri[24] = { (char *)p->self, "primary", "--guest", (char *)p->guest, "--console", pcon,
-			  "--peer", peer, "--insecure", "--control", p->pctl, "--timeout-ms", tmo };
+			  "--peer", peer, "--insecure", "--control", p->pctl, "--timeout-ms", ptmo };
 	int ns = 11, np = 13, r;
 
 	p->sport = 21000 + (int)p->trial * 4;
@@ -142,6 +144,7 @@ int dl_pair_start(struct dl_pair *p, const char **why)
 	snprintf(scon, sizeof(scon), "tcp:127.0.0.1:%d", p->scon);
 	snprintf(pcon, sizeof(pcon), "tcp:127.0.0.1:%d", p->pcon);
 	snprintf(tmo, sizeof(tmo), "%d", p->timeout_ms);
+	snprintf(ptmo, sizeof(ptmo), "%d", p->pri_timeout_ms);
 	snprintf(key, sizeof(key), "drill/t%u", p->trial);
 	snprintf(p->sctl, sizeof(p->sctl), "%s/sec%u.ctl", p->dir, p->trial);
 	snprintf(p->pctl, sizeof(p->pctl), "%s/pri%u.ctl", p->dir, p->trial);
@@ -205,7 +208,7 @@ int dl_pair_fault(struct dl_pair *p, enum dl_kind kind)
 		return p->lossy ? 0 : -EIO;
 	case DL_SLOWLINK:
 		p->slow = dl_run((char *[]){ "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
-					     SLOW_RATE, "burst", "32kbit", "latency", SLOW_LATENCY,
+					     SLOW_RATE, "burst", SLOW_BURST, "latency", SLOW_LATENCY,
 					     NULL }, NULL, NULL) == 0;
 		return p->slow ? 0 : -EIO;
 	}

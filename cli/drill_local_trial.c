@@ -237,9 +237,11 @@ static void after_net_fault(struct run *r)
 
 	dl_pair_status(r->p.pctl, &st0);
 	while (dl_now_s() < end) {
-		if (!converse(r, 0.1))
+		/* A console that closes is a primary that learnt of a takeover. */
+		if (!converse(r, 0.1) && !took_over(r))
 			return;
-		if (took_over(r)) {
+		if (!r->t->took_over && took_over(r)) {
+			r->t->why[0] = 0;
 			if (r->x->kind == DL_PARTITION) {
 				why(r->t, "the secondary took over while the primary held the witness key");
 				return;
@@ -290,7 +292,7 @@ void dl_trial_run(const struct dl_ctx *x, unsigned idx, struct dl_rng *rng, stru
 	t->idx = idx;
 	t->rto_ms = -1;
 	r.p = (struct dl_pair){ .self = x->self, .guest = x->guest, .dir = x->dir, .trial = idx,
-				.timeout_ms = x->timeout_ms, .witness = x->witness };
+				.timeout_ms = x->timeout_ms, .pri_timeout_ms = x->pri_timeout_ms, .witness = x->witness };
 	dl_client_init(&r.c, x->oracle);
 	if (!bring_up(&r))
 		goto out;
