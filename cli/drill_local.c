@@ -147,8 +147,8 @@ static json_object *summary(const struct dl_ctx *x, const struct dl_opts *o, con
 	stamp(end, sizeof(end));
 	snprintf(kind, sizeof(kind), "local-%s", x->kind_name);
 	if (failed)
-		snprintf(reason, sizeof(reason), "%u of %u trials failed; first: %s", failed, o->trials,
-			 first_why);
+		snprintf(reason, sizeof(reason), "%u of %u trials failed, %lld acknowledged "
+			 "replies lost; first: %s", failed, o->trials, rpo, first_why);
 	else
 		snprintf(reason, sizeof(reason), "%u trials: every reply consistent with an "
 			 "uninterrupted run, nothing acknowledged lost, one live copy", o->trials);

@@ -58,7 +58,8 @@ int dl_client_step(struct dl_client *c, double gap_s, int wait_ms);
 int dl_client_drain(struct dl_client *c, int quiet_ms);
 /* Asks "get" (after draining what was pending): *n the guest's counter,
  * checked against the oracle and >= the highest n seen. 0, -EPIPE,
- * -ETIMEDOUT (no answer within timeout_ms). */
+ * -ETIMEDOUT (no answer within timeout_ms), -EPROTO (an answer that is no
+ * line of the run: the client's error says so). */
 int dl_client_get(struct dl_client *c, int timeout_ms, unsigned long long *n)
 	__attribute__((warn_unused_result));
 /* Records when the next line arrives (the RTO after a fault). */
@@ -97,7 +98,8 @@ int dl_pair_fault(struct dl_pair *p, enum dl_kind kind) __attribute__((warn_unus
 void dl_pair_heal(struct dl_pair *p);
 /* Everything down: the agents killed and reaped, faults removed. */
 void dl_pair_stop(struct dl_pair *p);
-bool dl_pair_alive(pid_t pid);
+/* Whether the child *pid runs; once it is reaped here, *pid = 0. */
+bool dl_pair_alive(pid_t *pid);
 
 /* A one-member etcd on 127.0.0.1 with its data under dir: *pid, and the
  * witness option value in ep ("etcd:127.0.0.1:PORT"). */

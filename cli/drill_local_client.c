@@ -298,7 +298,8 @@ int dl_client_get(struct dl_client *c, int timeout_ms, unsigned long long *n)
 	}
 	if (parse_line(line, n, d, sizeof(d)) < 0 || (*n && !oracle_has(c, *n, d))) {
 		fail(c, "get answered '%.60s', not a line of the uninterrupted run", line);
-		return 0;
+		*n = 0;
+		return -EPROTO;
 	}
 	if (*n < c->top)
 		fail(c, "the guest counts %llu but %llu was seen: acknowledged output lost", *n, c->top);

@@ -79,9 +79,11 @@ static int spawn(const char *log, char *const argv[], pid_t *out)
 	return 0;
 }
 
-bool dl_pair_alive(pid_t pid)
+bool dl_pair_alive(pid_t *pid)
 {
-	return pid > 0 && waitpid(pid, NULL, WNOHANG) == 0;
+	if (*pid > 0 && waitpid(*pid, NULL, WNOHANG) != 0)
+		*pid = 0;        /* reaped: never signalled again (its pid may be reused) */
+	return *pid > 0;
 }
 
 void dl_pair_status(const char *ctl, struct dl_status *st)
@@ -112,7 +114,7 @@ void dl_pair_status(const char *ctl, struct dl_status *st)
 	json_object_put(js);
 }
 
-static bool wait_answer(const char *ctl, pid_t pid)
+static bool wait_answer(const char *ctl, pid_t *pid)
 {
 	struct dl_status st;
 
@@ -159,11 +161,11 @@ int dl_pair_start(struct dl_pair *p, const char **why)
 			sec[ns++] = pri[np++] = w[i];
 	}
 	sec[ns] = pri[np] = NULL;
-	if ((r = spawn(p->slog, sec, &p->sec)) < 0 || !wait_answer(p->sctl, p->sec)) {
+	if ((r = spawn(p->slog, sec, &p->sec)) < 0 || !wait_answer(p->sctl, &p->sec)) {
 		*why = "the secondary did not start (see its log)";
 		return r < 0 ? r : -EIO;
 	}
-	if ((r = spawn(p->plog, pri, &p->pri)) < 0 || !wait_answer(p->pctl, p->pri)) {
+	if ((r = spawn(p->plog, pri, &p->pri)) < 0 || !wait_answer(p->pctl, &p->pri)) {
 		*why = "the primary did not start (see its log)";
 		return r < 0 ? r : -EIO;
 	}
@@ -269,7 +271,7 @@ int dl_etcd_start(const char *dir, pid_t *pid, char *ep, size_t len)
 	*pid = p;
 	snprintf(ep, len, "etcd:127.0.0.1:%d", ETCD_CLIENT_PORT);
 	/* Up once it has elected itself leader. */
-	for (int i = 0; i < 200 && dl_pair_alive(p); i++) {
+	for (int i = 0; i < 200 && dl_pair_alive(&p); i++) {
 		char buf[4096] = "";
 		FILE *f;
 
@@ -284,8 +286,10 @@ int dl_etcd_start(const char *dir, pid_t *pid, char *ep, size_t len)
 		}
 		usleep(100000);
 	}
-	kill(p, SIGKILL);
-	waitpid(p, NULL, 0);
+	if (p > 0) {
+		kill(p, SIGKILL);
+		waitpid(p, NULL, 0);
+	}
 	*pid = 0;
 	return -ETIMEDOUT;
 }

@@ -132,7 +132,8 @@ static bool follow_takeover(struct run *r, double deadline)
 			why(r->t, "no takeover within %.1f s of the fault", deadline - r->t_fault);
 			return false;
 		}
-		(void)dl_client_drain(&r->c, 5);
+		if (dl_client_drain(&r->c, 5) < 0)
+			usleep(5000);    /* the old console closed: poll, do not spin */
 	}
 	r->t->took_over = true;
 	(void)dl_client_drain(&r->c, 20);
@@ -156,6 +157,8 @@ static bool check_count(struct run *r, const char *who)
 	unsigned long long n = 0;
 	int e = dl_client_get(&r->c, 5000, &n);
 
+	if (e == -EPROTO)
+		return false;    /* the client's error is the reason */
 	if (e < 0) {
 		why(r->t, "%s did not answer get: %s", who, strerror(-e));
 		return false;
@@ -178,7 +181,7 @@ static void check_old_silent(struct run *r, int old)
 	if (old >= 0 && (n = net_line_recv(old, buf, sizeof(buf), 0)) > 0)
 		why(r->t, "TWO LIVE COPIES: the old primary released %zd bytes after the takeover: "
 		    "'%.40s'", n, buf);
-	if (!dl_pair_alive(r->p.pri)) {
+	if (!dl_pair_alive(&r->p.pri)) {
 		snprintf(r->t->note, sizeof(r->t->note), "old primary exited");
 		return;
 	}
