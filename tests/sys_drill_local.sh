@@ -97,6 +97,8 @@ make -s -j2 BUILD=$mut MUTANT=release_early $mut/understudy >"$tmp/mutant.log" 2
 out=$("$mut/understudy" drill local --kind kill --trials 10 --seed $seed 2>&1)
 rc=$?
 echo "$out" | grep "^trial" | sed 's/^/   /'
+logs=$(echo "$out" | sed -n 's/^  logs     //p')
+case $logs in /tmp/understudy-drill-local-*) rm -rf "$logs" ;; esac   # a failed drill keeps them
 [ $rc = 1 ] || fail "the release_early mutant: drill exit $rc, want 1 (FAIL): $(echo "$out" | tail -3)"
 echo "$out" | grep -q "verdict  FAIL: .*failed, [1-9][0-9]* acknowledged replies lost" || fail "the FAIL verdict does not name lost output: $(echo "$out" | tail -2)"
 ok "5. the release_early mutant: FAIL ($(echo "$out" | grep -o 'verdict  FAIL: .*' | cut -c1-120))"
