@@ -216,7 +216,6 @@ static int drill_run(const struct dl_opts *o, const char *self)
 	struct dl_ctx x = { .kind = (enum dl_kind)o->kind, .kind_name = kinds[o->kind], .self = self,
 			    .guest = o->guest, .timeout_ms = TIMEOUT_MS, .pri_timeout_ms = TIMEOUT_MS,
 			    .oracle = &oracle };
-	struct dl_rng rng = { .s = o->seed };
 	json_object *trials, *rep;
 	unsigned failed = 0;
 	char first_why[300] = "";
@@ -262,7 +261,7 @@ static int drill_run(const struct dl_opts *o, const char *self)
 		struct dl_trial t;
 		json_object *tj;
 
-		dl_trial_run(&x, i, &rng, &t);
+		dl_trial_run(&x, i, o->seed, &t);
 		tj = trial_json(&x, &t);
 		if (o->json) {
 			printf("%s\n", json_object_to_json_string_ext(tj, JSON_C_TO_STRING_PLAIN));

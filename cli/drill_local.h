@@ -143,7 +143,8 @@ struct dl_trial {
 	char note[200];
 };
 
-/* Runs trial idx of x's kind; the outcome in *t (t->why empty: PASS). */
-void dl_trial_run(const struct dl_ctx *x, unsigned idx, struct dl_rng *rng, struct dl_trial *t);
+/* Runs trial idx of x's kind, its fault at a moment drawn from seed and
+ * idx; the outcome in *t (t->why empty: PASS). */
+void dl_trial_run(const struct dl_ctx *x, unsigned idx, uint64_t seed, struct dl_trial *t);
 
 #endif

@@ -284,8 +284,14 @@ out:
 		close(old);
 }
 
-void dl_trial_run(const struct dl_ctx *x, unsigned idx, struct dl_rng *rng, struct dl_trial *t)
+void dl_trial_run(const struct dl_ctx *x, unsigned idx, uint64_t seed, struct dl_trial *t)
 {
+	/* The moment of each trial's fault from the seed and the trial alone:
+	 * the client's gaps draw from their own generator, as many times as
+	 * the timing makes them, and must not shift the next trial's moment. */
+	struct dl_rng aim = { seed ^ (idx + 1) * 0xd1b54a32d192ed03ull };
+	struct dl_rng gaps = { ~seed ^ (idx + 1) * 0x8cb92ba72f3d8dd7ull };
+	struct dl_rng *rng = &gaps;
 	struct run r = { .x = x, .rng = rng, .t = t };
 	bool crash = x->kind == DL_KILL || x->kind == DL_STOP;
 	double t_prot, fire;
@@ -300,7 +306,7 @@ void dl_trial_run(const struct dl_ctx *x, unsigned idx, struct dl_rng *rng, stru
 	if (!bring_up(&r))
 		goto out;
 	t_prot = dl_now_s();
-	fire = t_prot + dl_rng_uniform(rng, 0.3, 1.2);
+	fire = t_prot + dl_rng_uniform(&aim, 0.3, 1.2);
 	if (!converse(&r, fire - dl_now_s()))
 		goto out;
 	/* A crash is aimed just after a reply: the output of an epoch that
