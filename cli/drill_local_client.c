@@ -196,8 +196,12 @@ static void check_line(struct dl_client *c, const char *text)
 		fail(c, "garbled line '%.60s'", line);
 		return;
 	}
-	if (!oracle_has(c, n, d))
+	if (!oracle_has(c, n, d)) {
+		/* No n to go by: a torn or foreign line must not move the highest
+		 * n seen (the RPO would count from it). */
 		fail(c, "reply '%.60s' differs from the uninterrupted run's line %llu", line, n);
+		return;
+	}
 	if (c->conn_prev < 0) {
 		if (n > c->top + 1)
 			fail(c, "after %llu came %llu on the new connection: replies were lost", c->top, n);

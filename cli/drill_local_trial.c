@@ -240,8 +240,9 @@ static void after_net_fault(struct run *r)
 
 	dl_pair_status(r->p.pctl, &st0);
 	while (dl_now_s() < end) {
-		/* A console that closes is a primary that learnt of a takeover. */
-		if (!converse(r, 0.1) && !took_over(r))
+		/* The old owner's console closing is a primary that learnt of a
+		 * takeover; the new owner's closing is a failure. */
+		if (!converse(r, 0.1) && (r->t->took_over || !took_over(r)))
 			return;
 		if (!r->t->took_over && took_over(r)) {
 			r->t->why[0] = 0;
