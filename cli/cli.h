@@ -152,6 +152,8 @@ int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **stat
  * shares with the other kinds (cli/drill.c). */
 struct json_object;
 int cli_drill_switchover(int argc, char **argv);
+/* understudy drill local (cli/drill_local.c). */
+int cli_drill_local(int argc, char **argv);
 int cli_drill_keep_report(const char *dir, struct json_object *rep);
 int cli_cmd_protect(int argc, char **argv);
 int cli_cmd_migrate(int argc, char **argv);
