@@ -181,10 +181,13 @@ demo: deps
 bench: deps
 	@mkdir -p $(BUILD)/bench
 	@{ $(MAKE) --no-print-directory bench-run; echo $$? > $(BUILD)/bench/.rc; } 2>&1 | \
-	    tee $(BUILD)/bench/bench.log; exit $$(cat $(BUILD)/bench/.rc)
+	    tee $(BUILD)/bench/bench.log
+	@python3 bench/plots.py --from-log $(BUILD)/bench/bench.log --results $(BUILD)/bench/results.json \
+	    --no-draw; exit $$(cat $(BUILD)/bench/.rc)
 
 bench-run:
 	@$(MAKE) --no-print-directory all $(BENCHES)
+	@python3 bench/figures.py machine
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/bench_protect.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_protect.py
 	@echo "== bench/bench_witness.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_witness.py

@@ -28,6 +28,7 @@ HOST = "127.0.0.1"
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import BenchError, free_port, wait_port   # noqa: E402  (one copy of each)
+from figures import figure                                    # noqa: E402
 TIMEOUT_MS = 300
 
 
@@ -183,6 +184,9 @@ def main():
     print("RTO drill activation: median %.3f ms (%s) vs takeover resume (reference) median %.3f ms (%s) -> %.1fx, "
           "difference %.3f ms" % (median(dr), spread(dr), median(tr), spread(tr), median(dr) / max(median(tr), 1e-9),
                                  median(dr) - median(tr)))
+    figure("drill test-failover RTO (activation) median", median(dr), "ms", "a real takeover's resume",
+           median(tr), goal="within a few ms of a real takeover (<= 3 ms apart)",
+           met=abs(median(dr) - median(tr)) <= 3, runs=len(dr))
     print("   the takeover also waited %.0f ms (median) of the primary's silence (--failover-timeout-ms %d)" %
           (median(col("takeover_silent")), TIMEOUT_MS))
     b, d = col("p99_before"), col("p99_during")

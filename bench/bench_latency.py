@@ -21,6 +21,7 @@ HOST = "127.0.0.1"
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import free_port, wait_port   # noqa: E402  (one copy of each)
+from figures import figure                        # noqa: E402
 MODES = {
     "timer": (["--min-epoch-ms", "25"], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
     "output": ([], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
@@ -107,6 +108,10 @@ def main():
         print("  %-12s p50 %7.2f ms [%.2f..%.2f]  p99 %7.2f ms [%.2f..%.2f]  added p99 %+.2f ms  "
               "ratio p50 %.1fx" % (mode, p50, min(r["p50"]), max(r["p50"]), p99, min(r["p99"]),
                                    max(r["p99"]), p99 - ref99, p50 / ref50))
+        if mode != "unprotected":
+            figure("output-commit latency p99, counter, 25 ms epochs, %s" % mode, p99, "ms",
+                   "unprotected p99", ref99, goal="added p99 <= 3 ms", met=p99 - ref99 <= 3,
+                   runs=rounds, spread=[min(r["p99"]), max(r["p99"])])
     print("  reference: unprotected p50 %.2f ms, p99 %.2f ms (same run)" % (ref50, ref99))
 
 

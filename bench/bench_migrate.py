@@ -47,6 +47,7 @@ HOST = "127.0.0.1"
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import BenchError, free_port, wait_port   # noqa: E402  (one copy of each)
+from figures import figure                                    # noqa: E402
 RUNS = 5
 MEM_MB = 256
 TOUCH_MB = 240                  # the touched guests write this much
@@ -447,6 +448,11 @@ def idle_line(kind, what, us, q):
         pct(ud, 50) / pct(qd, 50) if pct(qd, 50) else float("inf")))
     d_ok = pct(ud, 50) <= pct(qd, 50) / 10.0
     t_ok = pct(ut, 50) <= pct(qt, 50)
+    figure("migration total, 256 MiB, %s, p50" % kind, pct(ut, 50), "ms", "QEMU 7.2 total, same run",
+           pct(qt, 50), goal="<= QEMU's", met=t_ok, runs=len(ut), spread=[min(ut), max(ut)])
+    figure("migration downtime as the guest sees it, 256 MiB, %s, p50" % kind, pct(ud, 50), "ms",
+           "QEMU 7.2 downtime (to its last byte sent), same run", pct(qd, 50), goal="<= 1/10 of QEMU's",
+           met=d_ok, runs=len(ud), spread=[min(ud), max(ud)])
     t_ok_cli = pct(st, 50) <= pct(qt, 50)
     print("   goal %s: downtime <= 1/10 of QEMU's (%.2f <= %.2f ms): %s; total <= QEMU's (%.1f <= %.0f ms): %s "
           "(by the --json summary's total_s, p50 %.0f ms: %s)" % (
@@ -459,6 +465,9 @@ def idle_line(kind, what, us, q):
     sent = [r["sent_ms"] for r in us if "sent_ms" in r]
     if sent and pct(qd, 50):
         s_ok = pct(sent, 50) <= pct(qd, 50) / 10.0
+        figure("migration downtime like for like (pause -> last byte sent), 256 MiB, %s, p50" % kind,
+               pct(sent, 50), "ms", "QEMU 7.2 downtime, same run", pct(qd, 50), goal="<= 1/10 of QEMU's",
+               met=s_ok, runs=len(sent))
         print("   like for like (QEMU's definition, the source's pause until the last byte is sent): understudy %s "
               "vs QEMU %s -> %.3fx; goal <= 1/10: %s. The downtime above is the guest-visible one (until the "
               "destination runs the guest), which QEMU does not report" % (

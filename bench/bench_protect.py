@@ -14,6 +14,9 @@ A benchmark, not a test: it prints figures and exits 0 unless a run could not
 be made at all. usage: bench_protect.py [--quick]"""
 import json, math, os, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import figure   # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy"))
 HOST = "127.0.0.1"
@@ -237,6 +240,9 @@ def slowdown(tmp):
             print("slowdown rate_mb=%s: protected %.2f Mwork/s vs unprotected %.2f Mwork/s (reference) "
                   "-> %.1f%% (slowdown %.1f%%)" % (name, prot_work * tsc_hz / 1e6, ref_work * tsc_hz / 1e6,
                                                    100 * ratio, 100 * (1 - ratio)))
+            figure("guest slowdown, round-robin writer at %d MiB/s, 25 ms epochs" % rate, 100 * (1 - ratio), "%",
+                   "unprotected compute rate, same run", None, ratio=ratio, goal="<= 5 %",
+                   met=100 * (1 - ratio) <= 5)
         else:
             ratio = prot / ref
             print("slowdown rate_mb=%s: protected %.3f Mpages/s vs unprotected %.3f Mpages/s (reference) "
@@ -339,6 +345,8 @@ def failover(tmp):
           "-> %.2fx; kill->reply minus timeout p50 %.1f ms, p99 %.1f ms" %
           (pct(reply, 50), pct(reply, 99), FAILOVER_TIMEOUT_MS, pct(reply, 50) / FAILOVER_TIMEOUT_MS,
            pct(beyond, 50), pct(beyond, 99)))
+    figure("failover, heartbeat, kill -> first reply p50", pct(reply, 50), "ms", "failure-detection timeout",
+           FAILOVER_TIMEOUT_MS, runs=len(reply))
     print("   kill->console accepts p50 %.1f ms, p99 %.1f ms; secondary saw the primary silent for p50 %.0f ms, "
           "p99 %.0f ms; activation (\"guest resumed ... in X ms\") p50 %.3f ms, p99 %.3f ms" %
           (pct(conn, 50), pct(conn, 99), pct(silent, 50), pct(silent, 99), pct(act, 50), pct(act, 99)))

@@ -21,6 +21,7 @@ HOST = "127.0.0.1"
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import free_port, wait_port   # noqa: E402  (one copy of each)
+from figures import figure                        # noqa: E402
 
 RAM = 64 << 20
 
@@ -114,6 +115,10 @@ def main():
               % (swaps, p50d, p99d, min(downs), max(downs)))
         print("  reference: epoch pause p50 on the same pair %.3f ms; downtime - pause = %.3f ms "
               "(goal <= 2 ms)" % (p50p, p50d - p50p))
+        figure("switchover downtime p50", p50d, "ms", "epoch pause p50, same pair", p50p,
+               goal="downtime - pause <= 2 ms", met=p50d - p50p <= 2, runs=swaps)
+        figure("switchover bytes until the new primary's first ACK p50", statistics.median(first_bytes),
+               "bytes", "guest RAM (what a resync sends)", 64 << 20)
         print("bytes sent by the new primary up to its first ACK: p50 %.0f KiB (max %.0f KiB); "
               "over its first 0.5 s: p50 %.0f KiB" % (statistics.median(first_bytes) / 1024,
                                                    max(first_bytes) / 1024,

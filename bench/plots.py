@@ -10,6 +10,9 @@ out; no figure at all is an error, exit 1). --from-log LOG first turns the
 text `make bench` prints (`make bench | tee LOG`) into FILE.
 
 results.json (every part optional; times in the unit their name says):
+  "figures": [{"name", "value", "unit", "reference", "reference_value",
+               "ratio", "goal", "met"}, ...]   (the FIGURE lines, bench/figures.py)
+  "machine": {"cores", "kernel", "kvm", "cpu"}   (the MACHINE line)
   {"checkpoint_pause": [{"dirty_pages": 1000, "pause_us": 800, "memcpy_us": 550}, ...],
    "slowdown": [{"rate_mib_s": 10, "slowdown_pct": 3.2}, ...],
    "output_latency": [{"epoch_ms": 25,
@@ -32,9 +35,16 @@ NUM = r"(-?[0-9]+(?:\.[0-9]+)?)"
 
 def from_log(text):
     """The figures of `make bench` output, as results.json."""
-    res = {"checkpoint_pause": [], "slowdown": [], "output_latency": [], "migration": []}
+    res = {"checkpoint_pause": [], "slowdown": [], "output_latency": [], "migration": [], "figures": []}
     lat = {}
     for line in text.splitlines():
+        # bench/figures.py: one JSON object a figure, and the machine
+        if line.startswith("FIGURE {"):
+            res["figures"].append(json.loads(line[7:]))
+            continue
+        if line.startswith("MACHINE {"):
+            res["machine"] = json.loads(line[8:])
+            continue
         m = re.match(r"\s*([0-9]+) pages \(\s*[0-9]+ MiB\): pause\s+" + NUM + r" us.*?memcpy\s+" + NUM + " us",
                      line)
         if m:
@@ -169,6 +179,7 @@ def main():
     ap.add_argument("--results", default="build/bench/results.json")
     ap.add_argument("--from-log", help="make bench output to turn into --results first")
     ap.add_argument("--out", default="build/plots")
+    ap.add_argument("--no-draw", action="store_true", help="only write --results (make bench)")
     a = ap.parse_args()
     if a.from_log:
         with open(a.from_log) as f:
@@ -176,7 +187,12 @@ def main():
         os.makedirs(os.path.dirname(a.results) or ".", exist_ok=True)
         with open(a.results, "w") as f:
             json.dump(res, f, indent=1)
-        print("plots: %s -> %s (%s)" % (a.from_log, a.results, ", ".join(sorted(res)) or "no figures"))
+        print("plots: %s -> %s (%s; %d figures, %d with a goal, %d met)" % (
+            a.from_log, a.results, ", ".join(k for k in sorted(res) if res[k]) or "nothing",
+            len(res.get("figures", [])), sum(f.get("met") is not None for f in res.get("figures", [])),
+            sum(f.get("met") is True for f in res.get("figures", []))))
+    if a.no_draw:
+        return 0
     if not os.path.exists(a.results):
         print("plots: %s not found: run `make bench | tee build/bench/bench.log` first, then "
               "`make plots` (or give RESULTS=FILE)" % a.results, file=sys.stderr)

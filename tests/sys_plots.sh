@@ -58,4 +58,35 @@ ok "a missing part is named and left out"
 python3 bench/plots.py --results "$tmp/none.json" --out "$tmp/none" >"$tmp/none.out" 2>&1 && fail "no results: exit 0"
 grep -q "make bench" "$tmp/none.out" || fail "no results: does not say how to make them: $(cat "$tmp/none.out")"
 ok "no results: exit 1, says to run make bench"
+
+# results.json as make bench writes it: the MACHINE line and the FIGURE lines
+# the benchmarks print (bench/figures.py; bench_net prints its own in C).
+{
+	python3 bench/figures.py machine
+	python3 -c '
+import sys; sys.path.insert(0, "bench")
+from figures import figure
+figure("switchover downtime p50", 0.85, "ms", "epoch pause p50, same pair", 0.4, goal="downtime - pause <= 2 ms", met=True)
+figure("guest slowdown, round-robin writer at 50 MiB/s", 7.8, "%", "unprotected", None, ratio=0.922, goal="<= 5 %", met=False)'
+	cat tests/data/bench_sample.log
+} >"$tmp/fig.log"
+python3 bench/plots.py --from-log "$tmp/fig.log" --results "$tmp/fig/results.json" --no-draw >"$tmp/fig.out" 2>&1 ||
+	fail "FIGURE lines -> results.json: $(cat "$tmp/fig.out")"
+[ -e "$tmp/fig/slowdown.png" ] && fail "--no-draw drew"
+python3 - "$tmp/fig/results.json" <<'PY' || fail "figures in results.json are wrong: $(cat "$tmp/fig/results.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+f = {x["name"]: x for x in r["figures"]}
+assert len(f) == 2, f
+s = f["switchover downtime p50"]
+assert s["value"] == 0.85 and s["unit"] == "ms" and s["reference_value"] == 0.4 and abs(s["ratio"] - 2.125) < 1e-9
+assert s["goal"] and s["met"] is True and f["guest slowdown, round-robin writer at 50 MiB/s"]["met"] is False
+assert set(["name", "value", "unit", "reference", "ratio", "goal", "met"]) <= set(s)
+m = r["machine"]
+assert m["cores"] >= 1 and m["kernel"] and m["kvm"], m
+assert r["slowdown"], "the text figures are still read beside"
+print("   machine:", m)
+PY
+grep -q "2 figures, 2 with a goal, 1 met" "$tmp/fig.out" || fail "no summary of the goals: $(cat "$tmp/fig.out")"
+ok "make bench's results.json: FIGURE lines (name, value, unit, reference, ratio, goal, met) and the machine"
 exit 0
