@@ -150,9 +150,6 @@ struct repl_secondary {
 void repl_sec_drop_standby(struct repl_secondary *s);
 /* The takeover decision (the primary is silent, or a takeover request). */
 void repl_sec_begin_takeover(struct repl_secondary *s);
-/* The switchover's new primary resumes the guest (after the takeover, once
- * the key is won if any); the engine is attached a moment later (switch_w). */
-void repl_sec_protect_after_switch(struct repl_secondary *s);
 void repl_sec_fence(struct repl_secondary *s);
 int repl_sec_acquire_resources(struct repl_secondary *s);
 int repl_sec_witness_setup(struct repl_secondary *s);

@@ -443,9 +443,7 @@ static void after_feed(struct repl_secondary *s, int r)
 		s->switch_now = false;
 		if (s->pc && repl_pc_dst_arm(s) < 0)
 			return;              /* the VM is lost (reported) */
-		repl_sec_begin_takeover(s);
-		if (s->switching && s->state == S_ACTIVE)
-			repl_sec_protect_after_switch(s);
+		repl_sec_begin_takeover(s);   /* a switchover resumes protected */
 		return;
 	}
 	if (s->standing_down) {

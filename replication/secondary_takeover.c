@@ -53,6 +53,37 @@ static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
 	repl_link_close(&s->link);
 }
 
+/* The old primary handed the guest over (Fence SWITCHES) and this side
+ * took it: the guest resumes protected onto the old primary, which waits as
+ * a standby holding the same epoch (no resync). The dirty log is emptied
+ * first, so the first epoch carries exactly the pages written from here on. */
+static void protect_after_switch(struct repl_secondary *s)
+{
+	struct machine *m = s->vm->m;
+	uint64_t *bm = calloc((m->ram_pages + 63) / 64, sizeof(uint64_t));
+	int r = bm ? machine_harvest_dirty(m, bm) : -ENOMEM;
+
+	free(bm);
+	s->switching = false;
+	s->switches++;
+	if (r < 0) {
+		log_error(TAG, "cannot empty the dirty log (%s): the guest runs here UNPROTECTED",
+			  strerror(-r));
+		repl_vm_set_gated(s->vm, false);
+		machine_resume(m);
+		return;
+	}
+	/* The guest runs from here (output gated, writes logged); the engine is
+	 * attached once the loop has sent the old primary our word. */
+	machine_resume(m);
+	s->switch_in_ms = s->switch_paused_us / 1e3 + (now_ns() - s->switch_fence_ns) / 1e6;
+	/* A moment later: the loop first sends the old primary our word (its
+	 * measure of the downtime ends there), then builds the engine. */
+	ev_timer_set(&s->switch_w, 0.002, 0);
+	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side runs the guest now");
+	ev_timer_start(s->loop, &s->switch_w);
+}
+
 static void take_over(struct repl_secondary *s)
 {
 	struct repl_staging *g = &s->stage;
@@ -96,6 +127,7 @@ static void take_over(struct repl_secondary *s)
 		log_info(TAG, "SWITCHOVER: this side runs the guest from epoch %llu (%.3f ms); "
 			 "protecting it onto the old primary at %s", (unsigned long long)g->applied,
 			 (now_ns() - t0) / 1e6, s->switch_listen);
+		protect_after_switch(s);
 		return;
 	}
 	repl_vm_set_gated(s->vm, false);
@@ -146,36 +178,6 @@ static void fence_and_take_over(struct repl_secondary *s, const char *reason)
 	take_over(s);
 }
 
-/* The old primary handed the guest over (Fence SWITCHES) and this side
- * took it: the guest resumes protected onto the old primary, which waits as
- * a standby holding the same epoch (no resync). The dirty log is emptied
- * first, so the first epoch carries exactly the pages written from here on. */
-void repl_sec_protect_after_switch(struct repl_secondary *s)
-{
-	struct machine *m = s->vm->m;
-	uint64_t *bm = calloc((m->ram_pages + 63) / 64, sizeof(uint64_t));
-	int r = bm ? machine_harvest_dirty(m, bm) : -ENOMEM;
-
-	free(bm);
-	s->switching = false;
-	s->switches++;
-	if (r < 0) {
-		log_error(TAG, "cannot empty the dirty log (%s): the guest runs here UNPROTECTED",
-			  strerror(-r));
-		repl_vm_set_gated(s->vm, false);
-		machine_resume(m);
-		return;
-	}
-	/* The guest runs from here (output gated, writes logged); the engine is
-	 * attached once the loop has sent the old primary our word. */
-	machine_resume(m);
-	s->switch_in_ms = s->switch_paused_us / 1e3 + (now_ns() - s->switch_fence_ns) / 1e6;
-	/* A moment later: the loop first sends the old primary our word (its
-	 * measure of the downtime ends there), then builds the engine. */
-	ev_timer_set(&s->switch_w, 0.002, 0);
-	repl_sec_event(s, REPL_EV_SWITCHOVER, "switchover: this side runs the guest now");
-	ev_timer_start(s->loop, &s->switch_w);
-}
 
 /* The takeover decision. Heartbeat only: take over now. With a witness:
  * nothing more of the old primary is read (the link closes) and this side
@@ -211,8 +213,6 @@ static void on_won(void *ctx)
 		 (now_ns() - s->contend_t0_ns) / 1e6);
 	fence_and_take_over(s, s->migrating ? "the primary handed the guest over" :
 			    "the primary is silent and its witness lease ran out");
-	if (s->switching && s->state == S_ACTIVE)
-		repl_sec_protect_after_switch(s);
 }
 
 static void on_revoked(void *ctx)

@@ -239,18 +239,13 @@ int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
 
 uint64_t repl_sync_left(const struct repl_sync *s)
 {
-	const struct machine *m;
-	uint64_t n = 0;
+	uint64_t words, w;
 
-	if (!s->running || !s->todo)
+	if (!s->running || !s->todo || s->cursor >= s->vm->m->ram_pages)
 		return 0;
-	m = s->vm->m;
-	for (uint64_t pg = s->cursor; pg < m->ram_pages; pg++)
-		if (pg % 64 == 0 && pg + 64 <= m->ram_pages) {
-			n += (uint64_t)__builtin_popcountll(s->todo[pg / 64]);
-			pg += 63;
-		} else {
-			n += s->todo[pg / 64] >> (pg % 64) & 1;
-		}
-	return n;
+	words = machine_bitmap_words(s->vm->m);
+	w = s->cursor / 64;
+	/* the cursor's word from the cursor on, then the words after it */
+	return (uint64_t)__builtin_popcountll(s->todo[w] >> (s->cursor % 64)) +
+	       machine_bitmap_count(s->todo + w + 1, words - w - 1);
 }

@@ -166,12 +166,16 @@ kill $dp 2>/dev/null; wait $dp 2>/dev/null
 start_dest; a_ctl=$tmp/$n.dst.ctl; a_log=$tmp/$n.dst.log; a_port=$dport; a_con=$dcon
 start_dest; b_con=$dcon
 start_run --guest counter
-"$BIN" protect --control "$tmp/$n.src.ctl" --peer 127.0.0.1:$a_port --insecure --timeout-ms 2000 >/dev/null ||
-	fail "protect before the migration"
-for i in $(seq 100); do
-	[ "$("$BIN" status --control "$tmp/$n.src.ctl" | sed -n 's/^state //p')" = protected ] && break
-	sleep 0.1
-done
+# protect_onto CTL PORT: CTL's VM protected by the secondary at PORT
+protect_onto() {
+	"$BIN" protect --control "$1" --peer 127.0.0.1:$2 --insecure --timeout-ms 2000 >/dev/null ||
+		fail "protect $1 onto port $2"
+	for i in $(seq 100); do
+		[ "$("$BIN" status --control "$1" | sed -n 's/^state //p')" = protected ] && return
+		sleep 0.1
+	done
+}
+protect_onto "$tmp/$n.src.ctl" $a_port
 [ "$("$BIN" status --control "$tmp/$n.src.ctl" | sed -n 's/^peer //p')" = 127.0.0.1:$a_port ] ||
 	fail "status does not name the secondary: $("$BIN" status --control "$tmp/$n.src.ctl" | head -4)"
 [ "$(count $scon incr incr)" = 2 ] || fail "source counter"
@@ -187,12 +191,7 @@ a_state=$("$BIN" status --control "$a_ctl" | sed -n 's/^state //p')
 ok "8. protected VM migrated to another host: its secondary stood down first (now $a_state), the destination goes on at 3"
 # The new owner (a secondary that took the guest) protected by A, then
 # handed over to A, its own secondary.
-"$BIN" protect --control "$tmp/$n.dst.ctl" --peer 127.0.0.1:$a_port --insecure --timeout-ms 2000 >/dev/null ||
-	fail "protect B onto A"
-for i in $(seq 100); do
-	[ "$("$BIN" status --control "$tmp/$n.dst.ctl" | sed -n 's/^state //p')" = protected ] && break
-	sleep 0.1
-done
+protect_onto "$tmp/$n.dst.ctl" $a_port
 "$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.dst.ctl" --to 127.0.0.1:$a_port --insecure \
 	>/dev/null 2>"$tmp/8b.out" || fail "hand-over to its own secondary: $(cat "$tmp/8b.out")"
 grep -q "stand down" "$tmp/8b.out" && fail "its own secondary was dropped instead of taking the guest"
