@@ -28,7 +28,11 @@ total-time covers: from the start to the end of the migration); the summary's
 total_s is printed too (it is the CLI's view, which polls the source every
 100 ms). QEMU's figures: query-migrate's total-time and downtime (whole ms;
 the downtime ends when the source has sent the last byte, it does not wait
-for the destination). QEMU gets max-bandwidth 100 GiB/s (its default caps a
+for the destination: compared like for like with understudy's pause to last
+byte sent), and the downtime as the guest sees it, from the time stamps of
+the source's STOP event to the destination's RESUME event (QMP, wall clock of
+this host; QEMU stamps STOP once its vCPUs have stopped, so this errs in
+QEMU's favour), compared with understudy's guest-visible downtime. QEMU gets max-bandwidth 100 GiB/s (its default caps a
 migration at 32 MiB/s) and downtime-limit 30 ms (understudy's default
 --downtime-ms). Every migration is checked: the source exits 0 (understudy),
 the destination runs the guest (QEMU: query-status running; understudy's
@@ -327,6 +331,7 @@ class QMP:
                     raise BenchError("QMP socket %s: nothing after %d s" % (path, timeout_s))
                 time.sleep(0.05)
         self.sock.settimeout(30)
+        self.events = []        # asynchronous events met while waiting for replies
         self.f = self.sock.makefile("rw")
         self.f.readline()
         self.cmd("qmp_capabilities")
@@ -339,10 +344,20 @@ class QMP:
             if not line:
                 raise BenchError("QMP: connection closed during %s" % name)
             r = json.loads(line)
+            if "event" in r:
+                self.events.append(r)
+                continue
             if "error" in r:
                 raise BenchError("QMP %s: %s" % (name, r["error"]))
             if "return" in r:
                 return r["return"]
+
+    def event_time(self, name):
+        """Wall-clock time (s) QEMU stamped on the first event NAME, None if none came."""
+        for e in self.events:
+            if e["event"] == name:
+                return e["timestamp"]["seconds"] + e["timestamp"]["microseconds"] / 1e6
+        return None
 
     def close(self):
         self.sock.close()
@@ -388,8 +403,18 @@ def qemu_run(tmp, tag, image):
             if time.monotonic() > end:
                 raise BenchError("%s: the QEMU destination does not run after the migration" % tag)
             time.sleep(0.01)
+        # The guest-visible gap: the source's STOP event to the destination's
+        # RESUME, both stamped by QEMU on the wall clock of this host.
+        end = time.monotonic() + 5
+        while (qs.event_time("STOP") is None or qd.event_time("RESUME") is None) and time.monotonic() < end:
+            qs.cmd("query-status")
+            qd.cmd("query-status")
+            time.sleep(0.01)
+        t_stop, t_resume = qs.event_time("STOP"), qd.event_time("RESUME")
+        if t_stop is None or t_resume is None:
+            raise BenchError("%s: QEMU sent no STOP (source) or RESUME (destination) event" % tag)
         return {"total_ms": float(r["total-time"]), "downtime_ms": float(r["downtime"]),
-                "bytes": r.get("ram", {}).get("transferred", 0)}
+                "visible_ms": (t_resume - t_stop) * 1000, "bytes": r.get("ram", {}).get("transferred", 0)}
     finally:
         for q in (qs, qd):
             if q:
@@ -443,20 +468,20 @@ def idle_line(kind, what, us, q):
         print(head + "; QEMU: SKIP")
         return None
     qt, qd = [r["total_ms"] for r in q], [r["downtime_ms"] for r in q]
-    print(head + " vs QEMU total %s, downtime %s (%d runs) -> total %.2fx, downtime %.3fx" % (
-        spread(qt, "%.0f"), spread(qd, "%.0f"), len(q), pct(ut, 50) / pct(qt, 50),
-        pct(ud, 50) / pct(qd, 50) if pct(qd, 50) else float("inf")))
-    d_ok = pct(ud, 50) <= pct(qd, 50) / 10.0
+    qv = [r["visible_ms"] for r in q]
+    print(head + " vs QEMU total %s, downtime as the guest sees it %s (%d runs) -> total %.2fx, downtime %.3fx" % (
+        spread(qt, "%.0f"), spread(qv, "%.1f"), len(q), pct(ut, 50) / pct(qt, 50), pct(ud, 50) / pct(qv, 50)))
+    d_ok = pct(ud, 50) <= pct(qv, 50) / 10.0
     t_ok = pct(ut, 50) <= pct(qt, 50)
     figure("migration total, 256 MiB, %s, p50" % kind, pct(ut, 50), "ms", "QEMU 7.2 total, same run",
            pct(qt, 50), goal="<= QEMU's", met=t_ok, runs=len(ut), spread=[min(ut), max(ut)])
     figure("migration downtime as the guest sees it, 256 MiB, %s, p50" % kind, pct(ud, 50), "ms",
-           "QEMU 7.2 downtime (to its last byte sent), same run", pct(qd, 50), goal="<= 1/10 of QEMU's",
-           met=d_ok, runs=len(ud), spread=[min(ud), max(ud)])
+           "QEMU 7.2 source STOP -> destination RESUME (QMP event stamps), same run", pct(qv, 50),
+           goal="<= 1/10 of QEMU's", met=d_ok, runs=len(ud), spread=[min(ud), max(ud)])
     t_ok_cli = pct(st, 50) <= pct(qt, 50)
-    print("   goal %s: downtime <= 1/10 of QEMU's (%.2f <= %.2f ms): %s; total <= QEMU's (%.1f <= %.0f ms): %s "
-          "(by the --json summary's total_s, p50 %.0f ms: %s)" % (
-              kind, pct(ud, 50), pct(qd, 50) / 10.0, "met" if d_ok else "MISSED", pct(ut, 50), pct(qt, 50),
+    print("   goal %s: downtime as the guest sees it <= 1/10 of QEMU's (%.2f <= %.2f ms): %s; total <= QEMU's "
+          "(%.1f <= %.0f ms): %s (by the --json summary's total_s, p50 %.0f ms: %s)" % (
+              kind, pct(ud, 50), pct(qv, 50) / 10.0, "met" if d_ok else "MISSED", pct(ut, 50), pct(qt, 50),
               "met" if t_ok else "MISSED", pct(st, 50), "met" if t_ok_cli else "MISSED"))
     print("   bytes p50: understudy %.1f MiB, QEMU %.1f MiB; understudy epochs p50 %d; summary total_s %s; "
           "migrate command wall %s" % (mib(pct([r["bytes"] for r in us], 50)), mib(pct([r["bytes"] for r in q], 50)),
@@ -468,9 +493,9 @@ def idle_line(kind, what, us, q):
         figure("migration downtime like for like (pause -> last byte sent), 256 MiB, %s, p50" % kind,
                pct(sent, 50), "ms", "QEMU 7.2 downtime, same run", pct(qd, 50), goal="<= 1/10 of QEMU's",
                met=s_ok, runs=len(sent))
-        print("   like for like (QEMU's definition, the source's pause until the last byte is sent): understudy %s "
-              "vs QEMU %s -> %.3fx; goal <= 1/10: %s. The downtime above is the guest-visible one (until the "
-              "destination runs the guest), which QEMU does not report" % (
+        print("   like for like with QEMU's reported downtime (the source's pause until the last byte is sent): "
+              "understudy %s vs QEMU %s -> %.3fx; goal <= 1/10: %s. The downtime above is the guest-visible one "
+              "(until the destination runs the guest): QEMU's is taken from its STOP and RESUME events" % (
                   spread(sent, "%.2f"), spread(qd, "%.0f"), pct(sent, 50) / pct(qd, 50),
                   "met" if s_ok else "MISSED"))
     phases = [r["phases_ms"] for r in us if "phases_ms" in r]
