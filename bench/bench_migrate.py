@@ -41,7 +41,7 @@ counter: its console answers get as the source did before the move).
 A benchmark, not a test: it prints figures and exits 0 unless a run could not
 be made at all; the QEMU part prints SKIP with the reason when QEMU
 (Debian package qemu-system-x86) is missing or cannot run a KVM guest here.
-usage: bench_migrate.py [--runs N] [--quick] [--postcopy-only]"""
+usage: bench_migrate.py [--runs N] [--quick] [--postcopy-only] [--idle-only]"""
 import json, math, os, re, shutil, signal, socket, struct, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -570,6 +570,7 @@ def main():
         RUNS = int(args[args.index("--runs") + 1])
     if "--postcopy-only" in args:
         return postcopy_only()
+    idle_only = "--idle-only" in args     # the idle guests beside QEMU only
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         print("bench_migrate: SKIP: /dev/kvm not usable here")
         return 0
@@ -602,15 +603,15 @@ def main():
                     attempt(q[kind], fails, qemu_run, tmp, "%02d-qemu-%s" % (i, kind), images[kind])
         certs = os.path.join(tmp, "certs")
         mk = subprocess.run(["bash", os.path.join(ROOT, "tests", "mkcerts.sh"), certs], capture_output=True)
-        if mk.returncode == 0:
+        if mk.returncode == 0 and not idle_only:
             for kind, (guest, prep) in guests.items():
                 got = []
                 attempt(got, fails, understudy_run, tmp, "tls-%s" % kind, guest, tls=certs, prepare=prep)
                 if got:
                     tls_res[kind] = got[0]
-        else:
+        elif mk.returncode != 0:
             print("bench_migrate: TLS run: SKIP: tests/mkcerts.sh failed: %s" % mk.stderr.decode().strip())
-        for i in range(RUNS):
+        for i in range(0 if idle_only else RUNS):
             for rate in DIRTY_RATES:
                 guest = "dirty:mb=%d,rate_mb=%d,report_ms=%d" % (DIRTY_MB, rate, REPORT_MS)
                 attempt(dirty[rate], fails, understudy_run, tmp, "%02d-dirty-%d" % (i, rate), guest,
@@ -619,7 +620,7 @@ def main():
     except BenchError as e:
         print("bench_migrate: could not measure: %s (logs in %s)" % (e, tmp))
         return 1
-    empty = [k for k, v in list(us.items()) + list(dirty.items()) if not v] + \
+    empty = [k for k, v in list(us.items()) + ([] if idle_only else list(dirty.items())) if not v] + \
         ["QEMU " + k for k, v in q.items() if not v and not why]
     if empty:
         print("bench_migrate: could not measure: no run of %s succeeded; failures: %s (logs in %s)" % (
@@ -645,9 +646,10 @@ def main():
     ref_t = pct([x["total_ms"] for x in us["untouched"]], 50)
     ref_d = pct([x["downtime_ms"] for x in us["untouched"]], 50)
     qd = pct([x["downtime_ms"] for x in q["untouched"]], 50) if q["untouched"] else None
-    print("== understudy under the dirty guest: %d MiB working set written once before the move, %d runs per rate, "
-          "interleaved (the guest writes one word a page: its pages compress, little goes on the wire); "
-          "pre-copy with the default auto-converge; --max-time %d s" % (DIRTY_MB, RUNS, MAX_TIME_S))
+    if not idle_only:
+        print("== understudy under the dirty guest: %d MiB working set written once before the move, %d runs per rate, "
+              "interleaved (the guest writes one word a page: its pages compress, little goes on the wire); "
+              "pre-copy with the default auto-converge; --max-time %d s" % (DIRTY_MB, RUNS, MAX_TIME_S))
     for rate in DIRTY_RATES:
         rs = dirty[rate]
         if not rs:
@@ -659,7 +661,8 @@ def main():
                   pct([r["epochs"] for r in rs], 50), min(r["epochs"] for r in rs), max(r["epochs"] for r in rs),
                   mib(pct([r["bytes"] for r in rs], 50)), ref_t, ref_d, pct(t, 50) / ref_t, pct(dt, 50) / ref_d,
                   "; downtime vs QEMU idle %.0f ms: %.3fx" % (qd, pct(dt, 50) / qd) if qd else ""))
-    postcopy_lines(pc, dirty[POSTCOPY_RATE])
+    if not idle_only:
+        postcopy_lines(pc, dirty[POSTCOPY_RATE])
     if all(v is not None for v in verdicts):
         print("goal (downtime <= 1/10 of QEMU's, total <= QEMU's, p50, both idle kinds): %s" % (
             "met" if all(verdicts) else "MISSED"))
