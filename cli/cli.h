@@ -25,7 +25,8 @@ struct vm_options {
 	{ "console", required_argument, NULL, 1003 }, \
 	{ "kernel", required_argument, NULL, 1004 }, \
 	{ "initrd", required_argument, NULL, 1005 }, \
-	{ "append", required_argument, NULL, 1006 }
+	{ "append", required_argument, NULL, 1006 }, \
+	{ "disk", required_argument, NULL, 1007 }
 
 #define VM_OPTIONS_HELP \
 	"VM options:\n" \
@@ -33,7 +34,8 @@ struct vm_options {
 	"                        stress; an unknown argument is an error)\n" \
 	"  --mem SIZE            guest RAM, e.g. 64M, 1G (default 64M)\n" \
 	"  --cpus N              vCPUs (default 1)\n" \
-	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n"
+	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n" \
+	"  --disk FILE           raw image as a virtio-blk disk (PCI 00:01.0)\n"
 
 /* Link options of the agents, ids from 1100 up. */
 #define NET_OPTIONS_LONG \

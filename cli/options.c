@@ -63,6 +63,15 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		}
 		o->console = arg;
 		return 0;
+	case 1007:
+		if (!*arg || strlen(arg) >= sizeof(o->cfg.disk)) {
+			fprintf(stderr, "understudy: --disk '%s': need a file name of 1..%zu bytes\n", arg,
+				sizeof(o->cfg.disk) - 1);
+			return 2;
+		}
+		snprintf(o->cfg.disk, sizeof(o->cfg.disk), "%s", arg);
+		o->cfg.ndisks = 1;
+		return 0;
 	case 1004:
 	case 1005:
 	case 1006:

@@ -28,7 +28,8 @@ struct machine_config {
 	int ncpus;
 	char guest[32];        /* built-in guest name */
 	char guest_args[256];  /* "k=v,k=v" passed to the guest */
-	char disk[256];        /* raw image behind the virtio-blk device, "" for none */
+	uint32_t ndisks;       /* 0, or 1: a virtio-blk device (part of the digest) */
+	char disk[256];        /* its raw image (not part of the digest: each host has its own) */
 };
 
 /* Parses "--guest NAME[:ARGS]" and "--mem SIZE" style values into cfg;
@@ -274,8 +275,8 @@ int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool 
 /* Power-on state of every function, BARs placed in the MMIO hole as
  * firmware would place them. */
 void pci_reset(struct machine *m);
-/* virtio_blk.c: opens cfg->disk (O_RDWR) for m; 0 and m->blk NULL without
- * one. Errors are logged with the file's name. */
+/* virtio_blk.c: opens cfg->disk (O_RDWR, locked) for m; 0 and m->blk NULL
+ * when cfg->ndisks is 0. Errors are logged with the file's name. */
 int virtio_blk_open(struct machine *m) US_MUST_CHECK;
 void virtio_blk_close(struct machine *m);
 

@@ -198,8 +198,12 @@ int virtio_blk_open(struct machine *m)
 	int r;
 
 	m->blk = NULL;
-	if (!path[0])
+	if (!m->cfg.ndisks)
 		return 0;
+	if (m->cfg.ndisks != 1 || !path[0]) {
+		log_error(TAG, "the VM has a virtio-blk disk: give its image with --disk");
+		return -EINVAL;
+	}
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
