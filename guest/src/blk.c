@@ -30,7 +30,6 @@
 #define PCI_DATA 0xcfc
 #define QSIZE 16
 #define CHUNK 8               /* sectors a request in selftest */
-#define MAX_SECTORS 64
 
 #define S_ACK 1
 #define S_DRIVER 2
@@ -338,7 +337,7 @@ static void selftest(struct drv *d, const char *args, int write)
 	uint64_t start, n, pass;
 
 	if (!(args = parse_u64(args, &start)) || !(args = parse_u64(args, &n)) ||
-	    !parse_u64(args, &pass) || n > MAX_SECTORS * 1024) {
+	    !parse_u64(args, &pass)) {
 		con_puts("error usage: selftest|check START N PASS\n");
 		return;
 	}
