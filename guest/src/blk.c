@@ -248,8 +248,8 @@ static int dev_init(struct drv *d, uint8_t *mem)
 	return 0;
 }
 
-/* One request; returns its status byte, or 0x100 + device status when the
- * device stopped answering (needs a reset). */
+/* One request; returns its status byte, 0x100 + device status when the
+ * device wants a reset, or 0x200 when it did not answer. */
 static int request(struct drv *d, uint32_t type, uint64_t sector, void *buf, uint32_t len,
 		   int dev_writes)
 {
@@ -276,7 +276,7 @@ static int request(struct drv *d, uint32_t type, uint64_t sector, void *buf, uin
 		if (MMIO8(d->common, 0x14) & S_NEEDS_RESET)
 			return 0x100 | MMIO8(d->common, 0x14);
 		if (spin > 1000)
-			return 0x1ff;
+			return 0x200;   /* no answer */
 		guest_idle(100);
 	}
 	barrier();
@@ -321,6 +321,10 @@ static int mem_eq(const uint8_t *a, const uint8_t *b, size_t n)
 
 static void report_error(int st)
 {
+	if (st == 0x200) {
+		con_puts("timeout\n");
+		return;
+	}
 	if (st >= 0x100) {
 		con_puts("needs-reset status=");
 		put_hex8((uint8_t)st);
