@@ -61,16 +61,6 @@ int64_t machine_gfn_page(const struct machine *m, uint64_t gfn)
 	return -1;
 }
 
-void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len)
-{
-	if (!len)
-		return;
-	for (uint64_t p = ram_offset / KVM_PAGE_SIZE; p <= (ram_offset + len - 1) / KVM_PAGE_SIZE &&
-						     p < m->ram_pages; p++)
-		atomic_fetch_or_explicit(&m->vmm_dirty[p / 64], 1ull << (p % 64),
-					 memory_order_relaxed);
-}
-
 /* ---- stopping, parking, idling --------------------------------------- */
 
 static void kick_all(struct machine *m, pthread_t self)

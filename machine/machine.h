@@ -222,8 +222,17 @@ uint64_t machine_bitmap_count(const uint64_t *bm, size_t words);
 /* Sets the bit of every page of m, and none beyond. */
 void machine_bitmap_fill(const struct machine *m, uint64_t *bm);
 
-/* Records that the VMM wrote [offset, offset + len) of guest RAM. */
-void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len);
+/* Records that the VMM wrote [offset, offset + len) of guest RAM. Inline:
+ * the device models call it, and machine.c calls them. */
+static inline void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len)
+{
+	if (!len)
+		return;
+	for (uint64_t p = ram_offset / KVM_PAGE_SIZE; p <= (ram_offset + len - 1) / KVM_PAGE_SIZE &&
+						     p < m->ram_pages; p++)
+		atomic_fetch_or_explicit(&m->vmm_dirty[p / 64], 1ull << (p % 64),
+					 memory_order_relaxed);
+}
 /* On a paused machine: the pages written since the last harvest, one bit a
  * page (ram_pages bits). Re-protects them in KVM before returning, so every
  * later write is seen by the next harvest. */
