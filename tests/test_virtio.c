@@ -346,6 +346,54 @@ static void test_requests_and_bad_chains(void **state)
 	assert_int_equal(m->ram[RING_GPA + 0x3100], 0);
 }
 
+/* Interrupts: a vector past the table reads back as NO_VECTOR; with MSI-X
+ * on, a masked entry leaves its pending bit set, unmasking sends it
+ * (KVM_SIGNAL_MSI) and clears it; the ISR says why and clears on read. */
+static void test_msix_and_isr(void **state)
+{
+	struct fixture *f = *state;
+	struct machine *m = f ? f->m : NULL;
+
+	REQUIRE_KVM(f);
+
+	queue_up(m);
+	bar_wr(m, 0x1a, 2, VIRTIO_MSIX_VECTORS);
+	assert_int_equal(bar_rd(m, 0x1a, 2), VIRTIO_NO_VECTOR);
+	bar_wr(m, 0x10, 2, 1);
+	assert_int_equal(bar_rd(m, 0x10, 2), 1);
+	bar_wr(m, 0x1a, 2, 0);
+	assert_int_equal(bar_rd(m, 0x1a, 2), 0);
+	/* MSI-X off: no message, the ISR still says "queue". */
+	good_write(m, 1);
+	assert_int_equal(bar_rd(m, VIRTIO_ISR_OFF, 1), 1);
+	assert_int_equal(bar_rd(m, VIRTIO_ISR_OFF, 1), 0);   /* read-to-clear */
+	assert_int_equal(bar_rd(m, VIRTIO_MSIX_PBA_OFF, 8), 0);
+	/* MSI-X on, entry 0 masked (its power-on state). */
+	cfg_wr(m, 1, VIRTIO_CAP_MSIX + 2, 2, 0x8000);
+	assert_int_equal(cfg_rd(m, 1, VIRTIO_CAP_MSIX + 2, 2), 0x8000 | (VIRTIO_MSIX_VECTORS - 1));
+	bar_wr(m, VIRTIO_MSIX_TABLE_OFF, 8, 0xfee00000ull);
+	bar_wr(m, VIRTIO_MSIX_TABLE_OFF + 8, 4, 0x31);
+	assert_int_equal(bar_rd(m, VIRTIO_MSIX_TABLE_OFF + 12, 4), 1);
+	good_write(m, 2);
+	assert_int_equal(bar_rd(m, VIRTIO_MSIX_PBA_OFF, 8), 1);
+	bar_wr(m, VIRTIO_MSIX_TABLE_OFF + 12, 4, 0);        /* unmask: sent */
+	assert_int_equal(bar_rd(m, VIRTIO_MSIX_PBA_OFF, 8), 0);
+	/* The function mask holds it too. */
+	cfg_wr(m, 1, VIRTIO_CAP_MSIX + 2, 2, 0xc000);
+	good_write(m, 3);
+	assert_int_equal(bar_rd(m, VIRTIO_MSIX_PBA_OFF, 8), 1);
+	cfg_wr(m, 1, VIRTIO_CAP_MSIX + 2, 2, 0x8000);
+	assert_int_equal(bar_rd(m, VIRTIO_MSIX_PBA_OFF, 8), 0);
+	/* A driver that asked for no interrupts gets none. */
+	cfg_wr(m, 1, VIRTIO_CAP_MSIX + 2, 2, 0xc000);
+	m->ram[RING_GPA + 0x1000] = VIRTQ_AVAIL_F_NO_INTERRUPT;
+	bar_rd(m, VIRTIO_ISR_OFF, 1);
+	good_write(m, 4);
+	assert_int_equal(used_idx(m), 4);
+	assert_int_equal(bar_rd(m, VIRTIO_MSIX_PBA_OFF, 8), 0);
+	assert_int_equal(bar_rd(m, VIRTIO_ISR_OFF, 1), 0);
+}
+
 static void test_state_encoding(void **state)
 {
 	struct fixture *f = *state;
@@ -438,6 +486,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pci_config, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feature_negotiation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_requests_and_bad_chains, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_msix_and_isr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_state_encoding, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_disk, setup, teardown),
 	};
