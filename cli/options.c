@@ -83,6 +83,15 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 	}
 }
 
+int cli_vm_options_no_disk(const char *cmd, const struct vm_options *o)
+{
+	if (!o->cfg.ndisks)
+		return 0;
+	fprintf(stderr, "understudy %s: --disk: disks are not replicated by this build yet "
+		"(use it with run or restore)\n", cmd);
+	return 2;
+}
+
 int cli_vm_options_check(const struct vm_options *o)
 {
 	if (!o->cfg.guest[0]) {
