@@ -444,6 +444,17 @@ void virtio_bar_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32
 	else
 		memset(data, 0, len);
 	if (off < VIRTIO_COMMON_OFF + VIRTIO_COMMON_BYTES) {
+		/* The 64-bit queue addresses also whole (4.1.3.1). */
+		if (len == 8 && off >= 0x20 && !(off & 7)) {
+			if (write) {
+				common_write(d, off, (uint32_t)v);
+				common_write(d, off + 4, v >> 32);
+			} else {
+				v = common_read(d, off) | common_read(d, off + 4) << 32;
+				memcpy(data, &v, 8);
+			}
+			return;
+		}
 		if (common_width(off) != len)
 			return;
 		if (write)

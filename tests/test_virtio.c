@@ -210,8 +210,9 @@ static void queue_up(struct machine *m)
 	bar_wr(m, 0x24, 4, 0);
 	bar_wr(m, 0x28, 4, RING_GPA + 0x1000);
 	bar_wr(m, 0x2c, 4, 0);
-	bar_wr(m, 0x30, 4, RING_GPA + 0x2000);
-	bar_wr(m, 0x34, 4, 0);
+	bar_wr(m, 0x30, 8, RING_GPA + 0x2000);   /* a 64-bit field whole */
+	assert_int_equal(bar_rd(m, 0x30, 8), RING_GPA + 0x2000);
+	assert_int_equal(bar_rd(m, 0x34, 4), 0);
 	bar_wr(m, 0x1c, 2, 1);
 	bar_wr(m, 0x14, 1, VIRTIO_S_ACKNOWLEDGE | VIRTIO_S_DRIVER | VIRTIO_S_FEATURES_OK |
 	       VIRTIO_S_DRIVER_OK);
