@@ -22,7 +22,7 @@ const struct guest_image *guest_list(void)
 		      "'check' self-tests", ""),
 		IMAGE(blk, "virtio-blk driver on the console (needs --disk FILE): info, "
 		      "write SECTOR HEX, read SECTOR, selftest START N PASS, check START N PASS, "
-		      "flush, id, discard SECTOR N, evil", ""),
+		      "flush, id, discard SECTOR N, msix, evil", ""),
 		{ NULL, NULL, NULL, NULL, 0 },
 	};
 	/* Sizes are link-time differences; fill them on first use (idempotent). */

@@ -5,7 +5,8 @@
  * (all-ones written with memory decoding off, then restored), walks the
  * virtio capabilities, negotiates VERSION_1 (+ FLUSH and DISCARD when
  * offered) and sets up queue 0 with interrupts off (VIRTQ_AVAIL_F_NO_INTERRUPT,
- * no MSI-X vector): it polls the used ring. One request at a time:
+ * no MSI-X vector): it polls the used ring ('msix' checks that interrupts
+ * come when asked for). One request at a time:
  * header, data, status, three descriptors.
  *
  * Console, one reply line per request:
@@ -17,6 +18,8 @@
  *                             "ok N" or "bad SECTOR"
  *   check START N PASS        reads and compares only: "ok N" or "bad SECTOR"
  *   flush / id / discard SECTOR N
+ *   msix                      one read with interrupts on (MSI-X entry 0,
+ *                             vector 0x20): "msix ok" when exactly one came
  *   evil                      hands the device a descriptor outside RAM;
  *                             "needs-reset" if the device says so, then
  *                             re-initialises the device ("reinit ok")
@@ -66,6 +69,53 @@ struct drv {
 	volatile uint8_t *status;
 	uint8_t *buf, *buf2;
 };
+
+/* CPL0, as the common runtime's entry plus: gs base = a word per vCPU at
+ * IRQ_COUNT_GPA (the interrupt count), x2APIC on (spurious vector 0xff);
+ * then iretq to CPL3. An MSI-X message of the disk, vector
+ * GUEST_TIMER_VECTOR (the gate the loader installs), counts in that word
+ * and EOIs. rdi, rsi survive. */
+#define IRQ_COUNT_GPA 0x403800   /* GUEST_HEAP_GPA + 0x3800 */
+__asm__(
+	".text\n"
+	".globl guest_cpl0_entry\n"
+	"guest_cpl0_entry:\n"
+	"  mov %rcx, %r8\n"
+	"  mov %rdx, %r9\n"
+	"  mov %rdi, %rax\n"
+	"  shl $6, %rax\n"
+	"  add $0x403800, %rax\n"
+	"  xor %edx, %edx\n"
+	"  mov $0xc0000101, %ecx\n"
+	"  wrmsr\n"
+	"  mov $0x1b, %ecx\n"
+	"  rdmsr\n"
+	"  or $0xc00, %eax\n"
+	"  wrmsr\n"
+	"  xor %edx, %edx\n"
+	"  mov $0x80f, %ecx\n"
+	"  mov $0x1ff, %eax\n"
+	"  wrmsr\n"
+	"  pushq $0x1b\n"
+	"  push %r9\n"
+	"  pushq $0x202\n"
+	"  pushq $0x23\n"
+	"  push %r8\n"
+	"  iretq\n"
+	".globl guest_timer_isr\n"
+	"guest_timer_isr:\n"
+	"  incq %gs:0\n"
+	"  push %rax\n"
+	"  push %rcx\n"
+	"  push %rdx\n"
+	"  mov $0x80b, %ecx\n"
+	"  xor %eax, %eax\n"
+	"  xor %edx, %edx\n"
+	"  wrmsr\n"
+	"  pop %rdx\n"
+	"  pop %rcx\n"
+	"  pop %rax\n"
+	"  iretq\n");
 
 static inline uint32_t inl(uint16_t port)
 {
@@ -427,6 +477,54 @@ static void cmd_info(struct drv *d)
 	con_putc('\n');
 }
 
+/* Interrupts on: MSI-X enabled, entry 0 = vector GUEST_TIMER_VECTOR to
+ * APIC 0, queue 0 on it, VIRTQ_AVAIL_F_NO_INTERRUPT cleared; a read must
+ * raise it. Then back to polling with no vector. */
+static void cmd_msix(struct drv *d)
+{
+	volatile uint64_t *count = (volatile uint64_t *)IRQ_COUNT_GPA;
+	int ptr = (int)(cfg_read(d->dev, 0x34) & 0xfc), n = 0, st;
+	uint32_t head = 0;
+	volatile uint8_t *table;
+	uint64_t before;
+
+	while (ptr && n++ < 48 && ((head = cfg_read(d->dev, ptr)) & 0xff) != 0x11)
+		ptr = (int)((head >> 8) & 0xfc);
+	if (!ptr || (head & 0xff) != 0x11) {
+		con_puts("msix no capability\n");
+		return;
+	}
+	table = (volatile uint8_t *)(d->bar + (cfg_read(d->dev, ptr + 4) & ~7u));
+	MMIO32(table, 0) = 0xfee00000u;
+	MMIO32(table, 4) = 0;
+	MMIO32(table, 8) = GUEST_TIMER_VECTOR;
+	MMIO32(table, 12) = 0;                     /* unmasked */
+	cfg_write(d->dev, ptr, head | 0x80000000u); /* MSI-X enable */
+	MMIO16(d->common, 0x16) = 0;
+	MMIO16(d->common, 0x1a) = 0;
+	if (MMIO16(d->common, 0x1a) != 0) {
+		con_puts("msix vector refused\n");
+		return;
+	}
+	d->avail[0] = 0;
+	before = *count;
+	st = request(d, 0, 0, d->buf, 512, 1);
+	for (int i = 0; i < 1000 && *count == before; i++)
+		guest_idle(100);
+	n = (int)(*count - before);
+	d->avail[0] = 1;
+	MMIO16(d->common, 0x1a) = 0xffff;
+	if (st)
+		report_error(st);
+	else if (n == 1)
+		con_puts("msix ok\n");
+	else {
+		con_puts("msix interrupts=");
+		con_put_u64((uint64_t)n);
+		con_putc('\n');
+	}
+}
+
 /* A descriptor whose buffer is far outside RAM: the device must refuse the
  * request with DEVICE_NEEDS_RESET; then a full re-initialisation. */
 static void cmd_evil(struct drv *d, uint8_t *mem)
@@ -521,6 +619,8 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 				report_error(st);
 			else
 				con_puts("ok\n");
+		} else if (str_eq(line, "msix")) {
+			cmd_msix(&d);
 		} else if (str_eq(line, "evil")) {
 			cmd_evil(&d, mem);
 		} else if (str_eq(line, "halt")) {
