@@ -365,7 +365,8 @@ static void common_write(struct virtio_dev *d, uint32_t off, uint64_t v)
 		return;
 	switch (off) {
 	case 0x18:
-		if (v >= 1 && v <= VIRTQ_MAX_SIZE)
+		/* A split ring's size is a power of 2 (2.7): its indices wrap at 2^16. */
+		if (v >= 1 && v <= VIRTQ_MAX_SIZE && !(v & (v - 1)))
 			q->size = (uint16_t)v;
 		return;
 	case 0x1c:

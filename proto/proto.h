@@ -213,7 +213,8 @@ const char *proto_strerror(int err);
  *     virtio-blk transport: u64 driver_features | u32 device_feature_select |
  *     u32 driver_feature_select | u16 queue_select | u16 msix_config |
  *     u8 status isr (<= 3) config_generation | u32 msix_pending (4 bits) |
- *     2 x queue { u64 desc avail used | u16 size (<= 256, > 0 if enabled)
+ *     2 x queue { u64 desc avail used | u16 size (0 or a power of 2 <= 256,
+ *     > 0 if enabled)
  *     enable (0|1) msix_vector (< 4 or 0xffff) last_avail used_idx } |
  *     4 x MSI-X entry { u64 addr | u32 data | u32 ctrl (0|1) }
  *

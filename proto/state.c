@@ -452,7 +452,8 @@ int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s)
 	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
 		const struct virtq_state *q = &v->q[i];
 
-		if (q->size > VIRTIO_QUEUE_MAX || q->enable > 1 || (q->enable && !q->size) ||
+		if (q->size > VIRTIO_QUEUE_MAX || (q->size & (q->size - 1)) || q->enable > 1 ||
+		    (q->enable && !q->size) ||
 		    !vector_valid(q->msix_vector))
 			return -EBADMSG;
 	}

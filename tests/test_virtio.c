@@ -197,6 +197,14 @@ static void test_feature_negotiation(void **state)
 	assert_int_equal(status(m), 0);
 	assert_int_equal(m->pci.blk.driver_features, 0);
 	assert_int_equal(bar_rd(m, 0x18, 2), VIRTQ_MAX_SIZE);
+	/* Queue sizes: powers of 2 up to the maximum. */
+	bar_wr(m, 0x16, 2, 0);
+	bar_wr(m, 0x18, 2, 12);
+	assert_int_equal(bar_rd(m, 0x18, 2), VIRTQ_MAX_SIZE);
+	bar_wr(m, 0x18, 2, 512);
+	assert_int_equal(bar_rd(m, 0x18, 2), VIRTQ_MAX_SIZE);
+	bar_wr(m, 0x18, 2, 16);
+	assert_int_equal(bar_rd(m, 0x18, 2), 16);
 }
 
 /* Queue 0 of QS entries at RING_GPA, enabled, DRIVER_OK. */
@@ -427,6 +435,9 @@ static void test_state_encoding(void **state)
 		struct pci_state bad;
 
 		bad = *a, bad.blk.q[0].size = VIRTIO_QUEUE_MAX + 1;
+		proto_pci_state_encode(&bad, buf);
+		assert_int_equal(proto_pci_state_decode(buf, PROTO_PCI_STATE_BYTES, b), -EBADMSG);
+		bad = *a, bad.blk.q[0].size = 12;
 		proto_pci_state_encode(&bad, buf);
 		assert_int_equal(proto_pci_state_decode(buf, PROTO_PCI_STATE_BYTES, b), -EBADMSG);
 		bad = *a, bad.blk.q[0].size = 0;
