@@ -40,7 +40,7 @@ CFLAGS   += $(EXTRA_CFLAGS)
 LDFLAGS  += $(EXTRA_LDFLAGS)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
-GUESTS       := counter dirty stress
+GUESTS       := counter dirty stress blk
 GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -ffreestanding -nostdlib -fno-pic -fno-pie \
                 -mno-red-zone -mcmodel=small -fno-stack-protector -fno-asynchronous-unwind-tables \
                 -mgeneral-regs-only -fcf-protection=none -Iguest/src

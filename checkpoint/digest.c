@@ -36,7 +36,7 @@ static const char *const vcpu_part_names[PROTO_VERIFY_VCPU_PARTS] = {
 	"regs", "sregs", "xsave", "xcrs", "msrs", "lapic", "events", "mp_state", "debugregs",
 };
 static const char *const vm_part_names[PROTO_VERIFY_VM_PARTS] = {
-	"pic-master", "pic-slave", "ioapic", "pit", "uart",
+	"pic-master", "pic-slave", "ioapic", "pit", "uart", "pci",
 };
 
 /* The register page without the timer's current count and without the
@@ -261,6 +261,48 @@ static uint32_t digest_uart(const struct uart_state *u)
 	return c;
 }
 
+static uint32_t digest_virtio(uint32_t c, const struct virtio_state *v)
+{
+	MIX(c, v->driver_features);
+	MIX(c, v->device_feature_select);
+	MIX(c, v->driver_feature_select);
+	MIX(c, v->queue_select);
+	MIX(c, v->msix_config);
+	MIX(c, v->status);
+	MIX(c, v->isr);
+	MIX(c, v->config_generation);
+	MIX(c, v->msix_pending);
+	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
+		const struct virtq_state *q = &v->q[i];
+
+		MIX(c, q->desc);
+		MIX(c, q->avail);
+		MIX(c, q->used);
+		MIX(c, q->size);
+		MIX(c, q->enable);
+		MIX(c, q->msix_vector);
+		MIX(c, q->last_avail);
+		MIX(c, q->used_idx);
+	}
+	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++) {
+		MIX(c, v->msix[i].addr);
+		MIX(c, v->msix[i].data);
+		MIX(c, v->msix[i].ctrl);
+	}
+	return c;
+}
+
+/* Config spaces whole (no reserved bytes: all of it is register state or
+ * zeros the model keeps), the config address, the virtio transport. */
+static uint32_t digest_pci(const struct pci_state *p)
+{
+	uint32_t c = 0;
+
+	MIX(c, p->addr);
+	c = proto_crc32c(c, p->cfg, sizeof(p->cfg));
+	return digest_virtio(c, &p->blk);
+}
+
 void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d)
 {
 	d->vm[PROTO_VERIFY_PIC_MASTER] = digest_pic(&ms->vm.pic_master.chip.pic);
@@ -268,6 +310,7 @@ void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d)
 	d->vm[PROTO_VERIFY_IOAPIC] = digest_ioapic(&ms->vm.ioapic.chip.ioapic);
 	d->vm[PROTO_VERIFY_PIT] = digest_pit(&ms->vm.pit);
 	d->vm[PROTO_VERIFY_UART] = digest_uart(&ms->uart);
+	d->vm[PROTO_VERIFY_PCI] = digest_pci(&ms->pci);
 	d->clock_ns = ms->vm.clock.clock;         /* runs on: order only */
 }
 

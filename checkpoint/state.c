@@ -106,12 +106,36 @@ static int uart_load(struct ckpt_image *img, int i, const uint8_t *in, size_t le
 	return proto_uart_state_decode(in, len, &img->ms.uart);
 }
 
+/* ---- pci: config spaces and the virtio transport ----------------------------- */
+
+static size_t pci_size(const struct ckpt_image *img, int i)
+{
+	(void)img;
+	(void)i;
+	return PROTO_PCI_STATE_BYTES;
+}
+
+static void pci_save(const struct ckpt_image *img, int i, uint8_t *out)
+{
+	(void)i;
+	proto_pci_state_encode(&img->ms.pci, out);
+}
+
+static int pci_load(struct ckpt_image *img, int i, const uint8_t *in, size_t len)
+{
+	(void)i;
+	return proto_pci_state_decode(in, len, &img->ms.pci);
+}
+
 static const struct ckpt_section_ops sections[] = {
 	{ PROTO_STATE_VCPU, PROTO_STATE_VCPU_VERSION, vcpu_count, vcpu_size, vcpu_save,
 	  vcpu_load, NULL },
 	{ PROTO_STATE_VM, PROTO_STATE_VM_VERSION, one, vm_size, vm_save, vm_load, NULL },
 	/* the UART's IRQ line is re-driven by machine_set_state (uart_post_load) */
 	{ PROTO_STATE_UART, PROTO_STATE_UART_VERSION, one, uart_size, uart_save, uart_load, NULL },
+	/* no request is in flight at a capture (virtio_blk.c): queues go on from
+	 * last_avail/used_idx as they are */
+	{ PROTO_STATE_PCI, PROTO_STATE_PCI_VERSION, one, pci_size, pci_save, pci_load, NULL },
 };
 #define NSECTION_KINDS (sizeof(sections) / sizeof(sections[0]))
 

@@ -25,7 +25,8 @@ struct vm_options {
 	{ "console", required_argument, NULL, 1003 }, \
 	{ "kernel", required_argument, NULL, 1004 }, \
 	{ "initrd", required_argument, NULL, 1005 }, \
-	{ "append", required_argument, NULL, 1006 }
+	{ "append", required_argument, NULL, 1006 }, \
+	{ "disk", required_argument, NULL, 1007 }
 
 #define VM_OPTIONS_HELP \
 	"VM options:\n" \
@@ -33,7 +34,8 @@ struct vm_options {
 	"                        stress; an unknown argument is an error)\n" \
 	"  --mem SIZE            guest RAM, e.g. 64M, 1G (default 64M)\n" \
 	"  --cpus N              vCPUs (default 1)\n" \
-	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n"
+	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n" \
+	"  --disk FILE           raw image as a virtio-blk disk (PCI 00:01.0)\n"
 
 /* Link options of the agents, ids from 1100 up. */
 #define NET_OPTIONS_LONG \
@@ -93,6 +95,8 @@ int cli_check_host_port(const char *flag, const char *arg);
 void cli_vm_options_init(struct vm_options *o);
 /* Checks the VM options are complete; 0 or 2 after printing why. */
 int cli_vm_options_check(const struct vm_options *o);
+/* 2, with a message, when o has a --disk: cmd cannot replicate one yet. */
+int cli_vm_options_no_disk(const char *cmd, const struct vm_options *o);
 /* Checks the link options fit together; 0 or 2 after printing why. */
 int cli_net_options_check(struct net_config *n);
 /* One VM option, link option (net may be NULL when the subcommand has none)

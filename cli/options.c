@@ -63,6 +63,15 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		}
 		o->console = arg;
 		return 0;
+	case 1007:
+		if (!*arg || strlen(arg) >= sizeof(o->cfg.disk)) {
+			fprintf(stderr, "understudy: --disk '%s': need a file name of 1..%zu bytes\n", arg,
+				sizeof(o->cfg.disk) - 1);
+			return 2;
+		}
+		snprintf(o->cfg.disk, sizeof(o->cfg.disk), "%s", arg);
+		o->cfg.ndisks = 1;
+		return 0;
 	case 1004:
 	case 1005:
 	case 1006:
@@ -72,6 +81,15 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 	default:
 		return 2;
 	}
+}
+
+int cli_vm_options_no_disk(const char *cmd, const struct vm_options *o)
+{
+	if (!o->cfg.ndisks)
+		return 0;
+	fprintf(stderr, "understudy %s: --disk: disks are not replicated by this build yet "
+		"(use it with run or restore)\n", cmd);
+	return 2;
 }
 
 int cli_vm_options_check(const struct vm_options *o)

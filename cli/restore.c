@@ -12,9 +12,12 @@
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
+	"                          [--disk IMAGE]\n"
 	"Rebuilds the VM saved in FILE (a full snapshot), applies the incremental\n"
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
-	"Nothing runs unless every file is intact and they form one chain.\n\n" OPS_OPTIONS_HELP;
+	"Nothing runs unless every file is intact and they form one chain.\n"
+	"A VM saved with a disk needs --disk: the image the restored guest goes on\n"
+	"with (a snapshot holds the disk's device state, not its contents).\n\n" OPS_OPTIONS_HELP;
 
 /* Applies the chain (files[0], already read into c, and the diffs after it)
  * to vm, saying what is wrong with the first file that does not fit. */
@@ -42,11 +45,12 @@ int cli_cmd_restore(int argc, char **argv)
 		OPS_OPTIONS_LONG,
 		{ "console", required_argument, NULL, 'C' },
 		{ "control", required_argument, NULL, 'c' },
+		{ "disk", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
-	const char *console = "stdio", *control = NULL;
+	const char *console = "stdio", *control = NULL, *disk = NULL;
 	struct machine_config cfg;
 	struct ckpt_file_info info;
 	struct ev_loop *loop;
@@ -64,6 +68,7 @@ int cli_cmd_restore(int argc, char **argv)
 		switch (opt) {
 		case 'C': console = optarg; break;
 		case 'c': control = optarg; break;
+		case 'D': disk = optarg; break;
 		case 'h': fputs(restore_help, stdout); return 0;
 		default:
 			if (!cli_is_ops_option(opt)) {
@@ -93,6 +98,17 @@ int cli_cmd_restore(int argc, char **argv)
 			argv[optind]);
 		goto err;
 	}
+	if (cfg.ndisks && !disk) {
+		fprintf(stderr, "understudy restore: %s is of a VM with a disk: give its image with --disk\n",
+			argv[optind]);
+		goto err;
+	}
+	if (disk && (!cfg.ndisks || !*disk || strlen(disk) >= sizeof(cfg.disk))) {
+		fprintf(stderr, "understudy restore: --disk '%s': %s\n", disk,
+			cfg.ndisks ? "bad file name" : "the saved VM has no disk");
+		goto err;
+	}
+	snprintf(cfg.disk, sizeof(cfg.disk), "%s", disk ? disk : "");
 	loop = ev_default_loop(0);
 	if (repl_vm_new(loop, &cfg, console, &vm) < 0)
 		goto err;

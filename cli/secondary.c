@@ -109,7 +109,8 @@ int cli_cmd_secondary(int argc, char **argv)
 				"are required\n");
 		return 2;
 	}
-	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
+	if (cli_vm_options_no_disk("secondary", &vo) ||
+	    cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
 	    cli_ops_options_check("secondary", &ops))
 		return 2;
 	if (fence_timeout_given && !o.fence_cmd) {

@@ -5,6 +5,7 @@
 extern const uint8_t guest_counter_start[], guest_counter_end[];
 extern const uint8_t guest_dirty_start[], guest_dirty_end[];
 extern const uint8_t guest_stress_start[], guest_stress_end[];
+extern const uint8_t guest_blk_start[], guest_blk_end[];
 
 #define IMAGE(n, s, k) { #n, s, k, guest_##n##_start, 0 }
 
@@ -19,12 +20,16 @@ const struct guest_image *guest_list(void)
 		      "mb,rate_mb,report_ms,hot_mb"),
 		IMAGE(stress, "exercises all machine state (timer, SSE/AVX, own mappings, 2 vCPUs); "
 		      "'check' self-tests", ""),
+		IMAGE(blk, "virtio-blk driver on the console (needs --disk FILE): info, "
+		      "write SECTOR HEX, read SECTOR, selftest START N PASS, check START N PASS, "
+		      "flush, id, discard SECTOR N, msix, evil", ""),
 		{ NULL, NULL, NULL, NULL, 0 },
 	};
 	/* Sizes are link-time differences; fill them on first use (idempotent). */
 	images[0].size = guest_counter_end - guest_counter_start;
 	images[1].size = guest_dirty_end - guest_dirty_start;
 	images[2].size = guest_stress_end - guest_stress_start;
+	images[3].size = guest_blk_end - guest_blk_start;
 	return images;
 }
 

@@ -9,7 +9,7 @@
  * The vCPU starts at CPL0 in long mode at header.entry with rdi = cpu index,
  * rsi = bootinfo, rdx = user stack, rcx = header.user_entry; the entry drops to CPL3.
  * CPL3 code reaches the VMM through the ports below (the TSS I/O bitmap allows
- * ports 0..0x7ff at CPL3: PVM ignores IOPL). */
+ * ports 0..0xfff at CPL3: PVM ignores IOPL). */
 #ifndef US_GUEST_H
 #define US_GUEST_H
 
@@ -20,8 +20,8 @@
 #define GUEST_GDT_GPA       0x1000ull
 #define GUEST_IDT_GPA       0x2000ull
 #define GUEST_TSS_GPA       0x3000ull
-#define GUEST_TSS_STRIDE    0x200ull
-#define GUEST_TSS_IOMAP_BYTES 256           /* ports 0..0x7ff */
+#define GUEST_TSS_STRIDE    0x400ull
+#define GUEST_TSS_IOMAP_BYTES 512           /* ports 0..0xfff (PCI config at 0xcf8) */
 #define GUEST_BOOTINFO_GPA  0x6000ull
 #define GUEST_PT_GPA        0x10000ull
 #define GUEST_STACK_GPA     0x80000ull      /* 4 KiB kernel + 12 KiB user stack per vCPU */

@@ -15,4 +15,9 @@ guest_dirty_end:
 guest_stress_start:
 	.incbin "stress.bin"
 guest_stress_end:
+	.balign 4096
+	.globl guest_blk_start, guest_blk_end
+guest_blk_start:
+	.incbin "blk.bin"
+guest_blk_end:
 	.section .note.GNU-stack, "", @progbits

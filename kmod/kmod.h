@@ -60,6 +60,8 @@ int kvm_vm_get_dirty_log(struct kvm_vm *vm, int slot, uint64_t *bitmap) US_MUST_
  * them are logged again. Call before copying the pages, never after. */
 int kvm_vm_clear_dirty_log(struct kvm_vm *vm, int slot, const uint64_t *bitmap) US_MUST_CHECK;
 int kvm_vm_irq_line(struct kvm_vm *vm, uint32_t irq, int level) US_MUST_CHECK;
+/* One MSI message (an MSI-X entry's address and data) into the in-kernel irqchip. */
+int kvm_vm_signal_msi(struct kvm_vm *vm, uint64_t addr, uint32_t data) US_MUST_CHECK;
 
 /* Interrupt controllers, PIT and clock: plain data, checkpointed as is. */
 struct kvm_vm_state {

@@ -238,6 +238,15 @@ int kvm_vm_irq_line(struct kvm_vm *vm, uint32_t irq, int level)
 	return kvm_ioctl(vm->fd, KVM_IRQ_LINE, &l);
 }
 
+int kvm_vm_signal_msi(struct kvm_vm *vm, uint64_t addr, uint32_t data)
+{
+	struct kvm_msi msi = { .address_lo = (uint32_t)addr, .address_hi = (uint32_t)(addr >> 32),
+			       .data = data };
+	int r = kvm_ioctl(vm->fd, KVM_SIGNAL_MSI, &msi);
+
+	return r < 0 ? r : 0;
+}
+
 int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st)
 {
 	int r;

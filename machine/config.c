@@ -135,5 +135,9 @@ uint64_t machine_config_digest(const struct machine_config *cfg)
 	h = fnv1a(h, &ncpus, sizeof(ncpus));
 	h = fnv1a(h, &ver, sizeof(ver));
 	h = fnv1a(h, cfg->guest, strlen(cfg->guest));
+	/* The device set: a virtio-blk function or not (not which image: the
+	 * standby's copy has a path of its own). */
+	if (cfg->ndisks)
+		h = fnv1a(h, "virtio-blk", 10);
 	return h;
 }

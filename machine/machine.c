@@ -61,16 +61,6 @@ int64_t machine_gfn_page(const struct machine *m, uint64_t gfn)
 	return -1;
 }
 
-void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len)
-{
-	if (!len)
-		return;
-	for (uint64_t p = ram_offset / KVM_PAGE_SIZE; p <= (ram_offset + len - 1) / KVM_PAGE_SIZE &&
-						     p < m->ram_pages; p++)
-		atomic_fetch_or_explicit(&m->vmm_dirty[p / 64], 1ull << (p % 64),
-					 memory_order_relaxed);
-}
-
 /* ---- stopping, parking, idling --------------------------------------- */
 
 static void kick_all(struct machine *m, pthread_t self)
@@ -218,6 +208,12 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	struct machine *m = vc->m;
 	uint32_t value = 0;
 
+	if (port >= PCI_PORT_ADDR && port < PCI_PORT_DATA + 4) {
+		pthread_mutex_lock(&m->lock);
+		pci_io(m, port, size, out, data);
+		pthread_mutex_unlock(&m->lock);
+		return 0;
+	}
 	if (port >= UART_PORT && port < UART_PORT + 8) {
 		pthread_mutex_lock(&m->lock);
 		uart_io(m, port, out, data);
@@ -246,6 +242,18 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	}
 }
 
+/* An MMIO access a device BAR claims (virtio notifications are served
+ * here, synchronously); -ENOENT when none does. */
+static int mmio(struct machine *m, struct kvm_run *run)
+{
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	r = pci_mmio(m, run->mmio.phys_addr, run->mmio.data, run->mmio.len, run->mmio.is_write);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
 static int handle_exit(struct machine_vcpu *vc)
 {
 	struct kvm_run *run = vc->kvm.run;
@@ -262,6 +270,8 @@ static int handle_exit(struct machine_vcpu *vc)
 		return 0;
 	}
 	case KVM_EXIT_MMIO:
+		if (mmio(vc->m, run) == 0)
+			return 0;
 		if (!run->mmio.is_write)
 			memset(run->mmio.data, 0xff, sizeof(run->mmio.data));
 		log_debug(TAG, "unclaimed MMIO %s at 0x%llx", run->mmio.is_write ? "write" : "read",
@@ -447,6 +457,9 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 	uart_reset(&m->uart);
 	if ((r = init_sync(m)) < 0)
 		goto err;
+	if ((r = virtio_blk_open(m)) < 0)
+		goto err;
+	pci_reset(m);
 	if ((r = kvm_sys_open(&m->sys, NULL)) < 0)
 		goto err;
 	if ((r = kvm_vm_create(&m->vm, &m->sys)) < 0)
@@ -478,6 +491,7 @@ err:
 	free(m->kvm_dirty);
 	free(m->hot);
 	free(m->seen);
+	virtio_blk_close(m);
 	free(m);
 	return r;
 }
@@ -517,6 +531,7 @@ void machine_free(struct machine *m)
 	free(m->kvm_dirty);
 	free(m->hot);
 	free(m->seen);
+	virtio_blk_close(m);
 	pthread_cond_destroy(&m->cond);
 	pthread_cond_destroy(&m->parked_cond);
 	pthread_mutex_destroy(&m->lock);
@@ -662,6 +677,7 @@ int machine_get_state(struct machine *m, struct machine_state *st)
 		return r;
 	pthread_mutex_lock(&m->lock);
 	st->uart = m->uart;
+	st->pci = m->pci;
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -675,6 +691,11 @@ int machine_set_state(struct machine *m, const struct machine_state *st)
 	pthread_mutex_lock(&m->lock);
 	m->uart = st->uart;
 	uart_post_load(m);
+	m->pci = st->pci;
+	/* The state was made by a machine of the same configuration (the
+	 * digest says so); a function this one lacks stays absent all the same. */
+	if (!m->blk)
+		memset(m->pci.cfg[PCI_SLOT_BLK], 0, PCI_CFG_BYTES);
 	pthread_cond_broadcast(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 	return 0;

@@ -28,6 +28,8 @@ struct machine_config {
 	int ncpus;
 	char guest[32];        /* built-in guest name */
 	char guest_args[256];  /* "k=v,k=v" passed to the guest */
+	uint32_t ndisks;       /* 0, or 1: a virtio-blk device (part of the digest) */
+	char disk[256];        /* its raw image (not part of the digest: each host has its own) */
 };
 
 /* Parses "--guest NAME[:ARGS]" and "--mem SIZE" style values into cfg;
@@ -50,6 +52,48 @@ struct uart_state {
 	uint8_t pad;
 	uint32_t rx_head, rx_count;
 	uint8_t rx[UART_RX_SIZE];
+};
+
+/* ---- PCI and virtio: checkpointed state (machine/pci.c, virtio_pci.c) --- */
+
+/* Bus 0: 00:00.0 host bridge, 00:01.0 virtio-blk (with --disk). */
+#define PCI_NSLOTS 2
+#define PCI_SLOT_BLK 1
+#define PCI_CFG_BYTES 256
+#define VIRTIO_MAX_QUEUES 2
+#define VIRTIO_MSIX_VECTORS 4
+#define VIRTIO_QUEUE_MAX 256      /* largest queue size a device offers */
+
+struct virtq_state {
+	uint64_t desc, avail, used;   /* guest-physical addresses */
+	uint16_t size, enable, msix_vector;
+	uint16_t last_avail;          /* next avail ring entry the device takes */
+	uint16_t used_idx;            /* the used ring's idx as the device last wrote it */
+	uint16_t pad[3];
+};
+
+struct virtio_msix_entry {
+	uint64_t addr;
+	uint32_t data;
+	uint32_t ctrl;                /* bit 0: masked */
+};
+
+/* One virtio-pci function's transport state. */
+struct virtio_state {
+	uint64_t driver_features;
+	uint32_t device_feature_select, driver_feature_select;
+	uint16_t queue_select, msix_config;
+	uint8_t status, isr, config_generation, pad;
+	uint32_t msix_pending;        /* pending bit array: one bit a vector */
+	struct virtq_state q[VIRTIO_MAX_QUEUES];
+	struct virtio_msix_entry msix[VIRTIO_MSIX_VECTORS];
+};
+
+struct pci_state {
+	uint32_t addr;                /* the 0xCF8 address register */
+	uint32_t pad;
+	uint8_t cfg[PCI_NSLOTS][PCI_CFG_BYTES];
+	struct virtio_state blk;
 };
 
 /* What the owner of the machine hears from it. Called on vCPU threads. */
@@ -103,6 +147,8 @@ struct machine {
 	bool stopping;
 	int stop_status;
 	struct uart_state uart;
+	struct pci_state pci;        /* PCI config spaces and virtio transports */
+	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
 
 	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
 	_Atomic uint64_t *vmm_dirty;
@@ -176,8 +222,17 @@ uint64_t machine_bitmap_count(const uint64_t *bm, size_t words);
 /* Sets the bit of every page of m, and none beyond. */
 void machine_bitmap_fill(const struct machine *m, uint64_t *bm);
 
-/* Records that the VMM wrote [offset, offset + len) of guest RAM. */
-void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len);
+/* Records that the VMM wrote [offset, offset + len) of guest RAM. Inline:
+ * the device models call it, and machine.c calls them. */
+static inline void machine_mark_dirty(struct machine *m, uint64_t ram_offset, uint64_t len)
+{
+	if (!len)
+		return;
+	for (uint64_t p = ram_offset / KVM_PAGE_SIZE; p <= (ram_offset + len - 1) / KVM_PAGE_SIZE &&
+						     p < m->ram_pages; p++)
+		atomic_fetch_or_explicit(&m->vmm_dirty[p / 64], 1ull << (p % 64),
+					 memory_order_relaxed);
+}
 /* On a paused machine: the pages written since the last harvest, one bit a
  * page (ram_pages bits). Re-protects them in KVM before returning, so every
  * later write is seen by the next harvest. */
@@ -203,6 +258,7 @@ int machine_ram_populated(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
 struct machine_state {
 	struct kvm_vm_state vm;
 	struct uart_state uart;
+	struct pci_state pci;
 };
 int machine_get_state(struct machine *m, struct machine_state *st) US_MUST_CHECK;
 int machine_set_state(struct machine *m, const struct machine_state *st) US_MUST_CHECK;
@@ -216,6 +272,22 @@ bool uart_rx_ready(const struct uart_state *u);
 void uart_reset(struct uart_state *u);
 /* Re-drives the IRQ line from restored state. */
 void uart_post_load(struct machine *m);
+
+/* pci.c: configuration mechanism #1 and BAR decoding, used by machine.c.
+ * Called with machine.lock held. */
+#define PCI_PORT_ADDR 0xcf8
+#define PCI_PORT_DATA 0xcfc
+/* A port access to 0xCF8..0xCFF of size bytes. */
+void pci_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
+/* An MMIO access; 0 when a BAR claimed it, -ENOENT when none did. */
+int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool write);
+/* Power-on state of every function, BARs placed in the MMIO hole as
+ * firmware would place them. */
+void pci_reset(struct machine *m);
+/* virtio_blk.c: opens cfg->disk (O_RDWR, locked) for m; 0 and m->blk NULL
+ * when cfg->ndisks is 0. Errors are logged with the file's name. */
+int virtio_blk_open(struct machine *m) US_MUST_CHECK;
+void virtio_blk_close(struct machine *m);
 
 /* ---- post-copy (uffd.c) ------------------------------------------------- */
 

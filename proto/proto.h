@@ -208,6 +208,15 @@ const char *proto_strerror(int err);
  *   "uart" v2, one (PROTO_UART_STATE_BYTES): u8 ier lcr mcr lsr_err msr scr
  *     dll dlm fcr thr_irq irq_level (0|1) | u32 rx_head (< 4096) |
  *     u32 rx_count (<= 4096) | 4096 bytes of receive FIFO
+ *   "pci" v1, one (PROTO_PCI_STATE_BYTES): u32 config address (0xCF8) |
+ *     PROTO_PCI_NSLOTS x 256 bytes of config space (00:00.0, 00:01.0) |
+ *     virtio-blk transport: u64 driver_features | u32 device_feature_select |
+ *     u32 driver_feature_select | u16 queue_select | u16 msix_config |
+ *     u8 status isr (<= 3) config_generation | u32 msix_pending (4 bits) |
+ *     2 x queue { u64 desc avail used | u16 size (0 or a power of 2 <= 256,
+ *     > 0 if enabled)
+ *     enable (0|1) msix_vector (< 4 or 0xffff) last_avail used_idx } |
+ *     4 x MSI-X entry { u64 addr | u32 data | u32 ctrl (0|1) }
  *
  * Decoders check every length, count and version before use and never read
  * outside what they were given: -EBADMSG for a malformed blob or section,
@@ -224,10 +233,14 @@ const char *proto_strerror(int err);
 #define PROTO_STATE_VM_VERSION    2u
 #define PROTO_STATE_UART          "uart"
 #define PROTO_STATE_UART_VERSION  2u
+#define PROTO_STATE_PCI           "pci"
+#define PROTO_STATE_PCI_VERSION   1u
 
 #define PROTO_VM_STATE_BYTES      348u
 #define PROTO_UART_RX_BYTES       4096u
 #define PROTO_UART_STATE_BYTES    (19u + PROTO_UART_RX_BYTES)
+#define PROTO_PCI_NSLOTS          2u
+#define PROTO_PCI_STATE_BYTES     (4u + PROTO_PCI_NSLOTS * 256u + 27u + 2u * 34u + 4u * 16u)
 
 /* Names of the Section messages of the replication stream (Section.name). */
 #define PROTO_SECTION_MACHINE_CONFIG "machine-config" /* a packed MachineConfig */
@@ -239,6 +252,7 @@ const char *proto_strerror(int err);
 struct kvm_vcpu_state;
 struct kvm_vm_state;
 struct uart_state;
+struct pci_state;
 
 struct proto_state_hdr {
 	uint64_t digest;
@@ -280,6 +294,8 @@ size_t proto_vm_state_encode(const struct kvm_vm_state *s, uint8_t out[PROTO_VM_
 int proto_vm_state_decode(const void *in, size_t len, struct kvm_vm_state *s) US_MUST_CHECK;
 size_t proto_uart_state_encode(const struct uart_state *u, uint8_t out[PROTO_UART_STATE_BYTES]);
 int proto_uart_state_decode(const void *in, size_t len, struct uart_state *u) US_MUST_CHECK;
+size_t proto_pci_state_encode(const struct pci_state *s, uint8_t out[PROTO_PCI_STATE_BYTES]);
+int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s) US_MUST_CHECK;
 
 /* ---- page batches -------------------------------------------------------- */
 
@@ -371,9 +387,9 @@ enum { PROTO_VERIFY_REGS, PROTO_VERIFY_SREGS, PROTO_VERIFY_XSAVE, PROTO_VERIFY_X
        PROTO_VERIFY_MSRS, PROTO_VERIFY_LAPIC, PROTO_VERIFY_EVENTS, PROTO_VERIFY_MP_STATE,
        PROTO_VERIFY_DEBUGREGS, PROTO_VERIFY_VCPU_PARTS };
 enum { PROTO_VERIFY_PIC_MASTER, PROTO_VERIFY_PIC_SLAVE, PROTO_VERIFY_IOAPIC, PROTO_VERIFY_PIT,
-       PROTO_VERIFY_UART, PROTO_VERIFY_VM_PARTS };
-#define PROTO_VERIFY_VERSION   1u
-#define PROTO_VERIFY_MAX_BYTES (40 + KVM_MAX_VCPUS * (PROTO_VERIFY_VCPU_PARTS * 4 + 8))
+       PROTO_VERIFY_UART, PROTO_VERIFY_PCI, PROTO_VERIFY_VM_PARTS };
+#define PROTO_VERIFY_VERSION   2u
+#define PROTO_VERIFY_MAX_BYTES (44 + KVM_MAX_VCPUS * (PROTO_VERIFY_VCPU_PARTS * 4 + 8))
 
 struct proto_verify_vcpu {
 	uint32_t part[PROTO_VERIFY_VCPU_PARTS];  /* crc32c of each part */

@@ -6,7 +6,7 @@
 #include "proto/proto.h"
 
 #include "kmod/kmod.h"
-#include "machine/machine.h" /* struct uart_state: the plain data of the 16550 */
+#include "machine/machine.h" /* struct uart_state, struct pci_state: plain device data */
 
 #include <endian.h>
 #include <errno.h>
@@ -389,5 +389,76 @@ int proto_uart_state_decode(const void *in, size_t len, struct uart_state *u)
 	if (u->rx_head >= UART_RX_SIZE || u->rx_count > UART_RX_SIZE || u->irq_level > 1)
 		return -EBADMSG;
 	get_bytes(&p, u->rx, PROTO_UART_RX_BYTES);
+	return 0;
+}
+
+/* ---- pci: config spaces and the virtio transport ------------------------------- */
+
+#define VIRTQ_FIELDS(F, x)                                                              \
+	F(64, (x).desc) F(64, (x).avail) F(64, (x).used) F(16, (x).size) F(16, (x).enable) \
+	F(16, (x).msix_vector) F(16, (x).last_avail) F(16, (x).used_idx)
+#define MSIX_FIELDS(F, x) F(64, (x).addr) F(32, (x).data) F(32, (x).ctrl)
+#define VIRTIO_FIELDS(F, x)                                                             \
+	F(64, (x).driver_features) F(32, (x).device_feature_select)                     \
+	F(32, (x).driver_feature_select) F(16, (x).queue_select) F(16, (x).msix_config) \
+	F(8, (x).status) F(8, (x).isr) F(8, (x).config_generation) F(32, (x).msix_pending)
+
+size_t proto_pci_state_encode(const struct pci_state *s, uint8_t out[PROTO_PCI_STATE_BYTES])
+{
+	uint8_t *p = out;
+
+	put32(&p, s->addr);
+	put_bytes(&p, s->cfg, sizeof(s->cfg));
+	VIRTIO_FIELDS(PUT, s->blk)
+	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
+		VIRTQ_FIELDS(PUT, s->blk.q[i])
+	}
+	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++) {
+		MSIX_FIELDS(PUT, s->blk.msix[i])
+	}
+	return (size_t)(p - out);
+}
+
+static bool vector_valid(uint16_t v)
+{
+	return v < VIRTIO_MSIX_VECTORS || v == 0xffff;
+}
+
+int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s)
+{
+	const uint8_t *p = in;
+	struct virtio_state *v = &s->blk;
+
+	_Static_assert(sizeof(s->cfg) == PROTO_PCI_NSLOTS * 256, "config spaces are part of the layout");
+	_Static_assert(VIRTIO_MAX_QUEUES == 2 && VIRTIO_MSIX_VECTORS == 4,
+		       "queues and vectors are part of the layout");
+	if (len != PROTO_PCI_STATE_BYTES)
+		return -EBADMSG;
+	memset(s, 0, sizeof(*s));
+	s->addr = get32(&p);
+	get_bytes(&p, s->cfg, sizeof(s->cfg));
+	VIRTIO_FIELDS(GET, *v)
+	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
+		VIRTQ_FIELDS(GET, v->q[i])
+	}
+	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++) {
+		MSIX_FIELDS(GET, v->msix[i])
+	}
+	/* What the device model relies on: sizes it divides by, vectors it
+	 * indexes with, flags that are single bits. */
+	if ((s->addr & ~0x80fffffcu) || v->isr > 3 || !vector_valid(v->msix_config) ||
+	    v->msix_pending >> VIRTIO_MSIX_VECTORS)
+		return -EBADMSG;
+	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
+		const struct virtq_state *q = &v->q[i];
+
+		if (q->size > VIRTIO_QUEUE_MAX || (q->size & (q->size - 1)) || q->enable > 1 ||
+		    (q->enable && !q->size) ||
+		    !vector_valid(q->msix_vector))
+			return -EBADMSG;
+	}
+	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++)
+		if (v->msix[i].ctrl > 1)
+			return -EBADMSG;
 	return 0;
 }

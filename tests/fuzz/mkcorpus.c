@@ -70,6 +70,15 @@ static void plausible_image(struct ckpt_image *img, int ncpus)
 	img->ms.uart.lcr = 3;
 	img->ms.uart.rx_count = 2;
 	memcpy(img->ms.uart.rx, "hi", 2);
+	img->ms.pci.addr = 0x80000800u;   /* a virtio-blk in use: queue 0 enabled */
+	img->ms.pci.cfg[1][0] = 0xf4;
+	img->ms.pci.cfg[1][1] = 0x1a;
+	img->ms.pci.blk.status = 0x0f;
+	img->ms.pci.blk.msix_config = 0xffff;
+	img->ms.pci.blk.q[0] = (struct virtq_state){ .desc = 0x200000, .avail = 0x201000,
+		.used = 0x202000, .size = 16, .enable = 1, .msix_vector = 0xffff, .last_avail = 7,
+		.used_idx = 7 };
+	img->ms.pci.blk.q[1].msix_vector = 0xffff;
 }
 
 struct blob {
@@ -95,7 +104,7 @@ static void blob_finish(struct blob *b, uint64_t digest, uint32_t ncpus)
 }
 
 /* A blob of img's sections, the vcpu ones changed by how. */
-enum how { WHOLE, VCPU_V1, UNKNOWN_SECTION, NO_UART, VCPU_TWICE, TOO_MANY_MSRS };
+enum how { WHOLE, VCPU_V1, UNKNOWN_SECTION, NO_UART, VCPU_TWICE, TOO_MANY_MSRS, NO_PCI, BAD_QUEUE };
 
 static size_t build(struct blob *b, const struct ckpt_image *img, enum how how)
 {
@@ -117,6 +126,13 @@ static size_t build(struct blob *b, const struct ckpt_image *img, enum how how)
 	if (how != NO_UART)
 		blob_add(b, how == UNKNOWN_SECTION ? "hpet" : PROTO_STATE_UART,
 			 PROTO_STATE_UART_VERSION, 0, data, PROTO_UART_STATE_BYTES);
+	proto_pci_state_encode(&img->ms.pci, data);
+	if (how == BAD_QUEUE)
+		data[4 + 2 * 256 + 27 + 24] = 0xff;   /* queue 0 size low byte: 0x1ff */
+	if (how == BAD_QUEUE)
+		data[4 + 2 * 256 + 27 + 25] = 0x01;
+	if (how != NO_PCI)
+		blob_add(b, PROTO_STATE_PCI, PROTO_STATE_PCI_VERSION, 0, data, PROTO_PCI_STATE_BYTES);
 	blob_finish(b, 0x1234, (uint32_t)img->ncpus);
 	return b->len;
 }
@@ -131,6 +147,8 @@ static void state_corpus(void)
 		{ "bad-missing-uart", 1, NO_UART },
 		{ "bad-vcpu-repeated", 2, VCPU_TWICE },
 		{ "bad-too-many-msrs", 1, TOO_MANY_MSRS },
+		{ "bad-missing-pci", 1, NO_PCI },
+		{ "bad-pci-queue-too-large", 1, BAD_QUEUE },
 	};
 	struct ckpt_image *img = malloc(sizeof(*img));
 	struct blob b = { malloc(1 << 20), 0, 0 };

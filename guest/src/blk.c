@@ -1,0 +1,632 @@
+/* blk: a virtio-blk driver over virtio-pci (modern), driven from the console.
+ *
+ * At boot it enumerates PCI bus 0 through ports 0xCF8/0xCFC, finds the
+ * virtio-blk function (1af4:1042), sizes its BAR as a firmware or OS does
+ * (all-ones written with memory decoding off, then restored), walks the
+ * virtio capabilities, negotiates VERSION_1 (+ FLUSH and DISCARD when
+ * offered) and sets up queue 0 with interrupts off (VIRTQ_AVAIL_F_NO_INTERRUPT,
+ * no MSI-X vector): it polls the used ring ('msix' checks that interrupts
+ * come when asked for). One request at a time:
+ * header, data, status, three descriptors.
+ *
+ * Console, one reply line per request:
+ *   info                      "blk capacity=N features=HEX bar=HEX bar_size=N queue=N"
+ *   write SECTOR HEX          the bytes given, zero-padded to a sector; "ok"
+ *   read SECTOR               "data " + the sector's first 32 bytes in hex
+ *   selftest START N PASS     writes a pattern to N sectors from START (8
+ *                             sectors a request), reads them back, compares:
+ *                             "ok N" or "bad SECTOR"
+ *   check START N PASS        reads and compares only: "ok N" or "bad SECTOR"
+ *   flush / id / discard SECTOR N
+ *   msix                      one read with interrupts on (MSI-X entry 0,
+ *                             vector 0x20): "msix ok" when exactly one came
+ *   evil                      hands the device a descriptor outside RAM;
+ *                             "needs-reset" if the device says so, then
+ *                             re-initialises the device ("reinit ok")
+ *   halt
+ * The pattern of sector s in pass p is 16 lines of 32 bytes:
+ *   "s0000000005 p00001 l00 ........\n" (s, p, line number, zero-padded). */
+
+#include "glib.h"
+
+#define PCI_ADDR 0xcf8
+#define PCI_DATA 0xcfc
+#define QSIZE 16
+#define CHUNK 8               /* sectors a request in selftest */
+
+#define S_ACK 1
+#define S_DRIVER 2
+#define S_DRIVER_OK 4
+#define S_FEATURES_OK 8
+#define S_NEEDS_RESET 0x40
+
+#define F_FLUSH (1ull << 9)
+#define F_DISCARD (1ull << 13)
+#define F_VERSION_1 (1ull << 32)
+
+struct desc {
+	uint64_t addr;
+	uint32_t len;
+	uint16_t flags, next;
+};
+
+struct req_hdr {
+	uint32_t type, reserved;
+	uint64_t sector;
+};
+
+struct drv {
+	int dev;
+	uint64_t bar, bar_size;
+	volatile uint8_t *common, *isr, *devcfg;
+	volatile uint16_t *notify;
+	uint64_t features, capacity;
+	struct desc *desc;
+	volatile uint16_t *avail;   /* flags, idx, ring[QSIZE] */
+	volatile uint16_t *used;    /* flags, idx, then {u32 id, u32 len}[QSIZE] */
+	uint16_t avail_idx, used_seen;
+	struct req_hdr *hdr;
+	volatile uint8_t *status;
+	uint8_t *buf, *buf2;
+};
+
+/* CPL0, as the common runtime's entry plus: gs base = a word per vCPU at
+ * IRQ_COUNT_GPA (the interrupt count), x2APIC on (spurious vector 0xff);
+ * then iretq to CPL3. An MSI-X message of the disk, vector
+ * GUEST_TIMER_VECTOR (the gate the loader installs), counts in that word
+ * and EOIs. rdi, rsi survive. */
+#define IRQ_COUNT_GPA 0x403800   /* GUEST_HEAP_GPA + 0x3800 */
+__asm__(
+	".text\n"
+	".globl guest_cpl0_entry\n"
+	"guest_cpl0_entry:\n"
+	"  mov %rcx, %r8\n"
+	"  mov %rdx, %r9\n"
+	"  mov %rdi, %rax\n"
+	"  shl $6, %rax\n"
+	"  add $0x403800, %rax\n"
+	"  xor %edx, %edx\n"
+	"  mov $0xc0000101, %ecx\n"
+	"  wrmsr\n"
+	"  mov $0x1b, %ecx\n"
+	"  rdmsr\n"
+	"  or $0xc00, %eax\n"
+	"  wrmsr\n"
+	"  xor %edx, %edx\n"
+	"  mov $0x80f, %ecx\n"
+	"  mov $0x1ff, %eax\n"
+	"  wrmsr\n"
+	"  pushq $0x1b\n"
+	"  push %r9\n"
+	"  pushq $0x202\n"
+	"  pushq $0x23\n"
+	"  push %r8\n"
+	"  iretq\n"
+	".globl guest_timer_isr\n"
+	"guest_timer_isr:\n"
+	"  incq %gs:0\n"
+	"  push %rax\n"
+	"  push %rcx\n"
+	"  push %rdx\n"
+	"  mov $0x80b, %ecx\n"
+	"  xor %eax, %eax\n"
+	"  xor %edx, %edx\n"
+	"  wrmsr\n"
+	"  pop %rdx\n"
+	"  pop %rcx\n"
+	"  pop %rax\n"
+	"  iretq\n");
+
+static inline uint32_t inl(uint16_t port)
+{
+	uint32_t v;
+
+	__asm__ volatile("inl %1, %0" : "=a"(v) : "Nd"(port));
+	return v;
+}
+
+static uint32_t cfg_read(int dev, int off)
+{
+	outl(PCI_ADDR, 0x80000000u | (uint32_t)dev << 11 | (uint32_t)(off & 0xfc));
+	return inl(PCI_DATA) >> (8 * (off & 3));
+}
+
+static void cfg_write(int dev, int off, uint32_t v)
+{
+	outl(PCI_ADDR, 0x80000000u | (uint32_t)dev << 11 | (uint32_t)(off & 0xfc));
+	outl(PCI_DATA, v);
+}
+
+#define MMIO8(p, off) (*(volatile uint8_t *)((p) + (off)))
+#define MMIO16(p, off) (*(volatile uint16_t *)((p) + (off)))
+#define MMIO32(p, off) (*(volatile uint32_t *)((p) + (off)))
+
+static void barrier(void)
+{
+	__asm__ volatile("mfence" ::: "memory");
+}
+
+static void put_hex8(uint8_t b)
+{
+	con_putc("0123456789abcdef"[b >> 4]);
+	con_putc("0123456789abcdef"[b & 15]);
+}
+
+static const char *parse_u64(const char *s, uint64_t *v)
+{
+	*v = 0;
+	while (*s == ' ')
+		s++;
+	if (*s < '0' || *s > '9')
+		return 0;
+	while (*s >= '0' && *s <= '9')
+		*v = *v * 10 + (uint64_t)(*s++ - '0');
+	return s;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+static int starts(const char *s, const char *w)
+{
+	while (*w)
+		if (*s++ != *w++)
+			return 0;
+	return *s == ' ' || *s == 0;
+}
+
+/* ---- PCI --------------------------------------------------------------------- */
+
+static int pci_find(struct drv *d)
+{
+	for (int dev = 0; dev < 32; dev++)
+		if (cfg_read(dev, 0) == 0x10421af4u) {
+			d->dev = dev;
+			return 0;
+		}
+	return -1;
+}
+
+/* BAR0/BAR1 (64-bit): size by all-ones with decoding off, then restore. */
+static void pci_size_bar(struct drv *d)
+{
+	uint32_t cmd = cfg_read(d->dev, 4) & 0xffff;
+	uint32_t lo = cfg_read(d->dev, 0x10), hi = cfg_read(d->dev, 0x14);
+	uint64_t mask;
+
+	cfg_write(d->dev, 4, cmd & ~2u);
+	cfg_write(d->dev, 0x10, 0xffffffffu);
+	cfg_write(d->dev, 0x14, 0xffffffffu);
+	mask = ((uint64_t)cfg_read(d->dev, 0x14) << 32) | (cfg_read(d->dev, 0x10) & ~0xfu);
+	cfg_write(d->dev, 0x10, lo);
+	cfg_write(d->dev, 0x14, hi);
+	cfg_write(d->dev, 4, cmd | 2u | 4u);   /* memory decoding, bus master */
+	d->bar = ((uint64_t)hi << 32) | (lo & ~0xfu);
+	d->bar_size = ~mask + 1;
+}
+
+static int pci_caps(struct drv *d)
+{
+	uint32_t mult = 0;
+	int ptr = (int)(cfg_read(d->dev, 0x34) & 0xfc), n = 0;
+
+	while (ptr && n++ < 48) {
+		uint32_t head = cfg_read(d->dev, ptr);
+		uint8_t *at;
+
+		if ((head & 0xff) == 0x09 && ((cfg_read(d->dev, ptr + 4) & 0xff) == 0)) {
+			at = (uint8_t *)(d->bar + cfg_read(d->dev, ptr + 8));
+			switch ((head >> 24) & 0xff) {
+			case 1: d->common = at; break;
+			case 2: d->notify = (volatile uint16_t *)at; mult = cfg_read(d->dev, ptr + 16); break;
+			case 3: d->isr = at; break;
+			case 4: d->devcfg = at; break;
+			default: break;
+			}
+		}
+		ptr = (int)((head >> 8) & 0xfc);
+	}
+	if (!d->common || !d->notify || !d->isr || !d->devcfg)
+		return -1;
+	/* queue 0's notify offset times the multiplier */
+	MMIO16(d->common, 0x16) = 0;
+	d->notify = (volatile uint16_t *)((uint8_t *)d->notify + MMIO16(d->common, 0x1e) * mult);
+	return 0;
+}
+
+/* ---- virtio ------------------------------------------------------------------ */
+
+static int dev_init(struct drv *d, uint8_t *mem)
+{
+	volatile uint8_t *c = d->common;
+	uint64_t offered, want;
+	uint16_t qmax;
+
+	MMIO8(c, 0x14) = 0;
+	while (MMIO8(c, 0x14) != 0)
+		;
+	MMIO8(c, 0x14) = S_ACK;
+	MMIO8(c, 0x14) = S_ACK | S_DRIVER;
+	MMIO32(c, 0x00) = 0;
+	offered = MMIO32(c, 0x04);
+	MMIO32(c, 0x00) = 1;
+	offered |= (uint64_t)MMIO32(c, 0x04) << 32;
+	want = offered & (F_VERSION_1 | F_FLUSH | F_DISCARD);
+	if (!(want & F_VERSION_1))
+		return -1;
+	MMIO32(c, 0x08) = 0;
+	MMIO32(c, 0x0c) = (uint32_t)want;
+	MMIO32(c, 0x08) = 1;
+	MMIO32(c, 0x0c) = (uint32_t)(want >> 32);
+	MMIO8(c, 0x14) = S_ACK | S_DRIVER | S_FEATURES_OK;
+	if (!(MMIO8(c, 0x14) & S_FEATURES_OK))
+		return -2;
+	d->features = want;
+
+	memset(mem, 0, 0x4000);
+	d->desc = (struct desc *)mem;
+	d->avail = (volatile uint16_t *)(mem + 0x1000);
+	d->used = (volatile uint16_t *)(mem + 0x2000);
+	d->hdr = (struct req_hdr *)(mem + 0x3000);
+	d->status = mem + 0x3010;
+	d->avail_idx = 0;
+	d->used_seen = 0;
+	d->avail[0] = 1;                 /* VIRTQ_AVAIL_F_NO_INTERRUPT: we poll */
+	MMIO16(c, 0x16) = 0;
+	qmax = MMIO16(c, 0x18);
+	if (qmax == 0)
+		return -3;
+	MMIO16(c, 0x18) = qmax < QSIZE ? qmax : QSIZE;
+	if (qmax < QSIZE)
+		return -3;
+	MMIO16(c, 0x1a) = 0xffff;        /* no MSI-X vector */
+	MMIO32(c, 0x20) = (uint32_t)(uint64_t)d->desc;
+	MMIO32(c, 0x24) = 0;
+	MMIO32(c, 0x28) = (uint32_t)(uint64_t)d->avail;
+	MMIO32(c, 0x2c) = 0;
+	MMIO32(c, 0x30) = (uint32_t)(uint64_t)d->used;
+	MMIO32(c, 0x34) = 0;
+	MMIO16(c, 0x1c) = 1;
+	MMIO8(c, 0x14) = S_ACK | S_DRIVER | S_FEATURES_OK | S_DRIVER_OK;
+	d->capacity = MMIO32(d->devcfg, 0) | (uint64_t)MMIO32(d->devcfg, 4) << 32;
+	return 0;
+}
+
+/* One request; returns its status byte, 0x100 + device status when the
+ * device wants a reset, or 0x200 when it did not answer. */
+static int request(struct drv *d, uint32_t type, uint64_t sector, void *buf, uint32_t len,
+		   int dev_writes)
+{
+	int n = 0;
+
+	d->hdr->type = type;
+	d->hdr->reserved = 0;
+	d->hdr->sector = sector;
+	*d->status = 0xff;
+	d->desc[0] = (struct desc){ (uint64_t)d->hdr, 16, 1, 1 };
+	if (len) {
+		d->desc[1] = (struct desc){ (uint64_t)buf, len, (uint16_t)(1 | (dev_writes ? 2 : 0)), 2 };
+		n = 2;
+	} else {
+		n = 1;
+	}
+	d->desc[n] = (struct desc){ (uint64_t)d->status, 1, 2, 0 };
+	d->avail[2 + d->avail_idx % QSIZE] = 0;
+	barrier();
+	d->avail[1] = ++d->avail_idx;
+	barrier();
+	*d->notify = 0;
+	for (int spin = 0; d->used[1] == d->used_seen; spin++) {
+		if (MMIO8(d->common, 0x14) & S_NEEDS_RESET)
+			return 0x100 | MMIO8(d->common, 0x14);
+		if (spin > 1000)
+			return 0x200;   /* no answer */
+		guest_idle(100);
+	}
+	barrier();
+	d->used_seen++;
+	return *d->status;
+}
+
+/* v in width decimal digits, zero-padded (the low digits if it is wider). */
+static void put_dec(char *q, int width, uint64_t v)
+{
+	for (int i = width - 1; i >= 0; i--, v /= 10)
+		q[i] = (char)('0' + v % 10);
+}
+
+static void pattern(uint8_t *p, uint64_t s, uint64_t pass)
+{
+	for (int l = 0; l < 16; l++) {
+		char *q = (char *)p + 32 * l;
+
+		q[0] = 's';
+		put_dec(q + 1, 10, s);
+		q[11] = ' ';
+		q[12] = 'p';
+		put_dec(q + 13, 5, pass);
+		q[18] = ' ';
+		q[19] = 'l';
+		put_dec(q + 20, 2, (uint64_t)l);
+		q[22] = ' ';
+		for (int i = 23; i < 31; i++)
+			q[i] = '.';
+		q[31] = '\n';
+	}
+}
+
+static int mem_eq(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return 0;
+	return 1;
+}
+
+static void report_error(int st)
+{
+	if (st == 0x200) {
+		con_puts("timeout\n");
+		return;
+	}
+	if (st >= 0x100) {
+		con_puts("needs-reset status=");
+		put_hex8((uint8_t)st);
+	} else {
+		con_puts("error status=");
+		con_put_u64((uint64_t)st);
+	}
+	con_putc('\n');
+}
+
+/* write (check = 0) then read back and compare; or compare only. */
+static void selftest(struct drv *d, const char *args, int write)
+{
+	uint64_t start, n, pass;
+
+	if (!(args = parse_u64(args, &start)) || !(args = parse_u64(args, &n)) ||
+	    !parse_u64(args, &pass)) {
+		con_puts("error usage: selftest|check START N PASS\n");
+		return;
+	}
+	for (uint64_t s = start; s < start + n; s += CHUNK) {
+		uint64_t k = start + n - s < CHUNK ? start + n - s : CHUNK;
+		int st;
+
+		for (uint64_t i = 0; i < k; i++)
+			pattern(d->buf + 512 * i, s + i, pass);
+		if (write && (st = request(d, 1, s, d->buf, (uint32_t)(512 * k), 0)) != 0) {
+			report_error(st);
+			return;
+		}
+		memset(d->buf2, 0, 512 * CHUNK);
+		if ((st = request(d, 0, s, d->buf2, (uint32_t)(512 * k), 1)) != 0) {
+			report_error(st);
+			return;
+		}
+		for (uint64_t i = 0; i < k; i++)
+			if (!mem_eq(d->buf + 512 * i, d->buf2 + 512 * i, 512)) {
+				con_puts("bad ");
+				con_put_u64(s + i);
+				con_putc('\n');
+				return;
+			}
+	}
+	con_puts("ok ");
+	con_put_u64(n);
+	con_putc('\n');
+}
+
+static void cmd_write(struct drv *d, const char *args)
+{
+	uint64_t sector;
+	int st, n = 0;
+
+	if (!(args = parse_u64(args, &sector))) {
+		con_puts("error usage: write SECTOR HEX\n");
+		return;
+	}
+	while (*args == ' ')
+		args++;
+	memset(d->buf, 0, 512);
+	for (; hexval(args[0]) >= 0 && hexval(args[1]) >= 0 && n < 512; args += 2)
+		d->buf[n++] = (uint8_t)(hexval(args[0]) << 4 | hexval(args[1]));
+	if ((st = request(d, 1, sector, d->buf, 512, 0)) != 0)
+		report_error(st);
+	else
+		con_puts("ok\n");
+}
+
+static void cmd_read(struct drv *d, const char *args)
+{
+	uint64_t sector;
+	int st;
+
+	if (!parse_u64(args, &sector)) {
+		con_puts("error usage: read SECTOR\n");
+		return;
+	}
+	if ((st = request(d, 0, sector, d->buf, 512, 1)) != 0) {
+		report_error(st);
+		return;
+	}
+	con_puts("data ");
+	for (int i = 0; i < 32; i++)
+		put_hex8(d->buf[i]);
+	con_putc('\n');
+}
+
+static void cmd_info(struct drv *d)
+{
+	con_puts("blk capacity=");
+	con_put_u64(d->capacity);
+	con_puts(" features=");
+	con_put_hex64(d->features);
+	con_puts(" bar=");
+	con_put_hex64(d->bar);
+	con_puts(" bar_size=");
+	con_put_u64(d->bar_size);
+	con_puts(" queue=");
+	con_put_u64(QSIZE);
+	con_putc('\n');
+}
+
+/* Interrupts on: MSI-X enabled, entry 0 = vector GUEST_TIMER_VECTOR to
+ * APIC 0, queue 0 on it, VIRTQ_AVAIL_F_NO_INTERRUPT cleared; a read must
+ * raise it. Then back to polling with no vector. */
+static void cmd_msix(struct drv *d)
+{
+	volatile uint64_t *count = (volatile uint64_t *)IRQ_COUNT_GPA;
+	int ptr = (int)(cfg_read(d->dev, 0x34) & 0xfc), n = 0, st;
+	uint32_t head = 0;
+	volatile uint8_t *table;
+	uint64_t before;
+
+	while (ptr && n++ < 48 && ((head = cfg_read(d->dev, ptr)) & 0xff) != 0x11)
+		ptr = (int)((head >> 8) & 0xfc);
+	if (!ptr || (head & 0xff) != 0x11) {
+		con_puts("msix no capability\n");
+		return;
+	}
+	table = (volatile uint8_t *)(d->bar + (cfg_read(d->dev, ptr + 4) & ~7u));
+	MMIO32(table, 0) = 0xfee00000u;
+	MMIO32(table, 4) = 0;
+	MMIO32(table, 8) = GUEST_TIMER_VECTOR;
+	MMIO32(table, 12) = 0;                     /* unmasked */
+	cfg_write(d->dev, ptr, head | 0x80000000u); /* MSI-X enable */
+	MMIO16(d->common, 0x16) = 0;
+	MMIO16(d->common, 0x1a) = 0;
+	if (MMIO16(d->common, 0x1a) != 0) {
+		con_puts("msix vector refused\n");
+		return;
+	}
+	d->avail[0] = 0;
+	before = *count;
+	st = request(d, 0, 0, d->buf, 512, 1);
+	for (int i = 0; i < 1000 && *count == before; i++)
+		guest_idle(100);
+	n = (int)(*count - before);
+	d->avail[0] = 1;
+	MMIO16(d->common, 0x1a) = 0xffff;
+	if (st)
+		report_error(st);
+	else if (n == 1)
+		con_puts("msix ok\n");
+	else {
+		con_puts("msix interrupts=");
+		con_put_u64((uint64_t)n);
+		con_putc('\n');
+	}
+}
+
+/* A descriptor whose buffer is far outside RAM: the device must refuse the
+ * request with DEVICE_NEEDS_RESET; then a full re-initialisation. */
+static void cmd_evil(struct drv *d, uint8_t *mem)
+{
+	int st;
+
+	d->hdr->type = 0;
+	d->hdr->sector = 0;
+	d->desc[0] = (struct desc){ (uint64_t)d->hdr, 16, 1, 1 };
+	d->desc[1] = (struct desc){ 0x7f0000000000ull, 512, 3, 2 };
+	d->desc[2] = (struct desc){ (uint64_t)d->status, 1, 2, 0 };
+	d->avail[2 + d->avail_idx % QSIZE] = 0;
+	barrier();
+	d->avail[1] = ++d->avail_idx;
+	barrier();
+	*d->notify = 0;
+	st = MMIO8(d->common, 0x14);
+	con_puts((st & S_NEEDS_RESET) ? "needs-reset\n" : "accepted\n");
+	if ((st = dev_init(d, mem)) != 0) {
+		con_puts("reinit failed\n");
+		return;
+	}
+	con_puts("reinit ok\n");
+}
+
+void guest_main(int cpu, struct guest_bootinfo *bi)
+{
+	struct drv d;
+	uint8_t *mem = (uint8_t *)bi->heap_gpa;
+	char line[1200];
+	int r;
+
+	if (cpu != 0)
+		for (;;)
+			guest_idle(1000000);
+	memset(&d, 0, sizeof(d));
+	d.buf = mem + 0x4000;
+	d.buf2 = mem + 0x4000 + 512 * CHUNK;
+	if (pci_find(&d) < 0) {
+		con_puts("error no virtio-blk device (run with --disk FILE)\n");
+		guest_power_off(3);
+	}
+	pci_size_bar(&d);
+	if (pci_caps(&d) < 0) {
+		con_puts("error virtio capabilities missing\n");
+		guest_power_off(3);
+	}
+	if ((r = dev_init(&d, mem)) != 0) {
+		con_puts("error device init failed\n");
+		guest_power_off(3);
+	}
+	for (;;) {
+		uint64_t a, b;
+		const char *p;
+		int st;
+
+		con_getline(line, sizeof(line));
+		if (str_eq(line, "info")) {
+			cmd_info(&d);
+		} else if (starts(line, "write")) {
+			cmd_write(&d, line + 5);
+		} else if (starts(line, "read")) {
+			cmd_read(&d, line + 4);
+		} else if (starts(line, "selftest")) {
+			selftest(&d, line + 8, 1);
+		} else if (starts(line, "check")) {
+			selftest(&d, line + 5, 0);
+		} else if (str_eq(line, "flush")) {
+			st = request(&d, 4, 0, 0, 0, 0);
+			if (st)
+				report_error(st);
+			else
+				con_puts("ok\n");
+		} else if (str_eq(line, "id")) {
+			memset(d.buf, 0, 32);
+			if ((st = request(&d, 8, 0, d.buf, 20, 1)) != 0) {
+				report_error(st);
+			} else {
+				con_puts("id ");
+				con_puts((const char *)d.buf);
+				con_putc('\n');
+			}
+		} else if (starts(line, "discard")) {
+			if (!(p = parse_u64(line + 7, &a)) || !parse_u64(p, &b)) {
+				con_puts("error usage: discard SECTOR N\n");
+				continue;
+			}
+			memset(d.buf, 0, 16);
+			memcpy(d.buf, &a, 8);
+			memcpy(d.buf + 8, &b, 4);
+			if ((st = request(&d, 11, 0, d.buf, 16, 0)) != 0)
+				report_error(st);
+			else
+				con_puts("ok\n");
+		} else if (str_eq(line, "msix")) {
+			cmd_msix(&d);
+		} else if (str_eq(line, "evil")) {
+			cmd_evil(&d, mem);
+		} else if (str_eq(line, "halt")) {
+			guest_power_off(0);
+		} else if (line[0]) {
+			con_puts("error unknown request\n");
+		}
+	}
+}

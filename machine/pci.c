@@ -1,0 +1,259 @@
+/* PCI bus 0 behind configuration mechanism #1 (ports 0xCF8/0xCFC): the host
+ * bridge at 00:00.0 and, with a disk, the virtio-blk function at 00:01.0.
+ *
+ * Each function's 256-byte configuration space is plain data in
+ * m->pci.cfg (checkpointed as is); what a guest may change in it is given
+ * byte by byte by write_mask(), so that a driver sizing a BAR by writing
+ * all-ones reads back the size bits, as on real hardware. The BARs are
+ * placed in the MMIO hole below 4 GiB at reset, as firmware would; a
+ * driver may move them. Called with machine.lock held. */
+#include "machine/virtio.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define TAG "pci"
+
+#define PCI_VENDOR_ID     0x00
+#define PCI_DEVICE_ID     0x02
+#define PCI_COMMAND       0x04
+#define PCI_STATUS        0x06
+#define PCI_REVISION      0x08
+#define PCI_CLASS_PROG    0x09
+#define PCI_HEADER_TYPE   0x0e
+#define PCI_BAR0          0x10
+#define PCI_BAR1          0x14
+#define PCI_SUBSYS_VENDOR 0x2c
+#define PCI_SUBSYS_ID     0x2e
+#define PCI_CAP_PTR       0x34
+#define PCI_INT_LINE      0x3c
+
+#define PCI_COMMAND_MEM   0x0002
+#define PCI_STATUS_CAPS   0x0010
+#define PCI_BAR_MEM64     0x4
+
+/* Where reset places the virtio BARs: the MMIO hole starts at 3 GiB
+ * (MACHINE_LOW_RAM_MAX) and the IOAPIC sits at 0xFEC00000. */
+#define PCI_MMIO_BASE     0xe0000000ull
+
+static void put16(uint8_t *cfg, int off, uint16_t v)
+{
+	cfg[off] = (uint8_t)v;
+	cfg[off + 1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *cfg, int off, uint32_t v)
+{
+	put16(cfg, off, (uint16_t)v);
+	put16(cfg, off + 2, (uint16_t)(v >> 16));
+}
+
+static uint32_t get32(const uint8_t *cfg, int off)
+{
+	return cfg[off] | cfg[off + 1] << 8 | cfg[off + 2] << 16 | (uint32_t)cfg[off + 3] << 24;
+}
+
+static bool slot_present(const struct machine *m, int slot)
+{
+	const uint8_t *cfg = m->pci.cfg[slot];
+
+	return (cfg[PCI_VENDOR_ID] | cfg[PCI_VENDOR_ID + 1]) != 0;
+}
+
+struct virtio_dev *pci_slot_virtio(struct machine *m, int slot)
+{
+	if (slot == PCI_SLOT_BLK && m->blk)
+		return &m->blk->dev;
+	return NULL;
+}
+
+/* Bits of config byte off that the guest may write. */
+static uint8_t write_mask(int slot, int off)
+{
+	switch (off) {
+	case PCI_COMMAND:
+		return 0x07;              /* I/O, memory, bus master */
+	case PCI_COMMAND + 1:
+		return 0x04;              /* INTx disable */
+	case 0x0c: case 0x0d:         /* cache line size, latency timer */
+	case PCI_INT_LINE:
+		return 0xff;
+	default:
+		break;
+	}
+	if (slot == 0)
+		return 0;
+	/* BAR0: 64-bit memory, VIRTIO_BAR_BYTES (32 KiB): bits 15..31 of BAR0
+	 * and all of BAR1 hold the address, the rest reads as the BAR's type. */
+	if (off >= PCI_BAR0 && off < PCI_BAR0 + 4)
+		return off == PCI_BAR0 ? 0 : off == PCI_BAR0 + 1 ? 0x80 : 0xff;
+	if (off >= PCI_BAR1 && off < PCI_BAR1 + 4)
+		return 0xff;
+	if (off == VIRTIO_CAP_MSIX + 3)
+		return 0xc0;              /* MSI-X enable, function mask */
+	/* virtio_pci_cap of type PCI_CFG: bar, offset and length are the driver's. */
+	if (off == VIRTIO_CAP_PCI_CFG + 4 ||
+	    (off >= VIRTIO_CAP_PCI_CFG + 8 && off < VIRTIO_CAP_PCI_CFG + 16))
+		return 0xff;
+	return 0;
+}
+
+static void cfg_read(struct machine *m, int slot, int off, uint8_t *data, int len)
+{
+	struct virtio_dev *d = pci_slot_virtio(m, slot);
+
+	if (d && virtio_cfg_access(d, (uint32_t)off, data, (uint32_t)len, false))
+		return;
+	for (int i = 0; i < len; i++)
+		data[i] = off + i < PCI_CFG_BYTES ? m->pci.cfg[slot][off + i] : 0xff;
+}
+
+static void cfg_write(struct machine *m, int slot, int off, const uint8_t *data, int len)
+{
+	struct virtio_dev *d = pci_slot_virtio(m, slot);
+	uint8_t *cfg = m->pci.cfg[slot];
+
+	if (d && virtio_cfg_access(d, (uint32_t)off, (uint8_t *)data, (uint32_t)len, true))
+		return;
+	for (int i = 0; i < len && off + i < PCI_CFG_BYTES; i++) {
+		uint8_t mask = write_mask(slot, off + i);
+
+		cfg[off + i] = (uint8_t)((cfg[off + i] & ~mask) | (data[i] & mask));
+	}
+	if (d)
+		virtio_msix_update(d);
+}
+
+void pci_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data)
+{
+	uint32_t a = m->pci.addr;
+	int slot, off;
+
+	if (port >= PCI_PORT_ADDR && port < PCI_PORT_ADDR + 4) {
+		/* Only a 32-bit access at 0xCF8 is the address register. */
+		if (port != PCI_PORT_ADDR || size != 4) {
+			if (!write)
+				memset(data, 0xff, (size_t)size);
+			return;
+		}
+		if (write) {
+			memcpy(&a, data, 4);
+			m->pci.addr = a & 0x80fffffcu;
+		} else {
+			memcpy(data, &a, 4);
+		}
+		return;
+	}
+	slot = (int)((a >> 11) & 0x1f);
+	off = (int)(a & 0xfc) + (port - PCI_PORT_DATA);
+	/* Enabled, bus 0, function 0 of a slot that holds a function. */
+	if (!(a & 0x80000000u) || ((a >> 16) & 0xff) || ((a >> 8) & 7) || slot >= PCI_NSLOTS ||
+	    !slot_present(m, slot)) {
+		if (!write)
+			memset(data, 0xff, (size_t)size);
+		return;
+	}
+	if (write)
+		cfg_write(m, slot, off, data, size);
+	else
+		cfg_read(m, slot, off, data, size);
+}
+
+/* The guest-physical base of a function's BAR0, or 0 if memory decoding
+ * is off. */
+static uint64_t bar0_base(const struct machine *m, int slot)
+{
+	const uint8_t *cfg = m->pci.cfg[slot];
+
+	if (!(cfg[PCI_COMMAND] & PCI_COMMAND_MEM))
+		return 0;
+	return (get32(cfg, PCI_BAR0) & ~0xfull) | (uint64_t)get32(cfg, PCI_BAR1) << 32;
+}
+
+int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool write)
+{
+	for (int slot = 1; slot < PCI_NSLOTS; slot++) {
+		struct virtio_dev *d = pci_slot_virtio(m, slot);
+		uint64_t base;
+
+		if (!d || !(base = bar0_base(m, slot)))
+			continue;
+		if (gpa < base || gpa - base >= VIRTIO_BAR_BYTES || len > 8 ||
+		    gpa - base + len > VIRTIO_BAR_BYTES)
+			continue;
+		virtio_bar_access(d, (uint32_t)(gpa - base), data, len, write);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static void bridge_init(uint8_t *cfg)
+{
+	/* QEMU's generic PCIe host bridge IDs: no driver binds anything to it. */
+	put16(cfg, PCI_VENDOR_ID, 0x1b36);
+	put16(cfg, PCI_DEVICE_ID, 0x0008);
+	put16(cfg, PCI_COMMAND, PCI_COMMAND_MEM);
+	cfg[PCI_CLASS_PROG + 2] = 0x06;   /* class: bridge, subclass 0: host */
+	cfg[PCI_HEADER_TYPE] = 0;
+}
+
+void virtio_pci_cfg_init(uint8_t *cfg, uint16_t type)
+{
+	memset(cfg, 0, PCI_CFG_BYTES);
+	put16(cfg, PCI_VENDOR_ID, VIRTIO_PCI_VENDOR);
+	put16(cfg, PCI_DEVICE_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
+	put16(cfg, PCI_STATUS, PCI_STATUS_CAPS);
+	cfg[PCI_REVISION] = 1;            /* modern-only device (4.1.2.1) */
+	cfg[PCI_CLASS_PROG + 2] = type == VIRTIO_TYPE_BLOCK ? 0x01 : 0xff;  /* mass storage */
+	put32(cfg, PCI_BAR0, PCI_BAR_MEM64);
+	put16(cfg, PCI_SUBSYS_VENDOR, VIRTIO_PCI_VENDOR);
+	put16(cfg, PCI_SUBSYS_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
+	cfg[PCI_CAP_PTR] = VIRTIO_CAP_COMMON;
+
+	/* struct virtio_pci_cap: vndr 0x09, next, len, cfg_type, bar, id,
+	 * padding[2], offset, length (+ notify_off_multiplier for NOTIFY). */
+	static const struct { uint8_t at, next, len, type; uint32_t off, bytes; } caps[] = {
+		{ VIRTIO_CAP_COMMON, VIRTIO_CAP_NOTIFY, 16, 1, VIRTIO_COMMON_OFF, VIRTIO_COMMON_BYTES },
+		{ VIRTIO_CAP_NOTIFY, VIRTIO_CAP_ISR, 20, 2, VIRTIO_NOTIFY_OFF,
+		  VIRTIO_MAX_QUEUES * VIRTIO_NOTIFY_MULT },
+		{ VIRTIO_CAP_ISR, VIRTIO_CAP_DEVICE, 16, 3, VIRTIO_ISR_OFF, 4 },
+		{ VIRTIO_CAP_DEVICE, VIRTIO_CAP_PCI_CFG, 16, 4, VIRTIO_DEVCFG_OFF, VIRTIO_DEVCFG_BYTES },
+		{ VIRTIO_CAP_PCI_CFG, VIRTIO_CAP_MSIX, 20, 5, 0, 0 },
+	};
+	for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+		uint8_t *c = cfg + caps[i].at;
+
+		c[0] = 0x09;
+		c[1] = caps[i].next;
+		c[2] = caps[i].len;
+		c[3] = caps[i].type;
+		c[4] = 0;                 /* BAR0 */
+		put32(c, 8, caps[i].off);
+		put32(c, 12, caps[i].bytes);
+	}
+	put32(cfg + VIRTIO_CAP_NOTIFY, 16, VIRTIO_NOTIFY_MULT);
+
+	/* MSI-X: table size - 1, table and PBA in BAR0. */
+	cfg[VIRTIO_CAP_MSIX] = 0x11;
+	cfg[VIRTIO_CAP_MSIX + 1] = 0;
+	put16(cfg, VIRTIO_CAP_MSIX + 2, VIRTIO_MSIX_VECTORS - 1);
+	put32(cfg, VIRTIO_CAP_MSIX + 4, VIRTIO_MSIX_TABLE_OFF);
+	put32(cfg, VIRTIO_CAP_MSIX + 8, VIRTIO_MSIX_PBA_OFF);
+}
+
+void pci_reset(struct machine *m)
+{
+	memset(&m->pci, 0, sizeof(m->pci));
+	bridge_init(m->pci.cfg[0]);
+	if (m->blk) {
+		uint8_t *cfg = m->pci.cfg[PCI_SLOT_BLK];
+
+		virtio_pci_cfg_init(cfg, VIRTIO_TYPE_BLOCK);
+		put32(cfg, PCI_BAR0, (uint32_t)PCI_MMIO_BASE | PCI_BAR_MEM64);
+		put32(cfg, PCI_BAR1, (uint32_t)(PCI_MMIO_BASE >> 32));
+		put16(cfg, PCI_COMMAND, PCI_COMMAND_MEM);
+		virtio_reset(&m->blk->dev);
+		for (int v = 0; v < VIRTIO_MSIX_VECTORS; v++)
+			m->pci.blk.msix[v].ctrl = 1;   /* masked at power-on */
+	}
+}

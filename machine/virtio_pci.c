@@ -1,0 +1,501 @@
+/* The virtio-pci modern transport (virtio 1.2, 4.1) and split virtqueues
+ * (2.7): common configuration, ISR, notification, MSI-X, and the walk of
+ * the rings in guest RAM.
+ *
+ * Everything the guest hands over (ring addresses, descriptor addresses,
+ * lengths, indices) is checked against guest RAM before use; a request the
+ * device cannot make sense of sets DEVICE_NEEDS_RESET (the driver must
+ * reset the device) and the VMM carries on. Requests are served at once,
+ * on the vCPU thread that wrote the notification, so none is ever in
+ * flight when the machine pauses: the device state in a checkpoint is
+ * complete. Called with machine.lock held. */
+#include "machine/virtio.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define TAG "virtio"
+
+/* ---- guest memory -------------------------------------------------------- */
+
+void *virtio_gpa(struct machine *m, uint64_t gpa, uint64_t len, uint64_t *ram_off)
+{
+	uint64_t low = m->low_pages * KVM_PAGE_SIZE;
+	uint64_t high = (m->ram_pages - m->low_pages) * KVM_PAGE_SIZE;
+	uint64_t off;
+
+	if (gpa <= low && len <= low - gpa) {
+		off = gpa;
+	} else if (gpa >= MACHINE_HIGH_RAM_GPA && gpa - MACHINE_HIGH_RAM_GPA <= high &&
+		   len <= high - (gpa - MACHINE_HIGH_RAM_GPA)) {
+		off = low + (gpa - MACHINE_HIGH_RAM_GPA);
+	} else {
+		return NULL;
+	}
+	if (ram_off)
+		*ram_off = off;
+	return m->ram + off;
+}
+
+uint64_t virtq_chain_read(struct machine *m, const struct virtq_chain *c, uint64_t off,
+			  void *buf, uint64_t len)
+{
+	uint64_t done = 0;
+
+	(void)m;
+	for (int i = 0; i < c->nread && done < len; i++) {
+		const struct virtq_seg *s = &c->seg[i];
+		uint64_t n;
+
+		if (off >= s->len) {
+			off -= s->len;
+			continue;
+		}
+		n = s->len - off < len - done ? s->len - off : len - done;
+		memcpy((uint8_t *)buf + done, s->hva + off, n);
+		done += n;
+		off = 0;
+	}
+	return done;
+}
+
+uint64_t virtq_chain_write(struct machine *m, const struct virtq_chain *c, uint64_t off,
+			   const void *buf, uint64_t len)
+{
+	uint64_t done = 0;
+
+	for (int i = c->nread; i < c->nseg && done < len; i++) {
+		const struct virtq_seg *s = &c->seg[i];
+		uint64_t n;
+
+		if (off >= s->len) {
+			off -= s->len;
+			continue;
+		}
+		n = s->len - off < len - done ? s->len - off : len - done;
+		memcpy(s->hva + off, (const uint8_t *)buf + done, n);
+		machine_mark_dirty(m, s->ram_off + off, n);
+		done += n;
+		off = 0;
+	}
+	return done;
+}
+
+/* ---- interrupts ----------------------------------------------------------- */
+
+static uint8_t msix_ctrl(const struct virtio_dev *d)
+{
+	return d->cfg[VIRTIO_CAP_MSIX + 3];
+}
+
+static void msix_send(struct virtio_dev *d, uint16_t v)
+{
+	struct virtio_msix_entry *e = &d->st->msix[v];
+
+	d->st->msix_pending &= ~(1u << v);
+	if (kvm_vm_signal_msi(&d->m->vm, e->addr, e->data) < 0)
+		log_warn(TAG, "MSI-X vector %u: KVM_SIGNAL_MSI failed", v);
+}
+
+/* Interrupt on vector v: sent at once, or left pending while masked. With
+ * MSI-X off there is no interrupt (the function has no INTx pin): the
+ * driver polls the used ring and the ISR. */
+static void notify_guest(struct virtio_dev *d, uint16_t v)
+{
+	uint8_t ctrl = msix_ctrl(d);
+
+	if (!(ctrl & 0x80) || v >= VIRTIO_MSIX_VECTORS)
+		return;
+	if ((ctrl & 0x40) || (d->st->msix[v].ctrl & 1))
+		d->st->msix_pending |= 1u << v;
+	else
+		msix_send(d, v);
+}
+
+void virtio_msix_update(struct virtio_dev *d)
+{
+	uint8_t ctrl = msix_ctrl(d);
+
+	if (!(ctrl & 0x80) || (ctrl & 0x40))
+		return;
+	for (uint16_t v = 0; v < VIRTIO_MSIX_VECTORS; v++)
+		if ((d->st->msix_pending >> v & 1) && !(d->st->msix[v].ctrl & 1))
+			msix_send(d, v);
+}
+
+/* The device cannot go on: DEVICE_NEEDS_RESET and a configuration-change
+ * interrupt (virtio 1.2, 2.1.2). */
+static void set_broken(struct virtio_dev *d, int q, const char *why)
+{
+	struct virtio_state *st = d->st;
+
+	if (st->status & VIRTIO_S_NEEDS_RESET)
+		return;
+	log_warn(TAG, "device %u queue %d: %s; the device needs a reset", d->type, q, why);
+	st->status |= VIRTIO_S_NEEDS_RESET;
+	if (st->status & VIRTIO_S_DRIVER_OK) {
+		st->isr |= 2;
+		notify_guest(d, st->msix_config);
+	}
+}
+
+/* ---- split virtqueue -------------------------------------------------------- */
+
+struct vring_desc {
+	uint64_t addr;
+	uint32_t len;
+	uint16_t flags;
+	uint16_t next;
+};
+
+/* Builds the chain starting at head; NULL on success, else what is wrong. */
+static const char *chain_build(struct virtio_dev *d, const uint8_t *table, uint16_t size,
+			       uint16_t head)
+{
+	struct virtq_chain *c = &d->chain;
+	uint16_t idx = head;
+
+	c->head = head;
+	c->nseg = 0;
+	c->nread = 0;
+	c->read_bytes = 0;
+	c->write_bytes = 0;
+	for (;;) {
+		struct virtq_seg *s;
+		struct vring_desc desc;
+
+		if (idx >= size)
+			return "descriptor index out of the table";
+		if (c->nseg >= size)
+			return "descriptor chain loops or is longer than the queue";
+		memcpy(&desc, table + 16 * (size_t)idx, sizeof(desc));
+		if (desc.flags & VIRTQ_DESC_F_INDIRECT)
+			return "indirect descriptor (not offered)";
+		s = &c->seg[c->nseg];
+		s->hva = virtio_gpa(d->m, desc.addr, desc.len, &s->ram_off);
+		if (!s->hva)
+			return "descriptor buffer outside guest RAM";
+		s->len = desc.len;
+		s->write = desc.flags & VIRTQ_DESC_F_WRITE;
+		if (s->write) {
+			c->write_bytes += desc.len;
+		} else {
+			if (c->nseg != c->nread)
+				return "device-readable descriptor after a writable one";
+			c->nread++;
+			c->read_bytes += desc.len;
+		}
+		c->nseg++;
+		if (!(desc.flags & VIRTQ_DESC_F_NEXT))
+			return NULL;
+		idx = desc.next;
+	}
+}
+
+static void queue_process(struct virtio_dev *d, int qi)
+{
+	struct virtio_state *st = d->st;
+	struct virtq_state *q = &st->q[qi];
+	uint8_t *desc, *avail, *used;
+	uint64_t used_off;
+	uint16_t avail_idx, avail_flags, size = q->size;
+	unsigned served = 0;
+
+	if (!(st->status & VIRTIO_S_DRIVER_OK) || (st->status & VIRTIO_S_NEEDS_RESET) ||
+	    !q->enable)
+		return;
+	if (!size) {
+		set_broken(d, qi, "enabled with no size");
+		return;
+	}
+	desc = virtio_gpa(d->m, q->desc, 16ull * size, NULL);
+	avail = virtio_gpa(d->m, q->avail, 6 + 2ull * size, NULL);
+	used = virtio_gpa(d->m, q->used, 6 + 8ull * size, &used_off);
+	if (!desc || !avail || !used || (q->desc & 15) || (q->avail & 1) || (q->used & 3)) {
+		set_broken(d, qi, "rings misaligned or outside guest RAM");
+		return;
+	}
+	avail_idx = __atomic_load_n((uint16_t *)(avail + 2), __ATOMIC_ACQUIRE);
+	if ((uint16_t)(avail_idx - q->last_avail) > size) {
+		set_broken(d, qi, "available index ran ahead of the queue size");
+		return;
+	}
+	while (q->last_avail != avail_idx) {
+		uint16_t head;
+		uint32_t written = 0, id;
+		const char *why;
+
+		memcpy(&head, avail + 4 + 2 * (size_t)(q->last_avail % size), 2);
+		if ((why = chain_build(d, desc, size, head))) {
+			set_broken(d, qi, why);
+			break;
+		}
+		if (d->ops->request(d, qi, &d->chain, &written) < 0) {
+			set_broken(d, qi, "malformed request");
+			break;
+		}
+		id = head;
+		memcpy(used + 4 + 8 * (size_t)(q->used_idx % size), &id, 4);
+		memcpy(used + 8 + 8 * (size_t)(q->used_idx % size), &written, 4);
+		q->used_idx++;
+		q->last_avail++;
+		/* The entry before the index that publishes it. */
+		__atomic_store_n((uint16_t *)(used + 2), q->used_idx, __ATOMIC_RELEASE);
+		d->requests++;
+		served++;
+	}
+	if (!served)
+		return;
+	machine_mark_dirty(d->m, used_off, 6 + 8ull * size);
+	memcpy(&avail_flags, avail, 2);
+	if (!(avail_flags & VIRTQ_AVAIL_F_NO_INTERRUPT)) {
+		st->isr |= 1;
+		notify_guest(d, q->msix_vector);
+	}
+}
+
+/* ---- registers ---------------------------------------------------------------- */
+
+void virtio_reset(struct virtio_dev *d)
+{
+	struct virtio_state *st = d->st;
+	struct virtio_msix_entry msix[VIRTIO_MSIX_VECTORS];
+
+	memcpy(msix, st->msix, sizeof(msix));
+	memset(st, 0, sizeof(*st));
+	memcpy(st->msix, msix, sizeof(msix));
+	st->msix_config = VIRTIO_NO_VECTOR;
+	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
+		st->q[i].size = i < d->nqueues ? VIRTQ_MAX_SIZE : 0;
+		st->q[i].msix_vector = VIRTIO_NO_VECTOR;
+	}
+}
+
+static void status_write(struct virtio_dev *d, uint8_t v)
+{
+	struct virtio_state *st = d->st;
+	uint64_t f = st->driver_features;
+
+	if (v == 0) {
+		virtio_reset(d);
+		return;
+	}
+	/* FEATURES_OK sticks only for a subset of what is offered that has
+	 * VERSION_1 (a legacy driver is refused, 3.1.1). */
+	if ((v & VIRTIO_S_FEATURES_OK) && !(st->status & VIRTIO_S_FEATURES_OK) &&
+	    ((f & ~d->features) || !(f & VIRTIO_F_VERSION_1)))
+		v &= (uint8_t)~VIRTIO_S_FEATURES_OK;
+	/* DRIVER_OK without FEATURES_OK is a driver bug: keep the device off. */
+	if ((v & VIRTIO_S_DRIVER_OK) && !(v & VIRTIO_S_FEATURES_OK))
+		v &= (uint8_t)~VIRTIO_S_DRIVER_OK;
+	st->status = (uint8_t)((v & ~VIRTIO_S_NEEDS_RESET) | (st->status & VIRTIO_S_NEEDS_RESET));
+	if (st->status & VIRTIO_S_DRIVER_OK)
+		for (int i = 0; i < d->nqueues; i++)
+			queue_process(d, i);   /* buffers made available before DRIVER_OK */
+}
+
+static uint16_t vector_ok(uint16_t v)
+{
+	return v < VIRTIO_MSIX_VECTORS ? v : VIRTIO_NO_VECTOR;
+}
+
+/* The common configuration structure (4.1.4.3), accessed at its natural widths. */
+static uint64_t common_read(struct virtio_dev *d, uint32_t off)
+{
+	struct virtio_state *st = d->st;
+	struct virtq_state *q = st->queue_select < d->nqueues ? &st->q[st->queue_select] : NULL;
+
+	switch (off) {
+	case 0x00: return st->device_feature_select;
+	case 0x04: return st->device_feature_select < 2 ?
+			(uint32_t)(d->features >> (32 * st->device_feature_select)) : 0;
+	case 0x08: return st->driver_feature_select;
+	case 0x0c: return st->driver_feature_select < 2 ?
+			(uint32_t)(st->driver_features >> (32 * st->driver_feature_select)) : 0;
+	case 0x10: return st->msix_config;
+	case 0x12: return d->nqueues;
+	case 0x14: return st->status;
+	case 0x15: return st->config_generation;
+	case 0x16: return st->queue_select;
+	case 0x18: return q ? q->size : 0;
+	case 0x1a: return q ? q->msix_vector : VIRTIO_NO_VECTOR;
+	case 0x1c: return q ? q->enable : 0;
+	case 0x1e: return q ? st->queue_select : 0;
+	case 0x20: return q ? (uint32_t)q->desc : 0;
+	case 0x24: return q ? (uint32_t)(q->desc >> 32) : 0;
+	case 0x28: return q ? (uint32_t)q->avail : 0;
+	case 0x2c: return q ? (uint32_t)(q->avail >> 32) : 0;
+	case 0x30: return q ? (uint32_t)q->used : 0;
+	case 0x34: return q ? (uint32_t)(q->used >> 32) : 0;
+	default: return 0;
+	}
+}
+
+static void set_half(uint64_t *x, bool high, uint32_t v)
+{
+	*x = high ? (*x & 0xffffffffull) | (uint64_t)v << 32 : (*x & ~0xffffffffull) | v;
+}
+
+static void common_write(struct virtio_dev *d, uint32_t off, uint64_t v)
+{
+	struct virtio_state *st = d->st;
+	struct virtq_state *q = st->queue_select < d->nqueues ? &st->q[st->queue_select] : NULL;
+	bool features_fixed = st->status & VIRTIO_S_FEATURES_OK;
+
+	switch (off) {
+	case 0x00: st->device_feature_select = (uint32_t)v; return;
+	case 0x08: st->driver_feature_select = (uint32_t)v; return;
+	case 0x0c:
+		if (!features_fixed && st->driver_feature_select < 2)
+			set_half(&st->driver_features, st->driver_feature_select, (uint32_t)v);
+		return;
+	case 0x10: st->msix_config = vector_ok((uint16_t)v); return;
+	case 0x14: status_write(d, (uint8_t)v); return;
+	case 0x16: st->queue_select = (uint16_t)v; return;
+	default: break;
+	}
+	/* Queue fields: the selected queue, configured before it is enabled. */
+	if (!q)
+		return;
+	if (off == 0x1a) {
+		q->msix_vector = vector_ok((uint16_t)v);
+		return;
+	}
+	if (q->enable)
+		return;
+	switch (off) {
+	case 0x18:
+		/* A split ring's size is a power of 2 (2.7): its indices wrap at 2^16. */
+		if (v >= 1 && v <= VIRTQ_MAX_SIZE && !(v & (v - 1)))
+			q->size = (uint16_t)v;
+		return;
+	case 0x1c:
+		if (v == 1) {
+			q->enable = 1;
+			q->last_avail = 0;
+			q->used_idx = 0;
+		}
+		return;
+	case 0x20: case 0x24: set_half(&q->desc, off == 0x24, (uint32_t)v); return;
+	case 0x28: case 0x2c: set_half(&q->avail, off == 0x2c, (uint32_t)v); return;
+	case 0x30: case 0x34: set_half(&q->used, off == 0x34, (uint32_t)v); return;
+	default: return;
+	}
+}
+
+/* Width of a common configuration field at off: accesses of another width
+ * or alignment are ignored (reads return 0). */
+static uint32_t common_width(uint32_t off)
+{
+	if (off == 0x14 || off == 0x15)
+		return 1;
+	if (off >= 0x10 && off < 0x20)
+		return (off & 1) ? 0 : 2;
+	return (off & 3) ? 0 : 4;
+}
+
+static void msix_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len,
+			bool write)
+{
+	struct virtio_state *st = d->st;
+	uint64_t v = 0;
+
+	if (off >= VIRTIO_MSIX_PBA_OFF) {
+		if (!write && off - VIRTIO_MSIX_PBA_OFF < 8) {
+			uint64_t pba = (uint64_t)st->msix_pending >> (8 * (off - VIRTIO_MSIX_PBA_OFF));
+
+			memcpy(data, &pba, len);
+		}
+		return;
+	}
+	off -= VIRTIO_MSIX_TABLE_OFF;
+	if (off / 16 >= VIRTIO_MSIX_VECTORS || (len != 4 && len != 8) || (off & (len - 1))) {
+		if (!write)
+			memset(data, 0, len);
+		return;
+	}
+	/* The entry as 16 bytes: address, data, vector control. */
+	struct virtio_msix_entry *e = &st->msix[off / 16];
+	uint8_t raw[16];
+
+	memcpy(raw, &e->addr, 8);
+	memcpy(raw + 8, &e->data, 4);
+	memcpy(raw + 12, &e->ctrl, 4);
+	if (!write) {
+		memcpy(data, raw + off % 16, len);
+		return;
+	}
+	memcpy(&v, data, len);
+	memcpy(raw + off % 16, &v, len);
+	memcpy(&e->addr, raw, 8);
+	memcpy(&e->data, raw + 8, 4);
+	memcpy(&e->ctrl, raw + 12, 4);
+	e->ctrl &= 1;
+	virtio_msix_update(d);
+}
+
+void virtio_bar_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len,
+		       bool write)
+{
+	struct virtio_state *st = d->st;
+	uint64_t v = 0;
+
+	if (write)
+		memcpy(&v, data, len < 8 ? len : 8);
+	else
+		memset(data, 0, len);
+	if (off < VIRTIO_COMMON_OFF + VIRTIO_COMMON_BYTES) {
+		/* The 64-bit queue addresses also whole (4.1.3.1). */
+		if (len == 8 && off >= 0x20 && !(off & 7)) {
+			if (write) {
+				common_write(d, off, (uint32_t)v);
+				common_write(d, off + 4, v >> 32);
+			} else {
+				v = common_read(d, off) | common_read(d, off + 4) << 32;
+				memcpy(data, &v, 8);
+			}
+			return;
+		}
+		if (common_width(off) != len)
+			return;
+		if (write)
+			common_write(d, off, v);
+		else
+			v = common_read(d, off), memcpy(data, &v, len);
+	} else if (off >= VIRTIO_ISR_OFF && off < VIRTIO_ISR_OFF + 4) {
+		if (!write && off == VIRTIO_ISR_OFF) {
+			data[0] = st->isr;   /* read-to-clear (4.1.4.5) */
+			st->isr = 0;
+		}
+	} else if (off >= VIRTIO_DEVCFG_OFF && off < VIRTIO_DEVCFG_OFF + VIRTIO_DEVCFG_BYTES) {
+		if (!write && off + len <= VIRTIO_DEVCFG_OFF + VIRTIO_DEVCFG_BYTES)
+			d->ops->cfg_read(d, off - VIRTIO_DEVCFG_OFF, data, len);
+	} else if (off >= VIRTIO_NOTIFY_OFF &&
+		   off < VIRTIO_NOTIFY_OFF + VIRTIO_NOTIFY_MULT * (uint32_t)d->nqueues) {
+		if (write)
+			queue_process(d, (int)((off - VIRTIO_NOTIFY_OFF) / VIRTIO_NOTIFY_MULT));
+	} else if (off >= VIRTIO_MSIX_TABLE_OFF && off < VIRTIO_MSIX_PBA_OFF + 8) {
+		msix_access(d, off, data, len, write);
+	}
+}
+
+bool virtio_cfg_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len,
+		       bool write)
+{
+	const uint8_t *cap = d->cfg + VIRTIO_CAP_PCI_CFG;
+	uint32_t boff, blen;
+
+	if (off + len <= VIRTIO_PCI_CFG_DATA || off >= VIRTIO_PCI_CFG_DATA + 4)
+		return false;
+	/* The VIRTIO_PCI_CAP_PCI_CFG window (4.1.4.9): an access to pci_cfg_data
+	 * is an access of cap.length bytes to cap.bar at cap.offset. */
+	memcpy(&boff, cap + 8, 4);
+	memcpy(&blen, cap + 12, 4);
+	if (!write)
+		memset(data, 0, len);
+	if (off != VIRTIO_PCI_CFG_DATA || cap[4] != 0 || (blen != 1 && blen != 2 && blen != 4) ||
+	    len < blen || boff >= VIRTIO_BAR_BYTES || boff + blen > VIRTIO_BAR_BYTES)
+		return true;
+	virtio_bar_access(d, boff, data, blen, write);
+	return true;
+}
