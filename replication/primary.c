@@ -646,6 +646,9 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 	}
 	if (p->wit)
 		snprintf(p->standby_token, sizeof(p->standby_token), "%s", h->standby_token);
+	/* The beat side channel (replication.h); without it, the stream alone. */
+	repl_link_beat_primary(&p->link, repl_beat_interval_ms(p->timing.heartbeat_ms,
+								       p->peer_timing.timeout_ms));
 	if (p->o->resume_epoch) {
 		/* The standby holds resume_epoch: the next epoch carries every page
 		 * written since the guest resumed here, and the state. */
@@ -934,7 +937,7 @@ static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	if (p->state < P_HELLO || p->state >= P_UNPROTECTED || !p->link.conn)
 		return;
-	silent_ns = now_ns() - p->link.last_rx_ns;
+	silent_ns = now_ns() - repl_link_heard_ns(&p->link);
 	if (silent_ns > (uint64_t)p->o->timeout_ms * 1000000ull) {
 		snprintf(why, sizeof(why), "secondary silent for %llu ms",
 			 (unsigned long long)(silent_ns / 1000000));

@@ -116,7 +116,7 @@ static void handshake_overdue(struct repl_secondary *s)
 {
 	unsigned limit_ms = s->o->handshake_timeout_ms > s->o->timeout_ms ?
 			    s->o->handshake_timeout_ms : s->o->timeout_ms;
-	uint64_t silent_ms = (now_ns() - s->link.last_rx_ns) / 1000000;
+	uint64_t silent_ms = (now_ns() - repl_link_heard_ns(&s->link)) / 1000000;
 
 	if (!s->link.conn || s->refusing || s->stage.have_ckpt ||
 	    (s->state != S_HELLO && s->state != S_STANDBY) || silent_ms <= limit_ms)
@@ -160,7 +160,9 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		repl_sec_fence(s);   /* not a source that gave the key up on purpose */
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
-	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
+	/* Judged by what arrived (a beat is stamped by its own thread), not by
+	 * when this loop got round to reading it. */
+	if (now_ns() - repl_link_heard_ns(&s->link) <= (uint64_t)s->o->timeout_ms * 1000000ull)
 		return;
 	if (s->pc) {
 		repl_pc_dst_lost(s, "the source went silent during the post-copy hand-over");
@@ -380,6 +382,24 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 	return 0;
 }
 
+/* The primary's beat key: beats on the UDP port we listen on (TCP). A
+ * channel that cannot be opened leaves the stream alone, as before. */
+static int beat_begin(struct repl_secondary *s, const Understudy__Section *sec)
+{
+	char host[256], at[300];
+	int port;
+
+	if (net_parse_host_port(s->listen_at, true, host, sizeof(host), &port) < 0)
+		return 0;
+	if (s->lis)
+		port = net_listener_port(s->lis);
+	snprintf(at, sizeof(at), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+	repl_link_beat_secondary(&s->link, sec->data.data, sec->data.len, at,
+				       repl_beat_interval_ms(s->timing.heartbeat_ms,
+							     s->peer_timing.timeout_ms));
+	return 0;
+}
+
 static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage *msg)
 {
 	if (type == PROTO_T_HELLO)
@@ -397,6 +417,8 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 #endif
 		return repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch);
 	case PROTO_T_SECTION:
+		if (!strcmp(((Understudy__Section *)msg)->name, REPL_BEAT_SECTION))
+			return beat_begin(s, (Understudy__Section *)msg);
 		if (!strncmp(((Understudy__Section *)msg)->name, "drill-", 6))
 			return repl_drill_section(s, (Understudy__Section *)msg);
 		return repl_staging_section(&s->stage, (Understudy__Section *)msg);
