@@ -138,13 +138,32 @@ static unsigned stall_ms(const struct repl_secondary *s)
 	return peer_ms && peer_ms < s->o->timeout_ms ? peer_ms : s->o->timeout_ms;
 }
 
+/* The silence check's period: at most a quarter of the timeout, 5 ms. */
+static double watch_tick(const struct repl_secondary *s)
+{
+	return s->o->timeout_ms / 4e3 < 0.005 ? s->o->timeout_ms / 4e3 : 0.005;
+}
+
+/* The next check exactly when the timeout would run out (plus a little),
+ * if that comes before the next tick: a takeover is not late by a tick. */
+static void watch_at(struct repl_secondary *s, uint64_t left_ns)
+{
+	double at = left_ns / 1e9 + 0.0002;
+
+	if (at < watch_tick(s)) {
+		s->watch_w.repeat = at;
+		ev_timer_again(s->loop, &s->watch_w);
+	}
+}
+
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
-	uint64_t stall_ns;
+	uint64_t stall_ns, silent_ns, timeout_ns = (uint64_t)s->o->timeout_ms * 1000000ull;
 
 	(void)loop;
 	(void)revents;
+	w->repeat = watch_tick(s);
 	stall_ns = repl_link_tick(&s->link, stall_ms(s));
 	if (stall_ns) {
 		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
@@ -162,8 +181,11 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		return;
 	/* Judged by what arrived (a beat is stamped by its own thread), not by
 	 * when this loop got round to reading it. */
-	if (now_ns() - repl_link_heard_ns(&s->link) <= (uint64_t)s->o->timeout_ms * 1000000ull)
+	silent_ns = now_ns() - repl_link_heard_ns(&s->link);
+	if (silent_ns <= timeout_ns) {
+		watch_at(s, timeout_ns - silent_ns);
 		return;
+	}
 	if (s->pc) {
 		repl_pc_dst_lost(s, "the source went silent during the post-copy hand-over");
 		return;
@@ -847,7 +869,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 static void watchers_init(struct repl_secondary *s)
 {
 	double hb = repl_heartbeat_interval(s->o->timeout_ms);
-	double tick = s->o->timeout_ms / 4e3 < 0.005 ? s->o->timeout_ms / 4e3 : 0.005;
+	double tick = watch_tick(s);
 
 	ev_timer_init(&s->watch_w, on_watch, tick, tick);
 	ev_timer_init(&s->hb_w, on_hb, hb, hb);
