@@ -11,7 +11,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -33,10 +35,11 @@ struct net_beat {
 	uint8_t key[NET_BEAT_KEY_BYTES];
 	int role;
 	uint64_t interval_ns, progress_ns_max;
-	bool have_peer;               /* thread only once started */
+	bool have_peer;               /* under rx_lock once started, as peer */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
-	uint64_t tx_seq, rx_seq;      /* thread only */
+	uint64_t tx_seq, rx_seq;      /* under rx_lock */
+	pthread_mutex_t rx_lock;      /* the socket's state: the thread or heard_now */
 	_Atomic uint64_t progress_ns, heard_ns;
 	_Atomic uint64_t sent, heard, dropped, held;
 };
@@ -78,11 +81,11 @@ static bool mac(const struct net_beat *b, const uint8_t *msg, uint8_t out[BEAT_M
 static void send_beat(struct net_beat *b)
 {
 	uint8_t d[BEAT_BYTES] = { 0 };
-	uint64_t now = now_ns();
+	uint64_t now = now_ns(), progress = atomic_load(&b->progress_ns);
 
 	if (!b->have_peer)
 		return;
-	if (now - atomic_load(&b->progress_ns) > b->progress_ns_max) {
+	if (progress < now && now - progress > b->progress_ns_max) {
 		atomic_fetch_add(&b->held, 1);   /* a wedged loop is not masked */
 		return;
 	}
@@ -144,11 +147,27 @@ static void read_beats(struct net_beat *b)
 	}
 }
 
+/* A beat late by a scheduling delay is a false alarm at a short timeout. */
+static void raise_priority(void)
+{
+	struct sched_param sp = { .sched_priority = 1 };
+	int r = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+
+	if (r == 0)
+		return;
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), -10) == 0)
+		log_info(TAG, "beat thread: no real-time priority (%s), nice -10", strerror(r));
+	else
+		log_warn(TAG, "beat thread: no real-time priority (%s) nor nice -10 (%s): beats may "
+			 "be late on a busy machine", strerror(r), strerror(errno));
+}
+
 static void *beat_thread(void *arg)
 {
 	struct net_beat *b = arg;
 	uint64_t next = now_ns();
 
+	raise_priority();
 	for (;;) {
 		struct pollfd pf[2] = { { .fd = b->fd, .events = POLLIN },
 					{ .fd = b->stop_fd, .events = POLLIN } };
@@ -156,7 +175,9 @@ static void *beat_thread(void *arg)
 		int wait_ms;
 
 		if (now >= next) {
+			pthread_mutex_lock(&b->rx_lock);
 			send_beat(b);
+			pthread_mutex_unlock(&b->rx_lock);
 			next += b->interval_ns;
 			if (next <= now)     /* we were not scheduled: no burst of beats */
 				next = now + b->interval_ns;
@@ -166,8 +187,11 @@ static void *beat_thread(void *arg)
 			break;
 		if (pf[1].revents)
 			break;
-		if (pf[0].revents)
+		if (pf[0].revents) {
+			pthread_mutex_lock(&b->rx_lock);
 			read_beats(b);
+			pthread_mutex_unlock(&b->rx_lock);
+		}
 	}
 	return NULL;
 }
@@ -208,6 +232,7 @@ int net_beat_open(const struct net_beat_opts *o, struct net_beat **out)
 	if (!b)
 		return -ENOMEM;
 	b->fd = b->stop_fd = -1;
+	pthread_mutex_init(&b->rx_lock, NULL);
 	memcpy(b->key, o->key, sizeof(b->key));
 	b->role = o->role;
 	b->interval_ns = (o->interval_ms ? o->interval_ms : 1) * 1000000ull;
@@ -233,6 +258,7 @@ err:
 	if (b->fd >= 0)
 		close(b->fd);
 	OPENSSL_cleanse(b->key, sizeof(b->key));
+	pthread_mutex_destroy(&b->rx_lock);
 	free(b);
 	return r;
 }
@@ -249,6 +275,7 @@ void net_beat_close(struct net_beat *b)
 	close(b->stop_fd);
 	close(b->fd);
 	OPENSSL_cleanse(b->key, sizeof(b->key));
+	pthread_mutex_destroy(&b->rx_lock);
 	free(b);
 }
 
@@ -261,6 +288,16 @@ void net_beat_progress(struct net_beat *b)
 uint64_t net_beat_heard_ns(const struct net_beat *b)
 {
 	return b ? atomic_load(&((struct net_beat *)b)->heard_ns) : 0;
+}
+
+uint64_t net_beat_heard_now(struct net_beat *b)
+{
+	if (!b)
+		return 0;
+	pthread_mutex_lock(&b->rx_lock);
+	read_beats(b);
+	pthread_mutex_unlock(&b->rx_lock);
+	return atomic_load(&b->heard_ns);
 }
 
 void net_beat_counts(const struct net_beat *b, uint64_t *sent, uint64_t *heard,

@@ -21,6 +21,10 @@
  * (32 bytes, little endian): u32 magic "USBT", u8 version, u8 role,
  * u16 zero, u64 seq, 16 bytes MAC over the first 16.
  *
+ * Scheduling: the thread asks for SCHED_FIFO priority 1 (it sleeps but
+ * for microseconds per beat; a busy machine must not hold a beat back for
+ * tens of ms), else nice -10, else runs as it is (logged once).
+ *
  * One beat per link; it lives on a thread of its own, so only the calls
  * below touch it from the owner's thread. */
 #ifndef US_NET_BEAT_H
@@ -56,6 +60,10 @@ void net_beat_progress(struct net_beat *b);
 /* CLOCK_MONOTONIC ns at which the last valid beat from the peer was read,
  * 0 if none yet. */
 uint64_t net_beat_heard_ns(const struct net_beat *b);
+/* As net_beat_heard_ns, after reading what waits on the socket now (from
+ * the owner's thread, before it declares the peer silent: a beat that
+ * arrived while the beat thread waited for a CPU still counts). */
+uint64_t net_beat_heard_now(struct net_beat *b);
 /* Counters for log lines: beats sent, heard (valid), dropped (invalid),
  * and held back (the loop showed no progress). */
 void net_beat_counts(const struct net_beat *b, uint64_t *sent, uint64_t *heard,

@@ -94,3 +94,16 @@ uint64_t repl_link_heard_ns(const struct repl_link *l)
 
 	return beat > l->last_rx_ns ? beat : l->last_rx_ns;
 }
+
+bool repl_link_heard_late(struct repl_link *l, uint64_t timeout_ns)
+{
+	uint64_t now = now_ns();
+
+	if (l->beat && now - net_beat_heard_now(l->beat) <= timeout_ns)
+		return true;
+	if (l->conn && net_rx_pending(l->conn)) {
+		l->last_rx_ns = now;     /* read next, at a higher priority */
+		return true;
+	}
+	return false;
+}

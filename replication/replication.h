@@ -165,6 +165,11 @@ void repl_link_beat_secondary(struct repl_link *l, const void *key, size_t key_l
 void repl_link_beat_stop(struct repl_link *l);
 /* When the peer was last heard: its stream bytes or its beat. */
 uint64_t repl_link_heard_ns(const struct repl_link *l);
+/* Before the peer is declared silent: whether it was heard after all, by a
+ * beat waiting on the beat socket or bytes waiting on the stream's socket
+ * (both sent by the peer before now, unread only because this process was
+ * busy). True moves the silence clock to now. */
+bool repl_link_heard_late(struct repl_link *l, uint64_t timeout_ns);
 
 /* A side's failure detection settings, as its Hello carries them. */
 struct repl_timing {

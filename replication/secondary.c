@@ -186,6 +186,8 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		watch_at(s, timeout_ns - silent_ns);
 		return;
 	}
+	if (repl_link_heard_late(&s->link, timeout_ns))
+		return;
 	if (s->pc) {
 		repl_pc_dst_lost(s, "the source went silent during the post-copy hand-over");
 		return;
