@@ -92,7 +92,7 @@ class Pair:
                                      "tcp:%s:%d" % (HOST, self.pcon), "--insecure",
                                      "--timeout-ms", str(PRI_TIMEOUT_MS)],
                                     stderr=open(self.plog, "w"), stdout=subprocess.DEVNULL)
-        if not wait_text(self.plog, "protected: secondary holds", 30):
+        if not wait_text(self.plog, "protected: secondary holds", 60):
             self.close()
             raise RuntimeError("never protected: see %s" % self.plog)
 
@@ -241,7 +241,10 @@ def main():
         print("FAIL: %d spurious takeover(s), %d bad kill(s)%s" % (spurious, len(bad),
               "; logs kept in " + tmp))
         return 1
-    subprocess.run(["rm", "-rf", tmp])
+    if bad or spurious:
+        print("logs kept in %s" % tmp)
+    else:
+        subprocess.run(["rm", "-rf", tmp])
     return 0
 
 

@@ -11,6 +11,8 @@
 
 #define TAG "beat"
 
+_Static_assert(REPL_BEAT_KEY_BYTES == NET_BEAT_KEY_BYTES, "one key size");
+
 unsigned repl_beat_interval_ms(unsigned heartbeat_ms, unsigned peer_timeout_ms)
 {
 	unsigned ms = heartbeat_ms;
@@ -43,32 +45,24 @@ static void beat_open(struct repl_link *l, const uint8_t *key, int role, const c
 		 "(within %u ms)", peer ? peer : bind_at, interval_ms, REPL_BEAT_PROGRESS_MS);
 }
 
-void repl_link_beat_primary(struct repl_link *l, unsigned interval_ms)
+int repl_beat_key_new(uint8_t key[REPL_BEAT_KEY_BYTES])
 {
-	uint8_t key[NET_BEAT_KEY_BYTES];
-	int r;
-
-	if (!l->conn)
-		return;
-	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
-		log_warn(TAG, "no beat key (getrandom: %s): silence is judged on the stream alone",
-			 strerror(errno));
-		return;
-	}
-	r = repl_link_send_section(l, REPL_BEAT_SECTION, key, sizeof(key));
-	if (r == 0)
-		beat_open(l, key, NET_BEAT_PRIMARY, NULL, net_peer_name(l->conn), interval_ms);
-	explicit_bzero(key, sizeof(key));
+	if (getrandom(key, REPL_BEAT_KEY_BYTES, 0) != REPL_BEAT_KEY_BYTES)
+		return errno ? -errno : -EIO;
+	return 0;
 }
 
-void repl_link_beat_secondary(struct repl_link *l, const void *key, size_t key_len,
-			      const char *bind_at, unsigned interval_ms)
+void repl_link_beat_start(struct repl_link *l, bool primary, const void *key, size_t key_len,
+			  const char *bind_at, unsigned interval_ms)
 {
 	if (key_len != NET_BEAT_KEY_BYTES) {
 		log_warn(TAG, "a beat key of %zu bytes, not %d: no beats", key_len, NET_BEAT_KEY_BYTES);
 		return;
 	}
-	beat_open(l, key, NET_BEAT_SECONDARY, bind_at, NULL, interval_ms);
+	if (primary && !l->conn)
+		return;
+	beat_open(l, key, primary ? NET_BEAT_PRIMARY : NET_BEAT_SECONDARY, bind_at,
+		  primary ? net_peer_name(l->conn) : NULL, interval_ms);
 }
 
 void repl_link_beat_stop(struct repl_link *l)
@@ -88,18 +82,28 @@ void repl_link_beat_stop(struct repl_link *l)
 	l->beat = NULL;
 }
 
+/* Beats stand in for the stream only while the stream itself showed life
+ * within REPL_BEAT_STREAM_MS: a peer that beats over a stream that carries
+ * nothing (blackholed, wedged) is lost all the same, only later. */
+static bool stream_alive(const struct repl_link *l, uint64_t now)
+{
+	return now - l->last_rx_ns <= REPL_BEAT_STREAM_MS * 1000000ull;
+}
+
 uint64_t repl_link_heard_ns(const struct repl_link *l)
 {
 	uint64_t beat = net_beat_heard_ns(l->beat);
 
-	return beat > l->last_rx_ns ? beat : l->last_rx_ns;
+	if (beat <= l->last_rx_ns || !stream_alive(l, now_ns()))
+		return l->last_rx_ns;
+	return beat;
 }
 
 bool repl_link_heard_late(struct repl_link *l, uint64_t timeout_ns)
 {
 	uint64_t now = now_ns();
 
-	if (l->beat && now - net_beat_heard_now(l->beat) <= timeout_ns)
+	if (l->beat && stream_alive(l, now) && now - net_beat_heard_now(l->beat) <= timeout_ns)
 		return true;
 	if (l->conn && net_rx_pending(l->conn)) {
 		l->last_rx_ns = now;     /* read next, at a higher priority */

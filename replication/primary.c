@@ -614,6 +614,25 @@ static void start_sync(struct repl_primary *p)
 
 /* ---- link callbacks ---------------------------------------------------------- */
 
+/* The beat side channel (replication.h): a fresh key to the secondary,
+ * then beats. Without it (logged), silence is judged on the stream alone. */
+static void beat_begin(struct repl_primary *p)
+{
+	uint8_t key[REPL_BEAT_KEY_BYTES];
+	int r = repl_beat_key_new(key);
+
+	if (r == 0)
+		r = repl_link_send_section(&p->link, REPL_BEAT_SECTION, key, sizeof(key));
+	if (r == 0)
+		repl_link_beat_start(&p->link, true, key, sizeof(key), NULL,
+				     repl_beat_interval_ms(p->timing.heartbeat_ms,
+							   p->peer_timing.timeout_ms));
+	else
+		log_warn(TAG, "no beat side channel (%s): silence is judged on the stream alone",
+			 strerror(-r));
+	explicit_bzero(key, sizeof(key));
+}
+
 /* The secondary accepted us (it checked our settings already); its own
  * settings are checked here too, and a refusal is told to it (Error). */
 static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
@@ -646,9 +665,7 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 	}
 	if (p->wit)
 		snprintf(p->standby_token, sizeof(p->standby_token), "%s", h->standby_token);
-	/* The beat side channel (replication.h); without it, the stream alone. */
-	repl_link_beat_primary(&p->link, repl_beat_interval_ms(p->timing.heartbeat_ms,
-								       p->peer_timing.timeout_ms));
+	beat_begin(p);
 	if (p->o->resume_epoch) {
 		/* The standby holds resume_epoch: the next epoch carries every page
 		 * written since the guest resumed here, and the state. */

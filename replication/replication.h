@@ -142,7 +142,9 @@ uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
  * is); the secondary binds its listen address (UDP) when that arrives.
  * Silence is judged on repl_link_heard_ns(): the last stream bytes or beat.
  * Beats of a link that closed do not count (the close folds the last one
- * into last_rx_ns), so the policies after a close are unchanged.
+ * into last_rx_ns), so the policies after a close are unchanged; nor do
+ * they once the stream has carried nothing for REPL_BEAT_STREAM_MS (a
+ * stream blackholed or wedged while UDP passes is a lost peer, later).
  * A wedged loop is not masked: beats go out only while the loop's silence
  * check (repl_link_tick) ran within REPL_BEAT_PROGRESS_MS; past that the
  * peer's timeout runs, so a hung (not stopped, not dead) agent is detected
@@ -151,16 +153,19 @@ uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
  * detection falls back to the stream alone, as before. */
 #define REPL_BEAT_SECTION "beat-key"
 #define REPL_BEAT_PROGRESS_MS 3000
+#define REPL_BEAT_STREAM_MS 3000
 /* One beat this often: the heartbeat interval, or a fifth of the peer's
  * timeout if that is shorter (a beat lost or late must not be a silence). */
 unsigned repl_beat_interval_ms(unsigned heartbeat_ms, unsigned peer_timeout_ms);
-/* Primary: a fresh key to the secondary (a section), then beats to its
- * stream address. Secondary: beats with key (from that section) on the UDP
- * port of bind_at ("HOST:PORT"), answered where the primary's come from.
- * Best effort: a failure is logged and leaves the link without beats. */
-void repl_link_beat_primary(struct repl_link *l, unsigned interval_ms);
-void repl_link_beat_secondary(struct repl_link *l, const void *key, size_t key_len,
-			      const char *bind_at, unsigned interval_ms);
+/* A fresh key for a link's beats (getrandom). 0 or -errno. */
+#define REPL_BEAT_KEY_BYTES 32
+int repl_beat_key_new(uint8_t key[REPL_BEAT_KEY_BYTES]) US_MUST_CHECK;
+/* Beats with key: the primary's to the stream's peer address, the
+ * secondary's on the UDP port of bind_at ("HOST:PORT"), answered where the
+ * primary's come from. Best effort: a failure is logged and leaves the
+ * link without beats. */
+void repl_link_beat_start(struct repl_link *l, bool primary, const void *key, size_t key_len,
+			  const char *bind_at, unsigned interval_ms);
 /* Stops the beats; the last one heard counts as the last bytes received. */
 void repl_link_beat_stop(struct repl_link *l);
 /* When the peer was last heard: its stream bytes or its beat. */

@@ -418,9 +418,8 @@ static int beat_begin(struct repl_secondary *s, const Understudy__Section *sec)
 	if (s->lis)
 		port = net_listener_port(s->lis);
 	snprintf(at, sizeof(at), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-	repl_link_beat_secondary(&s->link, sec->data.data, sec->data.len, at,
-				       repl_beat_interval_ms(s->timing.heartbeat_ms,
-							     s->peer_timing.timeout_ms));
+	repl_link_beat_start(&s->link, false, sec->data.data, sec->data.len, at,
+			     repl_beat_interval_ms(s->timing.heartbeat_ms, s->peer_timing.timeout_ms));
 	return 0;
 }
 
