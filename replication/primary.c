@@ -6,7 +6,8 @@
  *        \__________\_________\_____________\_______________\__ unprotected / done
  *
  * Policy per kind of failure (on_fault):
- *  - peer lost (connection closed, silent for timeout_ms) or peer protocol
+ *  - peer lost (connection closed, silent for timeout_ms: no stream bytes
+ *    nor beats, see the beat side channel in replication.h) or peer protocol
  *    error (bad data, refusal): the secondary cannot be counted on; say so
  *    loudly, release held output and run on UNPROTECTED. We never wait for
  *    a secondary that is gone. A link still open gets a goodbye first (Fence

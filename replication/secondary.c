@@ -1,6 +1,8 @@
 /* The secondary: keeps a hot standby (memory slots registered, vCPUs created,
  * not running) at the last complete checkpoint (staging.c), and takes over
- * when the primary is silent for timeout_ms.
+ * when the primary is silent for timeout_ms: neither its stream bytes nor
+ * its beats (the UDP side channel of replication.h, stamped by a thread
+ * of their own as they arrive) were heard, nor are any waiting unread.
  *
  *   waiting -> hello -> standby -> active (took over) -> done
  *
