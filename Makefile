@@ -4,6 +4,8 @@
 #   make check      install missing Debian packages, build, run every test
 #   make demo       install missing Debian packages, build, run the demo
 #   make bench      run the benchmarks (figure, reference, ratio)
+#   make bench-soak failover false-alarm soak, 10 minutes (SOAK_SECONDS=N,
+#                   SOAK_KILLS=N); not part of make bench or make check
 #   make plots      the benchmark figures as PNGs (gnuplot), under build/plots
 #   make SAN=1 check   the same with ASan + UBSan (in build/san), the agents of
 #                      the system tests too; any report fails (tests/run.sh)
@@ -66,7 +68,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check demo bench bench-run deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
+.PHONY: all check demo bench bench-run bench-soak deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
 .SECONDARY:
 all: $(BIN)
 
@@ -195,6 +197,13 @@ bench-run:
 	@echo "== bench/bench_switchover.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_switchover.py
 	@echo "== bench/bench_latency.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_latency.py
 	@echo "== bench/bench_hot.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_hot.py
+
+# Spurious takeovers under load at a 50 ms failover timeout, and kill ->
+# first reply (bench/bench_soak.py); SOAK_SECONDS (default 600), SOAK_KILLS.
+bench-soak: all
+	@mkdir -p $(BUILD)/bench
+	@python3 bench/figures.py machine | tee $(BUILD)/bench/soak.log
+	@UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_soak.py 2>&1 | tee -a $(BUILD)/bench/soak.log
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs

@@ -195,6 +195,15 @@ size_t net_unsent_bytes(const struct net_conn *c)
 	return c->queued;
 }
 
+size_t net_rx_pending(const struct net_conn *c)
+{
+	int inq = 0;
+
+	if (c->fd >= 0 && ioctl(c->fd, SIOCINQ, &inq) == 0 && inq > 0)
+		return (size_t)inq;
+	return 0;
+}
+
 const char *net_peer_name(const struct net_conn *c)
 {
 	return c->peer;

@@ -144,6 +144,10 @@ size_t net_queued_bytes(const struct net_conn *c);
  * (SIOCOUTQ: not yet acknowledged by the peer; TCP and TLS). It changes while
  * the link moves anything, however slowly. */
 size_t net_unsent_bytes(const struct net_conn *c);
+/* Bytes that arrived on the socket and were not read yet (SIOCINQ; TLS:
+ * records not yet decrypted; RDMA: only its setup socket's, so 0): the peer
+ * sent them even if the loop has not got round to reading them. */
+size_t net_rx_pending(const struct net_conn *c);
 /* "HOST:PORT" of the peer, for log lines. */
 const char *net_peer_name(const struct net_conn *c);
 /* Closes at once: unsent data is dropped without sent() callbacks (the

@@ -6,7 +6,8 @@
  *        \__________\_________\_____________\_______________\__ unprotected / done
  *
  * Policy per kind of failure (on_fault):
- *  - peer lost (connection closed, silent for timeout_ms) or peer protocol
+ *  - peer lost (connection closed, silent for timeout_ms: no stream bytes
+ *    nor beats, see the beat side channel in replication.h) or peer protocol
  *    error (bad data, refusal): the secondary cannot be counted on; say so
  *    loudly, release held output and run on UNPROTECTED. We never wait for
  *    a secondary that is gone. A link still open gets a goodbye first (Fence
@@ -614,6 +615,25 @@ static void start_sync(struct repl_primary *p)
 
 /* ---- link callbacks ---------------------------------------------------------- */
 
+/* The beat side channel (replication.h): a fresh key to the secondary,
+ * then beats. Without it (logged), silence is judged on the stream alone. */
+static void beat_begin(struct repl_primary *p)
+{
+	uint8_t key[REPL_BEAT_KEY_BYTES];
+	int r = repl_beat_key_new(key);
+
+	if (r == 0)
+		r = repl_link_send_section(&p->link, REPL_BEAT_SECTION, key, sizeof(key));
+	if (r == 0)
+		repl_link_beat_start(&p->link, true, key, sizeof(key), NULL,
+				     repl_beat_interval_ms(p->timing.heartbeat_ms,
+							   p->peer_timing.timeout_ms));
+	else
+		log_warn(TAG, "no beat side channel (%s): silence is judged on the stream alone",
+			 strerror(-r));
+	explicit_bzero(key, sizeof(key));
+}
+
 /* The secondary accepted us (it checked our settings already); its own
  * settings are checked here too, and a refusal is told to it (Error). */
 static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
@@ -646,6 +666,7 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 	}
 	if (p->wit)
 		snprintf(p->standby_token, sizeof(p->standby_token), "%s", h->standby_token);
+	beat_begin(p);
 	if (p->o->resume_epoch) {
 		/* The standby holds resume_epoch: the next epoch carries every page
 		 * written since the guest resumed here, and the state. */
@@ -934,8 +955,9 @@ static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	if (p->state < P_HELLO || p->state >= P_UNPROTECTED || !p->link.conn)
 		return;
-	silent_ns = now_ns() - p->link.last_rx_ns;
-	if (silent_ns > (uint64_t)p->o->timeout_ms * 1000000ull) {
+	silent_ns = now_ns() - repl_link_heard_ns(&p->link);
+	if (silent_ns > (uint64_t)p->o->timeout_ms * 1000000ull &&
+	    !repl_link_heard_late(&p->link, (uint64_t)p->o->timeout_ms * 1000000ull)) {
 		snprintf(why, sizeof(why), "secondary silent for %llu ms",
 			 (unsigned long long)(silent_ns / 1000000));
 		fault(p, REPL_FAULT_PEER_LOST, -ETIMEDOUT, why);

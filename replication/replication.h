@@ -82,6 +82,7 @@ void repl_vm_set_gated(struct repl_vm *v, bool gated);
 enum { REPL_TX_OWNED = 0x5a11, REPL_TX_EPOCH = 0xe90c };
 
 struct owned_tx;
+struct net_beat;
 
 struct repl_link {
 	struct net_conn *conn;
@@ -94,6 +95,7 @@ struct repl_link {
 	uint64_t last_tick_ns;     /* the silence check last ran */
 	uint64_t resumed_ns;       /* the last stall ended (0: none yet) */
 	uint64_t stall_ns;         /* ...and lasted this long */
+	struct net_beat *beat;     /* the beat side channel (beat.c), or NULL */
 };
 
 void repl_link_init(struct repl_link *l, uint32_t max_payload);
@@ -129,6 +131,51 @@ uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms);
  * stall_ms ago; else 0. An event seen then (a close) may be the peer
  * reacting to our stall, if the stall lasted longer than its timeout. */
 uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
+/* ---- the beat side channel (beat.c) -----------------------------------------
+ * Each agent's loop spends long stretches on its own work (a pause under CPU
+ * pressure, encoding, applying an epoch), and a heartbeat on the stream is
+ * only sent, and only seen, when the loop gets round to it. So each link
+ * also has a beat (net/beat.h): UDP datagrams to the peer's stream port from
+ * a thread of their own, stamped by the receiving thread when they arrive.
+ * The primary makes a fresh key per link and sends it first thing after the
+ * secondary's Hello in a REPL_BEAT_SECTION section (over TLS when the link
+ * is); the secondary binds its listen address (UDP) when that arrives.
+ * Silence is judged on repl_link_heard_ns(): the last stream bytes or beat.
+ * Beats of a link that closed do not count (the close folds the last one
+ * into last_rx_ns), so the policies after a close are unchanged; nor do
+ * they once the stream has carried nothing for REPL_BEAT_STREAM_MS (a
+ * stream blackholed or wedged while UDP passes is a lost peer, later).
+ * A wedged loop is not masked: beats go out only while the loop's silence
+ * check (repl_link_tick) ran within REPL_BEAT_PROGRESS_MS; past that the
+ * peer's timeout runs, so a hung (not stopped, not dead) agent is detected
+ * within REPL_BEAT_PROGRESS_MS + the peer's timeout. A beat channel that
+ * cannot be opened (UDP port taken, blocked by a firewall) is logged and
+ * detection falls back to the stream alone, as before. */
+#define REPL_BEAT_SECTION "beat-key"
+#define REPL_BEAT_PROGRESS_MS 3000
+#define REPL_BEAT_STREAM_MS 3000
+/* One beat this often: the heartbeat interval, or a fifth of the peer's
+ * timeout if that is shorter (a beat lost or late must not be a silence). */
+unsigned repl_beat_interval_ms(unsigned heartbeat_ms, unsigned peer_timeout_ms);
+/* A fresh key for a link's beats (getrandom). 0 or -errno. */
+#define REPL_BEAT_KEY_BYTES 32
+int repl_beat_key_new(uint8_t key[REPL_BEAT_KEY_BYTES]) US_MUST_CHECK;
+/* Beats with key: the primary's to the stream's peer address, the
+ * secondary's on the UDP port of bind_at ("HOST:PORT"), answered where the
+ * primary's come from. Best effort: a failure is logged and leaves the
+ * link without beats. */
+void repl_link_beat_start(struct repl_link *l, bool primary, const void *key, size_t key_len,
+			  const char *bind_at, unsigned interval_ms);
+/* Stops the beats; the last one heard counts as the last bytes received. */
+void repl_link_beat_stop(struct repl_link *l);
+/* When the peer was last heard: its stream bytes or its beat. */
+uint64_t repl_link_heard_ns(const struct repl_link *l);
+/* Before the peer is declared silent: whether it was heard after all, by a
+ * beat waiting on the beat socket or bytes waiting on the stream's socket
+ * (both sent by the peer before now, unread only because this process was
+ * busy). True moves the silence clock to now. */
+bool repl_link_heard_late(struct repl_link *l, uint64_t timeout_ns);
+
 /* A side's failure detection settings, as its Hello carries them. */
 struct repl_timing {
 	unsigned heartbeat_ms;     /* sends something at least this often */

@@ -1,6 +1,8 @@
 /* The secondary: keeps a hot standby (memory slots registered, vCPUs created,
  * not running) at the last complete checkpoint (staging.c), and takes over
- * when the primary is silent for timeout_ms.
+ * when the primary is silent for timeout_ms: neither its stream bytes nor
+ * its beats (the UDP side channel of replication.h, stamped by a thread
+ * of their own as they arrive) were heard, nor are any waiting unread.
  *
  *   waiting -> hello -> standby -> active (took over) -> done
  *
@@ -116,7 +118,7 @@ static void handshake_overdue(struct repl_secondary *s)
 {
 	unsigned limit_ms = s->o->handshake_timeout_ms > s->o->timeout_ms ?
 			    s->o->handshake_timeout_ms : s->o->timeout_ms;
-	uint64_t silent_ms = (now_ns() - s->link.last_rx_ns) / 1000000;
+	uint64_t silent_ms = (now_ns() - repl_link_heard_ns(&s->link)) / 1000000;
 
 	if (!s->link.conn || s->refusing || s->stage.have_ckpt ||
 	    (s->state != S_HELLO && s->state != S_STANDBY) || silent_ms <= limit_ms)
@@ -138,13 +140,32 @@ static unsigned stall_ms(const struct repl_secondary *s)
 	return peer_ms && peer_ms < s->o->timeout_ms ? peer_ms : s->o->timeout_ms;
 }
 
+/* The silence check's period: at most a quarter of the timeout, 5 ms. */
+static double watch_tick(const struct repl_secondary *s)
+{
+	return s->o->timeout_ms / 4e3 < 0.005 ? s->o->timeout_ms / 4e3 : 0.005;
+}
+
+/* The next check exactly when the timeout would run out (plus a little),
+ * if that comes before the next tick: a takeover is not late by a tick. */
+static void watch_at(struct repl_secondary *s, uint64_t left_ns)
+{
+	double at = left_ns / 1e9 + 0.0002;
+
+	if (at < watch_tick(s)) {
+		s->watch_w.repeat = at;
+		ev_timer_again(s->loop, &s->watch_w);
+	}
+}
+
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
-	uint64_t stall_ns;
+	uint64_t stall_ns, silent_ns, timeout_ns = (uint64_t)s->o->timeout_ms * 1000000ull;
 
 	(void)loop;
 	(void)revents;
+	w->repeat = watch_tick(s);
 	stall_ns = repl_link_tick(&s->link, stall_ms(s));
 	if (stall_ns) {
 		log_warn(TAG, "this process was stalled for %llu ms (stopped or starved): not counted as "
@@ -160,7 +181,14 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		repl_sec_fence(s);   /* not a source that gave the key up on purpose */
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
-	if (now_ns() - s->link.last_rx_ns <= (uint64_t)s->o->timeout_ms * 1000000ull)
+	/* Judged by what arrived (a beat is stamped by its own thread), not by
+	 * when this loop got round to reading it. */
+	silent_ns = now_ns() - repl_link_heard_ns(&s->link);
+	if (silent_ns <= timeout_ns) {
+		watch_at(s, timeout_ns - silent_ns);
+		return;
+	}
+	if (repl_link_heard_late(&s->link, timeout_ns))
 		return;
 	if (s->pc) {
 		repl_pc_dst_lost(s, "the source went silent during the post-copy hand-over");
@@ -380,6 +408,23 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 	return 0;
 }
 
+/* The primary's beat key: beats on the UDP port we listen on (TCP). A
+ * channel that cannot be opened leaves the stream alone, as before. */
+static int beat_begin(struct repl_secondary *s, const Understudy__Section *sec)
+{
+	char host[256], at[300];
+	int port;
+
+	if (net_parse_host_port(s->listen_at, true, host, sizeof(host), &port) < 0)
+		return 0;
+	if (s->lis)
+		port = net_listener_port(s->lis);
+	snprintf(at, sizeof(at), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+	repl_link_beat_start(&s->link, false, sec->data.data, sec->data.len, at,
+			     repl_beat_interval_ms(s->timing.heartbeat_ms, s->peer_timing.timeout_ms));
+	return 0;
+}
+
 static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage *msg)
 {
 	if (type == PROTO_T_HELLO)
@@ -397,6 +442,8 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 #endif
 		return repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch);
 	case PROTO_T_SECTION:
+		if (!strcmp(((Understudy__Section *)msg)->name, REPL_BEAT_SECTION))
+			return beat_begin(s, (Understudy__Section *)msg);
 		if (!strncmp(((Understudy__Section *)msg)->name, "drill-", 6))
 			return repl_drill_section(s, (Understudy__Section *)msg);
 		return repl_staging_section(&s->stage, (Understudy__Section *)msg);
@@ -825,7 +872,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 static void watchers_init(struct repl_secondary *s)
 {
 	double hb = repl_heartbeat_interval(s->o->timeout_ms);
-	double tick = s->o->timeout_ms / 4e3 < 0.005 ? s->o->timeout_ms / 4e3 : 0.005;
+	double tick = watch_tick(s);
 
 	ev_timer_init(&s->watch_w, on_watch, tick, tick);
 	ev_timer_init(&s->hb_w, on_hb, hb, hb);

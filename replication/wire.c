@@ -4,6 +4,8 @@
  * packed MachineConfig, proto/understudy.proto). */
 #include "replication/replication.h"
 
+#include "net/beat.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -59,12 +61,14 @@ void repl_link_close(struct repl_link *l)
 		net_close(l->conn);
 	l->conn = NULL;
 	free_owned(l);
+	repl_link_beat_stop(l);
 }
 
 void repl_link_closed(struct repl_link *l)
 {
 	l->conn = NULL;   /* net frees it; every send was completed before */
 	free_owned(l);
+	repl_link_beat_stop(l);
 }
 
 int repl_link_send_buf(struct repl_link *l, const void *data, size_t len, void *cookie)
@@ -188,6 +192,7 @@ uint64_t repl_link_tick(struct repl_link *l, unsigned stall_ms)
 	uint64_t now = now_ns(), gap = now - l->last_tick_ns;
 
 	l->last_tick_ns = now;
+	net_beat_progress(l->beat);   /* the loop gets round: beats may go on */
 	if (gap <= (uint64_t)stall_ms * 1000000ull)
 		return 0;
 	l->resumed_ns = now;
