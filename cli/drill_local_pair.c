@@ -172,8 +172,8 @@ int dl_pair_start(struct dl_pair *p, const char **why)
 	return 0;
 }
 
-/* Drops the pair's link traffic (tcp to or from the secondary's port),
- * every packet or a random share. */
+/* Drops the pair's link traffic (the stream over tcp and the beats over
+ * udp, to or from the secondary's port), every packet or a random share. */
 static int nft_link(const struct dl_pair *p, unsigned pct)
 {
 	char rules[1024], match[64];
@@ -184,10 +184,12 @@ static int nft_link(const struct dl_pair *p, unsigned pct)
 		match[0] = 0;
 	snprintf(rules, sizeof(rules),
 		 "table inet " NFT_TABLE " {\n"
-		 " chain i { type filter hook input priority -10; tcp dport %d %sdrop; "
-		 "tcp sport %d %sdrop; }\n"
-		 " chain o { type filter hook output priority -10; tcp dport %d %sdrop; "
-		 "tcp sport %d %sdrop; }\n}\n",
+		 " chain i { type filter hook input priority -10; "
+		 "meta l4proto { tcp, udp } th dport %d %sdrop; "
+		 "meta l4proto { tcp, udp } th sport %d %sdrop; }\n"
+		 " chain o { type filter hook output priority -10; "
+		 "meta l4proto { tcp, udp } th dport %d %sdrop; "
+		 "meta l4proto { tcp, udp } th sport %d %sdrop; }\n}\n",
 		 p->sport, match, p->sport, match, p->sport, match, p->sport, match);
 	return dl_run((char *[]){ "nft", "-f", "-", NULL }, rules, NULL) == 0 ? 0 : -EIO;
 }
