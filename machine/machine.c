@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,12 @@
 #define TAG "machine"
 #define KICK_SIGNAL SIGUSR1
 #define UART_PORT 0x3f8
+/* How long machine_pause polls for the vCPUs to park before it sleeps. A
+ * kicked vCPU is out of KVM_RUN in ~50 us here, and waking a sleeping
+ * thread costs as much again (on a nested KVM an idle host CPU is woken
+ * by an IPI through the outer hypervisor). The poll yields the CPU at
+ * every turn, so a runnable vCPU thread is never kept waiting by it. */
+#define PAUSE_POLL_NS 300000ull
 
 static void on_kick(int sig)
 {
@@ -81,7 +88,9 @@ static void kick_all(struct machine *m, pthread_t self)
 		if (!vc->kvm.run)
 			continue;     /* never created (machine_new failing part-way) */
 		vc->kvm.run->immediate_exit = 1;
-		if (vc->thread_started && !pthread_equal(vc->thread, self))
+		/* An idle vCPU is out of KVM_RUN with its I/O completed: it
+		 * counts as parked already and is not woken (idle_park). */
+		if (vc->thread_started && !vc->idle && !pthread_equal(vc->thread, self))
 			pthread_kill(vc->thread, KICK_SIGNAL);
 	}
 }
@@ -138,20 +147,41 @@ static bool park(struct machine_vcpu *vc)
 	return false;
 }
 
-static void idle_wait(struct machine *m, uint32_t usec)
+/* The guest on vc asked to idle for usec (an OUT to the idle port). Its OUT
+ * is completed first (KVM_RUN with immediate_exit), so while it waits here
+ * its state is settled and readable: it counts as parked, and a pause does
+ * not have to wake it (waking a sleeping thread costs ~50 us here). The
+ * wait ends at the timeout, on console input or when the machine stops;
+ * if a pause is on by then, the vCPU stays parked until it ends. */
+static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 {
+	struct machine *m = vc->m;
 	struct timespec until;
 	uint64_t t;
 
+	/* A string OUT to the idle port (count > 1) is not completed by one
+	 * settle: such a guest just does not idle. */
+	if (vc->kvm.run->io.count != 1 || kvm_vcpu_settle(&vc->kvm) < 0)
+		return;
 	if (usec > 1000000)
 		usec = 1000000;
 	t = now_ns() + (uint64_t)usec * 1000;
 	until.tv_sec = (time_t)(t / 1000000000ull);
 	until.tv_nsec = (long)(t % 1000000000ull);
 	pthread_mutex_lock(&m->lock);
-	while (!m->pause_req && !m->stopping && !uart_rx_ready(&m->uart))
+	vc->idle = true;
+	m->parked++;
+	pthread_cond_broadcast(&m->parked_cond);
+	while (!m->stopping && !uart_rx_ready(&m->uart))
 		if (pthread_cond_timedwait(&m->cond, &m->lock, &until) == ETIMEDOUT)
 			break;
+	while (m->pause_req && !m->stopping)
+		pthread_cond_wait(&m->cond, &m->lock);
+	vc->idle = false;
+	m->parked--;
+	/* Stopping: immediate_exit stays set, the next KVM_RUN parks for good. */
+	if (!m->stopping)
+		vc->kvm.run->immediate_exit = 0;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -161,8 +191,12 @@ void machine_pause(struct machine *m)
 
 	pthread_mutex_lock(&m->lock);
 	m->pause_req = true;
+	/* Idle and parked vCPUs wait for the pause to end without being woken. */
 	kick_all(m, pthread_self());
-	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	while (m->parked < m->ncpus && now_ns() - t0 < PAUSE_POLL_NS)
+		sched_yield();
+	pthread_mutex_lock(&m->lock);
 	while (m->parked < m->ncpus)
 		pthread_cond_wait(&m->parked_cond, &m->lock);
 	pthread_mutex_unlock(&m->lock);
@@ -231,7 +265,7 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	memcpy(&value, data, (size_t)(size < 4 ? size : 4));
 	switch (port) {
 	case GUEST_PORT_IDLE:
-		idle_wait(m, value);
+		idle_park(vc, value);
 		return 0;
 	case GUEST_PORT_POWER:
 		log_info(TAG, "guest powered off (status %u)", value);

@@ -70,6 +70,7 @@ struct machine_vcpu {
 	struct kvm_vcpu kvm;
 	pthread_t thread;
 	bool thread_started;
+	bool idle;             /* waiting in idle_park, counted as parked (under lock) */
 	uint64_t exits;
 };
 
@@ -99,7 +100,7 @@ struct machine {
 	pthread_cond_t cond;         /* vCPUs wait here when parked or idle */
 	pthread_cond_t parked_cond;  /* machine_pause waits here */
 	bool pause_req;
-	int parked;
+	_Atomic int parked;          /* changed under lock; read without it while spinning */
 	bool stopping;
 	int stop_status;
 	struct uart_state uart;
