@@ -4,6 +4,7 @@
 #define US_KMOD_H
 
 #include <linux/kvm.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,7 @@ struct kvm_sys {
 	int xsave_size;               /* 4096 (KVM_GET_XSAVE) or KVM_CAP_XSAVE2 size */
 	uint32_t tsc_khz;
 	struct kvm_cpuid2 *cpuid;     /* KVM_GET_SUPPORTED_CPUID */
+	bool sync_regs;               /* KVM_CAP_SYNC_REGS: regs, sregs, events at every exit */
 	uint32_t nmsrs;               /* readable MSRs of KVM_GET_MSR_INDEX_LIST */
 	uint32_t msrs[KVM_MAX_MSRS];
 	bool msrs_probed;
@@ -78,6 +80,16 @@ struct kvm_vcpu {
 	int index;
 	int fd;
 	struct kvm_run *run;
+	/* With sys->sync_regs, KVM leaves the registers in run->s at every
+	 * return from KVM_RUN; they are the vCPU's while nothing was set since.
+	 * sets counts the set functions (after their ioctl), run_sets is its
+	 * value read before the last KVM_RUN: equal means no set can have
+	 * landed after that KVM_RUN (the set ioctls and the vCPU threads race
+	 * only while a machine is built). */
+	_Atomic uint32_t sets;
+	_Atomic uint32_t run_sets;
+	_Atomic bool exit_regs;       /* run->s is from the last KVM_RUN */
+	uint64_t state_reads, state_reads_exit_regs;  /* kvm_vcpu_get_state calls, fast ones */
 };
 
 int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index) US_MUST_CHECK;
@@ -103,7 +115,11 @@ struct kvm_vcpu_state {
 	uint8_t xsave[KVM_XSAVE_MAX] __attribute__((aligned(64)));
 };
 
+/* The complete state; every vCPU of the VM must be out of KVM_RUN. */
 int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
+/* The same, always with one ioctl a part (what kvm_vcpu_get_state falls back
+ * to): for tests, which compare the two. */
+int kvm_vcpu_get_state_full(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
 int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
 
 /* Pieces of vCPU state the machine sets up at boot. */

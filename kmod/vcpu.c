@@ -84,6 +84,8 @@ int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index)
 		vcpu->run = NULL;
 		goto err_fd;
 	}
+	if (sys->sync_regs)
+		vcpu->run->kvm_valid_regs = KVM_SYNC_X86_REGS | KVM_SYNC_X86_SREGS;
 	r = probe_msrs(sys, vcpu->fd);
 	if (r < 0) {
 		log_error(TAG, "probing MSRs: %s", strerror(-r));
@@ -114,11 +116,21 @@ void kvm_vcpu_destroy(struct kvm_vcpu *vcpu)
 	vcpu->fd = -1;
 }
 
+/* KVM_RUN. Returning normally or with -EINTR, KVM has stored the registers
+ * in run->s on its way out (x86 store_regs, every path after entry). */
+static int run_once(struct kvm_vcpu *vcpu)
+{
+	int r;
+
+	vcpu->run_sets = vcpu->sets;
+	r = ioctl(vcpu->fd, KVM_RUN, 0) < 0 ? -errno : 0;
+	vcpu->exit_regs = vcpu->vm->sys->sync_regs && (r == 0 || r == -EINTR);
+	return r;
+}
+
 int kvm_vcpu_run(struct kvm_vcpu *vcpu)
 {
-	if (ioctl(vcpu->fd, KVM_RUN, 0) < 0)
-		return -errno;
-	return 0;
+	return run_once(vcpu);
 }
 
 int kvm_vcpu_settle(struct kvm_vcpu *vcpu)
@@ -127,9 +139,16 @@ int kvm_vcpu_settle(struct kvm_vcpu *vcpu)
 	int r;
 
 	vcpu->run->immediate_exit = 1;
-	r = ioctl(vcpu->fd, KVM_RUN, 0) < 0 ? -errno : 0;
+	r = run_once(vcpu);
 	vcpu->run->immediate_exit = saved;
 	return r == -EINTR || r == 0 ? 0 : r;
+}
+
+/* After every set: a register copy in run->s from before it is stale. */
+static int count_set(struct kvm_vcpu *vcpu, int r)
+{
+	vcpu->sets++;
+	return r;
 }
 
 int kvm_vcpu_get_regs(struct kvm_vcpu *vcpu, struct kvm_regs *regs)
@@ -139,7 +158,7 @@ int kvm_vcpu_get_regs(struct kvm_vcpu *vcpu, struct kvm_regs *regs)
 
 int kvm_vcpu_set_regs(struct kvm_vcpu *vcpu, const struct kvm_regs *regs)
 {
-	return kvm_ioctl(vcpu->fd, KVM_SET_REGS, (void *)regs);
+	return count_set(vcpu, kvm_ioctl(vcpu->fd, KVM_SET_REGS, (void *)regs));
 }
 
 int kvm_vcpu_get_sregs(struct kvm_vcpu *vcpu, struct kvm_sregs *sregs)
@@ -149,7 +168,7 @@ int kvm_vcpu_get_sregs(struct kvm_vcpu *vcpu, struct kvm_sregs *sregs)
 
 int kvm_vcpu_set_sregs(struct kvm_vcpu *vcpu, const struct kvm_sregs *sregs)
 {
-	return kvm_ioctl(vcpu->fd, KVM_SET_SREGS, (void *)sregs);
+	return count_set(vcpu, kvm_ioctl(vcpu->fd, KVM_SET_SREGS, (void *)sregs));
 }
 
 int kvm_vcpu_set_xcr0(struct kvm_vcpu *vcpu, uint64_t xcr0)
@@ -158,34 +177,29 @@ int kvm_vcpu_set_xcr0(struct kvm_vcpu *vcpu, uint64_t xcr0)
 
 	x.xcrs[0].xcr = 0;
 	x.xcrs[0].value = xcr0;
-	return kvm_ioctl(vcpu->fd, KVM_SET_XCRS, &x);
+	return count_set(vcpu, kvm_ioctl(vcpu->fd, KVM_SET_XCRS, &x));
 }
 
 int kvm_vcpu_set_mp_state(struct kvm_vcpu *vcpu, uint32_t mp_state)
 {
 	struct kvm_mp_state mp = { .mp_state = mp_state };
 
-	return kvm_ioctl(vcpu->fd, KVM_SET_MP_STATE, &mp);
+	return count_set(vcpu, kvm_ioctl(vcpu->fd, KVM_SET_MP_STATE, &mp));
 }
 
-/* Call on a vCPU that is out of KVM_RUN with no I/O pending (kvm_vcpu_settle). */
-int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
+/* The parts that are read the same way on both paths, after mp_state. */
+static int get_rest(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st, bool events)
 {
 	struct kvm_sys *sys = vcpu->vm->sys;
 	struct msr_buf msrs = { .hdr.nmsrs = sys->nmsrs };
 	bool xsave2 = sys->xsave_size > 4096;
 	int r;
 
-	/* mp_state first: reading it lets KVM apply a pending INIT/SIPI, which
-	 * changes CS:RIP; the registers read after it then agree with it. */
-	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MP_STATE, &st->mp_state)) < 0 ||
-	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_REGS, &st->regs)) < 0 ||
-	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_SREGS, &st->sregs)) < 0 ||
-	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_XCRS, &st->xcrs)) < 0 ||
+	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_XCRS, &st->xcrs)) < 0 ||
 	    (r = kvm_ioctl_logged(vcpu->fd, xsave2 ? KVM_GET_XSAVE2 : KVM_GET_XSAVE, st->xsave,
 				  xsave2 ? "KVM_GET_XSAVE2" : "KVM_GET_XSAVE", vcpu->index)) < 0 ||
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_LAPIC, &st->lapic)) < 0 ||
-	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_VCPU_EVENTS, &st->events)) < 0 ||
+	    (events && (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_VCPU_EVENTS, &st->events)) < 0) ||
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_DEBUGREGS, &st->debugregs)) < 0)
 		return r;
 	st->xsave_size = (uint32_t)sys->xsave_size;
@@ -203,6 +217,78 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 	return 0;
 }
 
+int kvm_vcpu_get_state_full(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
+{
+	int r;
+
+	/* mp_state first: reading it lets KVM apply a pending INIT/SIPI, which
+	 * changes CS:RIP; the registers read after it then agree with it. */
+	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MP_STATE, &st->mp_state)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_REGS, &st->regs)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_SREGS, &st->sregs)) < 0)
+		return r;
+	return get_rest(vcpu, st, true);
+}
+
+/* Whether the IOAPIC could deliver an INIT or a start-up IPI (delivery
+ * modes 5 and 6 in a redirection entry). */
+static int ioapic_sends_init(struct kvm_vm *vm, bool *init)
+{
+	struct kvm_irqchip chip = { .chip_id = KVM_IRQCHIP_IOAPIC };
+	int r = KVM_VM_IOCTL(vm, KVM_GET_IRQCHIP, &chip);
+
+	*init = true;
+	if (r < 0)
+		return r;
+	*init = false;
+	for (int i = 0; i < KVM_IOAPIC_NUM_PINS; i++) {
+		unsigned mode = chip.chip.ioapic.redirtbl[i].fields.delivery_mode;
+
+		*init |= mode == 5 || mode == 6;
+	}
+	return 0;
+}
+
+/* Each vCPU ioctl costs ~9 us on this software KVM whatever it moves, so
+ * the registers and special registers come from the copy KVM left in
+ * kvm_run at the vCPU's last exit (KVM_CAP_SYNC_REGS) when that copy is
+ * provably current. Between that exit and now nothing of ours set them
+ * (sets == run_sets), and only an INIT or a SIPI applied by KVM_GET_MP_STATE
+ * could have changed them. With every vCPU out of KVM_RUN, no vCPU sends
+ * IPIs, the PIC and the LAPIC's own LVTs do not deliver INIT here, and the
+ * VMM raises lines only through the IOAPIC: so if the IOAPIC has no INIT or
+ * SIPI entry, none arrives from now on. One that arrived earlier is latched
+ * (vcpu_events says so: fall back). A SIPI acts only on a vCPU in
+ * INIT_RECEIVED, which is in real mode (INIT left it there and it has not
+ * run since): a copy in protected mode rules that out. Then mp_state, read
+ * after the events, applies nothing. */
+int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
+{
+	struct kvm_run *run = vcpu->run;
+	bool fast = vcpu->exit_regs && vcpu->run_sets == vcpu->sets, init;
+	int r;
+
+	vcpu->state_reads++;
+	if (fast) {
+		if ((r = ioapic_sends_init(vcpu->vm, &init)) < 0)
+			return r;
+		fast = !init && (run->s.regs.sregs.cr0 & 1);   /* CR0.PE */
+	}
+	if (fast) {
+		if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_VCPU_EVENTS, &st->events)) < 0)
+			return r;
+		fast = !st->events.smi.latched_init;
+	}
+	if (!fast)
+		return kvm_vcpu_get_state_full(vcpu, st);
+	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MP_STATE, &st->mp_state)) < 0)
+		return r;
+	st->regs = run->s.regs.regs;
+	st->sregs = run->s.regs.sregs;
+	vcpu->state_reads_exit_regs++;
+	return get_rest(vcpu, st, false);
+}
+
 /* Restore order matters:
  *  1. sregs first: CR0/CR4/EFER decide how everything after is interpreted,
  *     and sregs.apic_base puts the LAPIC in xAPIC or x2APIC mode, which
@@ -215,7 +301,7 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
  *     the LAPIC's view), then mp_state last (it may be RUNNABLE only once
  *     the rest is in place);
  *  6. debug registers. */
-int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
+static int set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 {
 	struct kvm_sys *sys = vcpu->vm->sys;
 	struct msr_buf msrs;
@@ -250,4 +336,10 @@ int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_DEBUGREGS, &st->debugregs)) < 0)
 		return r;
 	return 0;
+}
+
+int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
+{
+	/* counted even when it fails part-way: some parts may be set */
+	return count_set(vcpu, set_state(vcpu, st));
 }

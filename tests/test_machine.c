@@ -285,6 +285,81 @@ static void test_pause_resume_1000(void **st)
 	run_pause_resume(2);
 }
 
+/* The capture takes the registers from the copy KVM leaves in kvm_run at
+ * each exit when that copy is provably current (kvm_vcpu_get_state). At
+ * random pauses of guests that run, idle, take timer interrupts and run on
+ * two vCPUs, it equals what the ioctls read; after a set it is not used. */
+static void exit_regs_equal(const char *guest, int ncpus, bool console)
+{
+	struct kvm_vcpu_state *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+	uint64_t fast0 = 0, fast1 = 0, reads0 = 0, reads1 = 0;
+	struct th_vm t;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(th_vm_new(&t, guest, MEM, ncpus, true), 0);
+	for (int c = 0; c < ncpus; c++) {
+		fast0 += t.m->vcpus[c].kvm.state_reads_exit_regs;
+		reads0 += t.m->vcpus[c].kvm.state_reads;
+	}
+	machine_resume(t.m);
+	for (int i = 0; i < 200; i++) {
+		th_sleep_us(rnd() % 3000);
+		if (console && i % 4 == 0)
+			th_vm_send(&t, i % 8 ? "incr\n" : "get\n");
+		machine_pause(t.m);
+		for (int c = 0; c < ncpus; c++) {
+			assert_int_equal(machine_get_vcpu_state(t.m, c, a), 0);
+			assert_int_equal(kvm_vcpu_get_state_full(&t.m->vcpus[c].kvm, b), 0);
+			assert_memory_equal(&a->regs, &b->regs, sizeof(a->regs));
+			assert_memory_equal(&a->sregs, &b->sregs, sizeof(a->sregs));
+			assert_memory_equal(&a->events, &b->events, sizeof(a->events));
+			assert_memory_equal(&a->mp_state, &b->mp_state, sizeof(a->mp_state));
+			assert_memory_equal(&a->xcrs, &b->xcrs, sizeof(a->xcrs));
+			assert_memory_equal(a->xsave, b->xsave, a->xsave_size);
+			assert_memory_equal(&a->debugregs, &b->debugregs, sizeof(a->debugregs));
+		}
+		if (i % 50 == 49) {
+			/* A set makes the copy stale: the next read must not use it. */
+			uint64_t f;
+
+			assert_int_equal(machine_get_vcpu_state(t.m, 0, a), 0);
+			a->regs.rbx ^= 0x5a5a;
+			assert_int_equal(machine_set_vcpu_state(t.m, 0, a), 0);
+			f = t.m->vcpus[0].kvm.state_reads_exit_regs;
+			assert_int_equal(machine_get_vcpu_state(t.m, 0, b), 0);
+			assert_int_equal(t.m->vcpus[0].kvm.state_reads_exit_regs, f);
+			assert_true(b->regs.rbx == a->regs.rbx);
+			b->regs.rbx ^= 0x5a5a;   /* put it back before the guest sees it */
+			assert_int_equal(machine_set_vcpu_state(t.m, 0, b), 0);
+		}
+		machine_resume(t.m);
+	}
+	machine_pause(t.m);
+	for (int c = 0; c < ncpus; c++) {
+		fast1 += t.m->vcpus[c].kvm.state_reads_exit_regs;
+		reads1 += t.m->vcpus[c].kvm.state_reads;
+	}
+	printf("%s, %d vCPU(s): %llu of %llu state reads took the registers from the exit copy\n",
+	       guest, ncpus, (unsigned long long)(fast1 - fast0), (unsigned long long)(reads1 - reads0));
+	/* where KVM has KVM_CAP_SYNC_REGS the fast path must really be taken */
+	if (t.m->sys.sync_regs)
+		assert_true(fast1 - fast0 >= 100);
+	assert_false(t.stopped);
+	th_vm_free(&t);
+	free(a);
+	free(b);
+}
+
+static void test_exit_regs_equal(void **st)
+{
+	(void)st;
+	REQUIRE_KVM();
+	exit_regs_equal("dirty:mb=8,rate_mb=50,report_ms=1000", 2, false);
+	exit_regs_equal("counter", 1, true);
+	exit_regs_equal("stress", 2, false);
+}
+
 static void test_missing_kvm(void **st)
 {
 	struct machine_config cfg = { .mem_bytes = MEM, .ncpus = 1, .guest = "counter" };
@@ -405,6 +480,7 @@ int main(void)
 		cmocka_unit_test(test_dirty_log_exact),
 		cmocka_unit_test(test_dirty_log_exact_hot),
 		cmocka_unit_test(test_pause_resume_1000),
+		cmocka_unit_test(test_exit_regs_equal),
 	};
 
 	return cmocka_run_group_tests_name("machine", tests, setup, NULL);
