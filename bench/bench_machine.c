@@ -222,6 +222,7 @@ static void bench_fixed(int ncpus)
 	struct machine *m = boot("dirty:mb=16,rate_mb=50,report_ms=100000", 64ull << 20, ncpus);
 	uint64_t *stop = calloc(FIXED_ITER, 8), *vm = calloc(FIXED_ITER, 8);
 	uint64_t *vcpu = calloc(FIXED_ITER, 8), *total = calloc(FIXED_ITER, 8);
+	uint64_t *resume = calloc(FIXED_ITER, 8);
 	uint64_t *part[NPARTS], tot50, tot99, ref50;
 	static struct kvm_vcpu_state st[KVM_MAX_VCPUS];
 	static struct machine_state ms;
@@ -246,6 +247,7 @@ static void bench_fixed(int ncpus)
 		t3 = now_ns();
 		machine_resume(m);
 		total[i] = now_ns() - t0;
+		resume[i] = now_ns() - t3;
 		stop[i] = t1 - t0;
 		vm[i] = t2 - t1;
 		vcpu[i] = t3 - t2;
@@ -266,6 +268,7 @@ static void bench_fixed(int ncpus)
 	print_part("stop (kick until parked)", stop, FIXED_ITER, ref50);
 	print_part("VM state (machine_get_state)", vm, FIXED_ITER, ref50);
 	print_part("vCPU state, all vCPUs", vcpu, FIXED_ITER, ref50);
+	print_part("resume", resume, FIXED_ITER, ref50);
 	print_part("total (pause+state+resume)", total, FIXED_ITER, ref50);
 	printf(" each state ioctl on its own, vCPU 0, right after a pause:\n");
 	for (int k = 0; k < NPARTS; k++)
@@ -288,6 +291,7 @@ static void bench_fixed(int ncpus)
 	free(vm);
 	free(vcpu);
 	free(total);
+	free(resume);
 	machine_free(m);
 }
 

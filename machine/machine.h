@@ -100,7 +100,7 @@ struct machine {
 	pthread_cond_t cond;         /* vCPUs wait here when parked or idle */
 	pthread_cond_t parked_cond;  /* machine_pause waits here */
 	bool pause_req;
-	_Atomic int parked;          /* changed under lock; read without it while spinning */
+	int parked;
 	bool stopping;
 	int stop_status;
 	struct uart_state uart;
