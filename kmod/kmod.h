@@ -75,6 +75,16 @@ struct kvm_vm_state {
 int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st) US_MUST_CHECK;
 int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st) US_MUST_CHECK;
 
+/* The parts of a vCPU's state that only its own execution in KVM_RUN, an
+ * INIT, or a set by us change, as last read (kvm_vcpu_get_state). */
+struct kvm_vcpu_own {
+	bool valid;
+	uint32_t runs, sets;          /* the vCPU's counts when they were read */
+	struct kvm_xcrs xcrs;
+	struct kvm_debugregs debugregs;
+	uint8_t xsave[KVM_XSAVE_MAX] __attribute__((aligned(64)));
+};
+
 struct kvm_vcpu {
 	struct kvm_vm *vm;
 	int index;
@@ -89,7 +99,10 @@ struct kvm_vcpu {
 	_Atomic uint32_t sets;
 	_Atomic uint32_t run_sets;
 	_Atomic bool exit_regs;       /* run->s is from the last KVM_RUN */
-	uint64_t state_reads, state_reads_exit_regs;  /* kvm_vcpu_get_state calls, fast ones */
+	_Atomic uint32_t runs;        /* KVM_RUN calls */
+	struct kvm_vcpu_own *own;     /* reused while runs and sets stay the same */
+	/* kvm_vcpu_get_state calls; with the registers from run->s; with own reused */
+	uint64_t state_reads, state_reads_exit_regs, state_reads_own;
 };
 
 int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index) US_MUST_CHECK;

@@ -86,6 +86,11 @@ int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index)
 	}
 	if (sys->sync_regs)
 		vcpu->run->kvm_valid_regs = KVM_SYNC_X86_REGS | KVM_SYNC_X86_SREGS;
+	vcpu->own = calloc(1, sizeof(*vcpu->own));
+	if (!vcpu->own) {
+		r = -ENOMEM;
+		goto err_run;
+	}
 	r = probe_msrs(sys, vcpu->fd);
 	if (r < 0) {
 		log_error(TAG, "probing MSRs: %s", strerror(-r));
@@ -98,6 +103,8 @@ int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index)
 	return 0;
 
 err_run:
+	free(vcpu->own);
+	vcpu->own = NULL;
 	munmap(vcpu->run, (size_t)sys->vcpu_mmap_size);
 	vcpu->run = NULL;
 err_fd:
@@ -108,6 +115,8 @@ err_fd:
 
 void kvm_vcpu_destroy(struct kvm_vcpu *vcpu)
 {
+	free(vcpu->own);
+	vcpu->own = NULL;
 	if (vcpu->run)
 		munmap(vcpu->run, (size_t)vcpu->vm->sys->vcpu_mmap_size);
 	if (vcpu->fd >= 0)
@@ -123,6 +132,7 @@ static int run_once(struct kvm_vcpu *vcpu)
 	int r;
 
 	vcpu->run_sets = vcpu->sets;
+	vcpu->runs++;
 	r = ioctl(vcpu->fd, KVM_RUN, 0) < 0 ? -errno : 0;
 	vcpu->exit_regs = vcpu->vm->sys->sync_regs && (r == 0 || r == -EINTR);
 	return r;
@@ -187,22 +197,50 @@ int kvm_vcpu_set_mp_state(struct kvm_vcpu *vcpu, uint32_t mp_state)
 	return count_set(vcpu, kvm_ioctl(vcpu->fd, KVM_SET_MP_STATE, &mp));
 }
 
-/* The parts that are read the same way on both paths, after mp_state. */
-static int get_rest(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st, bool events)
+/* XCRs, xsave area, debug registers: from the last read when the vCPU has
+ * not entered KVM_RUN and nothing was set since (reuse, on the fast path of
+ * kvm_vcpu_get_state, where no INIT is applied), else read, and kept. */
+static int get_own(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st, bool reuse)
 {
 	struct kvm_sys *sys = vcpu->vm->sys;
-	struct msr_buf msrs = { .hdr.nmsrs = sys->nmsrs };
+	struct kvm_vcpu_own *own = vcpu->own;
 	bool xsave2 = sys->xsave_size > 4096;
 	int r;
 
+	st->xsave_size = (uint32_t)sys->xsave_size;
+	if (reuse && own->valid && own->runs == vcpu->runs && own->sets == vcpu->sets) {
+		st->xcrs = own->xcrs;
+		st->debugregs = own->debugregs;
+		memcpy(st->xsave, own->xsave, st->xsave_size);
+		vcpu->state_reads_own++;
+		return 0;
+	}
+	own->valid = false;
 	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_XCRS, &st->xcrs)) < 0 ||
 	    (r = kvm_ioctl_logged(vcpu->fd, xsave2 ? KVM_GET_XSAVE2 : KVM_GET_XSAVE, st->xsave,
 				  xsave2 ? "KVM_GET_XSAVE2" : "KVM_GET_XSAVE", vcpu->index)) < 0 ||
-	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_LAPIC, &st->lapic)) < 0 ||
-	    (events && (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_VCPU_EVENTS, &st->events)) < 0) ||
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_DEBUGREGS, &st->debugregs)) < 0)
 		return r;
-	st->xsave_size = (uint32_t)sys->xsave_size;
+	own->xcrs = st->xcrs;
+	own->debugregs = st->debugregs;
+	memcpy(own->xsave, st->xsave, st->xsave_size);
+	own->runs = vcpu->runs;
+	own->sets = vcpu->sets;
+	own->valid = true;
+	return 0;
+}
+
+/* The parts that are read the same way on both paths, after mp_state. */
+static int get_rest(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st, bool events, bool reuse)
+{
+	struct kvm_sys *sys = vcpu->vm->sys;
+	struct msr_buf msrs = { .hdr.nmsrs = sys->nmsrs };
+	int r;
+
+	if ((r = get_own(vcpu, st, reuse)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_LAPIC, &st->lapic)) < 0 ||
+	    (events && (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_VCPU_EVENTS, &st->events)) < 0))
+		return r;
 	for (uint32_t i = 0; i < sys->nmsrs; i++)
 		msrs.entries[i].index = sys->msrs[i];
 	r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MSRS, &msrs);
@@ -227,7 +265,7 @@ int kvm_vcpu_get_state_full(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_REGS, &st->regs)) < 0 ||
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_SREGS, &st->sregs)) < 0)
 		return r;
-	return get_rest(vcpu, st, true);
+	return get_rest(vcpu, st, true, false);
 }
 
 /* Whether the IOAPIC could deliver an INIT or a start-up IPI (delivery
@@ -286,7 +324,7 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 	st->regs = run->s.regs.regs;
 	st->sregs = run->s.regs.sregs;
 	vcpu->state_reads_exit_regs++;
-	return get_rest(vcpu, st, false);
+	return get_rest(vcpu, st, false, true);
 }
 
 /* Restore order matters:
