@@ -25,7 +25,6 @@ struct kvm_sys {
 	int xsave_size;               /* 4096 (KVM_GET_XSAVE) or KVM_CAP_XSAVE2 size */
 	uint32_t tsc_khz;
 	struct kvm_cpuid2 *cpuid;     /* KVM_GET_SUPPORTED_CPUID */
-	bool sync_regs;               /* KVM_CAP_SYNC_REGS: regs, sregs, events at every exit */
 	uint32_t nmsrs;               /* readable MSRs of KVM_GET_MSR_INDEX_LIST */
 	uint32_t msrs[KVM_MAX_MSRS];
 	bool msrs_probed;
@@ -90,19 +89,12 @@ struct kvm_vcpu {
 	int index;
 	int fd;
 	struct kvm_run *run;
-	/* With sys->sync_regs, KVM leaves the registers in run->s at every
-	 * return from KVM_RUN; they are the vCPU's while nothing was set since.
-	 * sets counts the set functions (after their ioctl), run_sets is its
-	 * value read before the last KVM_RUN: equal means no set can have
-	 * landed after that KVM_RUN (the set ioctls and the vCPU threads race
-	 * only while a machine is built). */
+	/* Counts for kvm_vcpu_own: set functions (after their ioctl) and
+	 * KVM_RUN calls (before it). */
 	_Atomic uint32_t sets;
-	_Atomic uint32_t run_sets;
-	_Atomic bool exit_regs;       /* run->s is from the last KVM_RUN */
 	_Atomic uint32_t runs;        /* KVM_RUN calls */
 	struct kvm_vcpu_own *own;     /* reused while runs and sets stay the same */
-	/* kvm_vcpu_get_state calls; with the registers from run->s; with own reused */
-	uint64_t state_reads, state_reads_exit_regs, state_reads_own;
+	uint64_t state_reads, state_reads_own;   /* kvm_vcpu_get_state calls; with own reused */
 };
 
 int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index) US_MUST_CHECK;

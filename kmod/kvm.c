@@ -126,10 +126,6 @@ int kvm_sys_open(struct kvm_sys *sys, const char *path)
 		r = -ENOTSUP;
 		goto err_fd;
 	}
-	/* Registers left in kvm_run at every exit save two ioctls per capture. */
-	sys->sync_regs = (ioctl(sys->fd, KVM_CHECK_EXTENSION, KVM_CAP_SYNC_REGS) &
-			  (KVM_SYNC_X86_REGS | KVM_SYNC_X86_SREGS)) ==
-			 (KVM_SYNC_X86_REGS | KVM_SYNC_X86_SREGS);
 	r = load_cpuid(sys);
 	if (r < 0) {
 		log_error(TAG, "KVM_GET_SUPPORTED_CPUID: %s", strerror(-r));

@@ -84,8 +84,6 @@ int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index)
 		vcpu->run = NULL;
 		goto err_fd;
 	}
-	if (sys->sync_regs)
-		vcpu->run->kvm_valid_regs = KVM_SYNC_X86_REGS | KVM_SYNC_X86_SREGS;
 	vcpu->own = calloc(1, sizeof(*vcpu->own));
 	if (!vcpu->own) {
 		r = -ENOMEM;
@@ -125,17 +123,11 @@ void kvm_vcpu_destroy(struct kvm_vcpu *vcpu)
 	vcpu->fd = -1;
 }
 
-/* KVM_RUN. Returning normally or with -EINTR, KVM has stored the registers
- * in run->s on its way out (x86 store_regs, every path after entry). */
+/* KVM_RUN, counted (kvm_vcpu_own). */
 static int run_once(struct kvm_vcpu *vcpu)
 {
-	int r;
-
-	vcpu->run_sets = vcpu->sets;
 	vcpu->runs++;
-	r = ioctl(vcpu->fd, KVM_RUN, 0) < 0 ? -errno : 0;
-	vcpu->exit_regs = vcpu->vm->sys->sync_regs && (r == 0 || r == -EINTR);
-	return r;
+	return ioctl(vcpu->fd, KVM_RUN, 0) < 0 ? -errno : 0;
 }
 
 int kvm_vcpu_run(struct kvm_vcpu *vcpu)
@@ -154,7 +146,7 @@ int kvm_vcpu_settle(struct kvm_vcpu *vcpu)
 	return r == -EINTR || r == 0 ? 0 : r;
 }
 
-/* After every set: a register copy in run->s from before it is stale. */
+/* After every set: kvm_vcpu_own from before it is stale. */
 static int count_set(struct kvm_vcpu *vcpu, int r)
 {
 	vcpu->sets++;
@@ -205,10 +197,11 @@ static int get_own(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st, bool reuse)
 	struct kvm_sys *sys = vcpu->vm->sys;
 	struct kvm_vcpu_own *own = vcpu->own;
 	bool xsave2 = sys->xsave_size > 4096;
+	uint32_t runs = vcpu->runs, sets = vcpu->sets;   /* before the reads */
 	int r;
 
 	st->xsave_size = (uint32_t)sys->xsave_size;
-	if (reuse && own->valid && own->runs == vcpu->runs && own->sets == vcpu->sets) {
+	if (reuse && own->valid && own->runs == runs && own->sets == sets) {
 		st->xcrs = own->xcrs;
 		st->debugregs = own->debugregs;
 		memcpy(st->xsave, own->xsave, st->xsave_size);
@@ -224,8 +217,8 @@ static int get_own(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st, bool reuse)
 	own->xcrs = st->xcrs;
 	own->debugregs = st->debugregs;
 	memcpy(own->xsave, st->xsave, st->xsave_size);
-	own->runs = vcpu->runs;
-	own->sets = vcpu->sets;
+	own->runs = runs;
+	own->sets = sets;
 	own->valid = true;
 	return 0;
 }
@@ -287,43 +280,45 @@ static int ioapic_sends_init(struct kvm_vm *vm, bool *init)
 	return 0;
 }
 
-/* Each vCPU ioctl costs ~9 us on this software KVM whatever it moves, so
- * the registers and special registers come from the copy KVM left in
- * kvm_run at the vCPU's last exit (KVM_CAP_SYNC_REGS) when that copy is
- * provably current. Between that exit and now nothing of ours set them
- * (sets == run_sets), and only an INIT or a SIPI applied by KVM_GET_MP_STATE
- * could have changed them. With every vCPU out of KVM_RUN, no vCPU sends
- * IPIs, the PIC and the LAPIC's own LVTs do not deliver INIT here, and the
- * VMM raises lines only through the IOAPIC: so if the IOAPIC has no INIT or
- * SIPI entry, none arrives from now on. One that arrived earlier is latched
- * (vcpu_events says so: fall back). A SIPI acts only on a vCPU in
- * INIT_RECEIVED, which is in real mode (INIT left it there and it has not
- * run since): a copy in protected mode rules that out. Then mp_state, read
- * after the events, applies nothing. */
+/* Each vCPU ioctl costs ~9 us on this software KVM whatever it moves. The
+ * XCRs, xsave area and debug registers change only when the vCPU runs, when
+ * we set them, or when an INIT is applied (by KVM_RUN or KVM_GET_MP_STATE):
+ * for a vCPU that has not entered KVM_RUN since the last read (idle) they
+ * are taken from that read when no INIT can be applied now. With every vCPU
+ * out of KVM_RUN no vCPU sends IPIs, the PIC and the LAPIC's own LVTs do
+ * not deliver INIT, and the VMM raises lines only through the IOAPIC: if no
+ * IOAPIC entry sends INIT, none arrives from now on, and one that arrived
+ * earlier is latched, which vcpu_events (read first) says. A SIPI changes
+ * CS:RIP only, read below.
+ *
+ * Not taken: the registers KVM copies into kvm_run at each exit
+ * (KVM_CAP_SYNC_REGS) would save KVM_GET_REGS and KVM_GET_SREGS, but here
+ * that copy is not always what KVM_GET_SREGS says after the exit (an
+ * injected interrupt in interrupt_bitmap seen undone later, test_machine
+ * caught it with the stress guest). */
 int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 {
-	struct kvm_run *run = vcpu->run;
-	bool fast = vcpu->exit_regs && vcpu->run_sets == vcpu->sets, init;
+	struct kvm_vcpu_own *own = vcpu->own;
+	bool reuse = own->valid && own->runs == vcpu->runs && own->sets == vcpu->sets, init;
 	int r;
 
 	vcpu->state_reads++;
-	if (fast) {
+	if (reuse) {
 		if ((r = ioapic_sends_init(vcpu->vm, &init)) < 0)
 			return r;
-		fast = !init && (run->s.regs.sregs.cr0 & 1);   /* CR0.PE */
+		reuse = !init;
 	}
-	if (fast) {
+	if (reuse) {
 		if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_VCPU_EVENTS, &st->events)) < 0)
 			return r;
-		fast = !st->events.smi.latched_init;
+		reuse = !st->events.smi.latched_init;
 	}
-	if (!fast)
+	if (!reuse)
 		return kvm_vcpu_get_state_full(vcpu, st);
-	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MP_STATE, &st->mp_state)) < 0)
+	if ((r = KVM_VCPU_IOCTL(vcpu, KVM_GET_MP_STATE, &st->mp_state)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_REGS, &st->regs)) < 0 ||
+	    (r = KVM_VCPU_IOCTL(vcpu, KVM_GET_SREGS, &st->sregs)) < 0)
 		return r;
-	st->regs = run->s.regs.regs;
-	st->sregs = run->s.regs.sregs;
-	vcpu->state_reads_exit_regs++;
 	return get_rest(vcpu, st, false, true);
 }
 
