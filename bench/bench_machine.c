@@ -213,16 +213,18 @@ static void time_state_ioctls(struct machine *m, uint64_t *ns)
 	ns[P_GETPID] = now_ns() - t0;
 }
 
-/* The fixed cost of a checkpoint pause, with no pages to copy: stop every
- * vCPU, read the whole machine's state as a capture does (VM state, then
- * each vCPU's), resume. The guest dirties 50 MiB/s meanwhile. Then the
- * same pauses once more, each ioctl of the state timed on its own. */
+/* The fixed cost of a checkpoint pause, the page copy left out: stop every
+ * vCPU, harvest the dirty log, read the whole machine's state as a capture
+ * does (VM state, then each vCPU's), resume. The guest dirties 50 MiB/s
+ * meanwhile. Then the same pauses once more, each ioctl of the state timed
+ * on its own. */
 static void bench_fixed(int ncpus)
 {
 	struct machine *m = boot("dirty:mb=16,rate_mb=50,report_ms=100000", 64ull << 20, ncpus);
 	uint64_t *stop = calloc(FIXED_ITER, 8), *vm = calloc(FIXED_ITER, 8);
 	uint64_t *vcpu = calloc(FIXED_ITER, 8), *total = calloc(FIXED_ITER, 8);
-	uint64_t *resume = calloc(FIXED_ITER, 8);
+	uint64_t *resume = calloc(FIXED_ITER, 8), *harvest = calloc(FIXED_ITER, 8);
+	uint64_t *bm = calloc(machine_bitmap_words(m), 8);
 	uint64_t *part[NPARTS], tot50, tot99, ref50;
 	static struct kvm_vcpu_state st[KVM_MAX_VCPUS];
 	static struct machine_state ms;
@@ -232,11 +234,15 @@ static void bench_fixed(int ncpus)
 	machine_resume(m);
 	sleep_us(50000);
 	for (int i = 0; i < FIXED_ITER; i++) {
-		uint64_t t0, t1, t2, t3;
+		uint64_t t0, t1, t2, t3, th;
 
 		sleep_us(1000 + (uint64_t)(rand() % 2000));
 		t0 = now_ns();
 		machine_pause(m);
+		th = now_ns();
+		if (machine_harvest_dirty(m, bm) < 0)
+			exit(1);
+		harvest[i] = now_ns() - th;
 		t1 = now_ns();
 		if (machine_get_state(m, &ms) < 0)
 			exit(1);
@@ -248,7 +254,7 @@ static void bench_fixed(int ncpus)
 		machine_resume(m);
 		total[i] = now_ns() - t0;
 		resume[i] = now_ns() - t3;
-		stop[i] = t1 - t0;
+		stop[i] = th - t0;
 		vm[i] = t2 - t1;
 		vcpu[i] = t3 - t2;
 	}
@@ -266,21 +272,22 @@ static void bench_fixed(int ncpus)
 	printf("fixed cost of a pause, %d vCPU(s), guest dirtying 50 MiB/s, %d pauses:\n", ncpus,
 	       FIXED_ITER);
 	print_part("stop (kick until parked)", stop, FIXED_ITER, ref50);
+	print_part("harvest (GET+CLEAR dirty log)", harvest, FIXED_ITER, ref50);
 	print_part("VM state (machine_get_state)", vm, FIXED_ITER, ref50);
 	print_part("vCPU state, all vCPUs", vcpu, FIXED_ITER, ref50);
 	print_part("resume", resume, FIXED_ITER, ref50);
-	print_part("total (pause+state+resume)", total, FIXED_ITER, ref50);
+	print_part("total (all the above)", total, FIXED_ITER, ref50);
 	printf(" each state ioctl on its own, vCPU 0, right after a pause:\n");
 	for (int k = 0; k < NPARTS; k++)
 		print_part(part_names[k], part[k], FIXED_ITER, ref50);
 	tot50 = pct(total, FIXED_ITER, 50);
 	tot99 = pct(total, FIXED_ITER, 99);
-	printf("FIGURE {\"name\": \"fixed cost of a pause (stop, read all state, resume), %d vCPU, "
+	printf("FIGURE {\"name\": \"fixed cost of a pause (stop, harvest, read all state, resume), %d vCPU, "
 	       "50 MiB/s, p50\", \"value\": %.1f, \"unit\": \"us\", \"reference\": "
 	       "\"KVM_CHECK_EXTENSION ioctl, p50\", \"reference_value\": %.2f, \"ratio\": %.1f, "
 	       "\"goal\": null, \"met\": null}\n", ncpus, tot50 / 1e3, ref50 / 1e3,
 	       ref50 ? (double)tot50 / (double)ref50 : 0);
-	printf("FIGURE {\"name\": \"fixed cost of a pause (stop, read all state, resume), %d vCPU, "
+	printf("FIGURE {\"name\": \"fixed cost of a pause (stop, harvest, read all state, resume), %d vCPU, "
 	       "50 MiB/s, p99\", \"value\": %.1f, \"unit\": \"us\", \"reference\": "
 	       "\"KVM_CHECK_EXTENSION ioctl, p50\", \"reference_value\": %.2f, \"ratio\": %.1f, "
 	       "\"goal\": null, \"met\": null}\n", ncpus, tot99 / 1e3, ref50 / 1e3,
@@ -292,6 +299,8 @@ static void bench_fixed(int ncpus)
 	free(vcpu);
 	free(total);
 	free(resume);
+	free(harvest);
+	free(bm);
 	machine_free(m);
 }
 
