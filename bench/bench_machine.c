@@ -263,6 +263,9 @@ static void bench_fixed(int ncpus)
 
 		sleep_us(1000 + (uint64_t)(rand() % 2000));
 		machine_pause(m);
+		/* after the pause's own state read (machine.c), not alongside it */
+		if (machine_get_state(m, &ms) < 0)
+			exit(1);
 		time_state_ioctls(m, ns);
 		machine_resume(m);
 		for (int k = 0; k < NPARTS; k++)

@@ -117,10 +117,6 @@ bool machine_stopped(struct machine *m, int *status)
 	return s;
 }
 
-/* Parks the calling vCPU thread while a pause is requested. A vCPU gets here
- * only from a KVM_RUN that returned -EINTR, so no I/O is pending and its
- * state is consistent. Returns true when the thread must end (it then stays
- * counted as parked). */
 /* Called with the lock held by whoever made parked reach ncpus during a
  * pause: reads the KVM state of the VM and of every vCPU into the snapshot,
  * the lock dropped meanwhile. The caller of machine_pause is woken first
@@ -147,6 +143,10 @@ static void snap_take(struct machine *m)
 	pthread_cond_broadcast(&m->parked_cond);
 }
 
+/* Parks the calling vCPU thread while a pause is requested. A vCPU gets here
+ * only from a KVM_RUN that returned -EINTR, so no I/O is pending and its
+ * state is consistent. Returns true when the thread must end (it then stays
+ * counted as parked). */
 static bool park(struct machine_vcpu *vc)
 {
 	struct machine *m = vc->m;
