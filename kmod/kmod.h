@@ -4,6 +4,7 @@
 #define US_KMOD_H
 
 #include <linux/kvm.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,11 +76,27 @@ struct kvm_vm_state {
 int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st) US_MUST_CHECK;
 int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st) US_MUST_CHECK;
 
+/* The parts of a vCPU's state that only its own execution in KVM_RUN, an
+ * INIT, or a set by us change, as last read (kvm_vcpu_get_state). */
+struct kvm_vcpu_own {
+	bool valid;
+	uint32_t runs, sets;          /* the vCPU's counts when they were read */
+	struct kvm_xcrs xcrs;
+	struct kvm_debugregs debugregs;
+	uint8_t xsave[KVM_XSAVE_MAX] __attribute__((aligned(64)));
+};
+
 struct kvm_vcpu {
 	struct kvm_vm *vm;
 	int index;
 	int fd;
 	struct kvm_run *run;
+	/* Counts for kvm_vcpu_own: set functions (after their ioctl) and
+	 * KVM_RUN calls (before it). */
+	_Atomic uint32_t sets;
+	_Atomic uint32_t runs;        /* KVM_RUN calls */
+	struct kvm_vcpu_own *own;     /* reused while runs and sets stay the same */
+	uint64_t state_reads, state_reads_own;   /* kvm_vcpu_get_state calls; with own reused */
 };
 
 int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index) US_MUST_CHECK;
@@ -105,7 +122,11 @@ struct kvm_vcpu_state {
 	uint8_t xsave[KVM_XSAVE_MAX] __attribute__((aligned(64)));
 };
 
+/* The complete state; every vCPU of the VM must be out of KVM_RUN. */
 int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
+/* The same, always with one ioctl a part (what kvm_vcpu_get_state falls back
+ * to): for tests, which compare the two. */
+int kvm_vcpu_get_state_full(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
 int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
 
 /* Pieces of vCPU state the machine sets up at boot. */

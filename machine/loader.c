@@ -225,6 +225,8 @@ int machine_boot(struct machine *m)
 	machine_mark_dirty(m, GUEST_BOOTINFO_GPA, sizeof(*bi));
 
 	for (int i = 0; i < m->ncpus; i++) {
+		if (i == 0)
+			machine_snap_drop(m);   /* what it read is about to change */
 		rc = boot_vcpu(m, i, h);
 		if (rc < 0) {
 			log_error(TAG, "setting boot state of vCPU %d: %s", i, strerror(-rc));

@@ -71,7 +71,9 @@ static void kick_all(struct machine *m, pthread_t self)
 		if (!vc->kvm.run)
 			continue;     /* never created (machine_new failing part-way) */
 		vc->kvm.run->immediate_exit = 1;
-		if (vc->thread_started && !pthread_equal(vc->thread, self))
+		/* An idle vCPU is out of KVM_RUN with its I/O completed: it
+		 * counts as parked already and is not woken (idle_park). */
+		if (vc->thread_started && !vc->idle && !pthread_equal(vc->thread, self))
 			pthread_kill(vc->thread, KICK_SIGNAL);
 	}
 }
@@ -105,6 +107,32 @@ bool machine_stopped(struct machine *m, int *status)
 	return s;
 }
 
+/* Called with the lock held by whoever made parked reach ncpus during a
+ * pause: reads the KVM state of the VM and of every vCPU into the snapshot,
+ * the lock dropped meanwhile. The caller of machine_pause is woken first
+ * and goes on with the harvest and the copy while this thread reads (each
+ * vCPU ioctl costs ~9 us here: ~90 us a vCPU). The order is the one of a
+ * direct read: VM state first, so an interrupt moving from a device into a
+ * vCPU in between is seen in the vCPU. */
+static void snap_take(struct machine *m)
+{
+	int r;
+
+	/* Only for a machine_pause: at start the loader may still be setting. */
+	if (!m->snap_vm || m->snap != MACHINE_SNAP_NONE || !m->pause_gen)
+		return;
+	m->snap = MACHINE_SNAP_BUSY;
+	pthread_cond_broadcast(&m->parked_cond);
+	pthread_mutex_unlock(&m->lock);
+	r = kvm_vm_get_state(&m->vm, m->snap_vm);
+	for (int i = 0; i < m->ncpus && r == 0; i++)
+		r = kvm_vcpu_get_state(&m->vcpus[i].kvm, &m->snap_vcpus[i]);
+	pthread_mutex_lock(&m->lock);
+	m->snap_r = r;
+	m->snap = MACHINE_SNAP_READY;
+	pthread_cond_broadcast(&m->parked_cond);
+}
+
 /* Parks the calling vCPU thread while a pause is requested. A vCPU gets here
  * only from a KVM_RUN that returned -EINTR, so no I/O is pending and its
  * state is consistent. Returns true when the thread must end (it then stays
@@ -116,6 +144,8 @@ static bool park(struct machine_vcpu *vc)
 	pthread_mutex_lock(&m->lock);
 	m->parked++;
 	pthread_cond_broadcast(&m->parked_cond);
+	if (m->parked == m->ncpus && m->pause_req && !m->stopping)
+		snap_take(m);
 	while (m->pause_req && !m->stopping)
 		pthread_cond_wait(&m->cond, &m->lock);
 	if (m->stopping) {
@@ -128,31 +158,62 @@ static bool park(struct machine_vcpu *vc)
 	return false;
 }
 
-static void idle_wait(struct machine *m, uint32_t usec)
+/* The guest on vc asked to idle for usec (an OUT to the idle port). Its OUT
+ * is completed first (KVM_RUN with immediate_exit), so while it waits here
+ * its state is settled and readable: it counts as parked, and a pause does
+ * not have to wake it (waking a sleeping thread costs ~50 us here). The
+ * wait ends at the timeout, on console input or when the machine stops;
+ * if a pause is on by then, the vCPU stays parked until it ends. */
+static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 {
+	struct machine *m = vc->m;
 	struct timespec until;
 	uint64_t t;
 
+	/* A string OUT to the idle port (count > 1) is not completed by one
+	 * settle: such a guest just does not idle. */
+	if (vc->kvm.run->io.count != 1 || kvm_vcpu_settle(&vc->kvm) < 0)
+		return;
 	if (usec > 1000000)
 		usec = 1000000;
 	t = now_ns() + (uint64_t)usec * 1000;
 	until.tv_sec = (time_t)(t / 1000000000ull);
 	until.tv_nsec = (long)(t % 1000000000ull);
 	pthread_mutex_lock(&m->lock);
-	while (!m->pause_req && !m->stopping && !uart_rx_ready(&m->uart))
+	vc->idle = true;
+	m->parked++;
+	pthread_cond_broadcast(&m->parked_cond);
+	if (m->parked == m->ncpus && m->pause_req && !m->stopping)
+		snap_take(m);
+	while (!m->stopping && !uart_rx_ready(&m->uart))
 		if (pthread_cond_timedwait(&m->cond, &m->lock, &until) == ETIMEDOUT)
 			break;
+	while (m->pause_req && !m->stopping)
+		pthread_cond_wait(&m->cond, &m->lock);
+	vc->idle = false;
+	m->parked--;
+	/* Stopping: immediate_exit stays set, the next KVM_RUN parks for good. */
+	if (!m->stopping)
+		vc->kvm.run->immediate_exit = 0;
 	pthread_mutex_unlock(&m->lock);
 }
+
+static void snap_drop_locked(struct machine *m);
 
 void machine_pause(struct machine *m)
 {
 	uint64_t t0 = now_ns(), dt;
 
 	pthread_mutex_lock(&m->lock);
+	/* A snapshot is of this pause only (none if every vCPU is parked already). */
+	snap_drop_locked(m);
+	m->pause_gen++;
 	m->pause_req = true;
+	/* Idle and parked vCPUs wait for the pause to end without being woken. */
 	kick_all(m, pthread_self());
-	pthread_cond_broadcast(&m->cond);
+	/* Sleep, do not poll: a thread that polled (~50 us of CPU) loses its
+	 * CPU to the vCPU thread that machine_resume wakes, for milliseconds
+	 * under load (measured: resume p50 1.6-2.5 ms with a 300 us poll). */
 	while (m->parked < m->ncpus)
 		pthread_cond_wait(&m->parked_cond, &m->lock);
 	pthread_mutex_unlock(&m->lock);
@@ -163,9 +224,25 @@ void machine_pause(struct machine *m)
 		m->stats.pause_ns_max = dt;
 }
 
+/* Waits for a snapshot being taken and forgets it. Under the lock. */
+static void snap_drop_locked(struct machine *m)
+{
+	while (m->snap == MACHINE_SNAP_BUSY)
+		pthread_cond_wait(&m->parked_cond, &m->lock);
+	m->snap = MACHINE_SNAP_NONE;
+}
+
+void machine_snap_drop(struct machine *m)
+{
+	pthread_mutex_lock(&m->lock);
+	snap_drop_locked(m);
+	pthread_mutex_unlock(&m->lock);
+}
+
 void machine_resume(struct machine *m)
 {
 	pthread_mutex_lock(&m->lock);
+	snap_drop_locked(m);
 	m->pause_req = false;
 	pthread_cond_broadcast(&m->cond);
 	pthread_mutex_unlock(&m->lock);
@@ -227,7 +304,7 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	memcpy(&value, data, (size_t)(size < 4 ? size : 4));
 	switch (port) {
 	case GUEST_PORT_IDLE:
-		idle_wait(m, value);
+		idle_park(vc, value);
 		return 0;
 	case GUEST_PORT_POWER:
 		log_info(TAG, "guest powered off (status %u)", value);
@@ -469,6 +546,15 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 			  strerror(-r));
 		goto err_vm;
 	}
+	/* Without them (no memory) every state read is a direct one. */
+	m->snap_vm = malloc(sizeof(*m->snap_vm));
+	m->snap_vcpus = malloc((size_t)m->ncpus * sizeof(*m->snap_vcpus));
+	if (!m->snap_vm || !m->snap_vcpus) {
+		free(m->snap_vm);
+		free(m->snap_vcpus);
+		m->snap_vm = NULL;
+		m->snap_vcpus = NULL;
+	}
 	if ((r = start_vcpus(m)) < 0)
 		goto err_vcpus;
 	*out = m;
@@ -492,6 +578,8 @@ err:
 	free(m->hot);
 	free(m->seen);
 	virtio_blk_close(m);
+	free(m->snap_vm);
+	free(m->snap_vcpus);
 	free(m);
 	return r;
 }
@@ -532,6 +620,8 @@ void machine_free(struct machine *m)
 	free(m->hot);
 	free(m->seen);
 	virtio_blk_close(m);
+	free(m->snap_vm);
+	free(m->snap_vcpus);
 	pthread_cond_destroy(&m->cond);
 	pthread_cond_destroy(&m->parked_cond);
 	pthread_mutex_destroy(&m->lock);
@@ -669,24 +759,39 @@ int machine_ram_populated(struct machine *m, uint64_t *bitmap)
 	return 0;
 }
 
+/* The pause's snapshot, waited for; false when there is none to use. */
+static bool snap_ready(struct machine *m)
+{
+	while (m->snap == MACHINE_SNAP_BUSY)
+		pthread_cond_wait(&m->parked_cond, &m->lock);
+	return m->snap == MACHINE_SNAP_READY && m->snap_r == 0;
+}
+
 int machine_get_state(struct machine *m, struct machine_state *st)
 {
-	int r = kvm_vm_get_state(&m->vm, &st->vm);
+	int r = 0;
 
-	if (r < 0)
-		return r;
 	pthread_mutex_lock(&m->lock);
+	if (snap_ready(m)) {
+		st->vm = *m->snap_vm;
+		m->stats.snap_used++;
+	} else {
+		pthread_mutex_unlock(&m->lock);
+		r = kvm_vm_get_state(&m->vm, &st->vm);
+		pthread_mutex_lock(&m->lock);
+	}
 	st->uart = m->uart;
 	st->pci = m->pci;
 	pthread_mutex_unlock(&m->lock);
-	return 0;
+	return r;
 }
 
 int machine_set_state(struct machine *m, const struct machine_state *st)
 {
-	int r = kvm_vm_set_state(&m->vm, &st->vm);
+	int r;
 
-	if (r < 0)
+	machine_snap_drop(m);
+	if ((r = kvm_vm_set_state(&m->vm, &st->vm)) < 0)
 		return r;
 	pthread_mutex_lock(&m->lock);
 	m->uart = st->uart;
@@ -703,10 +808,20 @@ int machine_set_state(struct machine *m, const struct machine_state *st)
 
 int machine_get_vcpu_state(struct machine *m, int cpu, struct kvm_vcpu_state *st)
 {
-	return kvm_vcpu_get_state(&m->vcpus[cpu].kvm, st);
+	bool snap;
+
+	pthread_mutex_lock(&m->lock);
+	snap = snap_ready(m);
+	if (snap) {
+		memcpy(st, &m->snap_vcpus[cpu], sizeof(*st));
+		m->stats.snap_used++;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return snap ? 0 : kvm_vcpu_get_state(&m->vcpus[cpu].kvm, st);
 }
 
 int machine_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_state *st)
 {
+	machine_snap_drop(m);
 	return kvm_vcpu_set_state(&m->vcpus[cpu].kvm, st);
 }

@@ -114,11 +114,17 @@ struct machine_vcpu {
 	struct kvm_vcpu kvm;
 	pthread_t thread;
 	bool thread_started;
+	bool idle;             /* waiting in idle_park, counted as parked (under lock) */
 	uint64_t exits;
 };
 
+/* The state read at a pause by the vCPU thread that parked last (see
+ * machine_get_state): none, being read, read (r its result). */
+enum machine_snap { MACHINE_SNAP_NONE, MACHINE_SNAP_BUSY, MACHINE_SNAP_READY };
+
 struct machine_stats {
 	uint64_t pauses;
+	uint64_t snap_used;          /* state reads answered from the pause's snapshot */
 	uint64_t pause_ns_last;
 	uint64_t pause_ns_max;
 };
@@ -144,6 +150,11 @@ struct machine {
 	pthread_cond_t parked_cond;  /* machine_pause waits here */
 	bool pause_req;
 	int parked;
+	enum machine_snap snap;
+	int snap_r;
+	uint64_t pause_gen;          /* machine_pause calls: a snapshot needs one */
+	struct kvm_vm_state *snap_vm;        /* heap */
+	struct kvm_vcpu_state *snap_vcpus;   /* heap, ncpus */
 	bool stopping;
 	int stop_status;
 	struct uart_state uart;
@@ -254,7 +265,10 @@ void machine_requeue_dirty(struct machine *m, const uint64_t *bitmap);
  * zero and takes no memory): what an initial copy must send to a fresh VM. */
 int machine_ram_populated(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
 
-/* Whole-machine device state: plain data. On a paused machine. */
+/* Whole-machine device state: plain data. On a paused machine. The KVM part
+ * (VM and vCPUs) was read at the pause by the vCPU thread that parked last,
+ * while the caller of machine_pause went on (harvest, copy): these return
+ * that read, waiting for it if need be, unless anything was set since. */
 struct machine_state {
 	struct kvm_vm_state vm;
 	struct uart_state uart;
@@ -264,6 +278,9 @@ int machine_get_state(struct machine *m, struct machine_state *st) US_MUST_CHECK
 int machine_set_state(struct machine *m, const struct machine_state *st) US_MUST_CHECK;
 int machine_get_vcpu_state(struct machine *m, int cpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
 int machine_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
+
+/* loader.c: forgets the pause's snapshot before setting vCPU state. */
+void machine_snap_drop(struct machine *m);
 
 /* uart.c: the device model, used by machine.c. */
 int uart_io(struct machine *m, uint16_t port, bool write, uint8_t *data);

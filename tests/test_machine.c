@@ -285,6 +285,98 @@ static void test_pause_resume_1000(void **st)
 	run_pause_resume(2);
 }
 
+/* The state a capture gets was read at the pause by the vCPU thread that
+ * parked last (machine_get_state), and there the XCRs, xsave area and debug
+ * registers of a vCPU that has not run since the last state read are taken
+ * from that read (kvm_vcpu_get_state). At random pauses of guests that run,
+ * idle, take timer interrupts and run on two vCPUs, the state got so equals
+ * what the ioctls read now; after a set neither shortcut is used. */
+static void state_reuse_equal(const char *guest, int ncpus, bool console, uint64_t min_own,
+			      uint64_t min_snap)
+{
+	struct kvm_vcpu_state *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+	uint64_t reads0 = 0, reads1 = 0, own0 = 0, own1 = 0, snap0;
+	struct machine_state *ms = malloc(sizeof(*ms));
+	struct kvm_vm_state *vs = malloc(sizeof(*vs));
+	struct th_vm t;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(th_vm_new(&t, guest, MEM, ncpus, true), 0);
+	for (int c = 0; c < ncpus; c++) {
+		reads0 += t.m->vcpus[c].kvm.state_reads;
+		own0 += t.m->vcpus[c].kvm.state_reads_own;
+	}
+	snap0 = t.m->stats.snap_used;
+	machine_resume(t.m);
+	for (int i = 0; i < 200; i++) {
+		th_sleep_us(rnd() % 3000);
+		if (console && i % 4 == 0)
+			th_vm_send(&t, i % 8 ? "incr\n" : "get\n");
+		machine_pause(t.m);
+		/* the VM state read at the pause (snapshot) is the VM's now */
+		assert_int_equal(machine_get_state(t.m, ms), 0);
+		assert_int_equal(kvm_vm_get_state(&t.m->vm, vs), 0);
+		assert_memory_equal(&ms->vm.pic_master, &vs->pic_master, sizeof(vs->pic_master));
+		assert_memory_equal(&ms->vm.pic_slave, &vs->pic_slave, sizeof(vs->pic_slave));
+		assert_memory_equal(&ms->vm.ioapic, &vs->ioapic, sizeof(vs->ioapic));
+		for (int c = 0; c < ncpus; c++) {
+			assert_int_equal(machine_get_vcpu_state(t.m, c, a), 0);
+			assert_int_equal(kvm_vcpu_get_state_full(&t.m->vcpus[c].kvm, b), 0);
+			assert_memory_equal(&a->regs, &b->regs, sizeof(a->regs));
+			assert_memory_equal(&a->sregs, &b->sregs, sizeof(a->sregs));
+			assert_memory_equal(&a->events, &b->events, sizeof(a->events));
+			assert_memory_equal(&a->mp_state, &b->mp_state, sizeof(a->mp_state));
+			assert_memory_equal(&a->xcrs, &b->xcrs, sizeof(a->xcrs));
+			assert_memory_equal(a->xsave, b->xsave, a->xsave_size);
+			assert_memory_equal(&a->debugregs, &b->debugregs, sizeof(a->debugregs));
+		}
+		if (i % 50 == 49) {
+			/* A set makes the last read stale: the next read must not use it. */
+			uint64_t o;
+
+			assert_int_equal(machine_get_vcpu_state(t.m, 0, a), 0);
+			a->debugregs.db[0] ^= 0x5a5a000;
+			assert_int_equal(machine_set_vcpu_state(t.m, 0, a), 0);
+			o = t.m->vcpus[0].kvm.state_reads_own;
+			assert_int_equal(machine_get_vcpu_state(t.m, 0, b), 0);
+			assert_int_equal(t.m->vcpus[0].kvm.state_reads_own, o);
+			assert_true(b->debugregs.db[0] == a->debugregs.db[0]);
+			b->debugregs.db[0] ^= 0x5a5a000;   /* put it back before the guest runs */
+			assert_int_equal(machine_set_vcpu_state(t.m, 0, b), 0);
+		}
+		machine_resume(t.m);
+	}
+	machine_pause(t.m);
+	for (int c = 0; c < ncpus; c++) {
+		reads1 += t.m->vcpus[c].kvm.state_reads;
+		own1 += t.m->vcpus[c].kvm.state_reads_own;
+	}
+	printf("%s, %d vCPU(s): of %llu state reads, %llu took the XCRs, xsave and debug registers "
+	       "from the last read; %llu reads answered from the pause's snapshot\n", guest, ncpus,
+	       (unsigned long long)(reads1 - reads0), (unsigned long long)(own1 - own0),
+	       (unsigned long long)(t.m->stats.snap_used - snap0));
+	assert_true(own1 - own0 >= min_own);   /* the shortcuts are really taken */
+	assert_true(t.m->stats.snap_used - snap0 >= min_snap);
+	assert_false(t.stopped);
+	th_vm_free(&t);
+	free(ms);
+	free(vs);
+	free(a);
+	free(b);
+}
+
+static void test_state_reuse_equal(void **st)
+{
+	(void)st;
+	REQUIRE_KVM();
+	/* vCPU 1 of dirty idles for seconds: its last read is reused. A pause
+	 * that finds every vCPU idle (counter, mostly) has no snapshot. */
+	state_reuse_equal("dirty:mb=8,rate_mb=50,report_ms=1000", 2, false, 100, 300);
+	state_reuse_equal("counter", 1, true, 0, 20);
+	state_reuse_equal("stress", 2, false, 0, 300);
+}
+
 static void test_missing_kvm(void **st)
 {
 	struct machine_config cfg = { .mem_bytes = MEM, .ncpus = 1, .guest = "counter" };
@@ -405,6 +497,7 @@ int main(void)
 		cmocka_unit_test(test_dirty_log_exact),
 		cmocka_unit_test(test_dirty_log_exact_hot),
 		cmocka_unit_test(test_pause_resume_1000),
+		cmocka_unit_test(test_state_reuse_equal),
 	};
 
 	return cmocka_run_group_tests_name("machine", tests, setup, NULL);
