@@ -32,7 +32,9 @@ for the destination: compared like for like with understudy's pause to last
 byte sent), and the downtime as the guest sees it, from the time stamps of
 the source's STOP event to the destination's RESUME event (QMP, wall clock of
 this host; QEMU stamps STOP once its vCPUs have stopped, so this errs in
-QEMU's favour), compared with understudy's guest-visible downtime. QEMU gets max-bandwidth 100 GiB/s (its default caps a
+QEMU's favour), compared with understudy's guest-visible downtime. Both destinations are told the machine they will receive, as a QEMU
+destination is (-m, -incoming): understudy's secondary gets --guest and
+--mem and builds the VM while it waits. QEMU gets max-bandwidth 100 GiB/s (its default caps a
 migration at 32 MiB/s) and downtime-limit 30 ms (understudy's default
 --downtime-ms). Every migration is checked: the source exits 0 (understudy),
 the destination runs the guest (QEMU: query-status running; understudy's
@@ -204,7 +206,8 @@ def understudy_run(tmp, tag, guest, tls=None, prepare=None, margs=(), env=None):
     try:
         dst, dlog = procs.start("dst", [BIN, "secondary", "--listen", "%s:%d" % (HOST, dport), "--console",
                                         "tcp:%s:%d" % (HOST, dcon), "--failover-timeout-ms", "300",
-                                        "--control", os.path.join(d, "dst.ctl")] + dlink)
+                                        "--control", os.path.join(d, "dst.ctl"),
+                                        "--guest", guest, "--mem", "%dM" % MEM_MB] + dlink)
         wait_port(dport)
         src, slog = procs.start("src", [BIN, "run", "--guest", guest, "--mem", "%dM" % MEM_MB, "--console",
                                         "tcp:%s:%d" % (HOST, scon), "--control", sctl], env=env)

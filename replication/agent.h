@@ -110,6 +110,7 @@ struct repl_secondary {
 	struct repl_timing peer_timing;  /* the primary's, from its Hello */
 	struct machine_config cfg;
 	struct repl_vm *vm;
+	struct repl_vm *spare;           /* built at start from --guest/--mem, unused yet */
 	struct repl_staging stage;
 	struct repl_fault rx_fault;      /* set by a frame that failed on our side */
 	struct repl_fault fault;         /* the last failure: status reason */

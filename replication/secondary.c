@@ -240,6 +240,45 @@ static void new_token(struct repl_secondary *s)
 		 (unsigned long long)rnd[1]);
 }
 
+/* A secondary told what it will hold (--guest, --mem, ...) builds that VM
+ * while it waits, as a QEMU destination started with -incoming has: a
+ * primary whose configuration is the same one then finds its standby ready
+ * and the migration or initial sync does not wait for KVM to set up the
+ * guest's memory and vCPUs. The VM is fresh, as one built now would be.
+ * 1: s->vm is the spare; 0: none fits (any spare is freed), build one. */
+static int take_spare(struct repl_secondary *s)
+{
+	struct repl_vm *v = s->spare;
+
+	s->spare = NULL;
+	if (!v)
+		return 0;
+	if (machine_config_digest(&v->m->cfg) == s->hello_digest) {
+		s->vm = v;
+		return 1;
+	}
+	log_info(TAG, "the VM built at start is not the primary's: building the standby anew");
+	repl_vm_free(v);
+	return 0;
+}
+
+static void build_spare(struct repl_secondary *s)
+{
+	uint64_t t0 = now_ns();
+	int r = repl_vm_new(s->loop, &s->o->pin, NULL, &s->spare);
+
+	if (r < 0) {
+		log_warn(TAG, "cannot build the standby's VM ahead (%s): built when a primary comes",
+			 strerror(-r));
+		s->spare = NULL;
+		return;
+	}
+	repl_vm_set_gated(s->spare, true);
+	log_info(TAG, "standby VM built ahead in %.1f ms: guest %s, %llu MiB, %d vCPU(s)",
+		 (now_ns() - t0) / 1e6, s->o->pin.guest, (unsigned long long)(s->o->pin.mem_bytes >> 20),
+		 s->o->pin.ncpus);
+}
+
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
 {
 	const struct machine_config *pin = &s->o->pin;
@@ -267,7 +306,9 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
-	r = repl_vm_new(s->loop, &s->cfg, NULL, &s->vm);
+	r = take_spare(s);
+	if (r == 0)
+		r = repl_vm_new(s->loop, &s->cfg, NULL, &s->vm);
 	if (r < 0) {
 		repl_fault_set(&s->rx_fault, repl_fault_local(r), r, "cannot build the standby: %s",
 			       strerror(-r));
@@ -920,6 +961,8 @@ int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts 
 		adopt_standby(s, sw);
 	} else if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0) {
 		goto out;
+	} else if (o->pin.guest[0]) {
+		build_spare(s);
 	}
 	r = net_listen(s->loop, &o->net, o->listen, on_accept, s, &s->lis);
 	if (r < 0) {
@@ -968,6 +1011,7 @@ out:
 	withdraw = s->engine && !repl_primary_keeps_standby(s->engine);
 	repl_primary_detach(s->engine);
 	repl_vm_free(s->vm);
+	repl_vm_free(s->spare);
 	if (s->wit) {
 		repl_witness_release(s->wit, withdraw);
 		repl_witness_free(s->wit);

@@ -3,7 +3,8 @@
 #   1. counter under `run`: migrated, the source exits 0, the destination's
 #      guest goes on from the source's count; --json ends with a summary;
 #   2. the stress guest (2 vCPUs, LAPIC timer, AVX) passes its self-check on
-#      the destination;
+#      the destination; that destination was told the machine (--guest,
+#      --cpus) and built its VM while it waited: the migration used that VM;
 #   3. a downtime that cannot be met: --max-time cancels, the source runs on
 #      unharmed and the destination drops what it got;
 #   4. the destination killed before the hand-over: the source runs on;
@@ -24,10 +25,10 @@ cleanup() { [ -n "${MIGRATE_KEEP:-}" ] && cp -r "$tmp" "$MIGRATE_KEEP"; kill -9 
 trap cleanup EXIT
 count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
 n=0
-start_dest() {   # sets dport dcon dp; logs $tmp/$n.dst.log
+start_dest() {   # [SECONDARY ARGS...]: sets dport dcon dp; logs $tmp/$n.dst.log
 	n=$((n + 1)); dport=$(free_port); dcon=$(free_port)
 	"$BIN" secondary --listen 127.0.0.1:$dport --console tcp:127.0.0.1:$dcon --insecure \
-		--failover-timeout-ms 2000 --control "$tmp/$n.dst.ctl" 2>"$tmp/$n.dst.log" &
+		--failover-timeout-ms 2000 --control "$tmp/$n.dst.ctl" "$@" 2>"$tmp/$n.dst.log" &
 	dp=$!
 	wait_port $dport || fail "destination did not listen"
 }
@@ -56,7 +57,8 @@ ok "1. counter migrated: source exit 0, destination goes on at 4"
 kill $dp; wait $dp 2>/dev/null
 
 # 2.
-start_dest; start_run --guest stress --cpus 2
+start_dest --guest stress --cpus 2; start_run --guest stress --cpus 2
+grep -q "standby VM built ahead" "$tmp/$n.dst.log" || fail "the told destination built no VM ahead"
 sleep 1
 "$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>"$tmp/2.out" ||
 	fail "stress migrate: $(tail -2 "$tmp/2.out")"
@@ -75,6 +77,7 @@ print(buf.decode(errors="replace").strip().splitlines()[-1] if buf else "")
 PY
 )
 echo "$out" | grep -qi "ok\|pass" || fail "stress self-check on the destination: $out"
+! grep -q "building the standby anew" "$tmp/$n.dst.log" || fail "the VM built ahead was not used"
 ok "2. stress guest (2 vCPUs) migrated: self-check '$out' ($(grep -o 'downtime.*' "$tmp/2.out"))"
 kill $dp; wait $dp 2>/dev/null
 
