@@ -3,9 +3,14 @@
  * The agents decide per kind; this file only names and classifies. */
 #include "replication/replication.h"
 
+#include "kmod/log.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 static const char *const kind_names[] = {
 	[REPL_FAULT_NONE] = "none",
@@ -67,4 +72,29 @@ void repl_fault_reason(const struct repl_fault *f, char *out, size_t len)
 		out[0] = 0;
 	else
 		snprintf(out, len, "%s: %s", repl_fault_kind_name(f->kind), f->what);
+}
+
+/* A loop that hangs while its threads run on: the beat thread must stop
+ * vouching for it after REPL_BEAT_PROGRESS_MS (sys_fast_failover). */
+char *repl_fault_test_wedge(const char *req)
+{
+	const char *hooks = getenv("UNDERSTUDY_TEST_HOOKS");
+	struct timespec ts;
+	char *end, *out = NULL;
+	unsigned long ms;
+
+	if (!hooks || strcmp(hooks, "1"))
+		return strdup("error test wedge is a test hook (UNDERSTUDY_TEST_HOOKS=1)\n");
+	errno = 0;
+	ms = strtoul(req, &end, 10);
+	if (errno || end == req || *end || ms < 1 || ms > 60000)
+		return strdup("error test wedge MS: 1..60000\n");
+	log_warn("fault", "test hook: this agent's loop hangs for %lu ms (its threads run on)", ms);
+	ts = (struct timespec){ .tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000 };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	log_warn("fault", "test hook: the loop runs again after %lu ms", ms);
+	if (asprintf(&out, "ok wedged %lu ms\n", ms) < 0)
+		out = NULL;
+	return out;
 }

@@ -1136,6 +1136,8 @@ static char *control_text(void *ctx, const char *req)
 			      "it anywhere)\n");
 	if (!strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
 		return repl_switchover_request(ctx, req);
+	if (!strncmp(req, "test wedge ", 11))
+		return repl_fault_test_wedge(req + 11);
 	return repl_primary_status_text(ctx, req);
 }
 

@@ -266,6 +266,10 @@ void repl_fault_set(struct repl_fault *f, enum repl_fault_kind kind, int err, co
 	__attribute__((format(printf, 4, 5)));
 /* "kind: what" for status, or "" when there was no failure. */
 void repl_fault_reason(const struct repl_fault *f, char *out, size_t len);
+/* The control request "test wedge MS" (only with UNDERSTUDY_TEST_HOOKS=1):
+ * the calling loop blocks MS ms while the agent's other threads (vCPUs,
+ * beats) run on: a hung, not stopped, agent. The reply (malloc'd). */
+char *repl_fault_test_wedge(const char *req);
 
 /* ---- the primary's epochs (epoch.c) ---------------------------------------- */
 

@@ -7,6 +7,12 @@
 # guest, same timeouts and hog: SIGKILL of the primary, the secondary must
 # take over and answer the next request with the uninterrupted run's reply.
 # The latency is printed, not asserted (a test never asserts a time).
+# Forged beats give no cover to a stopped primary (below). And a primary
+# whose loop hangs while its threads run (test hook "test wedge MS") is not
+# masked by its beat thread: the beats stop after REPL_BEAT_PROGRESS_MS, the
+# secondary takes over while the loop still hangs, and the woken primary
+# releases nothing more and exits 3 (replaced); the counter goes on from its
+# acknowledged value.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -56,3 +62,41 @@ wait_log "$tmp/sec.log" "beats stopped" 3 || fail "no beat counters logged"
 dropped=$(grep -o "beats stopped: .*" "$tmp/sec.log" | head -1 | sed 's/.* \([0-9]*\) dropped.*/\1/')
 [ "${dropped:-0}" -gt 0 ] || fail "no forged datagram counted as dropped: $(grep 'beats stopped' "$tmp/sec.log")"
 ok "forged beats dropped ($dropped) and no cover for a stopped primary: $(grep -o 'TOOK OVER: [^;]*' "$tmp/sec.log")"
+
+# A hung loop: its beat thread stops vouching for it; the takeover comes
+# while the loop still hangs.
+ctl() {   # SOCKET REQUEST: the raw reply of a control request
+	python3 - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+out = b""
+while True:
+    d = s.recv(4096)
+    if not d:
+        break
+    out += d
+print(out.decode().strip())
+PY
+}
+count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
+sport=$(free_port); scon=$(free_port); pcon=$(free_port)
+"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
+	--failover-timeout-ms 100 2>"$tmp/w.sec.log" &
+wait_port $sport || fail "secondary did not listen"
+UNDERSTUDY_TEST_HOOKS=1 "$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon \
+	--peer 127.0.0.1:$sport --insecure --timeout-ms 200 --control "$tmp/w.ctl" 2>"$tmp/w.pri.log" >/dev/null &
+pp=$!
+wait_log "$tmp/w.pri.log" "protected: secondary holds" 30 || fail "never protected: $(tail -3 "$tmp/w.pri.log")"
+[ "$(count $pcon incr incr incr)" = 3 ] || fail "counter before the hang"
+ctl "$tmp/w.ctl" "test wedge 8000" >"$tmp/w.reply" &
+wait_log "$tmp/w.pri.log" "loop hangs for 8000 ms" 5 || fail "the hook did not hang the loop"
+wait_log "$tmp/w.sec.log" "TOOK OVER" 12 || fail "no takeover from a primary whose loop hangs"
+grep -q "the loop runs again" "$tmp/w.pri.log" &&
+	fail "the takeover came only after the loop woke: its beats masked the hang"
+wait $pp; rc=$?
+[ $rc = 3 ] || fail "the woken primary exited $rc, want 3 (replaced): $(tail -3 "$tmp/w.pri.log")"
+grep -q "^ok wedged 8000 ms" "$tmp/w.reply" || fail "hook reply: $(cat "$tmp/w.reply")"
+[ "$(count $scon incr)" = 4 ] || fail "the standby does not go on from 3"
+ok "a primary whose loop hangs: taken over while it hangs ($(grep -o 'TOOK OVER: [^;]*' "$tmp/w.sec.log")), it exits 3 (replaced) on waking, the counter goes on at 4"
