@@ -43,6 +43,30 @@ void ckpt_reset(struct ckpt *c)
 	c->config_digest = 0;
 }
 
+/* Anonymous memory, prefaulted so that the copy in the pause never faults,
+ * in huge pages where the kernel gives them: prefaulting 32 MiB a 4 KiB
+ * page at a time took 13-23 ms here (every protect and migration waited
+ * for it), in 2 MiB pages ~1.6 ms. Without MADV_POPULATE_WRITE (Linux <
+ * 5.14) each page is touched instead; the mapping is new, nobody else
+ * writes it. NULL when out of memory. */
+static uint8_t *map_prefaulted(size_t bytes)
+{
+	uint8_t *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, bytes, MADV_HUGEPAGE);   /* a hint: THP may be off */
+	if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0)
+		return p;
+	if (errno != EINVAL) {            /* ENOMEM: no memory for it after all */
+		munmap(p, bytes);
+		return NULL;
+	}
+	for (size_t off = 0; off < bytes; off += CKPT_PAGE_SIZE)
+		p[off] = 0;
+	return p;
+}
+
 int ckpt_reserve(struct ckpt *c, size_t npages)
 {
 	size_t cap = c->cap_pages ? c->cap_pages : 256;
@@ -53,10 +77,8 @@ int ckpt_reserve(struct ckpt *c, size_t npages)
 		return 0;
 	while (cap < npages)
 		cap *= 2;
-	/* Anonymous memory, prefaulted: the copy in the pause never faults. */
-	pages = mmap(NULL, cap * CKPT_PAGE_SIZE, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (pages == MAP_FAILED)
+	pages = map_prefaulted(cap * CKPT_PAGE_SIZE);
+	if (!pages)
 		return -ENOMEM;
 	gfns = realloc(c->gfns, cap * sizeof(*gfns));
 	if (!gfns) {
