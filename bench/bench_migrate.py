@@ -23,7 +23,8 @@ same run, runs interleaved (understudy, QEMU, understudy, QEMU, ...).
 
 understudy's figures: downtime from the --json summary (the source's pause to
 the destination's word that it runs the guest); total from the source's own
-log, from "protecting the running VM: connecting" to "MIGRATED" (what QEMU's
+log, from "protecting the running VM: connecting" (logged when the agent
+takes the request, before it sets up its buffers) to "MIGRATED" (what QEMU's
 total-time covers: from the start to the end of the migration); the summary's
 total_s is printed too (it is the CLI's view, which polls the source every
 100 ms). QEMU's figures: query-migrate's total-time and downtime (whole ms;
@@ -503,7 +504,7 @@ def idle_line(kind, what, us, q):
                   "met" if s_ok else "MISSED"))
     phases = [r["phases_ms"] for r in us if "phases_ms" in r]
     if phases:
-        print("   understudy's total, p50 of each part: connect+handshake %.1f ms, sync rounds %.1f ms, last sync "
+        print("   understudy's total, p50 of each part: setup (buffers), connect and handshake %.1f ms, sync rounds %.1f ms, last sync "
               "round -> first ACK (the destination applies the first checkpoint) %.1f ms, first ACK -> MIGRATED "
               "%.1f ms" % tuple(pct([x[i] for x in phases], 50) for i in range(4)))
     return d_ok and t_ok

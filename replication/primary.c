@@ -1312,6 +1312,8 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->host_stopped_ctx = vm->cb_ctx;
 	repl_timing_init(&p->timing, p->o->timeout_ms, p->o->epoch_ms);
 	watchers_init(p);
+	/* Logged first: a migration's total time counts the setup below. */
+	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
 	if ((r = engine_init(p)) < 0) {
 		engine_fini(p);
 		vm->on_stopped = p->host_stopped;
@@ -1332,7 +1334,6 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	}
 	repl_pri_witness_attach(p);
 	p->ep.hot_off = p->migrate_ms != 0;
-	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
 	repl_metrics_watch_primary(p->o->ops.metrics, p);
 	engine_start(p);
 	*out = p;
