@@ -251,6 +251,12 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 		log_error(TAG, "refusing primary: bad machine configuration section");
 		return -EBADMSG;
 	}
+	/* The NIC is this host's (its tap): the primary's digest says whether
+	 * there is one and its MAC, so a secondary without --net, or with
+	 * another mac=, is refused just below. */
+	s->cfg.nnets = pin->nnets;
+	memcpy(s->cfg.net_mac, pin->net_mac, sizeof(s->cfg.net_mac));
+	memcpy(s->cfg.net_tap, pin->net_tap, sizeof(s->cfg.net_tap));
 	if (machine_config_digest(&s->cfg) != s->hello_digest) {
 		log_error(TAG, "refusing primary: its configuration does not match its digest");
 		return -EBADMSG;
