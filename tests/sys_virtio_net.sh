@@ -104,6 +104,24 @@ s.sendto(b"x", ("10.77.0.2", 9)); print(s.recvfrom(2048)[0].decode())') || fail 
 stop_run
 ok "mac= and port= are used"
 
+# snapshot and restore: the NIC's queues go on, the counter continues, the
+# restored guest announces itself.
+start_run s --guest udpecho:ip=10.77.0.2/24,port=7 --net tap:tapa --control "$T/s.ctl"
+[ "$(udp_echo 3 | cut -d' ' -f1 | tr '\n' ' ')" = "1 2 3 " ] || fail "before the snapshot"
+vm snapshot --control "$T/s.ctl" --out "$T/snap" >/dev/null 2>"$T/snap.err" || fail "snapshot: $(cat "$T/snap.err")"
+[ "$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')" = "4 5 " ] || fail "after the snapshot"
+stop_run
+vm restore "$T/snap" </dev/null >/dev/null 2>"$T/r0.err"
+[ $? -ne 0 ] && grep -q "has a NIC" "$T/r0.err" || fail "restore without --net: $(cat "$T/r0.err")"
+ip netns exec "$VNS" "$BIN" restore "$T/snap" --net tap:tapa --console stdio </dev/null \
+	>"$T/r.out" 2>"$T/r.err" &
+VMPID=$!
+wait_log "$T/r.out" "announced" 10 || fail "restored guest did not announce: $(tail -3 "$T/r.err")"
+got=$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')
+[ "$got" = "4 5 " ] || fail "restored guest replied '$got', want 4 5 (from the snapshot's state)"
+stop_run
+ok "snapshot/restore: the NIC goes on from the snapshot, the guest announces itself"
+
 # 2. a missing tap is created and goes with the VM; errors.
 start_run c --guest udpecho:ip=10.77.0.2/24 --net tap:tapnew$$
 grep -q "tap tapnew$$ created" "$T/c.err" || fail "tap not created: $(cat "$T/c.err")"
@@ -125,6 +143,20 @@ vm run --guest udpecho:ip=10.77.0.0/24 --net tap:tapa </dev/null >"$T/d.out" 2>"
 vm run --guest udpecho:ip=10.77.0.2/24 </dev/null >"$T/e.out" 2>"$T/e.err"
 grep -q "no virtio-net device" "$T/e.out" || fail "udpecho without --net: $(cat "$T/e.out")"
 ok "bad --net values, unknown guest arguments and a bad address are errors"
+# a secondary without --net refuses a primary whose VM has a NIC
+sport=$(ip netns exec "$VNS" python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+ip netns exec "$VNS" "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$((sport + 1)) \
+	--insecure 2>"$T/nosec.err" &
+SECPID=$!
+wait_log "$T/nosec.err" "waiting for a primary" 10 || fail "secondary did not start"
+ip netns exec "$VNS" "$BIN" primary --guest udpecho:ip=10.77.0.2/24 --net tap:tapa --insecure \
+	--peer 127.0.0.1:$sport --console tcp:127.0.0.1:$((sport + 2)) 2>"$T/nopri.err" &
+PRIPID=$!
+wait_log "$T/nosec.err" "the primary's VM has a NIC: start the secondary with --net" 10
+r=$?
+kill "$PRIPID" "$SECPID" 2>/dev/null; wait "$PRIPID" "$SECPID" 2>/dev/null
+[ $r -eq 0 ] || fail "a secondary without --net: $(grep -i refus "$T/nosec.err")"
+ok "a secondary without --net refuses a primary with a NIC, and says so"
 
 # 3. output commit across failover.
 seed=${NET_SEED:-$RANDOM}
