@@ -1,5 +1,5 @@
 /* Private to machine/: the virtio-pci transport (virtio_pci.c) and the
- * devices behind it (virtio_blk.c), as pci.c and the tests see them.
+ * devices behind it (virtio_blk.c, virtio_net.c), as pci.c and the tests see them.
  *
  * Layout of a virtio function (virtio 1.2, 4.1 "Virtio Over PCI Bus"): one
  * 64-bit memory BAR (BAR0/BAR1) of VIRTIO_BAR_BYTES holding, at the offsets

@@ -8,7 +8,9 @@
  * reset the device) and the VMM carries on. Requests are served at once,
  * on the vCPU thread that wrote the notification, so none is ever in
  * flight when the machine pauses: the device state in a checkpoint is
- * complete. Called with machine.lock held. */
+ * complete. A passive queue (virtio-net's receive queue) is not served at
+ * a notification: the device fills its next buffer when it has something
+ * for the guest (virtio_queue_fill). Called with machine.lock held. */
 #include "machine/virtio.h"
 
 #include <errno.h>
