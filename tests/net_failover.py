@@ -127,7 +127,7 @@ def check_events(path, trial):
 
 
 def trial(t, rng, sniffer):
-    sport, scon, pcon = free_port(), free_port(), free_port()
+    sport, scon, pcon, pmet = free_port(), free_port(), free_port(), free_port()
     slog, plog = os.path.join(TMP, "sec%d.log" % t), os.path.join(TMP, "pri%d.log" % t)
     events = os.path.join(TMP, "events%d.log" % t)
     sec = subprocess.Popen(ns([BIN, "secondary", "--listen", "127.0.0.1:%d" % sport, "--console",
@@ -143,7 +143,8 @@ def trial(t, rng, sniffer):
         pri = subprocess.Popen(ns([BIN, "primary", "--guest", "udpecho:ip=%s/24,port=%d" % (GUEST_IP, PORT),
                                    "--net", "tap:" + PRI_TAP, "--console", "tcp:127.0.0.1:%d" % pcon,
                                    "--peer", "127.0.0.1:%d" % sport, "--epoch-ms", "25",
-                                   "--timeout-ms", "1500", "--insecure"]),
+                                   "--timeout-ms", "1500", "--insecure", "--metrics",
+                                   "127.0.0.1:%d" % pmet]),
                                stderr=open(plog, "w"), stdout=subprocess.DEVNULL,
                                env=dict(os.environ, UNDERSTUDY_EVENT_LOG=events))
         if not wait_text(slog, "first checkpoint applied", 20):
@@ -151,6 +152,12 @@ def trial(t, rng, sniffer):
             return
         c.start()
         time.sleep(0.5 + rng.random() * 2.0)
+        met = subprocess.run(ns(["curl", "-s", "http://127.0.0.1:%d/metrics" % pmet]),
+                             capture_output=True, text=True).stdout
+        tx = re.search(r"^understudy_net_tx_frames_total (\S+)", met, re.M)
+        if not tx or float(tx.group(1)) < 1 or "understudy_net_held_frames" not in met:
+            errors.append("trial %d: the primary's metrics lack the frames it sent: %s" %
+                          (t, met[-300:]))
         t_kill = time.time()
         seen_before = len(c.replies)
         pri.kill()
@@ -158,13 +165,15 @@ def trial(t, rng, sniffer):
         if not wait_text(slog, "TOOK OVER", 10):
             errors.append("trial %d: no takeover: %s" % (t, open(slog).read()[-400:]))
             return
+        t_took = time.time()   # the takeover was logged by now
         end = time.time() + 10
-        while time.time() < end and sum(1 for r in c.replies if r[0] > t_kill) < 20:
+        while time.time() < end and sum(1 for r in c.replies if r[0] > t_took) < 20:
             time.sleep(0.05)
         time.sleep(0.3)
         c.stop = True
         c.join(2)
         after = [r for r in c.replies if r[0] > t_kill]
+        resumed = [r for r in c.replies if r[0] > t_took]
         ks = [r[1] for r in c.replies]
         bad = [(a, b) for a, b in zip(ks, ks[1:]) if b <= a]
         if bad:
@@ -172,8 +181,8 @@ def trial(t, rng, sniffer):
                           "contradicted)" % (t, bad[:3]))
         if seen_before < 5:
             errors.append("trial %d: only %d replies before the kill" % (t, seen_before))
-        if len(after) < 20:
-            errors.append("trial %d: %d replies after the takeover (want 20)" % (t, len(after)))
+        if len(resumed) < 20:
+            errors.append("trial %d: %d replies after the takeover (want 20)" % (t, len(resumed)))
         garps = [g for g in sniffer.garps if g[0] > t_kill]
         if not garps:
             errors.append("trial %d: no gratuitous ARP for %s after the takeover" % (t, GUEST_IP))
