@@ -6,8 +6,11 @@
 #     UDP echo (replies numbered 1, 2, 3), ARP (the client's neighbour entry
 #     has the guest's MAC, the one derived from the configuration, and the
 #     guest announced itself at boot), a given mac= is the one used.
+#     Snapshot and restore (--net): the count goes on, the guest announces.
 #  2. A missing tap is created (and goes with the VM); bad --net values and
-#     unknown guest arguments are errors (exit 2).
+#     unknown guest arguments are errors (exit 2); a secondary without --net
+#     refuses a primary with a NIC; `protect` of a running VM with a NIC,
+#     taken over on SIGKILL (the count goes on, the guest is asked to announce).
 #  3. Output commit across failover (tests/net_failover.py): a protected pair,
 #     each host with its tap on the bridge, the primary SIGKILLed at seeded
 #     random moments while a client asks and records: reply numbers never go
@@ -157,6 +160,26 @@ r=$?
 kill "$PRIPID" "$SECPID" 2>/dev/null; wait "$PRIPID" "$SECPID" 2>/dev/null
 [ $r -eq 0 ] || fail "a secondary without --net: $(grep -i refus "$T/nosec.err")"
 ok "a secondary without --net refuses a primary with a NIC, and says so"
+
+# protect: a running VM with a NIC gets a secondary (with its own tap),
+# which takes over on SIGKILL and goes on counting.
+sport=$(ip netns exec "$VNS" python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+ip netns exec "$VNS" "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$((sport + 1)) \
+	--insecure --net tap:tapb --failover-timeout-ms 500 2>"$T/psec.err" &
+SECPID=$!
+start_run p --guest udpecho:ip=10.77.0.2/24 --net tap:tapa --control "$T/p.ctl"
+[ "$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')" = "1 2 " ] || fail "protect: before"
+wait_log "$T/psec.err" "waiting for a primary" 10 || fail "protect: secondary did not start"
+vm protect --control "$T/p.ctl" --peer 127.0.0.1:$sport --insecure >/dev/null 2>"$T/protect.err" ||
+	fail "protect: $(cat "$T/protect.err")"
+[ "$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')" = "3 4 " ] || fail "protect: while protected"
+kill -9 "$VMPID"; wait "$VMPID" 2>/dev/null; VMPID=$SECPID
+wait_log "$T/psec.err" "TOOK OVER" 10 || fail "protect: no takeover: $(tail -3 "$T/psec.err")"
+got=$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')
+[ "$got" = "5 6 " ] || fail "protect: after the takeover the guest replied '$got', want 5 6"
+grep -q "asked to announce" "$T/psec.err" || fail "protect: the new primary did not ask for an announce"
+stop_run
+ok "protect of a running VM with a NIC: taken over on SIGKILL, the count goes on, announced"
 
 # 3. output commit across failover.
 seed=${NET_SEED:-$RANDOM}
