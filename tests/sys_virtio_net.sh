@@ -10,7 +10,9 @@
 #  2. A missing tap is created (and goes with the VM); bad --net values and
 #     unknown guest arguments are errors (exit 2); a secondary without --net
 #     refuses a primary with a NIC; `protect` of a running VM with a NIC,
-#     taken over on SIGKILL (the count goes on, the guest is asked to announce).
+#     taken over on SIGKILL (the count goes on, the guest is asked to announce);
+#     the bound on held frames (secondary stopped, a flood: 4096 held, the
+#     rest dropped, counted and logged once, the held ones leave at the ACK).
 #  3. Output commit across failover (tests/net_failover.py): a protected pair,
 #     each host with its tap on the bridge, the primary SIGKILLed at seeded
 #     random moments while a client asks and records: reply numbers never go
@@ -34,7 +36,8 @@ T=$(mktemp -d /tmp/sys_virtio_net.XXXXXX)
 VMPID= KEEP=
 fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
 cleanup() {
-	[ -n "$VMPID" ] && kill "$VMPID" 2>/dev/null && wait "$VMPID" 2>/dev/null
+	for p in $VMPID ${SECPID:-} ${PRIPID:-}; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
 	ip netns del "$VNS" 2>/dev/null
 	ip netns del "$CNS" 2>/dev/null
 	if [ -n "$KEEP" ]; then echo "logs kept in $T"; else rm -rf "$T"; fi
@@ -180,6 +183,45 @@ got=$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')
 grep -q "asked to announce" "$T/psec.err" || fail "protect: the new primary did not ask for an announce"
 stop_run
 ok "protect of a running VM with a NIC: taken over on SIGKILL, the count goes on, announced"
+
+# The bound on held frames: with the secondary stopped (no ACK) and a flood
+# of requests, the primary holds 4096 frames, drops the rest (counted, logged
+# once), and once the secondary answers again the held frames leave.
+metric() { ip netns exec "$VNS" curl -s "http://127.0.0.1:$1/metrics" | sed -n "s/^$2 //p"; }
+sport=$(ip netns exec "$VNS" python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+ip netns exec "$VNS" "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$((sport + 1)) \
+	--insecure --net tap:tapb --failover-timeout-ms 60000 2>"$T/bsec.err" &
+SECPID=$!
+wait_log "$T/bsec.err" "waiting for a primary" 10 || fail "bound: secondary did not start"
+ip netns exec "$VNS" "$BIN" primary --guest udpecho:ip=10.77.0.2/24 --net tap:tapa --insecure \
+	--peer 127.0.0.1:$sport --console tcp:127.0.0.1:$((sport + 2)) --timeout-ms 60000 \
+	--metrics 127.0.0.1:$((sport + 3)) 2>"$T/bpri.err" &
+VMPID=$!
+wait_log "$T/bsec.err" "first checkpoint applied" 20 || fail "bound: not protected"
+[ "$(udp_echo 1)" = "1 hello 0" ] || fail "bound: no reply while protected"
+kill -STOP "$SECPID"
+for _ in 1 2 3 4 5 6 7 8; do
+	cl python3 -c '
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(5000):
+    s.sendto(b"f%d" % i, ("10.77.0.2", 7))
+    if i % 20 == 0: time.sleep(0.002)'
+	[ "$(metric $((sport + 3)) understudy_net_tx_dropped_total)" != 0 ] && break
+done
+held=$(metric $((sport + 3)) understudy_net_held_frames)
+dropped=$(metric $((sport + 3)) understudy_net_tx_dropped_total)
+[ "$held" = 4096 ] && [ "$dropped" -gt 0 ] 2>/dev/null ||
+	{ kill -CONT "$SECPID"; fail "bound: held $held frames, dropped $dropped (want 4096, > 0)"; }
+[ "$(grep -c "held for output commit: dropping" "$T/bpri.err")" = 1 ] ||
+	{ kill -CONT "$SECPID"; fail "bound: the drop was not logged once: $(grep -c dropping "$T/bpri.err")"; }
+kill -CONT "$SECPID"
+for _ in $(seq 1 100); do [ "$(metric $((sport + 3)) understudy_net_held_frames)" = 0 ] && break; sleep 0.1; done
+sent=$(metric $((sport + 3)) understudy_net_tx_frames_total)
+[ "$(metric $((sport + 3)) understudy_net_held_frames)" = 0 ] && [ "$sent" -ge 4096 ] ||
+	fail "bound: after the secondary came back $sent frames left"
+kill "$VMPID" "$SECPID"; wait "$VMPID" "$SECPID" 2>/dev/null; VMPID=
+ok "held frames bounded at 4096: $dropped dropped (logged once), the held ones left at the ACK"
 
 # 3. output commit across failover.
 seed=${NET_SEED:-$RANDOM}
