@@ -42,7 +42,7 @@ CFLAGS   += $(EXTRA_CFLAGS)
 LDFLAGS  += $(EXTRA_LDFLAGS)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
-GUESTS       := counter dirty stress blk
+GUESTS       := counter dirty stress blk udpecho
 GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -ffreestanding -nostdlib -fno-pic -fno-pie \
                 -mno-red-zone -mcmodel=small -fno-stack-protector -fno-asynchronous-unwind-tables \
                 -mgeneral-regs-only -fcf-protection=none -Iguest/src
@@ -109,6 +109,14 @@ $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 $(BUILD)/guest/%.elf: guest/src/%.c $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
 	@mkdir -p $(@D)
 	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) $<
+
+# Guests on the network share the virtio-net driver and the IPv4 stack.
+GUEST_NET    := guest/src/vnet.c guest/src/ipstack.c
+$(BUILD)/guest/udpecho.elf: guest/src/udpecho.c $(GUEST_NET) guest/src/vnet.h guest/src/ipstack.h \
+                            $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
+	@mkdir -p $(@D)
+	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) \
+		$(GUEST_NET) $<
 
 $(BUILD)/guest/%.bin: $(BUILD)/guest/%.elf
 	objcopy -O binary $< $@
@@ -197,6 +205,7 @@ bench-run:
 	@echo "== bench/bench_switchover.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_switchover.py
 	@echo "== bench/bench_latency.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_latency.py
 	@echo "== bench/bench_hot.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_hot.py
+	@echo "== bench/bench_net_guest.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_net_guest.py
 
 # Spurious takeovers under load at a 50 ms failover timeout, and kill ->
 # first reply (bench/bench_soak.py); SOAK_SECONDS (default 600), SOAK_KILLS.

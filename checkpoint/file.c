@@ -31,6 +31,7 @@
 #define FILE_VERSION 1u
 #define FLAG_FULL 1u
 #define FLAG_DISK 2u   /* the VM has a virtio-blk disk (its image is not in the file) */
+#define FLAG_NET 4u    /* the VM has a virtio-net NIC with the derived MAC (not its tap) */
 #define MAX_STATE_LEN (64u << 20)
 
 struct file_hdr {
@@ -137,7 +138,8 @@ static void header_fill(struct file_hdr *h, const struct ckpt *c, const struct m
 	h->config_digest = c->config_digest;
 	h->id = info->id;
 	h->parent_id = info->parent_id;
-	h->flags = (c->full ? FLAG_FULL : 0) | (cfg->ndisks ? FLAG_DISK : 0);
+	h->flags = (c->full ? FLAG_FULL : 0) | (cfg->ndisks ? FLAG_DISK : 0) |
+		   (cfg->nnets ? FLAG_NET : 0);
 	h->ncpus = cfg->ncpus;
 	h->mem_bytes = cfg->mem_bytes;
 	memcpy(h->guest, cfg->guest, sizeof(h->guest));
@@ -392,6 +394,7 @@ static int read_header(int fd, struct file_hdr *h, off_t *size, struct machine_c
 	cfg->guest[sizeof(cfg->guest) - 1] = 0;
 	cfg->guest_args[sizeof(cfg->guest_args) - 1] = 0;
 	cfg->ndisks = (h->flags & FLAG_DISK) ? 1 : 0;
+	cfg->nnets = (h->flags & FLAG_NET) ? 1 : 0;   /* a given mac= is not in the file */
 	if (machine_config_digest(cfg) != h->config_digest) {
 		log_error(TAG, "configuration and digest disagree");
 		return -EBADMSG;

@@ -26,16 +26,20 @@ struct vm_options {
 	{ "kernel", required_argument, NULL, 1004 }, \
 	{ "initrd", required_argument, NULL, 1005 }, \
 	{ "append", required_argument, NULL, 1006 }, \
-	{ "disk", required_argument, NULL, 1007 }
+	{ "disk", required_argument, NULL, 1007 }, \
+	{ "net", required_argument, NULL, 1008 }
 
 #define VM_OPTIONS_HELP \
 	"VM options:\n" \
 	"  --guest NAME[:ARGS]   built-in guest (counter, dirty:mb=N,rate_mb=N,report_ms=N,hot_mb=N,\n" \
-	"                        stress; an unknown argument is an error)\n" \
+	"                        stress, blk, udpecho:ip=A.B.C.D/N,port=P; an unknown argument is\n" \
+	"                        an error)\n" \
 	"  --mem SIZE            guest RAM, e.g. 64M, 1G (default 64M)\n" \
 	"  --cpus N              vCPUs (default 1)\n" \
 	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n" \
-	"  --disk FILE           raw image as a virtio-blk disk (PCI 00:01.0)\n"
+	"  --disk FILE           raw image as a virtio-blk disk (PCI 00:01.0)\n" \
+	"  --net tap:NAME[,mac=MAC]   virtio-net NIC (PCI 00:02.0) on tap NAME (attached, or\n" \
+	"                        created); MAC derived from the VM's configuration unless given\n"
 
 /* Link options of the agents, ids from 1100 up. */
 #define NET_OPTIONS_LONG \

@@ -7,6 +7,7 @@
 
 #include "guest/guest.h"
 #include "net/console.h"
+#include "net/tap.h"
 
 void cli_vm_options_init(struct vm_options *o)
 {
@@ -20,6 +21,48 @@ void cli_print_guests(FILE *f)
 {
 	for (const struct guest_image *g = guest_list(); g->name; g++)
 		fprintf(f, "  %-10s %s\n", g->name, g->summary);
+}
+
+/* "tap:NAME[,mac=XX:XX:XX:XX:XX:XX]" */
+static int parse_net_device(struct machine_config *cfg, const char *arg)
+{
+	const char *name = arg + 4, *comma;
+	size_t n;
+	unsigned b[6];
+	char tail;
+
+	if (strncmp(arg, "tap:", 4)) {
+		fprintf(stderr, "understudy: --net '%s': use tap:NAME[,mac=MAC]\n", arg);
+		return 2;
+	}
+	comma = strchr(name, ',');
+	n = comma ? (size_t)(comma - name) : strlen(name);
+	if (n == 0 || n >= sizeof(cfg->net_tap)) {
+		fprintf(stderr, "understudy: --net '%s': need a tap name of 1..%zu characters\n", arg,
+			sizeof(cfg->net_tap) - 1);
+		return 2;
+	}
+	memcpy(cfg->net_tap, name, n);
+	cfg->net_tap[n] = 0;
+	if (net_tap_check_name(cfg->net_tap) < 0) {
+		fprintf(stderr, "understudy: --net '%s': '%s' cannot name a network device\n", arg,
+			cfg->net_tap);
+		return 2;
+	}
+	memset(cfg->net_mac, 0, sizeof(cfg->net_mac));
+	if (comma) {
+		if (sscanf(comma, ",mac=%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2], &b[3], &b[4],
+			   &b[5], &tail) != 6 || strlen(comma) != 22 || (b[0] & 1) ||
+		    !(b[0] | b[1] | b[2] | b[3] | b[4] | b[5])) {
+			fprintf(stderr, "understudy: --net '%s': want mac=XX:XX:XX:XX:XX:XX, a unicast "
+				"address\n", arg);
+			return 2;
+		}
+		for (int i = 0; i < 6; i++)
+			cfg->net_mac[i] = (uint8_t)b[i];
+	}
+	cfg->nnets = 1;
+	return 0;
 }
 
 static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
@@ -72,6 +115,8 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		snprintf(o->cfg.disk, sizeof(o->cfg.disk), "%s", arg);
 		o->cfg.ndisks = 1;
 		return 0;
+	case 1008:
+		return parse_net_device(&o->cfg, arg);
 	case 1004:
 	case 1005:
 	case 1006:

@@ -8,16 +8,19 @@
 #include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
 #include "cli/ops.h"
+#include "net/tap.h"
 #include "primary/primary.h"
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
-	"                          [--disk IMAGE]\n"
+	"                          [--disk IMAGE] [--net tap:NAME]\n"
 	"Rebuilds the VM saved in FILE (a full snapshot), applies the incremental\n"
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
 	"Nothing runs unless every file is intact and they form one chain.\n"
 	"A VM saved with a disk needs --disk: the image the restored guest goes on\n"
-	"with (a snapshot holds the disk's device state, not its contents).\n\n" OPS_OPTIONS_HELP;
+	"with (a snapshot holds the disk's device state, not its contents).\n"
+	"A VM saved with a NIC needs --net: the tap the restored guest is behind (it\n"
+	"is asked to announce itself there).\n\n" OPS_OPTIONS_HELP;
 
 /* Applies the chain (files[0], already read into c, and the diffs after it)
  * to vm, saying what is wrong with the first file that does not fit. */
@@ -46,11 +49,12 @@ int cli_cmd_restore(int argc, char **argv)
 		{ "console", required_argument, NULL, 'C' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "disk", required_argument, NULL, 'D' },
+		{ "net", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
-	const char *console = "stdio", *control = NULL, *disk = NULL;
+	const char *console = "stdio", *control = NULL, *disk = NULL, *net = NULL;
 	struct machine_config cfg;
 	struct ckpt_file_info info;
 	struct ev_loop *loop;
@@ -69,6 +73,7 @@ int cli_cmd_restore(int argc, char **argv)
 		case 'C': console = optarg; break;
 		case 'c': control = optarg; break;
 		case 'D': disk = optarg; break;
+		case 'N': net = optarg; break;
 		case 'h': fputs(restore_help, stdout); return 0;
 		default:
 			if (!cli_is_ops_option(opt)) {
@@ -109,6 +114,20 @@ int cli_cmd_restore(int argc, char **argv)
 		goto err;
 	}
 	snprintf(cfg.disk, sizeof(cfg.disk), "%s", disk ? disk : "");
+	if (cfg.nnets != (net != NULL)) {
+		fprintf(stderr, "understudy restore: %s\n", cfg.nnets ?
+			"the saved VM has a NIC: give its tap with --net tap:NAME" :
+			"--net: the saved VM has no NIC");
+		goto err;
+	}
+	if (net && (strncmp(net, "tap:", 4) || strchr(net, ',') ||
+		    net_tap_check_name(net + 4) < 0 || strlen(net + 4) >= sizeof(cfg.net_tap))) {
+		fprintf(stderr, "understudy restore: --net '%s': use tap:NAME (the MAC is the saved "
+			"VM's)\n", net);
+		goto err;
+	}
+	if (net)
+		snprintf(cfg.net_tap, sizeof(cfg.net_tap), "%s", net + 4);
 	loop = ev_default_loop(0);
 	if (repl_vm_new(loop, &cfg, console, &vm) < 0)
 		goto err;
@@ -117,6 +136,9 @@ int cli_cmd_restore(int argc, char **argv)
 		goto err;
 	}
 	ckpt_fini(&c);
+	/* The guest's NIC is behind this host's tap now: it announces itself. */
+	if (machine_net_announce(vm->m))
+		fprintf(stderr, "understudy restore: the guest is asked to announce its MAC\n");
 	if (cli_ops_start(&ops, loop, "primary", &co)) {
 		repl_vm_free(vm);
 		return 1;

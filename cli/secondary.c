@@ -118,8 +118,13 @@ int cli_cmd_secondary(int argc, char **argv)
 		return 2;
 	}
 	o.witness = wo.o;
-	if (vo.cfg.guest[0])
+	if (vo.cfg.guest[0]) {
 		o.pin = vo.cfg;
+	} else if (vo.cfg.nnets) {   /* the standby's NIC: this host's tap */
+		o.pin.nnets = vo.cfg.nnets;
+		memcpy(o.pin.net_mac, vo.cfg.net_mac, sizeof(o.pin.net_mac));
+		memcpy(o.pin.net_tap, vo.cfg.net_tap, sizeof(o.pin.net_tap));
+	}
 	o.console = vo.console;
 	if (cli_ops_start(&ops, ev_default_loop(0), "secondary", &co))
 		return 1;

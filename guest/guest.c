@@ -6,6 +6,7 @@ extern const uint8_t guest_counter_start[], guest_counter_end[];
 extern const uint8_t guest_dirty_start[], guest_dirty_end[];
 extern const uint8_t guest_stress_start[], guest_stress_end[];
 extern const uint8_t guest_blk_start[], guest_blk_end[];
+extern const uint8_t guest_udpecho_start[], guest_udpecho_end[];
 
 #define IMAGE(n, s, k) { #n, s, k, guest_##n##_start, 0 }
 
@@ -23,6 +24,9 @@ const struct guest_image *guest_list(void)
 		IMAGE(blk, "virtio-blk driver on the console (needs --disk FILE): info, "
 		      "write SECTOR HEX, read SECTOR, selftest START N PASS, check START N PASS, "
 		      "flush, id, discard SECTOR N, msix, evil", ""),
+		IMAGE(udpecho, "UDP echo on virtio-net (needs --net tap:NAME): udpecho:ip=A.B.C.D/N,"
+		      "port=P; replies '<k> <payload>', k counting its replies; answers ping and ARP",
+		      "ip=addr,port"),
 		{ NULL, NULL, NULL, NULL, 0 },
 	};
 	/* Sizes are link-time differences; fill them on first use (idempotent). */
@@ -30,6 +34,7 @@ const struct guest_image *guest_list(void)
 	images[1].size = guest_dirty_end - guest_dirty_start;
 	images[2].size = guest_stress_end - guest_stress_start;
 	images[3].size = guest_blk_end - guest_blk_start;
+	images[4].size = guest_udpecho_end - guest_udpecho_start;
 	return images;
 }
 

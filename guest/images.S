@@ -20,4 +20,9 @@ guest_stress_end:
 guest_blk_start:
 	.incbin "blk.bin"
 guest_blk_end:
+	.balign 4096
+	.globl guest_udpecho_start, guest_udpecho_end
+guest_udpecho_start:
+	.incbin "udpecho.bin"
+guest_udpecho_end:
 	.section .note.GNU-stack, "", @progbits

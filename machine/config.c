@@ -53,7 +53,7 @@ static int check_guest_args(const struct guest_image *g, const char *args, char 
 	while (*p) {
 		const char *eq = strchr(p, '='), *end = strchr(p, ',');
 		size_t klen;
-		const char *k;
+		const char *k, *digits = "0123456789";
 		bool known = false;
 
 		if (!end)
@@ -64,21 +64,24 @@ static int check_guest_args(const struct guest_image *g, const char *args, char 
 			return -EINVAL;
 		}
 		klen = (size_t)(eq - p);
+		/* "k=addr" in the list: k takes an address (digits, dots, a slash). */
 		for (k = g->keys; *k; ) {
-			size_t n = strcspn(k, ",");
+			size_t n = strcspn(k, ",="), all = strcspn(k, ",");
 
-			if (n == klen && !strncmp(k, p, n))
+			if (n == klen && !strncmp(k, p, n)) {
 				known = true;
-			k += n + (k[n] == ',');
+				digits = k[n] == '=' ? "0123456789./" : "0123456789";
+			}
+			k += all + (k[all] == ',');
 		}
 		if (!known) {
 			snprintf(err, errlen, "guest %s: unknown argument '%.*s' (known: %s)", g->name,
 				 (int)klen, p, g->keys[0] ? g->keys : "none");
 			return -EINVAL;
 		}
-		if (eq + 1 == end || strspn(eq + 1, "0123456789") != (size_t)(end - eq - 1)) {
-			snprintf(err, errlen, "guest %s: bad value for '%.*s' (want a decimal number)",
-				 g->name, (int)klen, p);
+		if (eq + 1 == end || strspn(eq + 1, digits) < (size_t)(end - eq - 1)) {
+			snprintf(err, errlen, "guest %s: bad value for '%.*s' (want %s)", g->name,
+				 (int)klen, p, digits[10] ? "an address" : "a decimal number");
 			return -EINVAL;
 		}
 		p = *end ? end + 1 : end;
@@ -124,7 +127,7 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 }
 
 /* Version of the device set: bump when a device is added or its state changes. */
-#define MACHINE_DEVICES_VERSION 1u
+#define MACHINE_DEVICES_VERSION 2u
 
 uint64_t machine_config_digest(const struct machine_config *cfg)
 {
@@ -139,5 +142,14 @@ uint64_t machine_config_digest(const struct machine_config *cfg)
 	 * standby's copy has a path of its own). */
 	if (cfg->ndisks)
 		h = fnv1a(h, "virtio-blk", 10);
+	/* A NIC, and its MAC when one is given (else the MAC is derived from
+	 * this digest: machine_net_mac). */
+	if (cfg->nnets) {
+		static const uint8_t zero[6];
+
+		h = fnv1a(h, "virtio-net", 10);
+		if (memcmp(cfg->net_mac, zero, 6))
+			h = fnv1a(h, cfg->net_mac, 6);
+	}
 	return h;
 }

@@ -185,7 +185,7 @@ static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 	pthread_cond_broadcast(&m->parked_cond);
 	if (m->parked == m->ncpus && m->pause_req && !m->stopping)
 		snap_take(m);
-	while (!m->stopping && !uart_rx_ready(&m->uart))
+	while (!m->stopping && !uart_rx_ready(&m->uart) && !pci_isr_pending(m))
 		if (pthread_cond_timedwait(&m->cond, &m->lock, &until) == ETIMEDOUT)
 			break;
 	while (m->pause_req && !m->stopping)
@@ -534,7 +534,7 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 	uart_reset(&m->uart);
 	if ((r = init_sync(m)) < 0)
 		goto err;
-	if ((r = virtio_blk_open(m)) < 0)
+	if ((r = virtio_blk_open(m)) < 0 || (r = virtio_net_open(m)) < 0)
 		goto err;
 	pci_reset(m);
 	if ((r = kvm_sys_open(&m->sys, NULL)) < 0)
@@ -578,6 +578,7 @@ err:
 	free(m->hot);
 	free(m->seen);
 	virtio_blk_close(m);
+	virtio_net_close(m);
 	free(m->snap_vm);
 	free(m->snap_vcpus);
 	free(m);
@@ -620,6 +621,7 @@ void machine_free(struct machine *m)
 	free(m->hot);
 	free(m->seen);
 	virtio_blk_close(m);
+	virtio_net_close(m);
 	free(m->snap_vm);
 	free(m->snap_vcpus);
 	pthread_cond_destroy(&m->cond);
@@ -801,6 +803,8 @@ int machine_set_state(struct machine *m, const struct machine_state *st)
 	 * digest says so); a function this one lacks stays absent all the same. */
 	if (!m->blk)
 		memset(m->pci.cfg[PCI_SLOT_BLK], 0, PCI_CFG_BYTES);
+	if (!m->vnet)
+		memset(m->pci.cfg[PCI_SLOT_NET], 0, PCI_CFG_BYTES);
 	pthread_cond_broadcast(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 	return 0;

@@ -30,6 +30,9 @@ struct machine_config {
 	char guest_args[256];  /* "k=v,k=v" passed to the guest */
 	uint32_t ndisks;       /* 0, or 1: a virtio-blk device (part of the digest) */
 	char disk[256];        /* its raw image (not part of the digest: each host has its own) */
+	uint32_t nnets;        /* 0, or 1: a virtio-net device (part of the digest) */
+	uint8_t net_mac[6];    /* its MAC (part of the digest); all zero: derived from the digest */
+	char net_tap[16];      /* its tap device (not part of the digest: each host has its own) */
 };
 
 /* Parses "--guest NAME[:ARGS]" and "--mem SIZE" style values into cfg;
@@ -56,11 +59,13 @@ struct uart_state {
 
 /* ---- PCI and virtio: checkpointed state (machine/pci.c, virtio_pci.c) --- */
 
-/* Bus 0: 00:00.0 host bridge, 00:01.0 virtio-blk (with --disk). */
-#define PCI_NSLOTS 2
+/* Bus 0: 00:00.0 host bridge, 00:01.0 virtio-blk (with --disk), 00:02.0
+ * virtio-net (with --net). */
+#define PCI_NSLOTS 3
 #define PCI_SLOT_BLK 1
+#define PCI_SLOT_NET 2
 #define PCI_CFG_BYTES 256
-#define VIRTIO_MAX_QUEUES 2
+#define VIRTIO_MAX_QUEUES 3       /* virtio-net: receive, transmit, control */
 #define VIRTIO_MSIX_VECTORS 4
 #define VIRTIO_QUEUE_MAX 256      /* largest queue size a device offers */
 
@@ -85,6 +90,7 @@ struct virtio_state {
 	uint16_t queue_select, msix_config;
 	uint8_t status, isr, config_generation, pad;
 	uint32_t msix_pending;        /* pending bit array: one bit a vector */
+	uint32_t dev_flags;           /* the device's own: virtio-net's ANNOUNCE request */
 	struct virtq_state q[VIRTIO_MAX_QUEUES];
 	struct virtio_msix_entry msix[VIRTIO_MSIX_VECTORS];
 };
@@ -94,6 +100,7 @@ struct pci_state {
 	uint32_t pad;
 	uint8_t cfg[PCI_NSLOTS][PCI_CFG_BYTES];
 	struct virtio_state blk;
+	struct virtio_state net;
 };
 
 /* What the owner of the machine hears from it. Called on vCPU threads. */
@@ -104,6 +111,9 @@ struct machine_ops {
 	void (*console_room)(void *ctx);
 	/* The guest powered off (status >= 0) or failed (status < 0). */
 	void (*stopped)(void *ctx, int status);
+	/* An Ethernet frame the guest sent on its virtio-net device (called
+	 * with the machine's lock held: hand it over, do not block). */
+	void (*net_tx)(void *ctx, const uint8_t *frame, size_t len);
 	void *ctx;
 };
 
@@ -160,6 +170,7 @@ struct machine {
 	struct uart_state uart;
 	struct pci_state pci;        /* PCI config spaces and virtio transports */
 	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
+	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
 
 	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
 	_Atomic uint64_t *vmm_dirty;
@@ -204,6 +215,22 @@ bool machine_stopped(struct machine *m, int *status);
 
 /* Console input into the UART receive FIFO; returns bytes taken. */
 size_t machine_console_input(struct machine *m, const uint8_t *buf, size_t len);
+
+/* An Ethernet frame for the guest's virtio-net receive queue, written into
+ * guest RAM (marked dirty) at once. Never while a pause is requested: then
+ * -EAGAIN and nothing is written (so a capture never races a device write).
+ * -ENOBUFS: no receive buffer; -ENODEV: no NIC or the driver is not ready;
+ * -EMSGSIZE: the buffer is too small. The frame is dropped in every error. */
+int machine_net_input(struct machine *m, const uint8_t *frame, size_t len) US_MUST_CHECK;
+/* Asks the guest to announce itself (VIRTIO_NET_S_ANNOUNCE and a
+ * configuration interrupt), after a takeover or a restore; false when the
+ * driver did not negotiate VIRTIO_NET_F_GUEST_ANNOUNCE. */
+bool machine_net_announce(struct machine *m);
+/* The MAC the NIC presents (cfg->net_mac, or the one derived from the
+ * configuration's digest: the same on every host). */
+void machine_net_mac(const struct machine_config *cfg, uint8_t mac[6]);
+/* Frames the NIC dropped on the way in (no buffer, not ready, paused). */
+uint64_t machine_net_rx_dropped(struct machine *m);
 
 static inline uint64_t machine_page_gfn(const struct machine *m, uint64_t page)
 {
@@ -305,6 +332,12 @@ void pci_reset(struct machine *m);
  * when cfg->ndisks is 0. Errors are logged with the file's name. */
 int virtio_blk_open(struct machine *m) US_MUST_CHECK;
 void virtio_blk_close(struct machine *m);
+/* virtio_net.c: the NIC's runtime part when cfg->nnets is 1 (the tap is the
+ * owner's: frames leave through ops.net_tx and come in by machine_net_input). */
+int virtio_net_open(struct machine *m) US_MUST_CHECK;
+void virtio_net_close(struct machine *m);
+/* pci.c: a virtio device has its ISR set (an idle vCPU wakes for it). */
+bool pci_isr_pending(const struct machine *m);
 
 /* ---- post-copy (uffd.c) ------------------------------------------------- */
 

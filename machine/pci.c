@@ -1,5 +1,6 @@
 /* PCI bus 0 behind configuration mechanism #1 (ports 0xCF8/0xCFC): the host
- * bridge at 00:00.0 and, with a disk, the virtio-blk function at 00:01.0.
+ * bridge at 00:00.0 and, with a disk, the virtio-blk function at 00:01.0,
+ * with a NIC the virtio-net function at 00:02.0.
  *
  * Each function's 256-byte configuration space is plain data in
  * m->pci.cfg (checkpointed as is); what a guest may change in it is given
@@ -64,7 +65,14 @@ struct virtio_dev *pci_slot_virtio(struct machine *m, int slot)
 {
 	if (slot == PCI_SLOT_BLK && m->blk)
 		return &m->blk->dev;
+	if (slot == PCI_SLOT_NET && m->vnet)
+		return &m->vnet->dev;
 	return NULL;
+}
+
+bool pci_isr_pending(const struct machine *m)
+{
+	return (m->blk && m->pci.blk.isr) || (m->vnet && m->pci.net.isr);
 }
 
 /* Bits of config byte off that the guest may write. */
@@ -204,7 +212,8 @@ void virtio_pci_cfg_init(uint8_t *cfg, uint16_t type)
 	put16(cfg, PCI_DEVICE_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
 	put16(cfg, PCI_STATUS, PCI_STATUS_CAPS);
 	cfg[PCI_REVISION] = 1;            /* modern-only device (4.1.2.1) */
-	cfg[PCI_CLASS_PROG + 2] = type == VIRTIO_TYPE_BLOCK ? 0x01 : 0xff;  /* mass storage */
+	/* class: mass storage, network */
+	cfg[PCI_CLASS_PROG + 2] = type == VIRTIO_TYPE_BLOCK ? 0x01 : type == VIRTIO_TYPE_NET ? 0x02 : 0xff;
 	put32(cfg, PCI_BAR0, PCI_BAR_MEM64);
 	put16(cfg, PCI_SUBSYS_VENDOR, VIRTIO_PCI_VENDOR);
 	put16(cfg, PCI_SUBSYS_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
@@ -241,19 +250,27 @@ void virtio_pci_cfg_init(uint8_t *cfg, uint16_t type)
 	put32(cfg, VIRTIO_CAP_MSIX + 8, VIRTIO_MSIX_PBA_OFF);
 }
 
+/* A virtio function at power-on: BAR0 at base, memory decoding on, the
+ * device reset, every MSI-X vector masked. */
+static void function_reset(struct machine *m, int slot, struct virtio_dev *d, uint64_t base)
+{
+	uint8_t *cfg = m->pci.cfg[slot];
+
+	virtio_pci_cfg_init(cfg, d->type);
+	put32(cfg, PCI_BAR0, (uint32_t)base | PCI_BAR_MEM64);
+	put32(cfg, PCI_BAR1, (uint32_t)(base >> 32));
+	put16(cfg, PCI_COMMAND, PCI_COMMAND_MEM);
+	virtio_reset(d);
+	for (int v = 0; v < VIRTIO_MSIX_VECTORS; v++)
+		d->st->msix[v].ctrl = 1;
+}
+
 void pci_reset(struct machine *m)
 {
 	memset(&m->pci, 0, sizeof(m->pci));
 	bridge_init(m->pci.cfg[0]);
-	if (m->blk) {
-		uint8_t *cfg = m->pci.cfg[PCI_SLOT_BLK];
-
-		virtio_pci_cfg_init(cfg, VIRTIO_TYPE_BLOCK);
-		put32(cfg, PCI_BAR0, (uint32_t)PCI_MMIO_BASE | PCI_BAR_MEM64);
-		put32(cfg, PCI_BAR1, (uint32_t)(PCI_MMIO_BASE >> 32));
-		put16(cfg, PCI_COMMAND, PCI_COMMAND_MEM);
-		virtio_reset(&m->blk->dev);
-		for (int v = 0; v < VIRTIO_MSIX_VECTORS; v++)
-			m->pci.blk.msix[v].ctrl = 1;   /* masked at power-on */
-	}
+	if (m->blk)
+		function_reset(m, PCI_SLOT_BLK, &m->blk->dev, PCI_MMIO_BASE);
+	if (m->vnet)
+		function_reset(m, PCI_SLOT_NET, &m->vnet->dev, PCI_MMIO_BASE + VIRTIO_BAR_BYTES);
 }

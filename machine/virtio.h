@@ -1,5 +1,5 @@
 /* Private to machine/: the virtio-pci transport (virtio_pci.c) and the
- * devices behind it (virtio_blk.c), as pci.c and the tests see them.
+ * devices behind it (virtio_blk.c, virtio_net.c), as pci.c and the tests see them.
  *
  * Layout of a virtio function (virtio 1.2, 4.1 "Virtio Over PCI Bus"): one
  * 64-bit memory BAR (BAR0/BAR1) of VIRTIO_BAR_BYTES holding, at the offsets
@@ -15,6 +15,7 @@
 
 #define VIRTIO_PCI_VENDOR     0x1af4
 #define VIRTIO_PCI_DEVICE_BASE 0x1040   /* + virtio device type */
+#define VIRTIO_TYPE_NET       1
 #define VIRTIO_TYPE_BLOCK     2
 
 #define VIRTIO_BAR_BYTES      0x8000u
@@ -88,6 +89,7 @@ struct virtio_dev {
 	uint16_t nqueues;
 	uint64_t features;         /* offered */
 	const struct virtio_dev_ops *ops;
+	uint32_t passive_queues;   /* queues the device fills on its own (not at a kick) */
 	struct virtq_chain chain;  /* scratch for the request being served */
 	uint64_t requests;         /* served since the machine was built */
 };
@@ -100,6 +102,18 @@ struct virtio_blk {
 	char serial[20];
 	char path[256];
 };
+
+/* The runtime part of the NIC (virtio_net.c). */
+#define VNET_HDR_BYTES 12          /* struct virtio_net_hdr with num_buffers (1.x) */
+#define VNET_FRAME_MAX 1514        /* no GSO: an Ethernet frame without FCS */
+struct virtio_net {
+	struct virtio_dev dev;
+	uint8_t mac[6];
+	uint64_t rx_frames, rx_dropped, tx_frames, tx_dropped;
+	uint8_t frame[VNET_HDR_BYTES + 65536];   /* scratch for the frame being sent */
+};
+/* The ANNOUNCE request in virtio_state.dev_flags of the NIC. */
+#define VNET_FLAG_ANNOUNCE 1u
 
 /* pci.c: a virtio function's config space: IDs, BAR0 type, capabilities. */
 void virtio_pci_cfg_init(uint8_t *cfg, uint16_t type);
@@ -125,6 +139,17 @@ uint64_t virtq_chain_read(struct machine *m, const struct virtq_chain *c, uint64
 			  void *buf, uint64_t len);
 uint64_t virtq_chain_write(struct machine *m, const struct virtq_chain *c, uint64_t off,
 			   const void *buf, uint64_t len);
+
+/* Places len bytes (after a header of hlen bytes) in the next available
+ * buffer of passive queue qi and publishes it in the used ring, with a
+ * notification. -ENODEV: the device or queue is not live; -ENOBUFS: no
+ * buffer; -EMSGSIZE: the buffer is too small (left available); -EIO: the
+ * ring is broken (the device now needs a reset). */
+int virtio_queue_fill(struct virtio_dev *d, int qi, const void *hdr, uint32_t hlen,
+		      const void *buf, uint32_t len);
+/* The device configuration changed: a new generation and a configuration
+ * interrupt (ISR bit 1). */
+void virtio_config_changed(struct virtio_dev *d);
 
 /* The virtio function in a slot, NULL if none. */
 struct virtio_dev *pci_slot_virtio(struct machine *m, int slot);

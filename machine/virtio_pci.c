@@ -8,7 +8,9 @@
  * reset the device) and the VMM carries on. Requests are served at once,
  * on the vCPU thread that wrote the notification, so none is ever in
  * flight when the machine pauses: the device state in a checkpoint is
- * complete. Called with machine.lock held. */
+ * complete. A passive queue (virtio-net's receive queue) is not served at
+ * a notification: the device fills its next buffer when it has something
+ * for the guest (virtio_queue_fill). Called with machine.lock held. */
 #include "machine/virtio.h"
 
 #include <errno.h>
@@ -192,41 +194,92 @@ static const char *chain_build(struct virtio_dev *d, const uint8_t *table, uint1
 	}
 }
 
-static void queue_process(struct virtio_dev *d, int qi)
+/* The rings of live queue qi, checked against guest RAM; false (with the
+ * device broken when the rings are bad) if it cannot be served now. */
+struct rings {
+	uint8_t *desc, *avail, *used;
+	uint64_t used_off;
+};
+
+static bool rings_map(struct virtio_dev *d, int qi, struct rings *r)
 {
 	struct virtio_state *st = d->st;
 	struct virtq_state *q = &st->q[qi];
-	uint8_t *desc, *avail, *used;
-	uint64_t used_off;
-	uint16_t avail_idx, avail_flags, size = q->size;
-	unsigned served = 0;
+	uint16_t size = q->size;
 
 	if (!(st->status & VIRTIO_S_DRIVER_OK) || (st->status & VIRTIO_S_NEEDS_RESET) ||
 	    !q->enable)
-		return;
+		return false;
 	if (!size) {
 		set_broken(d, qi, "enabled with no size");
-		return;
+		return false;
 	}
-	desc = virtio_gpa(d->m, q->desc, 16ull * size, NULL);
-	avail = virtio_gpa(d->m, q->avail, 6 + 2ull * size, NULL);
-	used = virtio_gpa(d->m, q->used, 6 + 8ull * size, &used_off);
-	if (!desc || !avail || !used || (q->desc & 15) || (q->avail & 1) || (q->used & 3)) {
+	r->desc = virtio_gpa(d->m, q->desc, 16ull * size, NULL);
+	r->avail = virtio_gpa(d->m, q->avail, 6 + 2ull * size, NULL);
+	r->used = virtio_gpa(d->m, q->used, 6 + 8ull * size, &r->used_off);
+	if (!r->desc || !r->avail || !r->used || (q->desc & 15) || (q->avail & 1) || (q->used & 3)) {
 		set_broken(d, qi, "rings misaligned or outside guest RAM");
-		return;
+		return false;
 	}
-	avail_idx = __atomic_load_n((uint16_t *)(avail + 2), __ATOMIC_ACQUIRE);
-	if ((uint16_t)(avail_idx - q->last_avail) > size) {
+	return true;
+}
+
+/* The available index, or -1 (device broken) when it ran ahead. */
+static int avail_index(struct virtio_dev *d, int qi, const struct rings *r)
+{
+	struct virtq_state *q = &d->st->q[qi];
+	uint16_t avail_idx = __atomic_load_n((uint16_t *)(r->avail + 2), __ATOMIC_ACQUIRE);
+
+	if ((uint16_t)(avail_idx - q->last_avail) > q->size) {
 		set_broken(d, qi, "available index ran ahead of the queue size");
-		return;
+		return -1;
 	}
-	while (q->last_avail != avail_idx) {
+	return avail_idx;
+}
+
+static void used_push(struct virtio_dev *d, int qi, const struct rings *r, uint32_t id,
+		      uint32_t written)
+{
+	struct virtq_state *q = &d->st->q[qi];
+
+	memcpy(r->used + 4 + 8 * (size_t)(q->used_idx % q->size), &id, 4);
+	memcpy(r->used + 8 + 8 * (size_t)(q->used_idx % q->size), &written, 4);
+	q->used_idx++;
+	q->last_avail++;
+	/* The entry before the index that publishes it. */
+	__atomic_store_n((uint16_t *)(r->used + 2), q->used_idx, __ATOMIC_RELEASE);
+	d->requests++;
+}
+
+static void used_notify(struct virtio_dev *d, int qi, const struct rings *r)
+{
+	uint16_t avail_flags;
+
+	machine_mark_dirty(d->m, r->used_off, 6 + 8ull * d->st->q[qi].size);
+	memcpy(&avail_flags, r->avail, 2);
+	if (!(avail_flags & VIRTQ_AVAIL_F_NO_INTERRUPT)) {
+		d->st->isr |= 1;
+		notify_guest(d, d->st->q[qi].msix_vector);
+	}
+}
+
+static void queue_process(struct virtio_dev *d, int qi)
+{
+	struct virtq_state *q = &d->st->q[qi];
+	struct rings r;
+	unsigned served = 0;
+	int avail_idx;
+
+	if ((d->passive_queues >> qi & 1) || !rings_map(d, qi, &r) ||
+	    (avail_idx = avail_index(d, qi, &r)) < 0)
+		return;
+	while (q->last_avail != (uint16_t)avail_idx) {
 		uint16_t head;
-		uint32_t written = 0, id;
+		uint32_t written = 0;
 		const char *why;
 
-		memcpy(&head, avail + 4 + 2 * (size_t)(q->last_avail % size), 2);
-		if ((why = chain_build(d, desc, size, head))) {
+		memcpy(&head, r.avail + 4 + 2 * (size_t)(q->last_avail % q->size), 2);
+		if ((why = chain_build(d, r.desc, q->size, head))) {
 			set_broken(d, qi, why);
 			break;
 		}
@@ -234,23 +287,52 @@ static void queue_process(struct virtio_dev *d, int qi)
 			set_broken(d, qi, "malformed request");
 			break;
 		}
-		id = head;
-		memcpy(used + 4 + 8 * (size_t)(q->used_idx % size), &id, 4);
-		memcpy(used + 8 + 8 * (size_t)(q->used_idx % size), &written, 4);
-		q->used_idx++;
-		q->last_avail++;
-		/* The entry before the index that publishes it. */
-		__atomic_store_n((uint16_t *)(used + 2), q->used_idx, __ATOMIC_RELEASE);
-		d->requests++;
+		used_push(d, qi, &r, head, written);
 		served++;
 	}
-	if (!served)
-		return;
-	machine_mark_dirty(d->m, used_off, 6 + 8ull * size);
-	memcpy(&avail_flags, avail, 2);
-	if (!(avail_flags & VIRTQ_AVAIL_F_NO_INTERRUPT)) {
-		st->isr |= 1;
-		notify_guest(d, q->msix_vector);
+	if (served)
+		used_notify(d, qi, &r);
+}
+
+int virtio_queue_fill(struct virtio_dev *d, int qi, const void *hdr, uint32_t hlen,
+		      const void *buf, uint32_t len)
+{
+	struct virtq_state *q = &d->st->q[qi];
+	struct virtq_chain *c = &d->chain;
+	struct rings r;
+	uint16_t head;
+	const char *why;
+	int avail_idx;
+
+	if (qi >= d->nqueues || !rings_map(d, qi, &r))
+		return (d->st->status & VIRTIO_S_NEEDS_RESET) ? -EIO : -ENODEV;
+	if ((avail_idx = avail_index(d, qi, &r)) < 0)
+		return -EIO;
+	if (q->last_avail == (uint16_t)avail_idx)
+		return -ENOBUFS;
+	memcpy(&head, r.avail + 4 + 2 * (size_t)(q->last_avail % q->size), 2);
+	if ((why = chain_build(d, r.desc, q->size, head)) ||
+	    (c->nread && (why = "device-readable descriptor in a receive buffer"))) {
+		set_broken(d, qi, why);
+		return -EIO;
+	}
+	if (c->write_bytes < (uint64_t)hlen + len)
+		return -EMSGSIZE;
+	virtq_chain_write(d->m, c, 0, hdr, hlen);
+	virtq_chain_write(d->m, c, hlen, buf, len);
+	used_push(d, qi, &r, head, hlen + len);
+	used_notify(d, qi, &r);
+	return 0;
+}
+
+void virtio_config_changed(struct virtio_dev *d)
+{
+	struct virtio_state *st = d->st;
+
+	st->config_generation++;
+	if (st->status & VIRTIO_S_DRIVER_OK) {
+		st->isr |= 2;
+		notify_guest(d, st->msix_config);
 	}
 }
 

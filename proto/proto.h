@@ -208,12 +208,14 @@ const char *proto_strerror(int err);
  *   "uart" v2, one (PROTO_UART_STATE_BYTES): u8 ier lcr mcr lsr_err msr scr
  *     dll dlm fcr thr_irq irq_level (0|1) | u32 rx_head (< 4096) |
  *     u32 rx_count (<= 4096) | 4096 bytes of receive FIFO
- *   "pci" v1, one (PROTO_PCI_STATE_BYTES): u32 config address (0xCF8) |
- *     PROTO_PCI_NSLOTS x 256 bytes of config space (00:00.0, 00:01.0) |
- *     virtio-blk transport: u64 driver_features | u32 device_feature_select |
+ *   "pci" v2, one (PROTO_PCI_STATE_BYTES): u32 config address (0xCF8) |
+ *     PROTO_PCI_NSLOTS x 256 bytes of config space (00:00.0 bridge, 00:01.0
+ *     virtio-blk, 00:02.0 virtio-net) | two virtio transports, virtio-blk's
+ *     then virtio-net's, each: u64 driver_features | u32 device_feature_select |
  *     u32 driver_feature_select | u16 queue_select | u16 msix_config |
  *     u8 status isr (<= 3) config_generation | u32 msix_pending (4 bits) |
- *     2 x queue { u64 desc avail used | u16 size (0 or a power of 2 <= 256,
+ *     u32 dev_flags (0|1: virtio-net's ANNOUNCE request) |
+ *     3 x queue { u64 desc avail used | u16 size (0 or a power of 2 <= 256,
  *     > 0 if enabled)
  *     enable (0|1) msix_vector (< 4 or 0xffff) last_avail used_idx } |
  *     4 x MSI-X entry { u64 addr | u32 data | u32 ctrl (0|1) }
@@ -234,13 +236,13 @@ const char *proto_strerror(int err);
 #define PROTO_STATE_UART          "uart"
 #define PROTO_STATE_UART_VERSION  2u
 #define PROTO_STATE_PCI           "pci"
-#define PROTO_STATE_PCI_VERSION   1u
+#define PROTO_STATE_PCI_VERSION   2u
 
 #define PROTO_VM_STATE_BYTES      348u
 #define PROTO_UART_RX_BYTES       4096u
 #define PROTO_UART_STATE_BYTES    (19u + PROTO_UART_RX_BYTES)
-#define PROTO_PCI_NSLOTS          2u
-#define PROTO_PCI_STATE_BYTES     (4u + PROTO_PCI_NSLOTS * 256u + 27u + 2u * 34u + 4u * 16u)
+#define PROTO_PCI_NSLOTS          3u
+#define PROTO_PCI_STATE_BYTES     (4u + PROTO_PCI_NSLOTS * 256u + 2u * (31u + 3u * 34u + 4u * 16u))
 
 /* Names of the Section messages of the replication stream (Section.name). */
 #define PROTO_SECTION_MACHINE_CONFIG "machine-config" /* a packed MachineConfig */

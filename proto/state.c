@@ -401,7 +401,22 @@ int proto_uart_state_decode(const void *in, size_t len, struct uart_state *u)
 #define VIRTIO_FIELDS(F, x)                                                             \
 	F(64, (x).driver_features) F(32, (x).device_feature_select)                     \
 	F(32, (x).driver_feature_select) F(16, (x).queue_select) F(16, (x).msix_config) \
-	F(8, (x).status) F(8, (x).isr) F(8, (x).config_generation) F(32, (x).msix_pending)
+	F(8, (x).status) F(8, (x).isr) F(8, (x).config_generation) F(32, (x).msix_pending) \
+	F(32, (x).dev_flags)
+
+static void put_virtio(uint8_t **pp, const struct virtio_state *v)
+{
+	uint8_t *p = *pp;
+
+	VIRTIO_FIELDS(PUT, *v)
+	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
+		VIRTQ_FIELDS(PUT, v->q[i])
+	}
+	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++) {
+		MSIX_FIELDS(PUT, v->msix[i])
+	}
+	*pp = p;
+}
 
 size_t proto_pci_state_encode(const struct pci_state *s, uint8_t out[PROTO_PCI_STATE_BYTES])
 {
@@ -409,13 +424,8 @@ size_t proto_pci_state_encode(const struct pci_state *s, uint8_t out[PROTO_PCI_S
 
 	put32(&p, s->addr);
 	put_bytes(&p, s->cfg, sizeof(s->cfg));
-	VIRTIO_FIELDS(PUT, s->blk)
-	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
-		VIRTQ_FIELDS(PUT, s->blk.q[i])
-	}
-	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++) {
-		MSIX_FIELDS(PUT, s->blk.msix[i])
-	}
+	put_virtio(&p, &s->blk);
+	put_virtio(&p, &s->net);
 	return (size_t)(p - out);
 }
 
@@ -424,19 +434,10 @@ static bool vector_valid(uint16_t v)
 	return v < VIRTIO_MSIX_VECTORS || v == 0xffff;
 }
 
-int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s)
+static void get_virtio(const uint8_t **pp, struct virtio_state *v)
 {
-	const uint8_t *p = in;
-	struct virtio_state *v = &s->blk;
+	const uint8_t *p = *pp;
 
-	_Static_assert(sizeof(s->cfg) == PROTO_PCI_NSLOTS * 256, "config spaces are part of the layout");
-	_Static_assert(VIRTIO_MAX_QUEUES == 2 && VIRTIO_MSIX_VECTORS == 4,
-		       "queues and vectors are part of the layout");
-	if (len != PROTO_PCI_STATE_BYTES)
-		return -EBADMSG;
-	memset(s, 0, sizeof(*s));
-	s->addr = get32(&p);
-	get_bytes(&p, s->cfg, sizeof(s->cfg));
 	VIRTIO_FIELDS(GET, *v)
 	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
 		VIRTQ_FIELDS(GET, v->q[i])
@@ -444,21 +445,44 @@ int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s)
 	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++) {
 		MSIX_FIELDS(GET, v->msix[i])
 	}
-	/* What the device model relies on: sizes it divides by, vectors it
-	 * indexes with, flags that are single bits. */
-	if ((s->addr & ~0x80fffffcu) || v->isr > 3 || !vector_valid(v->msix_config) ||
-	    v->msix_pending >> VIRTIO_MSIX_VECTORS)
-		return -EBADMSG;
+	*pp = p;
+}
+
+/* What the device model relies on: sizes it divides by, vectors it
+ * indexes with, flags that are single bits. */
+static bool virtio_valid(const struct virtio_state *v)
+{
+	if (v->isr > 3 || !vector_valid(v->msix_config) || v->msix_pending >> VIRTIO_MSIX_VECTORS ||
+	    v->dev_flags > 1)
+		return false;
 	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
 		const struct virtq_state *q = &v->q[i];
 
 		if (q->size > VIRTIO_QUEUE_MAX || (q->size & (q->size - 1)) || q->enable > 1 ||
-		    (q->enable && !q->size) ||
-		    !vector_valid(q->msix_vector))
-			return -EBADMSG;
+		    (q->enable && !q->size) || !vector_valid(q->msix_vector))
+			return false;
 	}
 	for (int i = 0; i < VIRTIO_MSIX_VECTORS; i++)
 		if (v->msix[i].ctrl > 1)
-			return -EBADMSG;
+			return false;
+	return true;
+}
+
+int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s)
+{
+	const uint8_t *p = in;
+
+	_Static_assert(sizeof(s->cfg) == PROTO_PCI_NSLOTS * 256, "config spaces are part of the layout");
+	_Static_assert(VIRTIO_MAX_QUEUES == 3 && VIRTIO_MSIX_VECTORS == 4,
+		       "queues and vectors are part of the layout");
+	if (len != PROTO_PCI_STATE_BYTES)
+		return -EBADMSG;
+	memset(s, 0, sizeof(*s));
+	s->addr = get32(&p);
+	get_bytes(&p, s->cfg, sizeof(s->cfg));
+	get_virtio(&p, &s->blk);
+	get_virtio(&p, &s->net);
+	if ((s->addr & ~0x80fffffcu) || !virtio_valid(&s->blk) || !virtio_valid(&s->net))
+		return -EBADMSG;
 	return 0;
 }

@@ -146,6 +146,7 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	if (r == 0 && q->drill.want_digest)
 		repl_drill_pri_capture(q);
 	e->out_mark = repl_vm_output_mark(q->vm);
+	e->net_mark = repl_vm_net_mark(q->vm);
 	if (resume)
 		machine_resume(m);
 	pause_ns = now_ns() - t0;
@@ -158,6 +159,9 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	repl_event_log("capture %llu", (unsigned long long)e->epoch);
 #ifdef UNDERSTUDY_MUTANT_release_early   /* make check-mutants: output leaves before ACK */
 	repl_release_epoch(q->vm, e->epoch, e->out_mark);
+#endif
+#ifdef UNDERSTUDY_MUTANT_net_release_early   /* make check-mutants: frames leave before ACK */
+	repl_vm_net_release(q->vm, e->epoch, e->net_mark);
 #endif
 	count_pause(q, pause_ns);
 	hot_budget(q);
@@ -330,8 +334,10 @@ void repl_epoch_sent(struct repl_epochs *q, void *cookie)
 /* ACKED -> RELEASED: the epoch's output leaves (output commit). */
 static void commit(struct repl_epochs *q, struct repl_epoch *e)
 {
-	if (!q->hold_output)
+	if (!q->hold_output) {
 		repl_release_epoch(q->vm, e->epoch, e->out_mark);
+		repl_vm_net_release(q->vm, e->epoch, e->net_mark);
+	}
 	e->state = REPL_EPOCH_RELEASED;
 	settle(e, false);
 }

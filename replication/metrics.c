@@ -168,6 +168,26 @@ static void stats(FILE *f, const struct repl_stats *st)
 	    (double)st->dirty_pages_total);
 }
 
+/* The NIC's frames (vm_net.c), for a VM with one. */
+static void net(FILE *f, struct repl_vm *v)
+{
+	struct repl_net_held h;
+
+	if (!v || !v->tap)
+		return;
+	pthread_mutex_lock(&v->out_lock);
+	h = v->net;
+	pthread_mutex_unlock(&v->out_lock);
+	one(f, "understudy_net_held_frames", "gauge", "Frames the guest sent that wait for their "
+	    "epoch's ACK (network output commit)", (double)h.frames);
+	one(f, "understudy_net_tx_frames_total", "counter", "Frames the guest sent that left "
+	    "through the tap", (double)h.released);
+	one(f, "understudy_net_tx_dropped_total", "counter", "Frames the guest sent that were "
+	    "dropped: held frames at their bound, or refused by the tap", (double)(h.dropped + h.tap_errors));
+	one(f, "understudy_net_rx_frames_total", "counter", "Frames from the tap the guest took",
+	    (double)h.rx_frames);
+}
+
 static void render_primary(FILE *f, struct repl_primary *p)
 {
 	const struct repl_stats *st = &p->ep.st;
@@ -200,6 +220,7 @@ static void render_primary(FILE *f, struct repl_primary *p)
 	if (p->link.conn)
 		one(f, "understudy_heartbeat_age_seconds", "gauge", "Since the peer was last heard "
 		    "(absent while there is no link)", (now_ns() - p->link.last_rx_ns) / 1e9);
+	net(f, p->vm);
 }
 
 static void render_secondary(FILE *f, struct repl_secondary *s)
@@ -235,6 +256,7 @@ static void render_secondary(FILE *f, struct repl_secondary *s)
 	if (s->link.conn)
 		one(f, "understudy_heartbeat_age_seconds", "gauge", "Since the peer was last heard "
 		    "(absent while there is no link)", (now_ns() - s->link.last_rx_ns) / 1e9);
+	net(f, s->vm);
 }
 
 /* run or restore without protection: the VM runs, nothing is replicated. */

@@ -14,9 +14,30 @@
 #include "machine/machine.h"
 #include "net/console.h"
 #include "net/net.h"
+#include "net/tap.h"
 #include "proto/proto.h"
 #include "replication/metrics.h"
 #include "replication/witness.h"
+
+/* Frames the guest sent on its NIC, held for output commit (vm_net.c), under
+ * repl_vm.out_lock. Records of u16 length + frame in one buffer allocated
+ * at open (the vCPU thread never allocates). At REPL_NET_HELD_FRAMES frames
+ * or REPL_NET_HELD_BYTES bytes a new frame is dropped, as a full NIC queue
+ * drops it (counted; logged once a run of drops). */
+#define REPL_NET_HELD_FRAMES 4096u
+#define REPL_NET_HELD_BYTES (4u << 20)
+struct repl_net_held {
+	uint8_t *buf;
+	size_t len;             /* bytes of records held */
+	uint32_t frames;        /* frames held */
+	uint64_t produced;      /* frames the guest sent (not dropped) */
+	uint64_t released;      /* frames handed to the tap */
+	uint64_t epoch_mark;    /* produced at the last repl_vm_output_mark */
+	uint64_t dropped;       /* at the bound */
+	uint64_t tap_errors;    /* the tap refused a released frame */
+	uint64_t rx_frames;     /* frames from the tap the guest took */
+	bool drop_logged;
+};
 
 /* A machine on the loop with its console. Guest output is collected from the
  * vCPU threads; while gated it leaves only through repl_vm_release(). */
@@ -44,6 +65,11 @@ struct repl_vm {
 
 	uint64_t epoch_mark;    /* produced at the last repl_vm_output_mark */
 	atomic_bool out_new;    /* output since that mark (while gated) */
+
+	/* The NIC's tap, read on the loop, and the frames output commit holds. */
+	struct net_tap *tap;
+	ev_io tap_w;
+	struct repl_net_held net;
 
 	/* Loop-thread callbacks of the owner. */
 	void (*on_stopped)(void *ctx, int status);
@@ -75,6 +101,21 @@ uint64_t repl_vm_output_mark(struct repl_vm *v);
 /* Hands output up to the mark to the console. */
 void repl_vm_release(struct repl_vm *v, uint64_t upto);
 void repl_vm_set_gated(struct repl_vm *v, bool gated);
+
+/* vm_net.c: the tap of a VM with a NIC (cfg->nnets), opened with the
+ * machine (a standby's too: at setup, not at takeover); frames from it go
+ * to the guest at once, frames from the guest are held like console output. */
+int repl_vm_net_open(struct repl_vm *v) US_MUST_CHECK;
+void repl_vm_net_close(struct repl_vm *v);
+/* machine_ops.net_tx of the machine (vCPU thread). */
+void repl_vm_net_tx(void *ctx, const uint8_t *frame, size_t len);
+/* Frames produced so far (while paused: an epoch's end). */
+uint64_t repl_vm_net_mark(struct repl_vm *v);
+/* Frames up to mark leave through the tap, in order; epoch 0: ungated
+ * (logged "netout"), else logged "netrel <epoch> <from> <to>". */
+void repl_vm_net_release(struct repl_vm *v, uint64_t epoch, uint64_t mark);
+/* Held frames are dropped (a copy becoming a standby). */
+void repl_vm_net_forget(struct repl_vm *v);
 
 /* ---- the link between primary and secondary (wire.c) ---------------------- */
 
@@ -294,6 +335,7 @@ struct repl_epoch {
 	bool on_wire;              /* the link reads buf until its sent() */
 	uint64_t epoch;
 	uint64_t out_mark;         /* guest output produced up to the pause */
+	uint64_t net_mark;         /* frames the guest sent up to the pause */
 	uint64_t capture_ns;
 	struct proto_buf buf;
 };

@@ -290,8 +290,24 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 		log_error(TAG, "refusing primary: bad machine configuration section");
 		return -EBADMSG;
 	}
+	/* The NIC is this host's (its tap): the primary's digest says whether
+	 * there is one and its MAC, so a secondary without --net, or with
+	 * another mac=, is refused just below. */
+	s->cfg.nnets = pin->nnets;
+	memcpy(s->cfg.net_mac, pin->net_mac, sizeof(s->cfg.net_mac));
+	memcpy(s->cfg.net_tap, pin->net_tap, sizeof(s->cfg.net_tap));
 	if (machine_config_digest(&s->cfg) != s->hello_digest) {
-		log_error(TAG, "refusing primary: its configuration does not match its digest");
+		struct machine_config alt = s->cfg;
+
+		alt.nnets = !alt.nnets;
+		memset(alt.net_mac, 0, sizeof(alt.net_mac));
+		if (machine_config_digest(&alt) == s->hello_digest)
+			log_error(TAG, "refusing primary: %s", s->cfg.nnets ?
+				  "this secondary has --net but the primary's VM has no NIC" :
+				  "the primary's VM has a NIC: start the secondary with --net tap:NAME");
+		else
+			log_error(TAG, "refusing primary: its configuration does not match its digest%s",
+				  s->cfg.nnets ? " (or another mac= than this secondary's --net)" : "");
 		return -EBADMSG;
 	}
 	if (pin->guest[0] && (pin->mem_bytes != s->cfg.mem_bytes || pin->ncpus != s->cfg.ncpus ||

@@ -53,6 +53,18 @@ static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
 	repl_link_close(&s->link);
 }
 
+/* The guest's NIC now sits behind this host's tap: the guest is asked to
+ * announce itself (gratuitous ARP), so that switches and peers learn where
+ * its MAC went, as QEMU does after a migration. */
+static void announce(struct repl_secondary *s)
+{
+	if (machine_net_announce(s->vm->m))
+		log_info(TAG, "the guest is asked to announce its MAC on this host's tap");
+	else if (s->vm->m->vnet)
+		log_warn(TAG, "the guest's NIC driver did not take GUEST_ANNOUNCE: peers learn its "
+			 "new port from its next frame");
+}
+
 /* The old primary handed the guest over (Fence SWITCHES) and this side
  * took it: the guest resumes protected onto the old primary, which waits as
  * a standby holding the same epoch (no resync). The dirty log is emptied
@@ -75,6 +87,7 @@ static void protect_after_switch(struct repl_secondary *s)
 	}
 	/* The guest runs from here (output gated, writes logged); the engine is
 	 * attached once the loop has sent the old primary our word. */
+	announce(s);
 	machine_resume(m);
 	s->switch_in_ms = s->switch_paused_us / 1e3 + (now_ns() - s->switch_fence_ns) / 1e6;
 	/* A moment later: the loop first sends the old primary our word (its
@@ -134,6 +147,7 @@ static void take_over(struct repl_secondary *s)
 	/* Test mode: what resumes is still the last applied epoch. */
 	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
 		g->verify_failed++;
+	announce(s);
 	machine_resume(s->vm->m);
 	net_notify(NET_NOTIFY_STATUS, "TOOK OVER: runs the guest from epoch %llu",
 		   (unsigned long long)g->applied);

@@ -111,6 +111,7 @@ uint64_t repl_vm_output_mark(struct repl_vm *v)
 
 	pthread_mutex_lock(&v->out_lock);
 	mark = v->epoch_mark = v->produced;
+	v->net.epoch_mark = v->net.produced;
 	pthread_mutex_unlock(&v->out_lock);
 	return mark;
 }
@@ -172,8 +173,10 @@ void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark)
 void repl_vm_set_gated(struct repl_vm *v, bool gated)
 {
 	v->gated = gated;
-	if (!gated)
+	if (!gated) {
 		repl_vm_release(v, UINT64_MAX);
+		repl_vm_net_release(v, 0, UINT64_MAX);
+	}
 }
 
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
@@ -182,8 +185,10 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (!v->gated)
+	if (!v->gated) {
 		repl_vm_release(v, UINT64_MAX);
+		repl_vm_net_release(v, 0, UINT64_MAX);
+	}
 	if (atomic_exchange(&v->room, false) && v->con)
 		console_input_resume(v->con);
 	if (atomic_exchange(&v->out_new, false) && v->on_output)
@@ -212,15 +217,19 @@ int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const ch
 	v->wake.data = v;
 	ev_async_start(loop, &v->wake);
 	mops = (struct machine_ops){ .console_out = on_console_out, .console_room = on_console_room,
-				     .stopped = on_stopped, .ctx = v };
+				     .stopped = on_stopped, .net_tx = repl_vm_net_tx, .ctx = v };
 	r = machine_new(cfg, &mops, &v->m);
 	if (r < 0)
 		goto err;
-	if (console && (r = repl_vm_open_console(v, console)) < 0)
+	if ((r = repl_vm_net_open(v)) < 0)
 		goto err_machine;
+	if (console && (r = repl_vm_open_console(v, console)) < 0)
+		goto err_net;
 	*out = v;
 	return 0;
 
+err_net:
+	repl_vm_net_close(v);
 err_machine:
 	machine_free(v->m);
 err:
@@ -260,6 +269,7 @@ struct console *repl_vm_take_console(struct repl_vm *v)
 	v->out_len = 0;
 	v->released = v->produced;
 	pthread_mutex_unlock(&v->out_lock);
+	repl_vm_net_forget(v);
 	return con;
 }
 
@@ -283,8 +293,11 @@ void repl_vm_free(struct repl_vm *v)
 	if (!v)
 		return;
 	machine_free(v->m);
-	if (!v->gated)
+	if (!v->gated) {
 		repl_vm_release(v, UINT64_MAX);
+		repl_vm_net_release(v, 0, UINT64_MAX);
+	}
+	repl_vm_net_close(v);
 	if (v->con) {
 		console_flush(v->con);
 		console_free(v->con);

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Network output commit across failover (tests/sys_virtio_net.sh runs it).
+
+Runs inside the client's network namespace CLIENT_NS; the agents run in
+VM_NS, where a bridge holds the client's veth, the primary's tap and the
+secondary's tap (the guest has one MAC: whichever host runs it is behind
+its own tap). Per trial: secondary (--net tap:SEC_TAP) and primary
+(udpecho guest, --net tap:PRI_TAP) are started, the client sends UDP
+requests one at a time and records each reply "<k> <payload>"; at a
+seeded random moment after protection the primary is SIGKILLed; the
+client carries on against the same address. Checked:
+  1. reply numbers k strictly increase in the order the client sees them:
+     a reply seen before the kill left the primary only after its epoch was
+     acknowledged, so the state the secondary resumes from has counted it
+     (a reply released early would be counted again: k repeats);
+  2. replies come again after the takeover;
+  3. the new primary announced itself: a gratuitous ARP for the guest's
+     address arrived after the kill (sniffed on the client's interface),
+     and the bridge learned the guest's MAC on the secondary's tap;
+  4. (event log) every frame release "netrel N" of the primary follows an
+     "ack M" with M >= N: no frame of epoch N left before ACK(N).
+Usage: net_failover.py BIN VM_NS CLIENT_IF TRIALS SEED TMPDIR PRI_TAP SEC_TAP
+Exit 0 pass, 1 fail."""
+import os
+import random
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+BIN, VM_NS, CIF = sys.argv[1], sys.argv[2], sys.argv[3]
+TRIALS, SEED, TMP = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+PRI_TAP, SEC_TAP = sys.argv[7], sys.argv[8]
+GUEST_IP = "10.77.0.2"
+PORT = 7
+errors = []
+
+
+def ns(cmd):
+    return ["ip", "netns", "exec", VM_NS] + cmd
+
+
+def free_port():
+    out = subprocess.run(ns(["python3", "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); "
+                             "print(s.getsockname()[1])"]), capture_output=True, text=True)
+    return int(out.stdout)
+
+
+def wait_text(path, pat, secs):
+    end = time.time() + secs
+    while time.time() < end:
+        with open(path, errors="replace") as f:
+            if re.search(pat, f.read()):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+class Sniffer(threading.Thread):
+    """Gratuitous ARPs for the guest's address seen on the client's link."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+        self.s.bind((CIF, 0))
+        self.s.settimeout(0.2)
+        self.garps = []     # (time, sender mac)
+        self.stop = False
+
+    def run(self):
+        gip = socket.inet_aton(GUEST_IP)
+        while not self.stop:
+            try:
+                f = self.s.recv(2048)
+            except socket.timeout:
+                continue
+            if len(f) >= 42 and f[28:32] == gip and f[38:42] == gip:
+                self.garps.append((time.time(), f[22:28].hex(":")))
+
+
+class Client(threading.Thread):
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.s.settimeout(0.1)
+        self.replies = []   # (time, k, payload)
+        self.sent = 0
+        self.stop = False
+
+    def run(self):
+        while not self.stop:
+            self.sent += 1
+            payload = "req%d" % self.sent
+            self.s.sendto(payload.encode(), (GUEST_IP, PORT))
+            end = time.time() + 0.3
+            while time.time() < end and not self.stop:
+                try:
+                    data, _ = self.s.recvfrom(2048)
+                except socket.timeout:
+                    continue
+                k, _, p = data.decode(errors="replace").partition(" ")
+                self.replies.append((time.time(), int(k), p))
+                if p == payload:
+                    break
+
+
+def check_events(path, trial):
+    acks, n = [], 0
+    if not os.path.exists(path):
+        errors.append("trial %d: no event log" % trial)
+        return
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 3 and f[1] == "ack":
+            acks.append(int(f[2]))
+        elif len(f) >= 5 and f[1] == "netrel":
+            n += 1
+            if not acks or max(acks) < int(f[2]):
+                errors.append("trial %d: frames of epoch %s released before ACK(%s) (acked so far: %s)"
+                              % (trial, f[2], f[2], max(acks) if acks else "none"))
+                return
+    if n == 0:
+        errors.append("trial %d: the primary released no frames at an ACK" % trial)
+
+
+def trial(t, rng, sniffer):
+    sport, scon, pcon, pmet = free_port(), free_port(), free_port(), free_port()
+    slog, plog = os.path.join(TMP, "sec%d.log" % t), os.path.join(TMP, "pri%d.log" % t)
+    events = os.path.join(TMP, "events%d.log" % t)
+    sec = subprocess.Popen(ns([BIN, "secondary", "--listen", "127.0.0.1:%d" % sport, "--console",
+                               "tcp:127.0.0.1:%d" % scon, "--failover-timeout-ms", "800", "--insecure",
+                               "--net", "tap:" + SEC_TAP]),
+                           stderr=open(slog, "w"), stdout=subprocess.DEVNULL)
+    pri = None
+    c = Client()
+    try:
+        if not wait_text(slog, "waiting for a primary", 10):
+            errors.append("trial %d: secondary never listened" % t)
+            return
+        pri = subprocess.Popen(ns([BIN, "primary", "--guest", "udpecho:ip=%s/24,port=%d" % (GUEST_IP, PORT),
+                                   "--net", "tap:" + PRI_TAP, "--console", "tcp:127.0.0.1:%d" % pcon,
+                                   "--peer", "127.0.0.1:%d" % sport, "--epoch-ms", "25",
+                                   "--timeout-ms", "1500", "--insecure", "--metrics",
+                                   "127.0.0.1:%d" % pmet]),
+                               stderr=open(plog, "w"), stdout=subprocess.DEVNULL,
+                               env=dict(os.environ, UNDERSTUDY_EVENT_LOG=events))
+        if not wait_text(slog, "first checkpoint applied", 20):
+            errors.append("trial %d: never protected: %s" % (t, open(plog).read()[-300:]))
+            return
+        c.start()
+        time.sleep(0.5 + rng.random() * 2.0)
+        met = subprocess.run(ns(["curl", "-s", "http://127.0.0.1:%d/metrics" % pmet]),
+                             capture_output=True, text=True).stdout
+        tx = re.search(r"^understudy_net_tx_frames_total (\S+)", met, re.M)
+        if not tx or float(tx.group(1)) < 1 or "understudy_net_held_frames" not in met:
+            errors.append("trial %d: the primary's metrics lack the frames it sent: %s" %
+                          (t, met[-300:]))
+        t_kill = time.time()
+        seen_before = len(c.replies)
+        pri.kill()
+        pri.wait()
+        if not wait_text(slog, "TOOK OVER", 10):
+            errors.append("trial %d: no takeover: %s" % (t, open(slog).read()[-400:]))
+            return
+        t_took = time.time()   # the takeover was logged by now
+        end = time.time() + 10
+        while time.time() < end and sum(1 for r in c.replies if r[0] > t_took) < 20:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        c.stop = True
+        c.join(2)
+        after = [r for r in c.replies if r[0] > t_kill]
+        resumed = [r for r in c.replies if r[0] > t_took]
+        ks = [r[1] for r in c.replies]
+        bad = [(a, b) for a, b in zip(ks, ks[1:]) if b <= a]
+        if bad:
+            errors.append("trial %d: reply numbers went back %s (a reply seen before the failover was "
+                          "contradicted)" % (t, bad[:3]))
+        if seen_before < 5:
+            errors.append("trial %d: only %d replies before the kill" % (t, seen_before))
+        if len(resumed) < 20:
+            errors.append("trial %d: %d replies after the takeover (want 20)" % (t, len(resumed)))
+        garps = [g for g in sniffer.garps if g[0] > t_kill]
+        if not garps:
+            errors.append("trial %d: no gratuitous ARP for %s after the takeover" % (t, GUEST_IP))
+        fdb = subprocess.run(["ip", "netns", "exec", VM_NS, "bridge", "fdb", "show", "br", "br0"],
+                             capture_output=True, text=True).stdout
+        mac = garps[-1][1] if garps else "?"
+        port = re.search(r"^%s dev (\S+)" % re.escape(mac), fdb, re.M)
+        if not port or port.group(1) != SEC_TAP:
+            errors.append("trial %d: the bridge has the guest's MAC %s on %s, not on %s" %
+                          (t, mac, port.group(1) if port else "no port", SEC_TAP))
+        check_events(events, t)
+        print("trial %d: killed %.2f s after the client began; %d replies before, %d after "
+              "(k %d..%d, first %.0f ms after the kill); %d gratuitous ARP(s) after the kill" %
+              (t, t_kill - (c.replies[0][0] if c.replies else t_kill), seen_before, len(after),
+               ks[0] if ks else 0, ks[-1] if ks else 0,
+               (after[0][0] - t_kill) * 1e3 if after else -1, len(garps)), flush=True)
+    finally:
+        c.stop = True
+        for p in (pri, sec):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def main():
+    print("seed %d" % SEED, flush=True)
+    rng = random.Random(SEED)
+    sniffer = Sniffer()
+    sniffer.start()
+    for t in range(TRIALS):
+        n = len(errors)
+        trial(t, rng, sniffer)
+        if len(errors) > n:
+            for e in errors[n:]:
+                print("FAIL: " + e, flush=True)
+            print("logs in %s" % TMP)
+            return 1
+    sniffer.stop = True
+    print("ok - %d trials: reply numbers never went back, replies resumed, the new primary "
+          "announced itself, no frame left before its ACK" % TRIALS)
+    return 0
+
+
+sys.exit(main())
