@@ -42,7 +42,7 @@ CFLAGS   += $(EXTRA_CFLAGS)
 LDFLAGS  += $(EXTRA_LDFLAGS)
 
 # Built-in guests: freestanding 64-bit programs, linked at 1 MiB, embedded as flat images.
-GUESTS       := counter dirty stress blk udpecho
+GUESTS       := counter dirty stress blk udpecho kv
 GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -ffreestanding -nostdlib -fno-pic -fno-pie \
                 -mno-red-zone -mcmodel=small -fno-stack-protector -fno-asynchronous-unwind-tables \
                 -mgeneral-regs-only -fcf-protection=none -Iguest/src
@@ -117,6 +117,14 @@ $(BUILD)/guest/udpecho.elf: guest/src/udpecho.c $(GUEST_NET) guest/src/vnet.h gu
 	@mkdir -p $(@D)
 	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) \
 		$(GUEST_NET) $<
+
+# kv: the network guests' code plus the virtio-blk driver.
+GUEST_KV     := $(GUEST_NET) guest/src/vblk.c
+$(BUILD)/guest/kv.elf: guest/src/kv.c $(GUEST_KV) guest/src/vnet.h guest/src/ipstack.h guest/src/vblk.h \
+                       $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
+	@mkdir -p $(@D)
+	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) \
+		$(GUEST_KV) $<
 
 $(BUILD)/guest/%.bin: $(BUILD)/guest/%.elf
 	objcopy -O binary $< $@

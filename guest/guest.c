@@ -7,6 +7,7 @@ extern const uint8_t guest_dirty_start[], guest_dirty_end[];
 extern const uint8_t guest_stress_start[], guest_stress_end[];
 extern const uint8_t guest_blk_start[], guest_blk_end[];
 extern const uint8_t guest_udpecho_start[], guest_udpecho_end[];
+extern const uint8_t guest_kv_start[], guest_kv_end[];
 
 #define IMAGE(n, s, k) { #n, s, k, guest_##n##_start, 0 }
 
@@ -27,6 +28,9 @@ const struct guest_image *guest_list(void)
 		IMAGE(udpecho, "UDP echo on virtio-net (needs --net tap:NAME): udpecho:ip=A.B.C.D/N,"
 		      "port=P; replies '<k> <payload>', k counting its replies; answers ping and ARP",
 		      "ip=addr,port"),
+		IMAGE(kv, "key-value store on virtio-net and a disk log (needs --net tap:NAME and "
+		      "--disk FILE): kv:ip=A.B.C.D/N,port=P (default 7000); UDP 'PUT reqid key value', "
+		      "'GET reqid key'; kv:dump=1 prints the log", "ip=addr,port,dump"),
 		{ NULL, NULL, NULL, NULL, 0 },
 	};
 	/* Sizes are link-time differences; fill them on first use (idempotent). */
@@ -35,6 +39,7 @@ const struct guest_image *guest_list(void)
 	images[2].size = guest_stress_end - guest_stress_start;
 	images[3].size = guest_blk_end - guest_blk_start;
 	images[4].size = guest_udpecho_end - guest_udpecho_start;
+	images[5].size = guest_kv_end - guest_kv_start;
 	return images;
 }
 

@@ -25,4 +25,9 @@ guest_blk_end:
 guest_udpecho_start:
 	.incbin "udpecho.bin"
 guest_udpecho_end:
+	.balign 4096
+	.globl guest_kv_start, guest_kv_end
+guest_kv_start:
+	.incbin "kv.bin"
+guest_kv_end:
 	.section .note.GNU-stack, "", @progbits
