@@ -240,6 +240,41 @@ static void new_token(struct repl_secondary *s)
 		 (unsigned long long)rnd[1]);
 }
 
+/* A primary whose VM this side cannot hold: told why, then closed. */
+static int refuse_primary(struct repl_secondary *s, const char *err)
+{
+	log_error(TAG, "refusing primary: %s", err);
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, -EINVAL, "refused the primary: %s", err);
+	if (repl_send_error(&s->link, -EINVAL, err) < 0)
+		log_warn(TAG, "could not tell the primary why");
+	return -ECONNREFUSED;
+}
+
+/* The standby's disk: our own image (--disk), of the primary's size, opened
+ * now with the standby (never at takeover). */
+static int standby_disk(struct repl_secondary *s)
+{
+	char err[512];
+
+	if (s->cfg.ndisks && !s->o->disk) {
+		snprintf(err, sizeof(err), "the primary's VM has a disk (%llu bytes): start this "
+			 "secondary with --disk FILE, its own image of it",
+			 (unsigned long long)s->cfg.disk_bytes);
+		return refuse_primary(s, err);
+	}
+	if (!s->cfg.ndisks && s->o->disk) {
+		snprintf(err, sizeof(err), "this secondary has --disk %s but the primary's VM has no disk",
+			 s->o->disk);
+		return refuse_primary(s, err);
+	}
+	if (!s->cfg.ndisks)
+		return 0;
+	if (repl_disk_prepare(s->o->disk, s->cfg.disk_bytes, err, sizeof(err)) < 0)
+		return refuse_primary(s, err);
+	snprintf(s->cfg.disk, sizeof(s->cfg.disk), "%s", s->o->disk);
+	return 0;
+}
+
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
 {
 	const struct machine_config *pin = &s->o->pin;
@@ -267,6 +302,8 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
+	if ((r = standby_disk(s)) < 0)
+		return r;
 	r = repl_vm_new(s->loop, &s->cfg, NULL, &s->vm);
 	if (r < 0) {
 		repl_fault_set(&s->rx_fault, repl_fault_local(r), r, "cannot build the standby: %s",
@@ -275,6 +312,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	}
 	repl_vm_set_gated(s->vm, true);
 	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
+	s->stage.disk_sync = s->o->disk_sync_ack;
 	if (s->wit)
 		new_token(s);
 	s->state = S_STANDBY;

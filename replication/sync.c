@@ -147,6 +147,32 @@ static void retry_batch(struct repl_sync *s, uint64_t from, int err, const char 
 	fail(s, REPL_FAULT_LOCAL_TRANSIENT, err, what);
 }
 
+/* The disk goes first, a Section at a time, straight to the standby's
+ * image (replication/disk.h). 1: a batch left (or the image is done); <0: failed. */
+static int disk_batch(struct repl_sync *s)
+{
+	struct proto_buf batch;
+	uint64_t from = s->disk_cursor;
+	int r;
+
+	proto_buf_init(&batch);
+	r = repl_disk_sync_batch(s->disk, s->vm->m, &s->disk_cursor, &batch, &s->disk_sent);
+	if (r >= 0 && batch.len)
+		r = repl_link_send_owned(s->link, &batch);
+	proto_buf_fini(&batch);
+	if (r < 0) {
+		s->disk_cursor = from;
+		fail(s, r == -ENOMEM ? REPL_FAULT_LOCAL_TRANSIENT : repl_fault_send(r), r,
+		     "sending disk blocks");
+		return r;
+	}
+	s->batches++;
+	if (s->disk_cursor >= s->disk->nblocks)
+		log_info(TAG, "disk: %llu non-zero blocks of %llu sent", (unsigned long long)s->disk_sent,
+			 (unsigned long long)s->disk->nblocks);
+	return 1;
+}
+
 static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	struct repl_sync *s = w->data;
@@ -167,6 +193,10 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 		wait_room(s);
 		ev_timer_set(&s->rate_w, wait_ns / 1e9, 0);
 		ev_timer_start(s->loop, &s->rate_w);
+		return;
+	}
+	if (s->disk && s->disk_cursor < s->disk->nblocks) {
+		(void)disk_batch(s);
 		return;
 	}
 	n = snap_batch(s, gfns, ptrs);
@@ -225,6 +255,13 @@ int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
 		if (m->ram_pages % 64)
 			s->todo[words - 1] = (1ull << (m->ram_pages % 64)) - 1;
 	}
+	/* The disk: every block now, the ones written from here on again in
+	 * the first checkpoint (their dirty bits start clear now). */
+	if (s->disk && s->disk->nblocks) {
+		memset(s->disk->harvest, 0, (s->disk->nblocks + 63) / 64 * 8);
+		machine_disk_harvest(m, s->disk->harvest);
+	}
+	s->disk_cursor = s->disk_sent = 0;
 	s->t0_ns = now_ns();
 	s->cursor = 0;
 	s->running = true;
