@@ -402,6 +402,7 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 		net_notify(NET_NOTIFY_READY, "standby of %s complete", s->cfg.guest);
 	}
 	repl_drill_applied(s);
+	repl_event_log("ack-out %llu", (unsigned long long)s->stage.applied);
 	return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.applied);
 }
 

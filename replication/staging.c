@@ -302,6 +302,8 @@ int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee, str
 				       "blocks: %s", (unsigned long long)g->cur, strerror(-r));
 			return r;
 		}
+		repl_event_log("disk-commit %llu %zu %s", (unsigned long long)g->cur, g->disk.n,
+			       g->disk_sync ? "durable" : "written");
 	}
 	if (g->has_verify)
 		verify_applied(g);

@@ -114,6 +114,45 @@ class Console(threading.Thread):
                     self.bad.append(t)
 
 
+def varint_field1(payload):
+    """Field 1 (varint) of a protobuf message: the epoch of EpochBegin."""
+    if not payload or payload[0] != 0x08:
+        return 0
+    v, shift = 0, 0
+    for b in payload[1:]:
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    return v
+
+
+def check_events(path, sync, torn_epoch, label):
+    """The secondary's event log: an epoch's blocks reach its image at its
+    commit (durably with --disk-sync ack) before its ACK leaves; never for
+    the torn epoch."""
+    commits, acks = {}, set()
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 5 and w[1] == "disk-commit":
+                commits[int(w[2])] = w[4]
+            elif len(w) >= 3 and w[1] == "ack-out":
+                n = int(w[2])
+                acks.add(n)
+                if n in commits and commits[n] != ("durable" if sync == "ack" else "written"):
+                    errors.append("%s: epoch %d's blocks were %s before its ACK with --disk-sync %s" %
+                                  (label, n, commits[n], sync))
+                    return
+    missing = [n for n in commits if n not in acks]
+    if torn_epoch and torn_epoch in commits:
+        errors.append("%s: the torn epoch %d's blocks were committed to the image" % (label, torn_epoch))
+    if not commits:
+        errors.append("%s: no epoch with disk blocks was committed on the secondary" % label)
+    elif len(missing) > 1:
+        errors.append("%s: epochs %s had blocks committed but no ACK" % (label, missing[:5]))
+
+
 def section_name(payload):
     """Section.name (field 1) of a Section frame's payload."""
     if len(payload) < 2 or payload[0] != 0x0A:
@@ -136,6 +175,7 @@ class Proxy(threading.Thread):
         self.armed = threading.Event()
         self.done = threading.Event()
         self.on_tear = None
+        self.torn_epoch = 0
 
     def back(self, b, a):
         while True:
@@ -168,6 +208,7 @@ class Proxy(threading.Thread):
                 frame, buf = buf[:16 + length], buf[16 + length:]
                 if self.armed.is_set() and not tearing and typ == T_BEGIN:
                     tearing, held = True, b""
+                    self.torn_epoch = varint_field1(frame[16:])
                 if not tearing:
                     out += frame
                     continue
@@ -249,19 +290,20 @@ def check_image(simg, prefill, acked, label):
                       (label, acked, top))
 
 
-def pair(tmp, label, rng, torn=False):
+def pair(tmp, label, rng, sync, torn=False):
     """One primary/secondary pair, the log running, the primary killed
     (at a random moment, or by the proxy at a torn epoch); the secondary's
     guest then runs on. Returns the acknowledged top record."""
     sec_kind = rng.choice(("empty", "garbage"))
-    sync = rng.choice(("commit", "ack"))
     pimg, simg, prefill = make_images(tmp, rng, sec_kind)
     sport, scon, pcon = free_port(), free_port(), free_port()
     slog_path, plog_path = os.path.join(tmp, label + "-sec.log"), os.path.join(tmp, label + "-pri.log")
     slog, plog = open(slog_path, "w"), open(plog_path, "w")
+    evlog = os.path.join(tmp, label + "-sec-events.log")
     sec = subprocess.Popen([BIN, "secondary", "--listen", "127.0.0.1:%d" % sport, "--console",
                             "tcp:127.0.0.1:%d" % scon, "--failover-timeout-ms", str(TIMEOUT_MS), "--insecure",
-                            "--disk", simg, "--disk-sync", sync], stderr=slog)
+                            "--disk", simg, "--disk-sync", sync], stderr=slog,
+                           env=dict(os.environ, UNDERSTUDY_EVENT_LOG=evlog))
     pri, proxy, pc, sc = None, None, None, None
     epoch = ["--epoch-ms", "25", "--min-epoch-ms", "25"] if torn else []
     try:
@@ -314,6 +356,7 @@ def pair(tmp, label, rng, torn=False):
         sec.send_signal(signal.SIGTERM)
         sec.wait(10)
         check_image(simg, prefill, acked, label)
+        check_events(evlog, sync, proxy.torn_epoch if proxy else 0, label)
         print("%s: %s secondary image, --disk-sync %s: %d records acknowledged before the kill, "
               "the guest went on to %d on the secondary" % (label, sec_kind, sync, acked + 1, sc.top + 1))
         return acked
@@ -392,10 +435,10 @@ def main():
     rng = random.Random(args.seed)
     print("seed %d (--seed to replay), %d kills" % (args.seed, args.kills))
     tmp = tempfile.mkdtemp(prefix="understudy-disk-")
-    pair(tmp, "torn", rng, torn=True)
+    pair(tmp, "torn", rng, rng.choice(("commit", "ack")), torn=True)
     if not args.only_torn:
         for k in range(args.kills):
-            pair(tmp, "kill%d" % k, rng)
+            pair(tmp, "kill%d" % k, rng, ("ack", "commit")[k % 2])
         refusals(tmp)
     print("logs in", tmp)
     for e in errors[:10]:
