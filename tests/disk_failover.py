@@ -23,7 +23,8 @@ Trials (seeded, the seed printed):
    A secondary that wrote those blocks before committing the epoch has an
    image ahead of its guest: the guest says "bad ahead".
  * refusals: a secondary without --disk for a VM with a disk, an image of
-   another size, a missing image (exit 2 at start).
+   another size, a missing image (exit 2 at start); protect, migrate and
+   switchover of a VM with a disk ("not supported with a disk yet").
 
 usage: disk_failover.py [--seed S] [--kills N]; exit 0 when all hold."""
 import argparse, os, random, signal, socket, struct, subprocess, sys, tempfile, threading, time
@@ -306,6 +307,7 @@ def pair(tmp, label, rng, sync, torn=False):
                            env=dict(os.environ, UNDERSTUDY_EVENT_LOG=evlog))
     pri, proxy, pc, sc = None, None, None, None
     epoch = ["--epoch-ms", "25", "--min-epoch-ms", "25"] if torn else []
+    ctl = os.path.join(tmp, label + "-pri.ctl")
     try:
         if not wait_listen(sport):
             raise RuntimeError("secondary did not listen")
@@ -316,13 +318,15 @@ def pair(tmp, label, rng, sync, torn=False):
             peer = proxy.port
         pri = subprocess.Popen([BIN, "primary", "--guest", "blk", "--disk", pimg, "--console",
                                 "tcp:127.0.0.1:%d" % pcon, "--peer", "127.0.0.1:%d" % peer, "--insecure",
-                                "--timeout-ms", "5000"] + epoch, stderr=plog)
+                                "--timeout-ms", "5000", "--control", ctl] + epoch, stderr=plog)
         if proxy:
             proxy.on_tear = lambda: pri.send_signal(signal.SIGKILL)
         if not wait_log(plog_path, "protected: secondary holds", 15):
             raise RuntimeError("never protected")
         pc = Console(connect(pcon))
         pc.start()
+        if label == "kill0":
+            not_yet(ctl, sport)
         pc.sock.sendall(b"log %d %d 0 %d\n" % (RING_SECTOR, RING_N, rng.choice((0, 100, 500))))
         if torn:
             time.sleep(0.5)
@@ -408,7 +412,46 @@ def refusal(tmp, label, sec_disk, want):
         plog.close()
 
 
+def expect_refusal(what, argv, want="not supported with a disk yet"):
+    r = subprocess.run([BIN] + argv, capture_output=True, timeout=20)
+    out = (r.stdout + r.stderr).decode(errors="replace")
+    if r.returncode == 0 or want not in out:
+        errors.append("%s with a disk: exit %d, %r (want a refusal saying %r)" % (what, r.returncode, out[:300], want))
+    else:
+        print("%s with a disk: refused: %s" % (what, out.strip().splitlines()[-1]))
+
+
+def not_yet(ctl, sport):
+    """switchover and migrate of a protected VM with a disk: refused, the pair goes on."""
+    expect_refusal("switchover", ["switchover", "--control", ctl, "--listen", "127.0.0.1:%d" % free_port()])
+    expect_refusal("migrate", ["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % sport, "--insecure"])
+
+
+def protect_refused(tmp):
+    """protect of a running VM with a disk: refused, the VM runs on."""
+    img = os.path.join(tmp, "run.img")
+    with open(img, "wb") as f:
+        f.truncate(DISK_BYTES)
+    ctl, con = os.path.join(tmp, "run.ctl"), free_port()
+    log = open(os.path.join(tmp, "run.log"), "w")
+    vm = subprocess.Popen([BIN, "run", "--guest", "blk", "--disk", img, "--console", "tcp:127.0.0.1:%d" % con,
+                           "--control", ctl], stderr=log)
+    try:
+        end = time.time() + 10
+        while not os.path.exists(ctl) and time.time() < end:
+            time.sleep(0.05)
+        expect_refusal("protect", ["protect", "--control", ctl, "--peer", "127.0.0.1:%d" % free_port(),
+                                   "--insecure"])
+        if vm.poll() is not None:
+            errors.append("protect refused: the VM stopped (exit %d)" % vm.returncode)
+    finally:
+        vm.send_signal(signal.SIGKILL)
+        vm.wait()
+        log.close()
+
+
 def refusals(tmp):
+    protect_refused(tmp)
     refusal(tmp, "no-disk", None, "start this secondary with --disk FILE")
     small = os.path.join(tmp, "small.img")
     with open(small, "wb") as f:
