@@ -116,6 +116,12 @@ int repl_disk_capture(struct repl_disk_cap *d, struct machine *m)
 	return 0;
 }
 
+void repl_disk_grow(struct repl_disk_cap *d)
+{
+	if (d->blk.n * 4 > d->blk.cap * 3 && repl_disk_blocks_reserve(&d->blk, d->blk.cap * 2) < 0)
+		log_warn(TAG, "cannot grow the disk capture beyond %zu blocks", d->blk.cap);
+}
+
 void repl_disk_requeue(struct repl_disk_cap *d, struct machine *m)
 {
 	if (d->nblocks && d->blk.n)
@@ -166,7 +172,6 @@ static bool block_zero(const uint8_t *p)
 int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, uint64_t *cursor,
 			 struct proto_buf *out, uint64_t *sent)
 {
-	uint64_t blocks[REPL_DISK_SECTION_BLOCKS];
 	const void *ptrs[REPL_DISK_SECTION_BLOCKS];
 	size_t n = 0;
 	int r;
@@ -185,15 +190,14 @@ int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, uint64_t *c
 			return -ENOMEM;
 		if ((r = machine_disk_read(m, k, slot)) < 0)
 			return r;
-		if (block_zero(slot)) {      /* the standby's image reads zero there already */
+		if (block_zero(slot))        /* the standby's image reads zero there already */
 			d->blk.n--;
-			continue;
-		}
-		blocks[n] = k;
-		ptrs[n] = slot;
-		n++;
+		else
+			n++;
 	}
-	if (n && (r = pack_section(d, blocks, ptrs, n, out)) < 0)
+	for (size_t i = 0; i < n; i++)   /* now: adding may have moved the data */
+		ptrs[i] = d->blk.data + i * BLK;
+	if (n && (r = pack_section(d, d->blk.blocks, ptrs, n, out)) < 0)
 		return r;
 	*sent += n;
 	return *cursor < d->nblocks;

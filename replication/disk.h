@@ -56,6 +56,9 @@ int repl_disk_cap_init(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK
 void repl_disk_cap_fini(struct repl_disk_cap *d);
 /* In the pause: harvests the dirty blocks and reads each into d->blk. */
 int repl_disk_capture(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;
+/* With the guest running: more room when the last capture came near the
+ * buffer's size, so that no later pause has to grow it. */
+void repl_disk_grow(struct repl_disk_cap *d);
 /* The capture did not reach the link: its blocks are dirty again. */
 void repl_disk_requeue(struct repl_disk_cap *d, struct machine *m);
 /* Appends d->blk as "disk" Sections to out; *crc accumulates the disk

@@ -309,6 +309,7 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 	}
 	/* Everything below runs while the guest runs. */
 	grow_capture(q);
+	repl_disk_grow(&q->disk);
 	if ((r = encode(q, e)) < 0) {
 		repl_fault_set(f, repl_fault_local(r), r, "encoding epoch %llu failed: %s",
 			       (unsigned long long)e->epoch, strerror(-r));

@@ -153,17 +153,18 @@ static int disk_batch(struct repl_sync *s)
 {
 	struct proto_buf batch;
 	uint64_t from = s->disk_cursor;
+	enum repl_fault_kind kind;
 	int r;
 
 	proto_buf_init(&batch);
 	r = repl_disk_sync_batch(s->disk, s->vm->m, &s->disk_cursor, &batch, &s->disk_sent);
-	if (r >= 0 && batch.len)
-		r = repl_link_send_owned(s->link, &batch);
+	kind = repl_fault_local(r);              /* reading the image, encoding */
+	if (r >= 0 && batch.len && (r = repl_link_send_owned(s->link, &batch)) < 0)
+		kind = repl_fault_send(r);
 	proto_buf_fini(&batch);
 	if (r < 0) {
 		s->disk_cursor = from;
-		fail(s, r == -ENOMEM ? REPL_FAULT_LOCAL_TRANSIENT : repl_fault_send(r), r,
-		     "sending disk blocks");
+		fail(s, kind, r, "sending disk blocks");
 		return r;
 	}
 	s->batches++;
