@@ -17,7 +17,7 @@
  *                             sectors a request), reads them back, compares:
  *                             "ok N" or "bad SECTOR"
  *   check START N PASS        reads and compares only: "ok N" or "bad SECTOR"
- *   log START N COUNT PACE    a write log on a ring of N 4 KiB blocks from
+ *   log START N COUNT PACE [EVERY]  a write log on a ring of N 4 KiB blocks from
  *                             sector START: record s (0, 1, ...) goes to block
  *                             s mod N, "w s" once its write completed; before
  *                             it, block s mod N must hold record s - N (zeros
@@ -25,7 +25,8 @@
  *                             s - 1, else "bad ahead|behind s ..." and power
  *                             off 3 (the image is not what this guest wrote
  *                             up to now). COUNT records (0: forever), PACE us
- *                             apart; then "log done COUNT".
+ *                             apart; then "log done COUNT". With EVERY, only
+ *                             every EVERY-th record is said (benchmarks).
  *   flush / id / discard SECTOR N
  *   msix                      one read with interrupts on (MSI-X entry 0,
  *                             vector 0x20): "msix ok" when exactly one came
@@ -485,14 +486,16 @@ static int log_expect(struct drv *d, uint64_t start, uint64_t blk, uint64_t s, c
 
 static void cmd_log(struct drv *d, const char *args)
 {
-	uint64_t start, n, count, pace, s;
+	uint64_t start, n, count, pace, every, s;
 
 	if (!(args = parse_u64(args, &start)) || !(args = parse_u64(args, &n)) ||
-	    !(args = parse_u64(args, &count)) || !parse_u64(args, &pace) || !n ||
+	    !(args = parse_u64(args, &count)) || !(args = parse_u64(args, &pace)) || !n ||
 	    start + 8 * n > d->capacity) {
-		con_puts("error usage: log START N COUNT PACE (the ring inside the disk)\n");
+		con_puts("error usage: log START N COUNT PACE [EVERY] (the ring inside the disk)\n");
 		return;
 	}
+	if (!parse_u64(args, &every) || !every)
+		every = 1;
 	for (s = 0; !count || s < count; s++) {
 		uint64_t blk = s % n;
 		int st;
@@ -505,9 +508,11 @@ static void cmd_log(struct drv *d, const char *args)
 			report_error(st);
 			guest_power_off(3);
 		}
-		con_puts("w ");
-		con_put_u64(s);
-		con_putc('\n');
+		if ((s + 1) % every == 0) {
+			con_puts("w ");
+			con_put_u64(s);
+			con_putc('\n');
+		}
 		if (pace)
 			guest_idle((uint32_t)pace);
 	}
