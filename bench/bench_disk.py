@@ -17,7 +17,7 @@ be made at all. usage: bench_disk.py [--quick]"""
 import json, os, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import figure   # noqa: E402
+from figures import figure, machine   # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy"))
@@ -172,6 +172,7 @@ def main():
     if not os.access("/dev/kvm", os.W_OK):
         print("bench_disk: /dev/kvm not usable here: nothing measured")
         return 0
+    print("MACHINE " + json.dumps(machine()), flush=True)
     tmp = tempfile.mkdtemp(prefix="understudy-bench-disk-")
     mib = lambda r: r * 4096 / (1 << 20)
     runs = {"none": [], "commit": [], "ack": []}

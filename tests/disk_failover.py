@@ -15,7 +15,8 @@ Trials (seeded, the seed printed):
    (its image holds every block of the committed epochs and none of the
    epoch in flight), past every acknowledged record. Stopped, its image
    holds: the image's pre-filled blocks as the primary had them (initial
-   sync), and a ring that is one point of the write log (every block the
+   sync, which sent those blocks only: holes and zero blocks skipped), and
+   a ring that is one point of the write log (every block the
    last record written to it up to the newest) at or past every
    acknowledged record.
  * a torn epoch: a frame-aware proxy forwards an epoch up to and including
@@ -323,6 +324,9 @@ def pair(tmp, label, rng, sync, torn=False):
             proxy.on_tear = lambda: pri.send_signal(signal.SIGKILL)
         if not wait_log(plog_path, "protected: secondary holds", 15):
             raise RuntimeError("never protected")
+        sent = "disk: %d non-zero blocks of %d sent" % (len(PREFILL), DISK_BYTES // 4096)
+        if not wait_log(plog_path, sent, 1):
+            errors.append("%s: the initial sync did not send exactly the non-zero blocks (%r)" % (label, sent))
         pc = Console(connect(pcon))
         pc.start()
         if label == "kill0":
