@@ -19,6 +19,8 @@ Trials (seeded, the seed printed):
    a ring that is one point of the write log (every block the
    last record written to it up to the newest) at or past every
    acknowledged record.
+ * one kill trial starts the write log before the secondary holds a
+   checkpoint: blocks written during the initial sync travel with the first.
  * a torn epoch: a frame-aware proxy forwards an epoch up to and including
    its first "disk" Section, then the primary is killed and the link cut.
    A secondary that wrote those blocks before committing the epoch has an
@@ -292,7 +294,7 @@ def check_image(simg, prefill, acked, label):
                       (label, acked, top))
 
 
-def pair(tmp, label, rng, sync, torn=False):
+def pair(tmp, label, rng, sync, torn=False, early=False):
     """One primary/secondary pair, the log running, the primary killed
     (at a random moment, or by the proxy at a torn epoch); the secondary's
     guest then runs on. Returns the acknowledged top record."""
@@ -322,16 +324,25 @@ def pair(tmp, label, rng, sync, torn=False):
                                 "--timeout-ms", "5000", "--control", ctl] + epoch, stderr=plog)
         if proxy:
             proxy.on_tear = lambda: pri.send_signal(signal.SIGKILL)
+        log_cmd = b"log %d %d 0 %d\n" % (RING_SECTOR, RING_N, rng.choice((0, 100, 500)))
+        if early:
+            # The guest writes all through the initial sync: those blocks
+            # must reach the standby with the first checkpoint.
+            pc = Console(connect(pcon))
+            pc.start()
+            pc.sock.sendall(log_cmd)
         if not wait_log(plog_path, "protected: secondary holds", 15):
             raise RuntimeError("never protected")
         sent = "disk: %d non-zero blocks of %d sent" % (len(PREFILL), DISK_BYTES // 4096)
-        if not wait_log(plog_path, sent, 1):
+        if not early and not wait_log(plog_path, sent, 1):
             errors.append("%s: the initial sync did not send exactly the non-zero blocks (%r)" % (label, sent))
-        pc = Console(connect(pcon))
-        pc.start()
+        if not early:
+            pc = Console(connect(pcon))
+            pc.start()
         if label == "kill0":
             not_yet(ctl, sport)
-        pc.sock.sendall(b"log %d %d 0 %d\n" % (RING_SECTOR, RING_N, rng.choice((0, 100, 500))))
+        if not early:
+            pc.sock.sendall(log_cmd)
         if torn:
             time.sleep(0.5)
             proxy.armed.set()
@@ -365,8 +376,10 @@ def pair(tmp, label, rng, sync, torn=False):
         sec.wait(10)
         check_image(simg, prefill, acked, label)
         check_events(evlog, sync, proxy.torn_epoch if proxy else 0, label)
-        print("%s: %s secondary image, --disk-sync %s: %d records acknowledged before the kill, "
-              "the guest went on to %d on the secondary" % (label, sec_kind, sync, acked + 1, sc.top + 1))
+        print("%s: %s secondary image, --disk-sync %s%s: %d records acknowledged before the kill, "
+              "the guest went on to %d on the secondary" % (label, sec_kind, sync,
+                                                            ", writing through the sync" if early else "",
+                                                            acked + 1, sc.top + 1))
         return acked
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         errors.append("%s: %s (logs %s)" % (label, e, tmp))
@@ -485,7 +498,7 @@ def main():
     pair(tmp, "torn", rng, rng.choice(("commit", "ack")), torn=True)
     if not args.only_torn:
         for k in range(args.kills):
-            pair(tmp, "kill%d" % k, rng, ("ack", "commit")[k % 2])
+            pair(tmp, "kill%d" % k, rng, ("ack", "commit")[k % 2], early=k == 1)
         refusals(tmp)
     print("logs in", tmp)
     for e in errors[:10]:
