@@ -169,8 +169,25 @@ static bool block_zero(const uint8_t *p)
 	return !memcmp(p, zero, BLK);
 }
 
-int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, uint64_t *cursor,
-			 struct proto_buf *out, uint64_t *sent)
+/* The next block of the pass at or after from: one that may hold data
+ * (first pass), or one set in todo (a dirty round); nblocks when none is. */
+static uint64_t next_block(struct repl_disk_cap *d, struct machine *m, const uint64_t *todo,
+			   uint64_t from)
+{
+	if (!todo)
+		return machine_disk_next_data(m, from);
+	while (from < d->nblocks) {
+		uint64_t bits = todo[from / 64] >> (from % 64);
+
+		if (bits)
+			return from + (uint64_t)__builtin_ctzll(bits);
+		from = (from / 64 + 1) * 64;
+	}
+	return d->nblocks;
+}
+
+int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, const uint64_t *todo,
+			 uint64_t *cursor, struct proto_buf *out, uint64_t *sent)
 {
 	const void *ptrs[REPL_DISK_SECTION_BLOCKS];
 	size_t n = 0;
@@ -178,7 +195,7 @@ int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, uint64_t *c
 
 	repl_disk_blocks_reset(&d->blk);
 	while (*cursor < d->nblocks && n < REPL_DISK_SECTION_BLOCKS) {
-		uint64_t k = machine_disk_next_data(m, *cursor);
+		uint64_t k = next_block(d, m, todo, *cursor);
 		uint8_t *slot;
 
 		if (k >= d->nblocks) {
@@ -190,7 +207,10 @@ int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, uint64_t *c
 			return -ENOMEM;
 		if ((r = machine_disk_read(m, k, slot)) < 0)
 			return r;
-		if (block_zero(slot))        /* the standby's image reads zero there already */
+		/* First pass: the standby's image reads zero there already. A
+		 * dirty round sends it (ZERO, a few bytes): it may have been
+		 * sent non-zero before. */
+		if (!todo && block_zero(slot))
 			d->blk.n--;
 		else
 			n++;

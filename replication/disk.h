@@ -9,10 +9,10 @@
  * Secondary: an epoch's blocks are staged with the rest of it, counted and
  * digested, and written to the image after the epoch's checkpoint applied;
  * with --disk-sync ack they are made durable (fdatasync) before the ACK.
- * Initial sync: every block of the image that may hold data (holes
- * skipped, zero blocks sent as ZERO entries of a few bytes) goes straight
- * to the standby's image; blocks the guest writes meanwhile are dirty for
- * the first checkpoint. */
+ * Initial sync: every block of the image that may hold data (holes and
+ * blocks that read zero skipped) goes straight to the standby's image,
+ * then rounds of the blocks the guest wrote meanwhile, until few are left:
+ * those are dirty again for the first checkpoint. */
 #ifndef US_REPL_DISK_H
 #define US_REPL_DISK_H
 
@@ -65,10 +65,12 @@ void repl_disk_requeue(struct repl_disk_cap *d, struct machine *m);
  * digest (proto_digest_page over block number and data). */
 int repl_disk_pack(struct repl_disk_cap *d, struct proto_buf *out, uint32_t *crc) US_MUST_CHECK;
 /* Initial sync: one "disk" Section (appended to out) of up to
- * REPL_DISK_SECTION_BLOCKS blocks from *cursor on, holes skipped; moves
- * *cursor past them. 1: more may follow; 0: the image is done. */
-int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, uint64_t *cursor,
-			 struct proto_buf *out, uint64_t *sent) US_MUST_CHECK;
+ * REPL_DISK_SECTION_BLOCKS blocks from *cursor on, and moves *cursor past
+ * them. todo NULL: the first pass (holes skipped, blocks that read zero not
+ * sent); else a dirty round: the blocks set in todo, zero or not. *sent
+ * counts the blocks sent. 1: more may follow; 0: the pass is done. */
+int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, const uint64_t *todo,
+			 uint64_t *cursor, struct proto_buf *out, uint64_t *sent) US_MUST_CHECK;
 
 /* The secondary's side. Decodes a "disk" Section into b (checked whole
  * first: a bad one adds nothing), the digest into *crc. -EBADMSG for a bad

@@ -381,7 +381,9 @@ struct repl_sync {
 	struct repl_link *link;
 	struct proto_page_enc *enc;
 	struct repl_disk_cap *disk;   /* the epochs' (its image goes first), or NULL */
-	uint64_t disk_cursor, disk_sent;
+	uint64_t disk_cursor, disk_sent;   /* the pass over the disk; blocks sent in it */
+	int disk_round;            /* 0: every block with data; then the dirty ones */
+	bool disk_done;
 	uint64_t *todo;            /* pages of the round, sent from cursor on */
 	uint64_t cursor;
 	int round;

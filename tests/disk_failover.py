@@ -20,7 +20,8 @@ Trials (seeded, the seed printed):
    last record written to it up to the newest) at or past every
    acknowledged record.
  * one kill trial starts the write log before the secondary holds a
-   checkpoint: blocks written during the initial sync travel with the first.
+   checkpoint: the blocks written during the initial sync travel in its
+   dirty rounds (pushed to their maximum here) and with the first.
  * a torn epoch: a frame-aware proxy forwards an epoch up to and including
    its first "disk" Section, then the primary is killed and the link cut.
    A secondary that wrote those blocks before committing the epoch has an
@@ -235,15 +236,15 @@ class Proxy(threading.Thread):
         self.done.set()
 
 
-def make_images(tmp, rng, sec_kind):
+def make_images(tmp, rng, sec_kind, blocks=PREFILL):
     """The primary's image (sparse, PREFILL blocks random) and the secondary's
     (empty, or of the right size full of garbage: the sync must replace it)."""
     pimg, simg = os.path.join(tmp, "p.img"), os.path.join(tmp, "s.img")
     prefill = {}
     with open(pimg, "wb") as f:
         f.truncate(DISK_BYTES)
-        for k in PREFILL:
-            prefill[k] = bytes(rng.getrandbits(8) for _ in range(64)) * 64
+        for k in blocks:
+            prefill[k] = rng.randbytes(4096) if len(blocks) > 256 else rng.randbytes(64) * 64
             f.seek(k * 4096)
             f.write(prefill[k])
     with open(simg, "wb") as f:
@@ -299,7 +300,8 @@ def pair(tmp, label, rng, sync, torn=False, early=False):
     (at a random moment, or by the proxy at a torn epoch); the secondary's
     guest then runs on. Returns the acknowledged top record."""
     sec_kind = rng.choice(("empty", "garbage"))
-    pimg, simg, prefill = make_images(tmp, rng, sec_kind)
+    # Early: 4 MiB that does not compress, so that the first pass lasts.
+    pimg, simg, prefill = make_images(tmp, rng, sec_kind, range(1024, 2048) if early else PREFILL)
     sport, scon, pcon = free_port(), free_port(), free_port()
     slog_path, plog_path = os.path.join(tmp, label + "-sec.log"), os.path.join(tmp, label + "-pri.log")
     slog, plog = open(slog_path, "w"), open(plog_path, "w")
@@ -319,9 +321,11 @@ def pair(tmp, label, rng, sync, torn=False, early=False):
             proxy = Proxy(sport)
             proxy.start()
             peer = proxy.port
+        # Early: dirty rounds over the disk until none is left (at most 4).
+        penv = dict(os.environ, UNDERSTUDY_DISK_SYNC_DONE_BLOCKS="0") if early else None
         pri = subprocess.Popen([BIN, "primary", "--guest", "blk", "--disk", pimg, "--console",
                                 "tcp:127.0.0.1:%d" % pcon, "--peer", "127.0.0.1:%d" % peer, "--insecure",
-                                "--timeout-ms", "5000", "--control", ctl] + epoch, stderr=plog)
+                                "--timeout-ms", "5000", "--control", ctl] + epoch, stderr=plog, env=penv)
         if proxy:
             proxy.on_tear = lambda: pri.send_signal(signal.SIGKILL)
         log_cmd = b"log %d %d 0 %d\n" % (RING_SECTOR, RING_N, rng.choice((0, 100, 500)))

@@ -3,7 +3,8 @@
  * digest; truncated, corrupt or impossible sections refused whole; the
  * dirty-block bitmap of a real machine's virtio-blk (a guest write marks
  * exactly its blocks, a replicated write none), the capture in the pause,
- * requeue, holes skipped, the standby image's preparation. */
+ * requeue, the initial sync's passes (holes and zero blocks skipped, a
+ * dirty round sends zero blocks too), the standby image's preparation. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -301,6 +302,31 @@ static void test_dirty_blocks(void **state)
 	assert_int_equal(d.blk.n, 1);
 	assert_int_equal(repl_disk_capture(&d, m), 0);
 	assert_int_equal(d.blk.n, 0);
+	/* Initial sync, first pass: the blocks that hold data (0, 1, 5, 40,
+	 * the last), holes and zero blocks skipped; a dirty round: the blocks
+	 * asked for, a zero one too. */
+	{
+		struct proto_buf out;
+		uint64_t cursor = 0, sent = 0, todo[2] = { (1ull << 2) | (1ull << 40), 0 };
+		int more;
+
+		proto_buf_init(&out);
+		while ((more = repl_disk_sync_batch(&d, m, NULL, &cursor, &out, &sent)) > 0)
+			;
+		assert_int_equal(more, 0);
+		assert_int_equal(sent, 5);
+		assert_true(out.len > 0);   /* one Section frame */
+		proto_buf_reset(&out);
+		cursor = sent = 0;
+		assert_int_equal(repl_disk_sync_batch(&d, m, todo, &cursor, &out, &sent), 0);
+		assert_int_equal(sent, 2);
+		assert_int_equal(d.blk.n, 2);
+		assert_int_equal(d.blk.blocks[0], 2);
+		assert_int_equal(d.blk.blocks[1], 40);
+		assert_int_equal(d.blk.data[0], 0);
+		assert_int_equal(d.blk.data[BLK], 0x5a);
+		proto_buf_fini(&out);
+	}
 	/* The partial last block reads zero-padded. */
 	assert_int_equal(machine_disk_read(m, NBLOCKS, buf), 0);
 	assert_int_equal(buf[0], 0x77);
