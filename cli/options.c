@@ -85,15 +85,6 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 	}
 }
 
-int cli_vm_options_no_disk(const char *cmd, const struct vm_options *o)
-{
-	if (!o->cfg.ndisks)
-		return 0;
-	fprintf(stderr, "understudy %s: --disk: disks are not replicated by this build yet "
-		"(use it with run or restore)\n", cmd);
-	return 2;
-}
-
 int cli_disk_check(const char *cmd, const char *path)
 {
 	int fd = open(path, O_RDWR | O_CLOEXEC);
