@@ -99,8 +99,8 @@ int cli_check_host_port(const char *flag, const char *arg);
 void cli_vm_options_init(struct vm_options *o);
 /* Checks the VM options are complete; 0 or 2 after printing why. */
 int cli_vm_options_check(const struct vm_options *o);
-/* 2, with a message, when o has a --disk: cmd cannot replicate one yet. */
-int cli_vm_options_no_disk(const char *cmd, const struct vm_options *o);
+/* 2, with a message, when path cannot be opened for reading and writing. */
+int cli_disk_check(const char *cmd, const char *path);
 /* Checks the link options fit together; 0 or 2 after printing why. */
 int cli_net_options_check(struct net_config *n);
 /* One VM option, link option (net may be NULL when the subcommand has none)

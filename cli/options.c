@@ -2,8 +2,10 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "guest/guest.h"
 #include "net/console.h"
@@ -128,13 +130,17 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 	}
 }
 
-int cli_vm_options_no_disk(const char *cmd, const struct vm_options *o)
+int cli_disk_check(const char *cmd, const char *path)
 {
-	if (!o->cfg.ndisks)
-		return 0;
-	fprintf(stderr, "understudy %s: --disk: disks are not replicated by this build yet "
-		"(use it with run or restore)\n", cmd);
-	return 2;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "understudy %s: --disk %s: %s (an existing image, writable)\n", cmd,
+			path, strerror(errno));
+		return 2;
+	}
+	close(fd);
+	return 0;
 }
 
 int cli_vm_options_check(const struct vm_options *o)

@@ -83,7 +83,7 @@ int cli_cmd_primary(int argc, char **argv)
 		fprintf(stderr, "understudy primary: --peer HOST:PORT is required\n");
 		return 2;
 	}
-	if (cli_vm_options_check(&vo) || cli_vm_options_no_disk("primary", &vo) ||
+	if (cli_vm_options_check(&vo) ||
 	    cli_net_options_check(&o.net) ||
 	    cli_witness_options_check(&wo, vo.cfg.guest) || cli_ops_options_check("primary", &ops))
 		return 2;

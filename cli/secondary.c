@@ -12,6 +12,7 @@ static const char secondary_help[] =
 	"                            [--control PATH] [--takeover auto|manual] [link options]\n"
 	"                            [--fence-cmd CMD [--fence-timeout-ms N]] [witness options]\n"
 	"                            [--guest NAME --mem SIZE --cpus N]\n"
+	"                            [--disk FILE [--disk-sync commit|ack]]\n"
 	"Waits for a primary, keeps a standby VM at its last complete checkpoint, and when\n"
 	"the primary is silent for --failover-timeout-ms (default 500) resumes the guest\n"
 	"and serves its console. The console port is bound at start: a secondary that cannot\n"
@@ -25,7 +26,11 @@ static const char secondary_help[] =
 	"the primary's identity in UNDERSTUDY_PEER, UNDERSTUDY_PEER_HOST, UNDERSTUDY_PEER_PORT,\n"
 	"UNDERSTUDY_VM, UNDERSTUDY_EPOCH, UNDERSTUDY_REASON, UNDERSTUDY_ACTION=off) must exit 0\n"
 	"within --fence-timeout-ms (default 10000) before a takeover; otherwise there is no\n"
-	"takeover (state fence-failed) and the standby stays.\n\n" NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
+	"takeover (state fence-failed) and the standby stays. With --disk, FILE (an existing\n"
+	"writable file, emptied and sized to the primary's image when a standby is built) is\n"
+	"the standby's own copy of the VM's disk: the blocks of epoch N are written to it when\n"
+	"N commits; with --disk-sync ack (default commit) ACK(N) waits until they are durable\n"
+	"(fdatasync). A VM with a disk needs --disk here, and the sizes must match.\n\n" NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
 	OPS_OPTIONS_HELP;
 
 int cli_cmd_secondary(int argc, char **argv)
@@ -42,6 +47,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		{ "takeover", required_argument, NULL, 'T' },
 		{ "fence-cmd", required_argument, NULL, 'F' },
 		{ "fence-timeout-ms", required_argument, NULL, 'f' },
+		{ "disk-sync", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -50,7 +56,7 @@ int cli_cmd_secondary(int argc, char **argv)
 	struct repl_secondary_opts o = { .timeout_ms = 500,
 					 .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS,
 					 .fence_timeout_ms = 10000 };
-	bool fence_timeout_given = false;
+	bool fence_timeout_given = false, disk_sync_given = false;
 	struct witness_options wo;
 	struct ops_options ops;
 	struct cli_ops co;
@@ -89,6 +95,15 @@ int cli_cmd_secondary(int argc, char **argv)
 			}
 			o.fence_cmd = optarg;
 			break;
+		case 'D':
+			if (strcmp(optarg, "commit") && strcmp(optarg, "ack")) {
+				fprintf(stderr, "understudy secondary: --disk-sync commit|ack, not '%s'\n",
+					optarg);
+				r = 2;
+			}
+			o.disk_sync_ack = !strcmp(optarg, "ack");
+			disk_sync_given = true;
+			break;
 		case 'f':
 			r = cli_parse_ms("--fence-timeout-ms", optarg, 100, &o.fence_timeout_ms);
 			fence_timeout_given = true;
@@ -109,7 +124,7 @@ int cli_cmd_secondary(int argc, char **argv)
 				"are required\n");
 		return 2;
 	}
-	if (cli_vm_options_no_disk("secondary", &vo) ||
+	if ((vo.cfg.ndisks && cli_disk_check("secondary", vo.cfg.disk)) ||
 	    cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
 	    cli_ops_options_check("secondary", &ops))
 		return 2;
@@ -117,6 +132,11 @@ int cli_cmd_secondary(int argc, char **argv)
 		fprintf(stderr, "understudy secondary: --fence-timeout-ms needs --fence-cmd\n");
 		return 2;
 	}
+	if (disk_sync_given && !vo.cfg.ndisks) {
+		fprintf(stderr, "understudy secondary: --disk-sync needs --disk\n");
+		return 2;
+	}
+	o.disk = vo.cfg.ndisks ? vo.cfg.disk : NULL;
 	o.witness = wo.o;
 	if (vo.cfg.guest[0]) {
 		o.pin = vo.cfg;

@@ -33,6 +33,8 @@ struct machine_config {
 	uint32_t nnets;        /* 0, or 1: a virtio-net device (part of the digest) */
 	uint8_t net_mac[6];    /* its MAC (part of the digest); all zero: derived from the digest */
 	char net_tap[16];      /* its tap device (not part of the digest: each host has its own) */
+	uint64_t disk_bytes;   /* the image's size, set when it is opened (not part of the
+				* digest: the secondary compares it, with a clear refusal) */
 };
 
 /* Parses "--guest NAME[:ARGS]" and "--mem SIZE" style values into cfg;
@@ -338,6 +340,29 @@ int virtio_net_open(struct machine *m) US_MUST_CHECK;
 void virtio_net_close(struct machine *m);
 /* pci.c: a virtio device has its ISR set (an idle vCPU wakes for it). */
 bool pci_isr_pending(const struct machine *m);
+
+/* ---- the disk's blocks (virtio_blk.c), for disk replication -------------
+ * The image in MACHINE_DISK_BLOCK blocks (the last one may be partial: it
+ * reads zero-padded and writes truncated). Every guest write or discard
+ * marks its blocks in a dirty-block bitmap, set when the request is served
+ * (on the vCPU thread, before its used-ring entry), so a paused machine has
+ * every completed write's bit set. Bitmaps: one bit a block, 64-bit words. */
+#define MACHINE_DISK_BLOCK 4096u
+/* Blocks of the image, 0 without a disk. */
+uint64_t machine_disk_blocks(const struct machine *m);
+/* Moves the dirty-block bits into bitmap (ORed in) and clears them. */
+void machine_disk_harvest(struct machine *m, uint64_t *bitmap);
+/* Marks the blocks set in bitmap dirty again (a capture not delivered). */
+void machine_disk_requeue(struct machine *m, const uint64_t *bitmap);
+/* One block of the image into buf (MACHINE_DISK_BLOCK bytes); 0 or -errno. */
+int machine_disk_read(struct machine *m, uint64_t block, void *buf) US_MUST_CHECK;
+/* One block from outside the guest (a standby's replication): not marked dirty. */
+int machine_disk_write(struct machine *m, uint64_t block, const void *buf) US_MUST_CHECK;
+/* fdatasync of the image. */
+int machine_disk_sync(struct machine *m) US_MUST_CHECK;
+/* The first block at or after block that may hold data (SEEK_DATA: holes
+ * are skipped unread), or machine_disk_blocks() when none does. */
+uint64_t machine_disk_next_data(struct machine *m, uint64_t block);
 
 /* ---- post-copy (uffd.c) ------------------------------------------------- */
 

@@ -99,6 +99,8 @@ struct virtio_blk {
 	struct virtio_dev dev;
 	int fd;
 	uint64_t capacity;         /* 512-byte sectors */
+	uint64_t nblocks;          /* MACHINE_DISK_BLOCK blocks (the last may be partial) */
+	_Atomic uint64_t *dirty;   /* blocks written by the guest since the last harvest */
 	char serial[20];
 	char path[256];
 };

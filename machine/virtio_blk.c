@@ -60,6 +60,16 @@ static void blk_cfg_read(struct virtio_dev *d, uint32_t off, uint8_t *data, uint
 	memcpy(data, cfg + off, len);
 }
 
+/* The blocks of [pos, pos + len) of the image were written by the guest. */
+static void mark_blocks(struct virtio_blk *b, uint64_t pos, uint64_t len)
+{
+	if (!len || !b->dirty)
+		return;
+	for (uint64_t k = pos / MACHINE_DISK_BLOCK;
+	     k <= (pos + len - 1) / MACHINE_DISK_BLOCK && k < b->nblocks; k++)
+		atomic_fetch_or_explicit(&b->dirty[k / 64], 1ull << (k % 64), memory_order_relaxed);
+}
+
 /* Moves [off, off + len) of the chain's data area (readable bytes after
  * the 16-byte header for a write, writable bytes before the status byte
  * for a read) to or from the image at pos. */
@@ -91,6 +101,8 @@ static int blk_rw(struct virtio_blk *b, const struct virtq_chain *c, bool to_dis
 		}
 		if (!to_disk)
 			machine_mark_dirty(b->dev.m, s->ram_off + skip, n);
+		else
+			mark_blocks(b, pos, n);
 		pos += n;
 		len -= n;
 		skip = 0;
@@ -120,6 +132,7 @@ static uint8_t blk_discard(struct virtio_blk *b, const struct virtq_chain *c, ui
 			return BLK_S_UNSUPP;   /* unmap is for write-zeroes, not offered */
 		if (n > BLK_MAX_DISCARD_SECTORS || !range_ok(b, sector, n))
 			return BLK_S_IOERR;
+		mark_blocks(b, sector * SECTOR, (uint64_t)n * SECTOR);
 		/* Advisory: a file system that cannot punch holes keeps the data. */
 		if (n && fallocate(b->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				   (off_t)(sector * SECTOR), (off_t)n * SECTOR) < 0 &&
@@ -230,6 +243,13 @@ int virtio_blk_open(struct machine *m)
 		goto err_fd;
 	}
 	b->capacity = (uint64_t)size / SECTOR;
+	m->cfg.disk_bytes = (uint64_t)size;
+	b->nblocks = ((uint64_t)size + MACHINE_DISK_BLOCK - 1) / MACHINE_DISK_BLOCK;
+	b->dirty = calloc((b->nblocks + 63) / 64, 8);
+	if (!b->dirty) {
+		r = -ENOMEM;
+		goto err_fd;
+	}
 	snprintf(b->path, sizeof(b->path), "%s", path);
 	/* The serial (GET_ID, at most 20 bytes, unterminated if 20): the
 	 * image's file name. */
@@ -259,6 +279,96 @@ void virtio_blk_close(struct machine *m)
 	if (!m->blk)
 		return;
 	close(m->blk->fd);
+	free(m->blk->dirty);
 	free(m->blk);
 	m->blk = NULL;
+}
+
+/* ---- the disk's blocks, for disk replication ----------------------------- */
+
+uint64_t machine_disk_blocks(const struct machine *m)
+{
+	return m->blk ? m->blk->nblocks : 0;
+}
+
+void machine_disk_harvest(struct machine *m, uint64_t *bitmap)
+{
+	struct virtio_blk *b = m->blk;
+
+	if (!b)
+		return;
+	for (uint64_t w = 0; w < (b->nblocks + 63) / 64; w++)
+		bitmap[w] |= atomic_exchange_explicit(&b->dirty[w], 0, memory_order_relaxed);
+}
+
+void machine_disk_requeue(struct machine *m, const uint64_t *bitmap)
+{
+	struct virtio_blk *b = m->blk;
+
+	if (!b)
+		return;
+	for (uint64_t w = 0; w < (b->nblocks + 63) / 64; w++)
+		if (bitmap[w])
+			atomic_fetch_or_explicit(&b->dirty[w], bitmap[w], memory_order_relaxed);
+}
+
+/* Bytes of block k inside the image (MACHINE_DISK_BLOCK but for the last). */
+static size_t block_len(const struct virtio_blk *b, uint64_t k)
+{
+	uint64_t bytes = b->capacity * SECTOR, off = k * MACHINE_DISK_BLOCK;
+
+	return bytes - off < MACHINE_DISK_BLOCK ? (size_t)(bytes - off) : MACHINE_DISK_BLOCK;
+}
+
+static int block_io(struct virtio_blk *b, uint64_t k, void *buf, bool write)
+{
+	size_t len, done = 0;
+
+	if (!b || k >= b->nblocks)
+		return -EINVAL;
+	len = block_len(b, k);
+	while (done < len) {
+		off_t at = (off_t)(k * MACHINE_DISK_BLOCK + done);
+		ssize_t r = write ? pwrite(b->fd, (const uint8_t *)buf + done, len - done, at) :
+			    pread(b->fd, (uint8_t *)buf + done, len - done, at);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		done += (size_t)r;
+	}
+	if (!write && len < MACHINE_DISK_BLOCK)
+		memset((uint8_t *)buf + len, 0, MACHINE_DISK_BLOCK - len);
+	return 0;
+}
+
+int machine_disk_read(struct machine *m, uint64_t block, void *buf)
+{
+	return block_io(m->blk, block, buf, false);
+}
+
+int machine_disk_write(struct machine *m, uint64_t block, const void *buf)
+{
+	return block_io(m->blk, block, (void *)buf, true);
+}
+
+int machine_disk_sync(struct machine *m)
+{
+	if (!m->blk)
+		return 0;
+	return fdatasync(m->blk->fd) < 0 ? -errno : 0;
+}
+
+uint64_t machine_disk_next_data(struct machine *m, uint64_t block)
+{
+	struct virtio_blk *b = m->blk;
+	off_t at;
+
+	if (!b || block >= b->nblocks)
+		return b ? b->nblocks : 0;
+	at = lseek(b->fd, (off_t)(block * MACHINE_DISK_BLOCK), SEEK_DATA);
+	if (at < 0)   /* ENXIO: no data from there on; else no SEEK_DATA here: read on */
+		return errno == ENXIO ? b->nblocks : block;
+	return (uint64_t)at / MACHINE_DISK_BLOCK > block ? (uint64_t)at / MACHINE_DISK_BLOCK : block;
 }

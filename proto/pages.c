@@ -258,6 +258,28 @@ int proto_pages_encode(struct proto_page_enc *e, const uint64_t *gfns, const voi
 	return 0;
 }
 
+/* A disk batch: the payload of a page batch, without a frame around it. */
+int proto_blocks_encode(struct proto_page_enc *e, const uint64_t *blocks, const void *const *data,
+			size_t n, struct proto_buf *out, struct proto_page_stats *st)
+{
+	struct proto_page_stats local = { 0 };
+	size_t start = out->len;
+	int r;
+
+	if (n > PROTO_PAGES_MAX_COUNT)
+		return -E2BIG;
+	r = proto_buf_reserve(out, BATCH_HDR_BYTES + n * (ENTRY_BYTES + PROTO_PAGE_BYTES));
+	if (r)
+		return r;
+	put_le32(out->data + out->len, (uint32_t)n);
+	put_le32(out->data + out->len + 4, 0);
+	out->len += BATCH_HDR_BYTES;
+	for (size_t i = 0; i < n; i++)
+		out->len += encode_page(e, blocks[i], data[i], out->data + out->len, &local);
+	stats_add(st, &local, n, out->len - start);
+	return 0;
+}
+
 size_t proto_pages_iov_max(size_t n)
 {
 	return 2 * n + 1;

@@ -250,6 +250,7 @@ const char *proto_strerror(int err);
 #define PROTO_SECTION_RELEASED       "released"       /* proto_released_encode() */
 #define PROTO_SECTION_VERIFY         "verify"         /* proto_verify_encode() */
 #define PROTO_SECTION_CONSOLE        "console"        /* guest output bytes, as is */
+#define PROTO_SECTION_DISK           "disk"           /* proto_blocks_encode() */
 
 struct kvm_vcpu_state;
 struct kvm_vm_state;
@@ -346,6 +347,15 @@ size_t proto_pages_iov_max(size_t n);
 int proto_pages_encode_iov(struct proto_page_enc *e, const uint64_t *gfns,
 			   const void *const *pages, size_t n, struct proto_buf *out,
 			   struct iovec *iov, int *iovcnt, struct proto_page_stats *st) US_MUST_CHECK;
+
+/* Disk blocks (the "disk" Section of an epoch or of the initial sync):
+ * the payload of a page batch, without its frame header, the gfn field
+ * holding the block number (4 KiB blocks of the image, the last one
+ * zero-padded) and the encodings ZERO, RAW or LZ4 (e made with cache_mb 0:
+ * never XOR). Decoded by proto_pages_decode() with max_gfn the image's
+ * block count and a base() that returns NULL. */
+int proto_blocks_encode(struct proto_page_enc *e, const uint64_t *blocks, const void *const *data,
+			size_t n, struct proto_buf *out, struct proto_page_stats *st) US_MUST_CHECK;
 
 /* Receiver side. base() returns the receiver's latest copy of gfn (what it
  * last received for it, including earlier pages of this batch), or NULL if it

@@ -45,6 +45,8 @@ int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link
 	r = ckpt_reserve(&q->cap, ram_pages < CAP_PAGES_FIRST ? ram_pages : CAP_PAGES_FIRST);
 	if (r < 0)
 		goto err_enc;
+	if ((r = repl_disk_cap_init(&q->disk, vm->m)) < 0)
+		goto err_enc;
 	return 0;
 
 err_enc:
@@ -57,6 +59,7 @@ err_enc:
 void repl_epochs_fini(struct repl_epochs *q)
 {
 	ckpt_fini(&q->cap);
+	repl_disk_cap_fini(&q->disk);
 	for (int i = 0; i < REPL_EPOCH_SLOTS; i++)
 		proto_buf_fini(&q->slot[i].buf);
 	proto_page_enc_free(q->enc);
@@ -139,6 +142,10 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 
 	machine_pause(m);
 	r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
+	/* The blocks the guest wrote in the epoch, as the image holds them now:
+	 * every write the guest saw complete is in (served on its vCPU thread). */
+	if (r == 0 && (r = repl_disk_capture(&q->disk, m)) < 0)
+		ckpt_requeue(m, &q->cap);
 	/* Test mode: a digest of exactly what was captured (with the RAM, still
 	 * paused); the secondary compares it with its standby read from KVM. */
 	if (r == 0 && q->verify)
@@ -229,8 +236,8 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	Understudy__EpochBegin eb = UNDERSTUDY__EPOCH_BEGIN__INIT;
 	Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
 	uint8_t released[PROTO_META_U64_BYTES];
-	uint8_t digest[PROTO_META_U32_BYTES];
-	uint32_t crc = 0;
+	uint8_t digest[PROTO_META_U32_BYTES], disk_digest[PROTO_META_U32_BYTES];
+	uint32_t crc = 0, disk_crc = 0;
 	int r;
 
 	proto_buf_reset(&e->buf);
@@ -239,6 +246,7 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	if ((r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0 ||
 	    (r = pack_output(q, e)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_RELEASED, released, sizeof(released))) < 0 ||
+	    (r = repl_disk_pack(&q->disk, &e->buf, &disk_crc)) < 0 ||
 	    (r = pack_pages(q, e, &crc)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_STATE, q->cap.state, q->cap.state_len)) < 0)
 		return r;
@@ -249,6 +257,12 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	proto_digest_encode(crc, digest);
 	ee.digest.data = digest;
 	ee.digest.len = sizeof(digest);
+	if (q->disk.blk.n) {
+		ee.disk_blocks = q->disk.blk.n;
+		proto_digest_encode(disk_crc, disk_digest);
+		ee.disk_digest.data = disk_digest;
+		ee.disk_digest.len = sizeof(disk_digest);
+	}
 	if ((r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_END, &ee.base)) < 0)
 		return r;
 	e->state = REPL_EPOCH_ENCODED;
@@ -274,6 +288,7 @@ static int send_epoch(struct repl_epochs *q, struct repl_epoch *e)
 static void undo(struct repl_epochs *q, struct repl_epoch *e)
 {
 	ckpt_requeue(q->vm->m, &q->cap);
+	repl_disk_requeue(&q->disk, q->vm->m);
 	proto_page_enc_reset(q->enc);
 	q->epoch--;
 	settle(e, true);
@@ -298,6 +313,7 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 	}
 	/* Everything below runs while the guest runs. */
 	grow_capture(q);
+	repl_disk_grow(&q->disk);
 	if ((r = encode(q, e)) < 0) {
 		repl_fault_set(f, repl_fault_local(r), r, "encoding epoch %llu failed: %s",
 			       (unsigned long long)e->epoch, strerror(-r));

@@ -772,7 +772,7 @@ static void on_connected(struct net_conn *c, void *ctx)
 {
 	struct repl_primary *p = ctx;
 	char cfgtext[512];
-	int n = repl_config_encode(&p->o->cfg, cfgtext, sizeof(cfgtext)), r = n;
+	int n = repl_config_encode(&p->vm->m->cfg, cfgtext, sizeof(cfgtext)), r = n;
 
 	(void)c;
 	p->state = P_HELLO;
@@ -1060,6 +1060,7 @@ static int engine_init(struct repl_primary *p)
 	if ((r = repl_epochs_init(&p->ep, p->vm, &p->link, getenv("UNDERSTUDY_VERIFY") != NULL)) < 0 ||
 	    (r = repl_sync_init(&p->sync, p->loop, p->vm, &p->link, p->ep.enc)) < 0)
 		return r;
+	p->sync.disk = &p->ep.disk;
 	p->sync.done = on_sync_done;
 	p->sync.failed = on_sync_failed;
 	p->sync.ctx = p;
@@ -1105,6 +1106,10 @@ char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
 	if (!copy)
 		return NULL;
 	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	if (r == 0 && machine_disk_blocks(p->vm->m)) {
+		snprintf(err, sizeof(err), "migrate is not supported with a disk yet");
+		r = -EOPNOTSUPP;
+	}
 	if (r == 0 && strcmp(o.peer, p->o->peer)) {
 		snprintf(err, sizeof(err), "the VM is protected by %s: it hands over only to that "
 			 "secondary (understudy migrate drops it first when the destination is another)",
@@ -1281,9 +1286,14 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 			const struct repl_primary_opts *o, const struct repl_primary_host *host,
 			struct repl_primary **out)
 {
-	struct repl_primary *p = calloc(1, sizeof(*p));
+	struct repl_primary *p;
 	int r;
 
+	if (machine_disk_blocks(vm->m)) {
+		log_error(TAG, "protecting a running VM is not supported with a disk yet");
+		return -EOPNOTSUPP;
+	}
+	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->attached = true;
@@ -1406,7 +1416,9 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 {
 	const char *why = NULL;
 
-	if (p->state != P_PROTECTED)
+	if (machine_disk_blocks(p->vm->m))
+		why = "switchover is not supported with a disk yet";
+	else if (p->state != P_PROTECTED)
 		why = "the VM is not protected (a switchover needs a standby that holds an epoch)";
 	else if (p->migrate_ms || p->switching_over || p->finishing)
 		why = "a migration or switchover is already under way";

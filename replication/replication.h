@@ -16,6 +16,7 @@
 #include "net/net.h"
 #include "net/tap.h"
 #include "proto/proto.h"
+#include "replication/disk.h"
 #include "replication/metrics.h"
 #include "replication/witness.h"
 
@@ -358,6 +359,7 @@ struct repl_epochs {
 	struct repl_link *link;
 	struct proto_page_enc *enc;  /* shared with the initial sync (one XOR cache) */
 	struct ckpt cap;
+	struct repl_disk_cap disk;   /* the capture's disk blocks (none without a disk) */
 	struct repl_epoch slot[REPL_EPOCH_SLOTS];
 	uint64_t epoch;            /* last captured */
 	uint64_t acked;
@@ -424,6 +426,10 @@ struct repl_sync {
 	struct repl_vm *vm;
 	struct repl_link *link;
 	struct proto_page_enc *enc;
+	struct repl_disk_cap *disk;   /* the epochs' (its image goes first), or NULL */
+	uint64_t disk_cursor, disk_sent;   /* the pass over the disk; blocks sent in it */
+	int disk_round;            /* 0: every block with data; then the dirty ones */
+	bool disk_done;
 	uint64_t *todo;            /* pages of the round, sent from cursor on */
 	uint64_t cursor;
 	int round;
@@ -472,6 +478,9 @@ struct repl_staging {
 	struct proto_verify verify_last; /* ...of the last applied epoch */
 	uint64_t verify_ok, verify_failed;
 	struct proto_buf out;            /* console output of the epoch in flight */
+	struct repl_disk_blocks disk;    /* disk blocks of the epoch in flight */
+	uint32_t disk_crc;
+	bool disk_sync;                  /* --disk-sync ack: blocks durable before the ACK */
 	uint64_t released;               /* the primary's release mark in that epoch */
 	struct proto_buf held;           /* output of applied epochs, maybe unreleased */
 	uint64_t held_from;              /* absolute offset of held[0] */
@@ -609,6 +618,11 @@ struct repl_secondary_opts {
 	unsigned timeout_ms;       /* primary silent this long: take over */
 	unsigned handshake_timeout_ms;  /* a connection must say Hello within this */
 	struct machine_config pin; /* if pin.guest[0]: refuse any other config */
+	/* The standby's own image of the VM's disk (opened, sized and emptied
+	 * when a standby is built; NULL: a VM with a disk is refused), and
+	 * --disk-sync ack: an epoch's blocks are durable before its ACK. */
+	const char *disk;
+	bool disk_sync_ack;
 	bool manual_takeover;      /* take over only on the control request "takeover" */
 	const char *fence_cmd;     /* run before a takeover; must exit 0 (fence.h), or NULL */
 	unsigned fence_timeout_ms; /* ...within this */

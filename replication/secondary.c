@@ -265,8 +265,13 @@ static int take_spare(struct repl_secondary *s)
 static void build_spare(struct repl_secondary *s)
 {
 	uint64_t t0 = now_ns();
-	int r = repl_vm_new(s->loop, &s->o->pin, NULL, &s->spare);
+	int r;
 
+	/* Not with a disk: the standby's image is emptied and sized to the
+	 * primary's when it connects (standby_disk), not under an open VM. */
+	if (s->o->pin.ndisks)
+		return;
+	r = repl_vm_new(s->loop, &s->o->pin, NULL, &s->spare);
 	if (r < 0) {
 		log_warn(TAG, "cannot build the standby's VM ahead (%s): built when a primary comes",
 			 strerror(-r));
@@ -277,6 +282,41 @@ static void build_spare(struct repl_secondary *s)
 	log_info(TAG, "standby VM built ahead in %.1f ms: guest %s, %llu MiB, %d vCPU(s)",
 		 (now_ns() - t0) / 1e6, s->o->pin.guest, (unsigned long long)(s->o->pin.mem_bytes >> 20),
 		 s->o->pin.ncpus);
+}
+
+/* A primary whose VM this side cannot hold: told why, then closed. */
+static int refuse_primary(struct repl_secondary *s, const char *err)
+{
+	log_error(TAG, "refusing primary: %s", err);
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_PROTOCOL, -EINVAL, "refused the primary: %s", err);
+	if (repl_send_error(&s->link, -EINVAL, err) < 0)
+		log_warn(TAG, "could not tell the primary why");
+	return -ECONNREFUSED;
+}
+
+/* The standby's disk: our own image (--disk), of the primary's size, opened
+ * now with the standby (never at takeover). */
+static int standby_disk(struct repl_secondary *s)
+{
+	char err[512];
+
+	if (s->cfg.ndisks && !s->o->disk) {
+		snprintf(err, sizeof(err), "the primary's VM has a disk (%llu bytes): start this "
+			 "secondary with --disk FILE, its own image of it",
+			 (unsigned long long)s->cfg.disk_bytes);
+		return refuse_primary(s, err);
+	}
+	if (!s->cfg.ndisks && s->o->disk) {
+		snprintf(err, sizeof(err), "this secondary has --disk %s but the primary's VM has no disk",
+			 s->o->disk);
+		return refuse_primary(s, err);
+	}
+	if (!s->cfg.ndisks)
+		return 0;
+	if (repl_disk_prepare(s->o->disk, s->cfg.disk_bytes, err, sizeof(err)) < 0)
+		return refuse_primary(s, err);
+	snprintf(s->cfg.disk, sizeof(s->cfg.disk), "%s", s->o->disk);
+	return 0;
 }
 
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
@@ -322,6 +362,8 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
+	if ((r = standby_disk(s)) < 0)
+		return r;
 	r = take_spare(s);
 	if (r == 0)
 		r = repl_vm_new(s->loop, &s->cfg, NULL, &s->vm);
@@ -332,6 +374,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	}
 	repl_vm_set_gated(s->vm, true);
 	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
+	s->stage.disk_sync = s->o->disk_sync_ack;
 	if (s->wit)
 		new_token(s);
 	s->state = S_STANDBY;
@@ -421,6 +464,7 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 		net_notify(NET_NOTIFY_READY, "standby of %s complete", s->cfg.guest);
 	}
 	repl_drill_applied(s);
+	repl_event_log("ack-out %llu", (unsigned long long)s->stage.applied);
 	return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.applied);
 }
 

@@ -26,6 +26,7 @@ void repl_staging_init(struct repl_staging *g)
 	ckpt_init(&g->stage);
 	proto_buf_init(&g->out);
 	proto_buf_init(&g->held);
+	repl_disk_blocks_init(&g->disk);
 }
 
 void repl_staging_fini(struct repl_staging *g)
@@ -33,6 +34,7 @@ void repl_staging_fini(struct repl_staging *g)
 	ckpt_fini(&g->stage);
 	proto_buf_fini(&g->out);
 	proto_buf_fini(&g->held);
+	repl_disk_blocks_fini(&g->disk);
 }
 
 void repl_staging_attach(struct repl_staging *g, struct repl_vm *vm, uint64_t config_digest)
@@ -65,13 +67,45 @@ int repl_staging_begin(struct repl_staging *g, uint64_t epoch)
 	g->has_state = g->has_verify = false;
 	g->released = 0;
 	proto_buf_reset(&g->out);
+	repl_disk_blocks_reset(&g->disk);
+	g->disk_crc = 0;
 	ckpt_reset(&g->stage);
 	g->stage.config_digest = g->config_digest;
 	return 0;
 }
 
+/* Disk blocks: staged with the rest of the epoch, written to the image
+ * only when it commits (repl_staging_end); before the first checkpoint (the
+ * initial sync) straight to the image, as pages go straight to RAM. */
+static int disk_section(struct repl_staging *g, const Understudy__Section *sec)
+{
+	struct machine *m = g->vm->m;
+	uint32_t crc = 0;
+	int r;
+
+	if (g->in_epoch) {
+		r = repl_disk_stage(&g->disk, machine_disk_blocks(m), sec->data.data, sec->data.len,
+				    &g->disk_crc);
+#ifdef UNDERSTUDY_MUTANT_disk_apply_early   /* make check-mutants: blocks written on receipt */
+		if (r == 0 && repl_disk_apply(m, &g->disk, false) < 0)
+			return -EIO;
+#endif
+		return r;
+	}
+	if (g->have_ckpt)
+		return -EPROTO;      /* blocks outside an epoch after the first checkpoint */
+	repl_disk_blocks_reset(&g->disk);
+	r = repl_disk_stage(&g->disk, machine_disk_blocks(m), sec->data.data, sec->data.len, &crc);
+	if (r == 0)
+		r = repl_disk_apply(m, &g->disk, false) < 0 ? -EIO : 0;
+	repl_disk_blocks_reset(&g->disk);
+	return r;
+}
+
 int repl_staging_section(struct repl_staging *g, const Understudy__Section *sec)
 {
+	if (g->vm && !strcmp(sec->name, PROTO_SECTION_DISK))
+		return disk_section(g, sec);
 	if (!g->in_epoch)
 		return -EPROTO;
 	if (!strcmp(sec->name, PROTO_SECTION_CONSOLE)) {
@@ -226,6 +260,15 @@ static int check_complete(struct repl_staging *g, const Understudy__EpochEnd *ee
 			       (unsigned long long)g->cur);
 		return -EBADMSG;
 	}
+	if (ee->disk_blocks != g->disk.n ||
+	    (g->disk.n && (proto_digest_decode(ee->disk_digest.data, ee->disk_digest.len,
+					       &digest) < 0 || digest != g->disk_crc))) {
+		repl_fault_set(f, REPL_FAULT_PEER_PROTOCOL, -EBADMSG,
+			       "epoch %llu: disk blocks incomplete or corrupt (%zu of %llu)",
+			       (unsigned long long)g->cur, g->disk.n,
+			       (unsigned long long)ee->disk_blocks);
+		return -EBADMSG;
+	}
 	return 0;
 }
 
@@ -250,6 +293,17 @@ int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee, str
 		repl_fault_set(f, apply_fault(r), r, "epoch %llu cannot be applied: %s",
 			       (unsigned long long)g->cur, strerror(-r));
 		return r;
+	}
+	/* The epoch's disk blocks reach the image now that it commits; with
+	 * --disk-sync ack durably (the first time with the initial sync's). */
+	if (g->disk.n || (g->disk_sync && !g->have_ckpt)) {
+		if ((r = repl_disk_apply(g->vm->m, &g->disk, g->disk_sync)) < 0) {
+			repl_fault_set(f, REPL_FAULT_LOCAL_FATAL, r, "epoch %llu: writing its disk "
+				       "blocks: %s", (unsigned long long)g->cur, strerror(-r));
+			return r;
+		}
+		repl_event_log("disk-commit %llu %zu %s", (unsigned long long)g->cur, g->disk.n,
+			       g->disk_sync ? "durable" : "written");
 	}
 	if (g->has_verify)
 		verify_applied(g);

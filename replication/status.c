@@ -32,10 +32,23 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 	uint64_t p50, p99;
 	bool json = strstr(req, "json") != NULL;
 	double hb_ms = p->link.conn ? (now_ns() - p->link.last_rx_ns) / 1e6 : -1;
-	char reason[200], fencing[200], pc[512];
+	char reason[200], fencing[200], pc[512], tail[800];
+	const struct repl_disk_cap *d = &q->disk;
+	uint64_t de = d->epochs_with_blocks;
 
 	repl_fault_reason(&p->fault, reason, sizeof(reason));
 	repl_pc_src_status(p, json, pc, sizeof(pc));
+	/* Disk replication: blocks per epoch that had any, and their copy in the pause. */
+	if (!d->nblocks)
+		snprintf(tail, sizeof(tail), "%s", pc);
+	else
+		snprintf(tail, sizeof(tail), json ?
+			 "%s,\"disk_epochs\":%llu,\"disk_blocks\":%llu,\"disk_blocks_per_epoch\":%.1f,"
+			 "\"disk_copy_us_per_epoch\":%.1f" :
+			 "%sdisk: %llu epochs with blocks, %llu blocks, %.1f blocks and %.1f us of copy "
+			 "in the pause per such epoch\n", pc, (unsigned long long)de,
+			 (unsigned long long)d->blocks_total, de ? (double)d->blocks_total / de : 0.0,
+			 de ? d->copy_ns_total / 1e3 / de : 0.0);
 	repl_stats_pause_pct(&q->st, &p50, &p99);
 	if (p->wit)
 		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms left, "
@@ -71,7 +84,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
 			json || reason[0] ? reason : "none", fencing, p->downtime_ms, p->migration_ms,
 			p->throttle_pct, (unsigned long long)p->o->resume_epoch, p->o->switch_downtime_ms,
-			(unsigned long long)left_bytes(p), pc);
+			(unsigned long long)left_bytes(p), tail);
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)

@@ -2,7 +2,9 @@
  * guest runs. Round 0 sends every page ever written (the standby's RAM is
  * fresh and zero); each later round the pages dirtied meanwhile; when few
  * are left (or after SYNC_ROUNDS_MAX rounds) they are marked dirty again for
- * the first checkpoint and done() hands over to the epochs.
+ * the first checkpoint and done() hands over to the epochs. A disk goes
+ * first, the same way: every block that may hold data, then rounds of the
+ * blocks written meanwhile.
  *
  * Batches leave from an idle watcher, SYNC_QUEUE_MAX bytes ahead of the link
  * at most; repl_sync_room() goes on when sends complete. A batch that fails
@@ -18,6 +20,7 @@
 #define SYNC_QUEUE_MAX (16u << 20)   /* bytes queued before sync waits */
 #define SYNC_ROUNDS_MAX 4
 #define SYNC_DONE_PAGES 2048         /* dirty set small enough for the first checkpoint */
+#define SYNC_DISK_DONE_BLOCKS 1024   /* the same for disk blocks (4 MiB) */
 
 static void on_idle(struct ev_loop *loop, ev_idle *w, int revents);
 static void on_rate(struct ev_loop *loop, ev_timer *w, int revents);
@@ -147,6 +150,63 @@ static void retry_batch(struct repl_sync *s, uint64_t from, int err, const char 
 	fail(s, REPL_FAULT_LOCAL_TRANSIENT, err, what);
 }
 
+/* The end of a pass over the disk: the blocks written meanwhile are the
+ * next round's, or, when few (or after SYNC_ROUNDS_MAX rounds), dirty
+ * again for the first checkpoint. No pause needed: a write sets its bit
+ * after its data is in the image, so a bit taken here is read after its
+ * write, and one set later stays for the next round or checkpoint. */
+static void disk_round_end(struct repl_sync *s)
+{
+	struct repl_disk_cap *d = s->disk;
+	const char *env = getenv("UNDERSTUDY_DISK_SYNC_DONE_BLOCKS");   /* tests: more rounds */
+	uint64_t words = (d->nblocks + 63) / 64, dirty;
+	uint64_t done = env ? strtoull(env, NULL, 10) : SYNC_DISK_DONE_BLOCKS;
+
+	memset(d->harvest, 0, words * 8);
+	machine_disk_harvest(s->vm->m, d->harvest);
+	dirty = machine_bitmap_count(d->harvest, words);
+	log_info(TAG, "disk round %d: %llu blocks sent, %llu written meanwhile", s->disk_round,
+		 (unsigned long long)s->disk_sent, (unsigned long long)dirty);
+	s->disk_round++;
+	s->disk_cursor = 0;
+	s->disk_sent = 0;
+	if (dirty <= done || s->disk_round > SYNC_ROUNDS_MAX) {
+		machine_disk_requeue(s->vm->m, d->harvest);   /* into the first checkpoint */
+		s->disk_done = true;
+	}
+}
+
+/* The disk goes first, a Section at a time, straight to the standby's
+ * image (replication/disk.h). 1: a batch left (or the pass is done); <0: failed. */
+static int disk_batch(struct repl_sync *s)
+{
+	struct proto_buf batch;
+	uint64_t from = s->disk_cursor;
+	enum repl_fault_kind kind;
+	int r;
+
+	proto_buf_init(&batch);
+	r = repl_disk_sync_batch(s->disk, s->vm->m, s->disk_round ? s->disk->harvest : NULL,
+				 &s->disk_cursor, &batch, &s->disk_sent);
+	kind = repl_fault_local(r);              /* reading the image, encoding */
+	if (r >= 0 && batch.len && (r = repl_link_send_owned(s->link, &batch)) < 0)
+		kind = repl_fault_send(r);
+	proto_buf_fini(&batch);
+	if (r < 0) {
+		s->disk_cursor = from;
+		fail(s, kind, r, "sending disk blocks");
+		return r;
+	}
+	s->batches++;
+	if (s->disk_cursor < s->disk->nblocks)
+		return 1;
+	if (!s->disk_round)
+		log_info(TAG, "disk: %llu non-zero blocks of %llu sent", (unsigned long long)s->disk_sent,
+			 (unsigned long long)s->disk->nblocks);
+	disk_round_end(s);
+	return 1;
+}
+
 static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	struct repl_sync *s = w->data;
@@ -167,6 +227,10 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 		wait_room(s);
 		ev_timer_set(&s->rate_w, wait_ns / 1e9, 0);
 		ev_timer_start(s->loop, &s->rate_w);
+		return;
+	}
+	if (!s->disk_done) {
+		(void)disk_batch(s);
 		return;
 	}
 	n = snap_batch(s, gfns, ptrs);
@@ -225,6 +289,15 @@ int repl_sync_start(struct repl_sync *s, struct repl_fault *f)
 		if (m->ram_pages % 64)
 			s->todo[words - 1] = (1ull << (m->ram_pages % 64)) - 1;
 	}
+	/* The disk: every block now, the ones written from here on again in
+	 * the first checkpoint (their dirty bits start clear now). */
+	if (s->disk && s->disk->nblocks) {
+		memset(s->disk->harvest, 0, (s->disk->nblocks + 63) / 64 * 8);
+		machine_disk_harvest(m, s->disk->harvest);
+	}
+	s->disk_cursor = s->disk_sent = 0;
+	s->disk_round = 0;
+	s->disk_done = !s->disk || !s->disk->nblocks;
 	s->t0_ns = now_ns();
 	s->cursor = 0;
 	s->running = true;

@@ -331,6 +331,7 @@ int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len)
 	mc.vcpus = (uint32_t)cfg->ncpus;
 	mc.guest = (char *)cfg->guest;
 	mc.guest_args = (char *)cfg->guest_args;
+	mc.disk_bytes = cfg->ndisks ? cfg->disk_bytes : 0;
 	n = protobuf_c_message_get_packed_size(&mc.base);
 	if (n > len || n > INT_MAX)
 		return -ENOSPC;
@@ -359,6 +360,8 @@ int repl_config_decode(const void *data, size_t len, struct machine_config *cfg)
 		cfg->ncpus = (int)mc->vcpus;
 		strcpy(cfg->guest, mc->guest);
 		strcpy(cfg->guest_args, mc->guest_args);
+		cfg->disk_bytes = mc->disk_bytes;
+		cfg->ndisks = mc->disk_bytes ? 1 : 0;
 		r = 0;
 	}
 	understudy__machine_config__free_unpacked(mc, NULL);

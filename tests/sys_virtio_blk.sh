@@ -130,14 +130,16 @@ expect_error 1 "Is a directory" --disk "$T"
 truncate -s 100 "$T/tiny.img"
 expect_error 1 "not a raw image" --disk "$T/tiny.img"
 expect_error 2 "need a file name" --disk ""
-# Disks are not replicated yet: the agents say so rather than run without one.
-"$BIN" primary --guest blk --disk "$T/disk.img" --peer 127.0.0.1:9 >/dev/null 2>"$T/e.err"
-[ $? = 2 ] && grep -q "not replicated" "$T/e.err" || fail "primary --disk: $(cat "$T/e.err")"
-"$BIN" secondary --listen 127.0.0.1:9 --console tcp:127.0.0.1:9 --insecure --disk "$T/disk.img" \
+# The agents take a disk now (tests/sys_disk_failover.sh): a secondary's
+# image must exist and be writable at start, and --disk-sync needs --disk.
+"$BIN" secondary --listen 127.0.0.1:9 --console tcp:127.0.0.1:9 --insecure --disk "$T/none.img" \
 	>/dev/null 2>"$T/e.err"
-[ $? = 2 ] && grep -q "not replicated" "$T/e.err" || fail "secondary --disk: $(cat "$T/e.err")"
+[ $? = 2 ] && grep -q "none.img: No such file" "$T/e.err" || fail "secondary --disk missing: $(cat "$T/e.err")"
+"$BIN" secondary --listen 127.0.0.1:9 --console tcp:127.0.0.1:9 --insecure --disk-sync ack \
+	>/dev/null 2>"$T/e.err"
+[ $? = 2 ] && grep -q "needs --disk" "$T/e.err" || fail "secondary --disk-sync: $(cat "$T/e.err")"
 # The image is locked by the VM that has it.
 start_vm l run --guest blk --disk "$T/disk.img"
 expect_error 1 "in use by another process" --disk "$T/disk.img"
 stop_vm l
-echo "ok a missing, unusable or busy --disk, or one on an agent, is refused with a clear message"
+echo "ok a missing, unusable or busy --disk, or --disk-sync without one, is refused with a clear message"

@@ -17,6 +17,16 @@
  *                             sectors a request), reads them back, compares:
  *                             "ok N" or "bad SECTOR"
  *   check START N PASS        reads and compares only: "ok N" or "bad SECTOR"
+ *   log START N COUNT PACE [EVERY]  a write log on a ring of N 4 KiB blocks from
+ *                             sector START: record s (0, 1, ...) goes to block
+ *                             s mod N, "w s" once its write completed; before
+ *                             it, block s mod N must hold record s - N (zeros
+ *                             while s < N) and block (s - 1) mod N record
+ *                             s - 1, else "bad ahead|behind s ..." and power
+ *                             off 3 (the image is not what this guest wrote
+ *                             up to now). COUNT records (0: forever), PACE us
+ *                             apart; then "log done COUNT". With EVERY, only
+ *                             every EVERY-th record is said (benchmarks).
  *   flush / id / discard SECTOR N
  *   msix                      one read with interrupts on (MSI-X entry 0,
  *                             vector 0x20): "msix ok" when exactly one came
@@ -423,6 +433,94 @@ static void selftest(struct drv *d, const char *args, int write)
 	con_putc('\n');
 }
 
+/* Record s of the write log in block blk: 128 lines of 32 bytes,
+ * "q0000000005 b000005 l000 ......\n". */
+static void log_record(uint8_t *p, uint64_t s, uint64_t blk)
+{
+	for (int l = 0; l < 128; l++) {
+		char *q = (char *)p + 32 * l;
+
+		q[0] = 'q';
+		put_dec(q + 1, 10, s);
+		q[11] = ' ';
+		q[12] = 'b';
+		put_dec(q + 13, 6, blk);
+		q[19] = ' ';
+		q[20] = 'l';
+		put_dec(q + 21, 3, (uint64_t)l);
+		q[24] = ' ';
+		for (int i = 25; i < 31; i++)
+			q[i] = '.';
+		q[31] = '\n';
+	}
+}
+
+/* Block blk of the ring holds record s, or zeros when s is "none" (~0). */
+static int log_expect(struct drv *d, uint64_t start, uint64_t blk, uint64_t s, const char *what,
+		      uint64_t at)
+{
+	int st = request(d, 0, start + 8 * blk, d->buf2, 4096, 1);
+
+	if (st) {
+		report_error(st);
+		return -1;
+	}
+	if (s == ~0ull)
+		memset(d->buf, 0, 4096);
+	else
+		log_record(d->buf, s, blk);
+	if (mem_eq(d->buf, d->buf2, 4096))
+		return 0;
+	con_puts("bad ");
+	con_puts(what);
+	con_puts(" ");
+	con_put_u64(at);
+	con_puts(" block ");
+	con_put_u64(blk);
+	con_puts(" found '");
+	for (int i = 0; i < 11; i++)
+		con_putc(d->buf2[i] >= 0x20 && d->buf2[i] < 0x7f ? (char)d->buf2[i] : '?');
+	con_puts("'\n");
+	return -1;
+}
+
+static void cmd_log(struct drv *d, const char *args)
+{
+	uint64_t start, n, count, pace, every, s;
+
+	if (!(args = parse_u64(args, &start)) || !(args = parse_u64(args, &n)) ||
+	    !(args = parse_u64(args, &count)) || !(args = parse_u64(args, &pace)) || !n ||
+	    start + 8 * n > d->capacity) {
+		con_puts("error usage: log START N COUNT PACE [EVERY] (the ring inside the disk)\n");
+		return;
+	}
+	if (!parse_u64(args, &every) || !every)
+		every = 1;
+	for (s = 0; !count || s < count; s++) {
+		uint64_t blk = s % n;
+		int st;
+
+		if (log_expect(d, start, blk, s >= n ? s - n : ~0ull, "ahead", s) < 0 ||
+		    (s && log_expect(d, start, (s - 1) % n, s - 1, "behind", s) < 0))
+			guest_power_off(3);
+		log_record(d->buf, s, blk);
+		if ((st = request(d, 1, start + 8 * blk, d->buf, 4096, 0)) != 0) {
+			report_error(st);
+			guest_power_off(3);
+		}
+		if ((s + 1) % every == 0) {
+			con_puts("w ");
+			con_put_u64(s);
+			con_putc('\n');
+		}
+		if (pace)
+			guest_idle((uint32_t)pace);
+	}
+	con_puts("log done ");
+	con_put_u64(count);
+	con_putc('\n');
+}
+
 static void cmd_write(struct drv *d, const char *args)
 {
 	uint64_t sector;
@@ -588,6 +686,8 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 			cmd_write(&d, line + 5);
 		} else if (starts(line, "read")) {
 			cmd_read(&d, line + 4);
+		} else if (starts(line, "log")) {
+			cmd_log(&d, line + 3);
 		} else if (starts(line, "selftest")) {
 			selftest(&d, line + 8, 1);
 		} else if (starts(line, "check")) {

@@ -127,10 +127,12 @@ static size_t build(struct blob *b, const struct ckpt_image *img, enum how how)
 		blob_add(b, how == UNKNOWN_SECTION ? "hpet" : PROTO_STATE_UART,
 			 PROTO_STATE_UART_VERSION, 0, data, PROTO_UART_STATE_BYTES);
 	proto_pci_state_encode(&img->ms.pci, data);
+	/* The disk's queue 0 size: after the address, the config spaces and
+	 * the device's 31 bytes of common fields, 24 bytes into the queue. */
 	if (how == BAD_QUEUE)
-		data[4 + 2 * 256 + 27 + 24] = 0xff;   /* queue 0 size low byte: 0x1ff */
+		data[4 + PROTO_PCI_NSLOTS * 256 + 31 + 24] = 0xff;   /* size low byte: 0x1ff */
 	if (how == BAD_QUEUE)
-		data[4 + 2 * 256 + 27 + 25] = 0x01;
+		data[4 + PROTO_PCI_NSLOTS * 256 + 31 + 25] = 0x01;
 	if (how != NO_PCI)
 		blob_add(b, PROTO_STATE_PCI, PROTO_STATE_PCI_VERSION, 0, data, PROTO_PCI_STATE_BYTES);
 	blob_finish(b, 0x1234, (uint32_t)img->ncpus);
