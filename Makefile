@@ -215,6 +215,7 @@ bench-run:
 	@echo "== bench/bench_hot.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_hot.py
 	@echo "== bench/bench_net_guest.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_net_guest.py
 	@echo "== bench/bench_disk.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_disk.py
+	@echo "== bench/bench_kv.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_kv.py
 
 # Spurious takeovers under load at a 50 ms failover timeout, and kill ->
 # first reply (bench/bench_soak.py); SOAK_SECONDS (default 600), SOAK_KILLS.

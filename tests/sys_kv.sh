@@ -16,6 +16,13 @@
 #  3. A torn last record (one byte changed in a copy of the image): the
 #     replay stops before it, the next PUT takes its place.
 #  4. Missing --net or --disk, bad arguments: a clear error, exit status.
+#  5. A protected pair (each host its own image and tap on the bridge),
+#     the primary SIGKILLed at seeded moments while a client PUTs with
+#     retries (tests/kv_failover.py): every acknowledged PUT is returned by
+#     GET with its version, versions never go back, no reqid is applied
+#     twice, the secondary's image replays every acknowledged PUT.
+# KV_TRIALS (default 30) trials, none started after KV_BUDGET_S (default
+# 150) seconds; KV_SEED to replay one.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
@@ -48,8 +55,10 @@ ip -n "$VNS" link set "$BIF" master br0 up
 ip -n "$CNS" link set lo up
 ip -n "$CNS" addr add 10.78.0.1/24 dev "$CIF"
 ip -n "$CNS" link set "$CIF" up
-ip -n "$VNS" tuntap add tapk mode tap || fail "tuntap add"
-ip -n "$VNS" link set tapk master br0 up
+for t in tapk tapk2; do
+	ip -n "$VNS" tuntap add "$t" mode tap || fail "tuntap add $t"
+	ip -n "$VNS" link set "$t" master br0 up
+done
 
 GIP=10.78.0.2 PORT=7000
 IMG=$T/kv.img
@@ -169,4 +178,9 @@ for bad in "kv:ip=$GIP/24,bogus=1" "kv:ip=$GIP/24,port=x"; do
 	[ $rc = 2 ] || fail "--guest '$bad': rc $rc $(cat "$T/e.err")"
 done
 ok "without --net or --disk, without ip=, or with bad arguments: a clear error and exit 2/3"
+
+# 5. failover of a protected pair, disk and network: tests/kv_failover.py
+seed=${KV_SEED:-$RANDOM}
+ip netns exec "$CNS" python3 tests/kv_failover.py "$BIN" "$VNS" "${KV_TRIALS:-30}" "$seed" "$T" tapk tapk2 \
+	"${KV_BUDGET_S:-150}" || fail "kv across failover (seed $seed; KV_SEED=$seed replays it)"
 echo "PASS: kv guest"
