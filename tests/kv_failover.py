@@ -14,7 +14,11 @@ carries on against the secondary. Checked:
      value after the takeover (and by every GET before it);
   2. versions never go back: the OKs of one key count 1, 2, 3 ... with no
      gap and no repeat (a retried reqid applied twice would skip one);
-  3. the secondary's image, booted in a fresh `run --guest kv:dump=1 --disk`,
+  3. (the primary's event log) every frame release "netrel N" follows an
+     "ack M" with M >= N: no reply of epoch N left before ACK(N) (a reply
+     released early is seldom contradicted by a kill, so this is what
+     catches it: mutant net_release_early);
+  4. the secondary's image, booted in a fresh `run --guest kv:dump=1 --disk`,
      replays a log holding every acknowledged PUT (reqid, key, version,
      value), no reqid twice, ending where the store ended.
 The next trial's primary boots from a copy of that image: its store
@@ -129,6 +133,25 @@ class Client(threading.Thread):
             self.op(self.rng.choice(KEYS))
 
 
+def check_events(path, t):
+    acks, n = [], 0
+    if not os.path.exists(path):
+        errors.append("trial %d: no event log" % t)
+        return
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 3 and f[1] == "ack":
+            acks.append(int(f[2]))
+        elif len(f) >= 5 and f[1] == "netrel":
+            n += 1
+            if not acks or max(acks) < int(f[2]):
+                errors.append("trial %d: frames of epoch %s released before ACK(%s) (acked so far: %s)"
+                              % (t, f[2], f[2], max(acks) if acks else "none"))
+                return
+    if n == 0:
+        errors.append("trial %d: the primary released no frames at an ACK" % t)
+
+
 def dump(img):
     """The records of img's log, from a fresh run --guest kv:dump=1."""
     out = subprocess.run([BIN, "run", "--guest", "kv:dump=1", "--disk", img], stdin=subprocess.DEVNULL,
@@ -166,6 +189,7 @@ def trial(t, rng, model, acked_all, pimg):
     sport, scon, pcon = free_port(), free_port(), free_port()
     slog, plog = os.path.join(TMP, "sec%d.log" % t), os.path.join(TMP, "pri%d.log" % t)
     simg = os.path.join(TMP, "sec%d.img" % t)
+    events = os.path.join(TMP, "events%d.log" % t)
     open(simg, "w").close()
     sec = subprocess.Popen(ns([BIN, "secondary", "--listen", "127.0.0.1:%d" % sport, "--console",
                                "tcp:127.0.0.1:%d" % scon, "--failover-timeout-ms", "500", "--insecure",
@@ -182,7 +206,8 @@ def trial(t, rng, model, acked_all, pimg):
                                    "--console", "tcp:127.0.0.1:%d" % pcon,
                                    "--peer", "127.0.0.1:%d" % sport, "--epoch-ms", "25",
                                    "--timeout-ms", "1500", "--insecure"]),
-                               stderr=open(plog, "w"), stdout=subprocess.DEVNULL)
+                               stderr=open(plog, "w"), stdout=subprocess.DEVNULL,
+                               env=dict(os.environ, UNDERSTUDY_EVENT_LOG=events))
         if not wait_text(slog, "first checkpoint applied", 20):
             errors.append("trial %d: never protected: %s" % (t, open(plog).read()[-300:]))
             return None
@@ -218,6 +243,7 @@ def trial(t, rng, model, acked_all, pimg):
                 errors.append("trial %d: after the takeover GET %s: %s, want %s" %
                               (t, k, " ".join(f) if f else "no answer", model.get(k)))
         acked_all.extend(c.acked)
+        check_events(events, t)
         sec.kill()
         sec.wait()
         sec = None
@@ -260,7 +286,7 @@ def main():
         shutil.copyfile(simg, pimg)
         os.unlink(simg)
     print("ok - %d trials (%.0f s): every acknowledged PUT returned by GET with its version after the "
-          "takeover, versions never went back, no reqid applied twice, the secondary's image replays "
+          "takeover, versions never went back, no reqid applied twice, no reply before its ACK, the secondary's image replays "
           "every acknowledged PUT (%d in all)" % (done, time.time() - start, total + len(acked_all)))
     return 0
 
