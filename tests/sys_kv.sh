@@ -15,6 +15,7 @@
 #     reboot gets the old reply); versions go on; kv:dump=1 lists the log.
 #  3. A torn last record (one byte changed in a copy of the image): the
 #     replay stops before it, the next PUT takes its place.
+#     Snapshot and restore with the image as it was: the same answers.
 #  4. Missing --net or --disk, bad arguments: a clear error, exit status.
 #  5. A protected pair (each host its own image and tap on the bridge),
 #     the primary SIGKILLed at seeded moments while a client PUTs with
@@ -162,6 +163,28 @@ stop_kv
 ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$T/torn.img" </dev/null >"$T/torn2.out" 2>&1
 grep -q "^rec 25 10.78.0.1:[0-9]* t2 alpha 3 four$" "$T/torn2.out" || fail "the PUT after a torn record: $(tail -2 "$T/torn2.out")"
 ok "a torn last record ends the replay; the next PUT takes its sector"
+
+# 3b. snapshot and restore (the image as the snapshot left it): the store
+# answers the same, the restored guest announces itself, versions go on.
+ip netns exec "$VNS" "$BIN" run --guest "kv:ip=$GIP/24,port=$PORT" --disk "$IMG" --net tap:tapk \
+	--control "$T/s.ctl" --console stdio </dev/null >"$T/s.out" 2>"$T/s.err" &
+VMPID=$!
+wait_log "$T/s.out" "kv ready" 10 || fail "snapshot: guest not ready"
+before=$(kv "PUT s1 gamma snap" "GET s2 alpha" "GET s3 gamma")
+expect "before the snapshot" "$before" $'OK s1 1\nVAL s2 alpha 3 three\nVAL s3 gamma 1 snap'
+ip netns exec "$VNS" "$BIN" snapshot --control "$T/s.ctl" --out "$T/snap" >/dev/null 2>"$T/snap.err" ||
+	fail "snapshot: $(cat "$T/snap.err")"
+stop_kv
+ip netns exec "$VNS" "$BIN" restore "$T/snap" --disk "$IMG" --net tap:tapk --console stdio </dev/null \
+	>"$T/r.out" 2>"$T/r.err" &
+VMPID=$!
+wait_log "$T/r.out" "announced" 10 || fail "restored kv did not announce: $(tail -3 "$T/r.err")"
+expect "after the restore" "$(kv "GET s2 alpha" "GET s3 gamma" "PUT s4 gamma after")" \
+	$'VAL s2 alpha 3 three\nVAL s3 gamma 1 snap\nOK s4 2'
+stop_kv
+ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$IMG" </dev/null >"$T/dump2.out" 2>&1
+grep -q "^rec 27 10.78.0.1:[0-9]* s4 gamma 2 after$" "$T/dump2.out" || fail "after the restore, the log: $(tail -2 "$T/dump2.out")"
+ok "snapshot/restore (same image): the store answers the same, announces itself, the log goes on"
 
 # 4. errors at boot
 vm() { ip netns exec "$VNS" "$BIN" run "$@" </dev/null >"$T/e.out" 2>"$T/e.err"; }
