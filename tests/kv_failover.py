@@ -6,7 +6,7 @@ Runs inside the client's network namespace; the agents run in VM_NS, where
 a bridge holds the client's veth, the primary's tap and the secondary's tap
 (the guest has one MAC). Per trial: a secondary (--disk on its own image,
 --net tap:SEC_TAP) and a primary (kv guest, --disk on its image, --net
-tap:PRI_TAP) are started; once protected, a client PUTs (one at a time,
+tap:PRI_TAP) are started (--disk-sync commit or ack, seeded); once protected, a client PUTs (one at a time,
 retried with the same reqid every 0.15 s until answered) and GETs keys of a
 small set; at a seeded random moment the primary is SIGKILLed and the client
 carries on against the secondary. Checked:
@@ -191,9 +191,10 @@ def trial(t, rng, model, acked_all, pimg):
     simg = os.path.join(TMP, "sec%d.img" % t)
     events = os.path.join(TMP, "events%d.log" % t)
     open(simg, "w").close()
+    sync = rng.choice(("commit", "ack"))
     sec = subprocess.Popen(ns([BIN, "secondary", "--listen", "127.0.0.1:%d" % sport, "--console",
                                "tcp:127.0.0.1:%d" % scon, "--failover-timeout-ms", "500", "--insecure",
-                               "--net", "tap:" + SEC_TAP, "--disk", simg]),
+                               "--net", "tap:" + SEC_TAP, "--disk", simg, "--disk-sync", sync]),
                            stderr=open(slog, "w"), stdout=subprocess.DEVNULL)
     pri = None
     c = Client(t, random.Random(rng.random()), model)
@@ -248,9 +249,9 @@ def trial(t, rng, model, acked_all, pimg):
         sec.wait()
         sec = None
         n = check_image(t, simg, acked_all, model)
-        print("trial %d: killed %.2f s after the client began; %d PUTs acknowledged before the kill, "
-              "%d after (first %.0f ms after the kill); the secondary's log replays %d records" %
-              (t, t_kill - (c.ops[0] if c.ops else t_kill), before, len(after),
+        print("trial %d (--disk-sync %s): killed %.2f s after the client began; %d PUTs acknowledged "
+              "before the kill, %d after (first %.0f ms after the kill); the secondary's log replays %d "
+              "records" % (t, sync, t_kill - (c.ops[0] if c.ops else t_kill), before, len(after),
                (after[0][0] - t_kill) * 1e3 if after else -1, n), flush=True)
         return simg
     finally:
