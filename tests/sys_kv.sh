@@ -154,13 +154,13 @@ ok "kv:dump=1 lists the 26 records (seq, client, reqid, key, version, value)"
 # 3. a torn last record
 cp "$IMG" "$T/torn.img"
 printf 'X' | dd of="$T/torn.img" bs=1 seek=$((25 * 512 + 140)) conv=notrunc status=none
-ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$T/torn.img" </dev/null >"$T/torn.out" 2>&1
+ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$T/torn.img" </dev/null >"$T/torn.out" 2>"$T/torn.err"
 grep -q "kv replayed 25 records" "$T/torn.out" || fail "torn record: $(grep replayed "$T/torn.out")"
 start_kv c "$T/torn.img"
 expect "after a torn record" "$(kv "GET t1 alpha" "PUT t2 alpha four" "GET t3 alpha")" \
 	$'VAL t1 alpha 2 two words\nOK t2 3\nVAL t3 alpha 3 four'
 stop_kv
-ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$T/torn.img" </dev/null >"$T/torn2.out" 2>&1
+ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$T/torn.img" </dev/null >"$T/torn2.out" 2>"$T/torn2.err"
 grep -q "^rec 25 10.78.0.1:[0-9]* t2 alpha 3 four$" "$T/torn2.out" || fail "the PUT after a torn record: $(tail -2 "$T/torn2.out")"
 ok "a torn last record ends the replay; the next PUT takes its sector"
 
@@ -182,7 +182,7 @@ wait_log "$T/r.out" "announced" 10 || fail "restored kv did not announce: $(tail
 expect "after the restore" "$(kv "GET s2 alpha" "GET s3 gamma" "PUT s4 gamma after")" \
 	$'VAL s2 alpha 3 three\nVAL s3 gamma 1 snap\nOK s4 2'
 stop_kv
-ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$IMG" </dev/null >"$T/dump2.out" 2>&1
+ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$IMG" </dev/null >"$T/dump2.out" 2>"$T/dump2.err"
 grep -q "^rec 27 10.78.0.1:[0-9]* s4 gamma 2 after$" "$T/dump2.out" || fail "after the restore, the log: $(tail -2 "$T/dump2.out")"
 ok "snapshot/restore (same image): the store answers the same, announces itself, the log goes on"
 
