@@ -190,6 +190,7 @@ struct tx {
 	const uint8_t *mem;
 	uint64_t next;
 	bool end_sent, dead;
+	char security[96];
 };
 
 static void tx_pump(struct tx *t)
@@ -240,8 +241,10 @@ static void tx_pump(struct tx *t)
 
 static void tx_connected(struct net_conn *c, void *ctx)
 {
-	(void)c;
-	tx_pump(ctx);
+	struct tx *t = ctx;
+
+	snprintf(t->security, sizeof(t->security), "%s", net_security(c));
+	tx_pump(t);
 }
 
 static void tx_sent(struct net_conn *c, void *cookie, int status, void *ctx)
@@ -308,9 +311,10 @@ static double run_stream(const struct net_config *scfg, const struct net_config 
 		fprintf(stderr, "stream failed: %llu pages, err %d\n",
 			(unsigned long long)r->pages, r->err);
 	if (mibs > 0 && getenv("BENCH_VERBOSE"))
-		printf("  run %.0f MiB/s: sender cpu %.0f%%, receiver cpu %.0f%%\n", mibs,
-		       100.0 * (double)(thread_cpu_ns() - cpu0) / (double)(now_ns() - t0),
-		       100.0 * (double)r->cpu_ns / (double)(r->done_ns - t0));
+		printf("  run %.0f MiB/s (%s): cpu per GiB: sender %.0f ms, receiver %.0f ms\n",
+		       mibs, t.security,
+		       (double)(thread_cpu_ns() - cpu0) / 1e6 * 1024.0 / (TOTAL_BYTES >> 20),
+		       (double)r->cpu_ns / 1e6 * 1024.0 / (TOTAL_BYTES >> 20));
 	if (wire_ratio)
 		*wire_ratio = (double)t.st.bytes_in / (double)t.st.bytes_out;
 	if (!t.dead)
@@ -513,18 +517,25 @@ int main(int argc, char **argv)
 	snprintf(ckey, sizeof(ckey), "%s/client.key", dir);
 	ctls.key = ckey;
 
-	/* Profiling aid: BENCH_ONLY=tcp|tls|raw runs that one alone, 5 times. */
+	/* Profiling aid: BENCH_ONLY=a,b,... (raw, tcp, tls, tls-openssl: TLS
+	 * with OpenSSL's record layer) runs those alone, interleaved, 5 times. */
 	if (getenv("BENCH_ONLY")) {
-		const char *only = getenv("BENCH_ONLY");
+		char modes[128], *save = NULL;
+		struct net_config sossl = stls, cossl = ctls;
 
+		sossl.tls_openssl_records = cossl.tls_openssl_records = true;
 		fill_pages(mem, MEM_PAGES, 0);
 		for (int i = 0; i < 5; i++) {
-			double v = !strcmp(only, "raw") ? raw_blast(mem) :
-				   run_stream(!strcmp(only, "tls") ? &stls : &tcp,
-					      !strcmp(only, "tls") ? &ctls : &tcp, mem,
-					      PROTO_PAGE_NO_COMPRESS, NULL);
+			snprintf(modes, sizeof(modes), "%s", getenv("BENCH_ONLY"));
+			for (char *m = strtok_r(modes, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+				bool tls = !strcmp(m, "tls"), ossl = !strcmp(m, "tls-openssl");
+				double v = !strcmp(m, "raw") ? raw_blast(mem) :
+					   run_stream(tls ? &stls : ossl ? &sossl : &tcp,
+						      tls ? &ctls : ossl ? &cossl : &tcp, mem,
+						      PROTO_PAGE_NO_COMPRESS, NULL);
 
-			printf("%s %.0f MiB/s\n", only, v);
+				printf("%-12s %6.0f MiB/s\n", m, v);
+			}
 		}
 		return 0;
 	}

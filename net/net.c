@@ -209,6 +209,11 @@ const char *net_peer_name(const struct net_conn *c)
 	return c->peer;
 }
 
+const char *net_security(const struct net_conn *c)
+{
+	return c->t->describe ? c->t->describe(c->tp) : c->t->name;
+}
+
 /* Sends are queued, a close is asked for, or the connection came up. */
 static void conn_kick(struct net_conn *c)
 {

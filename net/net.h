@@ -78,6 +78,13 @@ struct net_config {
 	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */
 	const char *rdma_provider;
 	int sockbuf_bytes;           /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
+	/* TLS 1.3 suites in OpenSSL's syntax, the server's order deciding;
+	 * NULL: AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305. */
+	const char *tls_suites;
+	/* TLS: leave the records after the handshake to OpenSSL instead of
+	 * net's own record layer (the bytes on the wire are the same; for
+	 * tests and comparisons). */
+	bool tls_openssl_records;
 	/* Deadline of a connection's setup, from connect() or accept() until
 	 * it is up (TCP connect, TLS handshake, RDMA setup); 0: 5000 ms. Past
 	 * it the connection fails with -ETIMEDOUT (logged): closed() for
@@ -150,6 +157,10 @@ size_t net_unsent_bytes(const struct net_conn *c);
 size_t net_rx_pending(const struct net_conn *c);
 /* "HOST:PORT" of the peer, for log lines. */
 const char *net_peer_name(const struct net_conn *c);
+/* What protects the bytes, for log lines and tests: "tcp", "rdma", or for
+ * TLS the suite and whose record layer runs ("TLS 1.3
+ * TLS_AES_128_GCM_SHA256, records by net"; "... by OpenSSL"). */
+const char *net_security(const struct net_conn *c);
 /* Closes at once: unsent data is dropped without sent() callbacks (the
  * caller owns its buffers again on return), closed() is not called. */
 void net_close(struct net_conn *c);
