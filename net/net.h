@@ -36,14 +36,18 @@
  *    The receiver copies bytes out of its ring before recv() (into
  *    recv_buf's buffer when given): the peer can write the ring at any
  *    time, so nothing is ever parsed in place there.
- *  - TLS: segments of 16 KiB or more are encrypted straight from the
- *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
- *    ones are gathered into a 64 KiB staging buffer first (sent() fires
+ *  - TLS: records are sealed by net itself (net/tls_record.c) straight
+ *    from the caller's buffers, a record spanning segments as needed;
+ *    sent() fires once the last byte is sealed. With tls_openssl_records
+ *    (or if net's record layer cannot take over after the handshake),
+ *    OpenSSL's record layer: segments of 16 KiB or more are encrypted
+ *    from the caller's buffer (sent() once OpenSSL has taken them),
+ *    smaller ones gathered into a 64 KiB staging buffer first (sent()
  *    once copied). Cipher preference: AES-128-GCM (AES-NI), then the rest.
  * net_queued_bytes() counts bytes of net_send()s not yet released (TCP:
- * taken by the kernel; TLS: taken by OpenSSL, after which up to 256 KiB of
- * records wait in net's own output buffer; RDMA: writes completed): the
- * layer above uses it for backpressure.
+ * taken by the kernel; TLS: sealed, or taken by OpenSSL, after which up to
+ * 256 KiB of records wait in net's own output buffer; RDMA: writes
+ * completed): the layer above uses it for backpressure.
  *
  * Callbacks run on the loop's thread. From inside any callback the caller
  * may call net_send() and net_close() on the same connection.

@@ -1,6 +1,8 @@
 /* TLS 1.3 (NET_TLS) over the connection's TCP socket: contexts, the
  * handshake, and reading and writing through OpenSSL with as few copies and
- * syscalls as it allows. The only code in net/ that calls OpenSSL. See
+ * syscalls as it allows; once the handshake is done, the records are
+ * net's own (net/tls_record.c, this file's helper). With it, the only code
+ * in net/ that calls OpenSSL. See
  * net/net.h for the public contract and net/conn.h for the transport one. */
 #include "net/conn.h"
 #include "net/tls_record.h"
