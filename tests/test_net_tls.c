@@ -11,6 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ev.h>
+#include <openssl/ssl.h>
 
 #include "net_harness.h"
 #include "net/tls_record.h"
@@ -164,12 +172,91 @@ static void test_records(void **state)
 	assert_int_equal(tls_rec_length(rec, 5), -EPROTO);
 }
 
+/* A client of OpenSSL's own on a plain socket, after its handshake with a
+ * net/ server; the caller then misbehaves on ssl or on fd. */
+static SSL *raw_client(struct ev_loop *loop, int port, SSL_CTX *ctx, int *fd)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	SSL *ssl;
+	int r = 0;
+
+	*fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(*fd >= 0);
+	assert_int_equal(connect(*fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(fcntl(*fd, F_SETFL, O_NONBLOCK), 0);
+	ssl = SSL_new(ctx);
+	assert_non_null(ssl);
+	SSL_set_fd(ssl, *fd);
+	for (int i = 0; i < 1000 && (r = SSL_connect(ssl)) != 1; i++)
+		nt_run_for(loop, 5);
+	assert_int_equal(r, 1);
+	return ssl;
+}
+
+/* After the handshake, records that net's record layer must refuse: bytes
+ * that are no record, a record that fails authentication, a key update (a
+ * post-handshake message it does not support): the link fails with
+ * -EPROTO, what came before them delivered. close_notify: a clean close. */
+static void test_bad_records(void **state)
+{
+	struct net_config s = nt_tls_cfg("server.pem", "server.key", "ca.pem");
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_listener *l;
+
+	(void)state;
+	assert_non_null(ctx);
+	assert_int_equal(SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION), 1);
+	assert_int_equal(SSL_CTX_use_certificate_chain_file(ctx, nt_cert("client.pem")), 1);
+	assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, nt_cert("client.key"), SSL_FILETYPE_PEM), 1);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+	for (int kind = 0; kind < 4; kind++) {
+		struct nt_peer srv = { 0 };
+		uint8_t junk[37] = { 23, 3, 3, 0, 32 };
+		SSL *ssl;
+		int fd;
+
+		proto_buf_init(&srv.rx);
+		assert_int_equal(net_listen(loop, &s, "127.0.0.1:0", nt_on_accept, &srv, &l), 0);
+		ssl = raw_client(loop, net_listener_port(l), ctx, &fd);
+		nt_run_until(loop, &srv.accepted, 5000);
+		assert_int_equal(srv.accepted, 1);
+		assert_non_null(strstr(net_security(srv.conn), "records by net"));
+		assert_int_equal(SSL_write(ssl, "ok", 2), 2);
+		if (kind == 0) {            /* a record whose tag does not match */
+			for (int i = 5; i < 37; i++)
+				junk[i] = (uint8_t)nt_rnd();
+			assert_int_equal(write(fd, junk, sizeof(junk)), sizeof(junk));
+		} else if (kind == 1) {     /* a plaintext handshake record */
+			assert_int_equal(write(fd, "\x16\x03\x03\x00\x05hello", 10), 10);
+		} else if (kind == 2) {     /* KeyUpdate */
+			assert_int_equal(SSL_key_update(ssl, SSL_KEY_UPDATE_NOT_REQUESTED), 1);
+			assert_int_equal(SSL_write(ssl, "no", 2), 2);
+		} else {
+			(void)SSL_shutdown(ssl);
+		}
+		nt_run_until(loop, &srv.closed, 5000);
+		assert_int_equal(srv.closed, 1);
+		assert_int_equal(srv.close_reason, kind < 3 ? -EPROTO : 0);
+		assert_int_equal(srv.rx.len, 2);
+		assert_memory_equal(srv.rx.data, "ok", 2);
+		SSL_free(ssl);
+		close(fd);
+		net_listener_close(l);
+		proto_buf_fini(&srv.rx);
+	}
+	SSL_CTX_free(ctx);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_records),
 		cmocka_unit_test(test_suites),
 		cmocka_unit_test(test_interop),
+		cmocka_unit_test(test_bad_records),
 	};
 
 	return cmocka_run_group_tests(tests, nt_setup, nt_teardown);
