@@ -89,6 +89,9 @@ struct net_config {
 	 * net's own record layer (the bytes on the wire are the same; for
 	 * tests and comparisons). */
 	bool tls_openssl_records;
+	/* TLS, net's record layer: records sealed with one key before a key
+	 * update; 0: 2^24 (~256 GiB; AES-GCM's margin is 2^24.5). */
+	size_t tls_update_records;
 	/* Deadline of a connection's setup, from connect() or accept() until
 	 * it is up (TCP connect, TLS handshake, RDMA setup); 0: 5000 ms. Past
 	 * it the connection fails with -ETIMEDOUT (logged): closed() for

@@ -29,6 +29,7 @@
 #define IBUF_BYTES (512 * 1024)      /* records read ahead by net's own record layer */
 #define REC_READS_PER_EVENT 16
 #define SECRET_MAX 48
+#define REC_ROOM (TLS_REC_SEALED_MAX + 64) /* a record, and a key update before it */
 
 struct tls_conn {
 	struct net_conn *c;
@@ -49,6 +50,7 @@ struct tls_conn {
 	uint8_t *scratch;             /* a record opened where the consumer has no room */
 	uint8_t csec[SECRET_MAX], ssec[SECRET_MAX]; /* traffic secrets, until keys are made */
 	size_t csec_len, ssec_len;
+	bool ku_owed;                 /* the peer asked for a key update */
 	char desc[96];                /* the suite and whose record layer */
 };
 
@@ -92,34 +94,11 @@ static int verify_role(int ok, X509_STORE_CTX *sctx)
 static void keylog(const SSL *ssl, const char *line)
 {
 	struct tls_conn *t = SSL_get_app_data(ssl);
-	const char *hex = strrchr(line, ' ');
-	uint8_t *dst;
-	size_t *dlen, n;
 
-	if (!t || !hex)
-		return;
-	if (!strncmp(line, "CLIENT_TRAFFIC_SECRET_0 ", 24)) {
-		dst = t->csec;
-		dlen = &t->csec_len;
-	} else if (!strncmp(line, "SERVER_TRAFFIC_SECRET_0 ", 24)) {
-		dst = t->ssec;
-		dlen = &t->ssec_len;
-	} else {
-		return;
-	}
-	hex++;
-	n = strlen(hex);
-	*dlen = 0;
-	if (n % 2 || n / 2 > SECRET_MAX)
-		return;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v;
-
-		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-			return;
-		dst[i] = (uint8_t)v;
-	}
-	*dlen = n / 2;
+	if (t && !strncmp(line, "CLIENT_TRAFFIC_SECRET_0 ", 24))
+		t->csec_len = tls_rec_secret_from_hex(strrchr(line, ' '), t->csec, SECRET_MAX);
+	else if (t && !strncmp(line, "SERVER_TRAFFIC_SECRET_0 ", 24))
+		t->ssec_len = tls_rec_secret_from_hex(strrchr(line, ' '), t->ssec, SECRET_MAX);
 }
 
 /* TLS 1.3 only; both sides present a certificate and verify the peer's
@@ -175,6 +154,9 @@ static SSL_CTX *ctx_new(const struct net_config *cfg, bool server)
 		SSL_CTX_set_read_ahead(ctx, 1);
 	}
 	SSL_CTX_set_default_read_buffer_len(ctx, TLS_READ_AHEAD_BYTES);
+	/* The one number net's record layer takes from the config, kept as
+	 * the context's app data (a value, not a pointer). */
+	SSL_CTX_set_app_data(ctx, (void *)(uintptr_t)cfg->tls_update_records);
 	return ctx;
 
 err_ctx:
@@ -515,6 +497,25 @@ static int tls_flush(void *priv)
  * opened straight into the consumer's buffer when it has room for the
  * record (else into scratch, and handed up from there). */
 
+/* A KeyUpdate (update_not_requested) sealed with the old key, then the
+ * write key moves on (RFC 8446 4.6.3). wout has room. 0 or -errno. */
+static int send_key_update(struct tls_conn *t)
+{
+	uint8_t msg[5] = { TLS_REC_KEY_UPDATE, 0, 0, 1, 0 };
+	long n = tls_rec_seal(t->rec, TLS_REC_HANDSHAKE, &(struct iovec){ msg, sizeof(msg) }, 1,
+			      t->wout + t->wlen);
+	int r;
+
+	if (n < 0 || (r = tls_rec_update(t->rec, true))) {
+		r = n < 0 ? (int)n : r;
+		log_error(TAG, "TLS key update to %s: %s", net_peer_name(t->c), strerror(-r));
+		return r;
+	}
+	t->wlen += (size_t)n;
+	t->ku_owed = false;
+	return 0;
+}
+
 /* Seals the queue into records in wout and writes wout out: 0 when all is
  * written, -EAGAIN, or a fatal -errno. A send completes once its last byte
  * is sealed. */
@@ -526,10 +527,12 @@ static int rec_flush(struct tls_conn *t)
 	int cnt, k, r;
 
 	for (;;) {
-		if (WOUT_BYTES - t->wlen < TLS_REC_SEALED_MAX && (r = wout_flush(t)))
+		if (WOUT_BYTES - t->wlen < REC_ROOM && (r = wout_flush(t)))
 			return r;
 		if (net_conn_dead(t->c))
 			return 0;
+		if (t->ku_owed && (r = send_key_update(t)))
+			return r;
 		cnt = net_queue_iov(t->c, iov, 64);
 		if (!cnt)
 			return wout_flush(t);
@@ -541,6 +544,8 @@ static int rec_flush(struct tls_conn *t)
 			rio[k] = (struct iovec){ iov[k].iov_base, take };
 			total += take;
 		}
+		if (total && tls_rec_update_due(t->rec) && (r = send_key_update(t)))
+			return r;
 		if (total) {
 			n = tls_rec_seal(t->rec, TLS_REC_DATA, rio, k, t->wout + t->wlen);
 			if (n < 0) {
@@ -554,18 +559,28 @@ static int rec_flush(struct tls_conn *t)
 	}
 }
 
-/* What the peer's record says beyond data: 1 for close_notify (a clean
+/* What the peer's record says beyond data: 0 for a key update (the read
+ * key moves on; one is owed back if asked for), 1 for close_notify (a clean
  * end), else -EPROTO, logged. */
 static int rec_control(struct tls_conn *t, uint8_t type, const uint8_t *p, size_t len)
 {
+	if (type == TLS_REC_HANDSHAKE && len == 5 && p[0] == TLS_REC_KEY_UPDATE && !p[1] &&
+	    !p[2] && p[3] == 1 && p[4] <= 1) {
+		if (tls_rec_update(t->rec, false)) {
+			log_error(TAG, "TLS key update from %s failed", net_peer_name(t->c));
+			return -EPROTO;
+		}
+		t->ku_owed |= p[4] == 1;
+		return 0;
+	}
 	if (type == TLS_REC_ALERT && len == 2 && p[1] == 0)
 		return 1;
 	if (type == TLS_REC_ALERT && len == 2)
 		log_error(TAG, "TLS alert from %s: %s", net_peer_name(t->c),
 			  SSL_alert_desc_string_long(p[1]));
 	else if (type == TLS_REC_HANDSHAKE)
-		log_error(TAG, "TLS from %s: post-handshake message (key update or ticket) not "
-			  "supported", net_peer_name(t->c));
+		log_error(TAG, "TLS from %s: post-handshake message %u not supported",
+			  net_peer_name(t->c), len ? p[0] : 0);
 	else
 		log_error(TAG, "TLS from %s: unexpected record (type %u, %zu bytes)",
 			  net_peer_name(t->c), type, len);
@@ -600,8 +615,11 @@ static int rec_open_all(struct tls_conn *t)
 			return -EPROTO;
 		}
 		t->ioff += (size_t)rlen;
-		if (type != TLS_REC_DATA)
-			return rec_control(t, type, dst, len);
+		if (type != TLS_REC_DATA) {
+			if ((r = rec_control(t, type, dst, len)))
+				return r;
+			continue;
+		}
 		if (len)
 			net_conn_deliver(c, dst, len);
 	}
@@ -644,6 +662,8 @@ static void rec_read(struct tls_conn *t)
 			net_conn_fail(c, r > 0 ? 0 : r);
 			return;
 		}
+		if (t->ku_owed)
+			net_conn_watch_write(c, true);
 		if ((size_t)n < space)
 			return;
 	}
@@ -665,6 +685,9 @@ static void records_start(struct tls_conn *t)
 		if (!r)
 			r = tls_rec_new(id, t->server ? t->ssec : t->csec,
 					t->server ? t->csec : t->ssec, t->csec_len, &t->rec);
+		if (!r)
+			tls_rec_set_update_after(t->rec, (uintptr_t)SSL_CTX_get_app_data(
+							 SSL_get_SSL_CTX(t->ssl)));
 		if (r)
 			log_warn(TAG, "TLS with %s: records left to OpenSSL: %s",
 				 net_peer_name(t->c), strerror(-r));

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,16 +16,23 @@
 
 #define IV_BYTES 12
 #define SECRET_MAX 48
+#define TLS_REC_UPDATE_AFTER (1ull << 24)
 
 struct tls_dir {
 	EVP_CIPHER_CTX *ctx;          /* key set once; the nonce per record */
 	uint8_t iv[IV_BYTES];
 	uint64_t seq;
 	bool spent;                   /* seq wrapped: these keys are used up */
+	bool enc;
+	uint8_t secret[SECRET_MAX];   /* this direction's traffic secret, for updates */
 };
 
 struct tls_rec {
 	struct tls_dir w, r;
+	const EVP_CIPHER *cipher;
+	const char *md;
+	size_t secret_len;
+	uint64_t update_after;        /* records sealed with one key before an update */
 };
 
 /* HKDF-Expand-Label(secret, label, "", len) (RFC 8446 7.1). */
@@ -60,31 +68,84 @@ out:
 	return r;
 }
 
-static int dir_init(struct tls_dir *d, const EVP_CIPHER *cipher, const char *md,
-		    const uint8_t *secret, size_t secret_len, bool enc)
+/* Keys and IV of direction d from its secret (RFC 8446 7.3); sequence 0. */
+static int dir_keys(struct tls_rec *rec, struct tls_dir *d)
 {
 	uint8_t key[32];
-	int klen = EVP_CIPHER_get_key_length(cipher), r;
+	int klen = EVP_CIPHER_get_key_length(rec->cipher), r;
 
 	if (klen <= 0 || (size_t)klen > sizeof(key))
 		return -ENOTSUP;
-	r = expand_label(md, secret, secret_len, "key", key, (size_t)klen);
+	r = expand_label(rec->md, d->secret, rec->secret_len, "key", key, (size_t)klen);
 	if (!r)
-		r = expand_label(md, secret, secret_len, "iv", d->iv, IV_BYTES);
+		r = expand_label(rec->md, d->secret, rec->secret_len, "iv", d->iv, IV_BYTES);
 	if (r)
 		goto out;
-	d->ctx = EVP_CIPHER_CTX_new();
-	if (!d->ctx) {
+	if (!d->ctx && !(d->ctx = EVP_CIPHER_CTX_new())) {
 		r = -ENOMEM;
 		goto out;
 	}
-	if (EVP_CipherInit_ex(d->ctx, cipher, NULL, NULL, NULL, enc) != 1 ||
+	if (EVP_CipherInit_ex(d->ctx, rec->cipher, NULL, NULL, NULL, d->enc) != 1 ||
 	    EVP_CIPHER_CTX_ctrl(d->ctx, EVP_CTRL_AEAD_SET_IVLEN, IV_BYTES, NULL) != 1 ||
-	    EVP_CipherInit_ex(d->ctx, NULL, NULL, key, NULL, enc) != 1)
+	    EVP_CipherInit_ex(d->ctx, NULL, NULL, key, NULL, d->enc) != 1)
 		r = -EINVAL;
+	d->seq = 0;
+	d->spent = false;
 out:
 	OPENSSL_cleanse(key, sizeof(key));
 	return r;
+}
+
+static int dir_init(struct tls_rec *rec, struct tls_dir *d, const uint8_t *secret, bool enc)
+{
+	memcpy(d->secret, secret, rec->secret_len);
+	d->enc = enc;
+	return dir_keys(rec, d);
+}
+
+/* RFC 8446 7.2: application_traffic_secret_N+1 = HKDF-Expand-Label(
+ * application_traffic_secret_N, "traffic upd", "", Hash.length). */
+int tls_rec_update(struct tls_rec *r, bool write)
+{
+	struct tls_dir *d = write ? &r->w : &r->r;
+	uint8_t next[SECRET_MAX];
+	int e = expand_label(r->md, d->secret, r->secret_len, "traffic upd", next, r->secret_len);
+
+	if (!e) {
+		memcpy(d->secret, next, r->secret_len);
+		e = dir_keys(r, d);
+	}
+	OPENSSL_cleanse(next, sizeof(next));
+	return e;
+}
+
+bool tls_rec_update_due(const struct tls_rec *r)
+{
+	return r->w.seq >= r->update_after;
+}
+
+void tls_rec_set_update_after(struct tls_rec *r, uint64_t records)
+{
+	r->update_after = records ? records : TLS_REC_UPDATE_AFTER;
+}
+
+size_t tls_rec_secret_from_hex(const char *hex, uint8_t *out, size_t max)
+{
+	size_t n;
+
+	if (!hex || *hex++ != ' ')
+		return 0;
+	n = strlen(hex);
+	if (!n || n % 2 || n / 2 > max)
+		return 0;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return 0;
+		out[i] = (uint8_t)v;
+	}
+	return n / 2;
 }
 
 int tls_rec_new(unsigned suite_id, const uint8_t *wsecret, const uint8_t *rsecret,
@@ -109,9 +170,13 @@ int tls_rec_new(unsigned suite_id, const uint8_t *wsecret, const uint8_t *rsecre
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	e = dir_init(&r->w, cipher, md, wsecret, secret_len, true);
+	r->cipher = cipher;
+	r->md = md;
+	r->secret_len = secret_len;
+	r->update_after = TLS_REC_UPDATE_AFTER;
+	e = dir_init(r, &r->w, wsecret, true);
 	if (!e)
-		e = dir_init(&r->r, cipher, md, rsecret, secret_len, false);
+		e = dir_init(r, &r->r, rsecret, false);
 	if (e) {
 		tls_rec_free(r);
 		return e;

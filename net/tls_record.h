@@ -10,6 +10,7 @@
 #ifndef US_NET_TLS_RECORD_H
 #define US_NET_TLS_RECORD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -24,6 +25,7 @@
 #define TLS_REC_SEALED_MAX (TLS_REC_HDR + TLS_REC_PLAIN_MAX + 1 + TLS_REC_TAG)
 
 #define TLS_REC_ALERT 21
+#define TLS_REC_KEY_UPDATE 24   /* handshake message type */
 #define TLS_REC_HANDSHAKE 22
 #define TLS_REC_DATA 23
 
@@ -37,6 +39,20 @@ struct tls_rec;
 int tls_rec_new(unsigned suite_id, const uint8_t *wsecret, const uint8_t *rsecret,
 		size_t secret_len, struct tls_rec **out) US_MUST_CHECK;
 void tls_rec_free(struct tls_rec *r);
+
+/* The secret at the end of a key log line (" <hex>"): its length in out,
+ * or 0 if it is not hex of at most max bytes. */
+size_t tls_rec_secret_from_hex(const char *hex, uint8_t *out, size_t max);
+
+/* Key updates (RFC 8446 4.6.3, 7.2): AES-GCM keys should protect at most
+ * 2^24.5 records (5.5), ~380 GiB of full records, hours of a busy
+ * checkpoint stream. tls_rec_update_due() says the write key has sealed
+ * 2^24 records (or what tls_rec_set_update_after() said, 0: that default):
+ * the caller seals a KeyUpdate with it, then tls_rec_update(r, true). On a
+ * KeyUpdate from the peer, tls_rec_update(r, false). 0 or -errno. */
+bool tls_rec_update_due(const struct tls_rec *r);
+void tls_rec_set_update_after(struct tls_rec *r, uint64_t records);
+int tls_rec_update(struct tls_rec *r, bool write) US_MUST_CHECK;
 
 /* Seals type and the content iov[0..cnt) (at most TLS_REC_PLAIN_MAX bytes
  * in all) as one record at out, which has room for TLS_REC_SEALED_MAX

@@ -82,6 +82,9 @@ static void test_interop(void **state)
 
 	(void)state;
 	s.sockbuf_bytes = c.sockbuf_bytes = 64 * 1024;
+	/* A key update every 100 records (~1.6 MiB): OpenSSL's layer reads
+	 * net's updates, net's reads its own. */
+	s.tls_update_records = c.tls_update_records = 100;
 	c.tls_openssl_records = true;
 	check_link(&s, &c, "records by net", "records by OpenSSL");
 	nt_transfer(&s, &c, PROTO_PAGE_NO_COMPRESS, 0, true, "tls OpenSSL -> net records");
@@ -161,6 +164,34 @@ static void test_records(void **state)
 			tls_rec_free(b);
 		}
 	}
+	/* Key updates: due after the set number of records; the record after
+	 * an update opens only once the reader has updated too. */
+	for (int k = 0; k < 3; k++) {
+		size_t slen = suites[k] == 0x1302 ? 48 : 32;
+		struct tls_rec *c;
+
+		assert_int_equal(tls_rec_new(suites[k], secret, secret, slen, &a), 0);
+		assert_int_equal(tls_rec_new(suites[k], secret, secret, slen, &b), 0);
+		assert_int_equal(tls_rec_new(suites[k], secret, secret, slen, &c), 0);
+		tls_rec_set_update_after(a, 2);
+		for (int i = 0; i < 2; i++) {
+			assert_false(tls_rec_update_due(a));
+			n = tls_rec_seal(a, TLS_REC_DATA, &(struct iovec){ msg, 10 }, 1, rec);
+			assert_int_equal(tls_rec_open(b, rec, (size_t)n, out, &type, &len), 0);
+			assert_int_equal(tls_rec_open(c, rec, (size_t)n, out, &type, &len), 0);
+		}
+		assert_true(tls_rec_update_due(a));
+		assert_int_equal(tls_rec_update(a, true), 0);
+		assert_false(tls_rec_update_due(a));
+		assert_int_equal(tls_rec_update(b, false), 0);
+		n = tls_rec_seal(a, TLS_REC_DATA, &(struct iovec){ msg, 10 }, 1, rec);
+		assert_int_equal(tls_rec_open(b, rec, (size_t)n, out, &type, &len), 0);
+		assert_memory_equal(out, msg, 10);
+		assert_int_equal(tls_rec_open(c, rec, (size_t)n, out, &type, &len), -EBADMSG);
+		tls_rec_free(a);
+		tls_rec_free(b);
+		tls_rec_free(c);
+	}
 	/* Headers no TLS 1.3 peer sends after its handshake. */
 	memcpy(rec, (uint8_t[]){ 22, 3, 3, 0, 40 }, 5);     /* plaintext handshake */
 	assert_int_equal(tls_rec_length(rec, 5), -EPROTO);
@@ -195,9 +226,10 @@ static SSL *raw_client(struct ev_loop *loop, int port, SSL_CTX *ctx, int *fd)
 }
 
 /* After the handshake, records that net's record layer must refuse: bytes
- * that are no record, a record that fails authentication, a key update (a
- * post-handshake message it does not support): the link fails with
- * -EPROTO, what came before them delivered. close_notify: a clean close. */
+ * that are no record, a record that fails authentication, a handshake
+ * message other than a key update: the link fails with -EPROTO, what came
+ * before them delivered. Key updates from OpenSSL (one asking for ours
+ * back) keep the link; close_notify closes it cleanly. */
 static void test_bad_records(void **state)
 {
 	struct net_config s = nt_tls_cfg("server.pem", "server.key", "ca.pem");
@@ -211,7 +243,7 @@ static void test_bad_records(void **state)
 	assert_int_equal(SSL_CTX_use_certificate_chain_file(ctx, nt_cert("client.pem")), 1);
 	assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, nt_cert("client.key"), SSL_FILETYPE_PEM), 1);
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
-	for (int kind = 0; kind < 4; kind++) {
+	for (int kind = 0; kind < 5; kind++) {
 		struct nt_peer srv = { 0 };
 		uint8_t junk[37] = { 23, 3, 3, 0, 32 };
 		SSL *ssl;
@@ -230,17 +262,38 @@ static void test_bad_records(void **state)
 			assert_int_equal(write(fd, junk, sizeof(junk)), sizeof(junk));
 		} else if (kind == 1) {     /* a plaintext handshake record */
 			assert_int_equal(write(fd, "\x16\x03\x03\x00\x05hello", 10), 10);
-		} else if (kind == 2) {     /* KeyUpdate */
+		} else if (kind == 2) {     /* a key update, then data under the new key */
 			assert_int_equal(SSL_key_update(ssl, SSL_KEY_UPDATE_NOT_REQUESTED), 1);
 			assert_int_equal(SSL_write(ssl, "no", 2), 2);
+			nt_run_for(loop, 50);
+			assert_int_equal(srv.closed, 0);
+			(void)SSL_shutdown(ssl);
+		} else if (kind == 3) {     /* key updates both ways, then data both ways */
+			char buf[8];
+			int n = -1;
+
+			assert_int_equal(SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+			assert_int_equal(SSL_write(ssl, "no", 2), 2);
+			for (int i = 0; i < 100 && srv.rx.len < 4; i++)
+				nt_run_for(loop, 10);
+			assert_int_equal(srv.rx.len, 4);
+			assert_int_equal(net_send(srv.conn, &(struct iovec){ "hi", 2 }, 1, NULL), 0);
+			for (int i = 0; i < 200 && n <= 0; i++) {
+				nt_run_for(loop, 5);
+				n = SSL_read(ssl, buf, sizeof(buf));
+			}
+			assert_int_equal(n, 2);
+			assert_memory_equal(buf, "hi", 2);
+			assert_int_equal(srv.closed, 0);
+			(void)SSL_shutdown(ssl);
 		} else {
 			(void)SSL_shutdown(ssl);
 		}
 		nt_run_until(loop, &srv.closed, 5000);
 		assert_int_equal(srv.closed, 1);
-		assert_int_equal(srv.close_reason, kind < 3 ? -EPROTO : 0);
-		assert_int_equal(srv.rx.len, 2);
-		assert_memory_equal(srv.rx.data, "ok", 2);
+		assert_int_equal(srv.close_reason, kind < 2 ? -EPROTO : 0);
+		assert_int_equal(srv.rx.len, kind >= 2 && kind <= 3 ? 4 : 2);
+		assert_memory_equal(srv.rx.data, kind >= 2 && kind <= 3 ? "okno" : "ok", srv.rx.len);
 		SSL_free(ssl);
 		close(fd);
 		net_listener_close(l);
