@@ -688,10 +688,10 @@ static void records_start(struct tls_conn *t)
 		if (!r)
 			tls_rec_set_update_after(t->rec, (uintptr_t)SSL_CTX_get_app_data(
 							 SSL_get_SSL_CTX(t->ssl)));
-		if (r)
-			log_warn(TAG, "TLS with %s: records left to OpenSSL: %s",
-				 net_peer_name(t->c), strerror(-r));
 	}
+	if (t->own_records && r)
+		log_warn(TAG, "TLS with %s: records left to OpenSSL: %s", net_peer_name(t->c),
+			 strerror(-r));
 	OPENSSL_cleanse(t->csec, sizeof(t->csec));
 	OPENSSL_cleanse(t->ssec, sizeof(t->ssec));
 	t->csec_len = t->ssec_len = 0;
