@@ -181,7 +181,7 @@ static const char migrate_help[] =
 	"destination takes over at once. The source then exits 0. When the prediction does\n"
 	"not fit for 8 epochs in a row the guest is throttled (auto-converge: kept paused\n"
 	"after each capture for 20 % of the epoch, +10 % a step, at most 99 %; shown as\n"
-	"throttle), unless --no-auto-converge. Progress once a second\n"
+	"throttle), unless --no-auto-converge. Progress once a second, with a bar\n"
 	"(--json: one JSON object per line, then a summary object). Ctrl-C or --max-time\n"
 	"(default 300 s) before the hand-over cancels: the VM runs on at the source and the\n"
 	"destination drops what it got. Once the guest is paused for the hand-over the\n"
