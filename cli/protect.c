@@ -181,7 +181,7 @@ static const char migrate_help[] =
 	"destination takes over at once. The source then exits 0. When the prediction does\n"
 	"not fit for 8 epochs in a row the guest is throttled (auto-converge: kept paused\n"
 	"after each capture for 20 % of the epoch, +10 % a step, at most 99 %; shown as\n"
-	"throttle), unless --no-auto-converge. Progress once a second\n"
+	"throttle), unless --no-auto-converge. Progress once a second, with a bar\n"
 	"(--json: one JSON object per line, then a summary object). Ctrl-C or --max-time\n"
 	"(default 300 s) before the hand-over cancels: the VM runs on at the source and the\n"
 	"destination drops what it got. Once the guest is paused for the hand-over the\n"
@@ -357,10 +357,18 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			/* total: what left so far plus what is still to go (before
 			 * encoding: zero pages and deltas send less) */
 			double total = bytes + json_num(reply, "left_bytes");
+			double frac = total > 0 ? bytes / total : 0.0;
+			char bar[21];
 
-			fprintf(stderr, "\r%-12s round %-6.0f %8.1f / %.1f MiB %3.0f %%  %6.1f MiB/s  dirty "
-				"%6.1f MiB/s  predicted %6.2f ms  throttle %2.0f %%  %.0f s ", state, epoch,
-				bytes / 1048576.0, total / 1048576.0, total > 0 ? 100.0 * bytes / total : 0.0,
+			/* [#####...............]: what has left of what there is to send */
+			for (int i = 0; i < 20; i++)
+				bar[i] = i < (int)(frac * 20 + 0.5) ? '#' : '.';
+			bar[20] = 0;
+			/* On a terminal the line redraws itself; in a log, a line a second. */
+			fprintf(stderr, "%s%-12s [%s] round %-6.0f %8.1f / %.1f MiB %3.0f %%  %6.1f MiB/s  "
+				"dirty %6.1f MiB/s  predicted %6.2f ms  throttle %2.0f %%  %.0f s ",
+				isatty(STDERR_FILENO) ? "\r" : "\n", state, bar,
+				epoch, bytes / 1048576.0, total / 1048576.0, 100.0 * frac,
 				bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
 				json_num(reply, "throttle_pct"), now - t0);
 			last_print = now;

@@ -359,10 +359,21 @@ static int handle_exit(struct machine_vcpu *vc)
 	case KVM_EXIT_SHUTDOWN:
 		log_error(TAG, "vCPU %d: guest shut down (triple fault)", vc->kvm.index);
 		break;
-	case KVM_EXIT_INTERNAL_ERROR:
-		log_error(TAG, "vCPU %d: KVM internal error, suberror %u", vc->kvm.index,
-			  run->internal.suberror);
+	case KVM_EXIT_INTERNAL_ERROR: {
+		struct kvm_regs regs = { 0 };
+		struct kvm_sregs sregs = { 0 };
+
+		/* Where the guest was: enough to tell a guest's bug from KVM's. */
+		if (kvm_vcpu_get_regs(&vc->kvm, &regs) < 0 || kvm_vcpu_get_sregs(&vc->kvm, &sregs) < 0)
+			regs.rip = sregs.cs.selector = 0;
+		log_error(TAG, "vCPU %d: KVM internal error, suberror %u (data %u: %llx %llx %llx %llx) "
+			  "at rip 0x%llx cs 0x%x", vc->kvm.index, run->internal.suberror,
+			  run->internal.ndata, (unsigned long long)run->internal.data[0],
+			  (unsigned long long)run->internal.data[1], (unsigned long long)run->internal.data[2],
+			  (unsigned long long)run->internal.data[3], (unsigned long long)regs.rip,
+			  sregs.cs.selector);
 		break;
+	}
 	case KVM_EXIT_FAIL_ENTRY:
 		log_error(TAG, "vCPU %d: entry failed, reason 0x%llx", vc->kvm.index,
 			  (unsigned long long)run->fail_entry.hardware_entry_failure_reason);

@@ -62,6 +62,8 @@ struct net_transport_ops {
 	/* Optional: a best-effort goodbye before a clean close (TLS
 	 * close_notify, RDMA's completed byte count). */
 	void (*shutdown)(void *priv);
+	/* Optional: what protects the bytes, for net_security(). */
+	const char *(*describe)(const void *priv);
 };
 
 /* Named only by net/open.c, which picks one for a config. */

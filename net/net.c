@@ -20,6 +20,10 @@
 
 #define TAG "net"
 #define RBUF_BYTES (256 * 1024)
+/* Read into net's buffer while a consumer that reads in place has no
+ * buffer to offer (between its frames): little, so that the next frame's
+ * body lands in the consumer's buffer rather than being copied there. */
+#define RBUF_BETWEEN_BYTES (16 * 1024)
 
 struct seg {
 	const uint8_t *base;
@@ -207,6 +211,11 @@ size_t net_rx_pending(const struct net_conn *c)
 const char *net_peer_name(const struct net_conn *c)
 {
 	return c->peer;
+}
+
+const char *net_security(const struct net_conn *c)
+{
+	return c->t->describe ? c->t->describe(c->tp) : c->t->name;
 }
 
 /* Sends are queued, a close is asked for, or the connection came up. */
@@ -397,7 +406,7 @@ uint8_t *net_conn_rbuf(struct net_conn *c, size_t *cap)
 		buf = c->ops->recv_buf(c, &len, c->ctx);
 	if (!buf || !len) {
 		buf = c->rbuf;
-		len = RBUF_BYTES;
+		len = c->ops && c->ops->recv_buf ? RBUF_BETWEEN_BYTES : RBUF_BYTES;
 	}
 	*cap = len < INT_MAX ? len : INT_MAX;
 	return buf;

@@ -36,14 +36,18 @@
  *    The receiver copies bytes out of its ring before recv() (into
  *    recv_buf's buffer when given): the peer can write the ring at any
  *    time, so nothing is ever parsed in place there.
- *  - TLS: segments of 16 KiB or more are encrypted straight from the
- *    caller's buffer (sent() fires once OpenSSL has taken them); smaller
- *    ones are gathered into a 64 KiB staging buffer first (sent() fires
+ *  - TLS: records are sealed by net itself (net/tls_record.c) straight
+ *    from the caller's buffers, a record spanning segments as needed;
+ *    sent() fires once the last byte is sealed. With tls_openssl_records
+ *    (or if net's record layer cannot take over after the handshake),
+ *    OpenSSL's record layer: segments of 16 KiB or more are encrypted
+ *    from the caller's buffer (sent() once OpenSSL has taken them),
+ *    smaller ones gathered into a 64 KiB staging buffer first (sent()
  *    once copied). Cipher preference: AES-128-GCM (AES-NI), then the rest.
  * net_queued_bytes() counts bytes of net_send()s not yet released (TCP:
- * taken by the kernel; TLS: taken by OpenSSL, after which up to 256 KiB of
- * records wait in net's own output buffer; RDMA: writes completed): the
- * layer above uses it for backpressure.
+ * taken by the kernel; TLS: sealed, or taken by OpenSSL, after which up to
+ * 256 KiB of records wait in net's own output buffer; RDMA: writes
+ * completed): the layer above uses it for backpressure.
  *
  * Callbacks run on the loop's thread. From inside any callback the caller
  * may call net_send() and net_close() on the same connection.
@@ -78,6 +82,16 @@ struct net_config {
 	 * "tcp;ofi_rxm" (logged) when there is no verbs device. */
 	const char *rdma_provider;
 	int sockbuf_bytes;           /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
+	/* TLS 1.3 suites in OpenSSL's syntax, the server's order deciding;
+	 * NULL: AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305. */
+	const char *tls_suites;
+	/* TLS: leave the records after the handshake to OpenSSL instead of
+	 * net's own record layer (the bytes on the wire are the same; for
+	 * tests and comparisons). */
+	bool tls_openssl_records;
+	/* TLS, net's record layer: records sealed with one key before a key
+	 * update; 0: 2^24 (~256 GiB; AES-GCM's margin is 2^24.5). */
+	size_t tls_update_records;
 	/* Deadline of a connection's setup, from connect() or accept() until
 	 * it is up (TCP connect, TLS handshake, RDMA setup); 0: 5000 ms. Past
 	 * it the connection fails with -ETIMEDOUT (logged): closed() for
@@ -150,6 +164,10 @@ size_t net_unsent_bytes(const struct net_conn *c);
 size_t net_rx_pending(const struct net_conn *c);
 /* "HOST:PORT" of the peer, for log lines. */
 const char *net_peer_name(const struct net_conn *c);
+/* What protects the bytes, for log lines and tests: "tcp", "rdma", or for
+ * TLS the suite and whose record layer runs ("TLS 1.3
+ * TLS_AES_128_GCM_SHA256, records by net"; "... by OpenSSL"). */
+const char *net_security(const struct net_conn *c);
 /* Closes at once: unsent data is dropped without sent() callbacks (the
  * caller owns its buffers again on return), closed() is not called. */
 void net_close(struct net_conn *c);

@@ -634,6 +634,18 @@ static void on_recv(struct net_conn *c, const void *data, size_t len, void *ctx)
 	after_feed(s, repl_link_feed(&s->link, data, len, on_frame, s));
 }
 
+/* The rest of a large frame is read straight into the decoder's buffer
+ * (net/net.h recv_buf): no copy between the socket and the decoder. */
+static void *on_recv_buf(struct net_conn *c, size_t *len, void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	(void)c;
+	if (s->refusing || s->state >= S_CONTENDING)
+		return NULL;
+	return proto_dec_rbuf(&s->link.dec, 16384, len);
+}
+
 static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 {
 	(void)c;
@@ -680,7 +692,7 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 }
 
 static const struct net_conn_ops conn_ops = {
-	.recv = on_recv, .sent = on_sent, .closed = on_closed,
+	.recv = on_recv, .sent = on_sent, .closed = on_closed, .recv_buf = on_recv_buf,
 };
 
 /* ---- connections before their Hello (candidates.c) ------------------------------ */

@@ -6,7 +6,8 @@
 #      the destination; that destination was told the machine (--guest,
 #      --cpus) and built its VM while it waited: the migration used that VM;
 #   3. a downtime that cannot be met: --max-time cancels, the source runs on
-#      unharmed and the destination drops what it got;
+#      unharmed and the destination drops what it got; the progress (a bar,
+#      bytes, rates, round, predicted downtime, throttle) came once a second;
 #   4. the destination killed before the hand-over: the source runs on;
 #   5. a protected `primary` hands over to its own secondary;
 #   6. auto-converge: a guest dirtying faster than the downtime allows is
@@ -88,6 +89,9 @@ if "$BIN" migrate --timeout-ms 2000 --control "$tmp/$n.src.ctl" --to 127.0.0.1:$
 	fail "a migration that cannot meet 1 ms succeeded"
 fi
 grep -q "cancelled" "$tmp/3.out" || fail "not cancelled: $(cat "$tmp/3.out")"
+# Not a terminal: the progress line comes once a second, a bar and the figures.
+grep -Eq '^(syncing|protecting|protected) +\[[#.]{20}\] round .* MiB/s +dirty .* predicted .* throttle' "$tmp/3.out" ||
+	fail "no progress lines: $(head -c 600 "$tmp/3.out")"
 kill -0 $sp || fail "the source died on cancel"
 wait_log "$tmp/$n.dst.log" "stood down" 10 || fail "the destination did not drop: $(tail -2 "$tmp/$n.dst.log")"
 grep -q "TOOK OVER" "$tmp/$n.dst.log" && fail "the destination took over after a cancel"
