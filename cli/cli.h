@@ -32,8 +32,8 @@ struct vm_options {
 #define VM_OPTIONS_HELP \
 	"VM options:\n" \
 	"  --guest NAME[:ARGS]   built-in guest (counter, dirty:mb=N,rate_mb=N,report_ms=N,hot_mb=N,\n" \
-	"                        stress, blk, udpecho:ip=A.B.C.D/N,port=P; an unknown argument is\n" \
-	"                        an error)\n" \
+	"                        stress, blk, udpecho:ip=A.B.C.D/N,port=P, kv:ip=A.B.C.D/N,port=P;\n" \
+	"                        an unknown argument is an error)\n" \
 	"  --mem SIZE            guest RAM, e.g. 64M, 1G (default 64M)\n" \
 	"  --cpus N              vCPUs (default 1)\n" \
 	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n" \

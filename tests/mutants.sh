@@ -23,7 +23,7 @@ console_at_takeover|6 takeover resources acquired at start|sys_takeover_resource
 ignore_lease|8 output leaves only while the witness lease is provably valid|sys_witness
 takeover_without_key|8 a takeover only after winning the witness key|sys_witness
 keep_vouch|8 a standby given up is withdrawn at the witness before output leaves|sys_witness
-net_release_early|1 a frame of epoch N leaves only after ACK(N)|sys_virtio_net
+net_release_early|1 a frame of epoch N leaves only after ACK(N)|sys_virtio_net sys_kv
 disk_apply_early|13 disk blocks of epoch N reach the standby's image only at commit of N|sys_disk_failover"
 only=${MUTANTS:-}
 
