@@ -53,3 +53,19 @@ kvs = json.load(urllib.request.urlopen(req, timeout=3)).get("kvs", [])
 print(base64.b64decode(kvs[0]["value"]).decode() if kvs else "")
 PY
 }
+# ctl SOCKET REQUEST: the raw reply of an agent's control request
+ctl() {
+	python3 - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+out = b""
+while True:
+    d = s.recv(4096)
+    if not d:
+        break
+    out += d
+print(out.decode(), end="")
+PY
+}

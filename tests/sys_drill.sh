@@ -51,22 +51,6 @@ start_pair() {
 		fail "$name never protected: $(tail -3 "$tmp/$name-pri.log")"
 }
 primary_epoch() { "$BIN" status --control "$PRI_CTL" | sed -n 's/^epoch //p'; }
-ctl() {   # SOCKET REQUEST: the raw reply of a control request
-	python3 - "$1" "$2" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-out = b""
-while True:
-    d = s.recv(4096)
-    if not d:
-        break
-    out += d
-print(out.decode(), end="")
-PY
-}
-
 # ---- 2. counter pair, a client busy all along --------------------------------------
 SEC_ENV=UNDERSTUDY_TEST_HOOKS=1 start_pair counter --guest counter
 cat >"$tmp/client.py" <<'PY'

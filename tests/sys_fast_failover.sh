@@ -65,21 +65,6 @@ ok "forged beats dropped ($dropped) and no cover for a stopped primary: $(grep -
 
 # A hung loop: its beat thread stops vouching for it; the takeover comes
 # while the loop still hangs.
-ctl() {   # SOCKET REQUEST: the raw reply of a control request
-	python3 - "$1" "$2" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-out = b""
-while True:
-    d = s.recv(4096)
-    if not d:
-        break
-    out += d
-print(out.decode().strip())
-PY
-}
 count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
 sport=$(free_port); scon=$(free_port); pcon=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
