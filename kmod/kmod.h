@@ -104,7 +104,10 @@ void kvm_vcpu_destroy(struct kvm_vcpu *vcpu);
 /* KVM_RUN once. Returns 0 on an exit (see vcpu->run), -EINTR when kicked. */
 int kvm_vcpu_run(struct kvm_vcpu *vcpu) US_MUST_CHECK;
 /* Completes a pending I/O or MMIO exit without entering the guest
- * (KVM_RUN with immediate_exit = 1): afterwards the state is readable. */
+ * (KVM_RUN with immediate_exit = 1): afterwards the state is readable.
+ * immediate_exit stays 1: a kick (immediate_exit = 1 and a signal) that
+ * came meanwhile must not be undone by restoring an older value, so the
+ * caller clears it, under its own lock, when the vCPU may run again. */
 int kvm_vcpu_settle(struct kvm_vcpu *vcpu) US_MUST_CHECK;
 
 /* The complete state of one vCPU, plain data without pointers. */

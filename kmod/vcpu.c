@@ -137,12 +137,10 @@ int kvm_vcpu_run(struct kvm_vcpu *vcpu)
 
 int kvm_vcpu_settle(struct kvm_vcpu *vcpu)
 {
-	uint8_t saved = vcpu->run->immediate_exit;
 	int r;
 
 	vcpu->run->immediate_exit = 1;
 	r = run_once(vcpu);
-	vcpu->run->immediate_exit = saved;
 	return r == -EINTR || r == 0 ? 0 : r;
 }
 

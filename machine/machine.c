@@ -192,9 +192,13 @@ static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 		pthread_cond_wait(&m->cond, &m->lock);
 	vc->idle = false;
 	m->parked--;
-	/* Stopping: immediate_exit stays set, the next KVM_RUN parks for good. */
-	if (!m->stopping)
-		vc->kvm.run->immediate_exit = 0;
+	/* Stopping: immediate_exit stays set (the settle above left it so),
+	 * the next KVM_RUN parks for good. The settle used to restore the
+	 * value it found, undoing a machine_stop's kick that came during it:
+	 * the vCPU then ran on with nothing to stop it, and whoever waited
+	 * for it to park waited for ever (sys_slowlink's reference run hung
+	 * at the guest's power-off). */
+	vc->kvm.run->immediate_exit = m->stopping;
 	pthread_mutex_unlock(&m->lock);
 }
 
