@@ -165,11 +165,6 @@ static char *protect_request(struct run_ctx *r, const char *request)
 		return fmt("error %s", err);
 	}
 	o.ops = r->ops;
-	if (machine_disk_blocks(r->vm->m)) {
-		free(req);
-		return fmt("error protect and migrate are not supported with a disk yet (start the VM "
-			   "with understudy primary and a secondary with --disk)");
-	}
 	if (r->engine) {
 		if (!repl_primary_replaceable(r->engine)) {
 			free(req);

@@ -1289,10 +1289,6 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	struct repl_primary *p;
 	int r;
 
-	if (machine_disk_blocks(vm->m)) {
-		log_error(TAG, "protecting a running VM is not supported with a disk yet");
-		return -EOPNOTSUPP;
-	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
