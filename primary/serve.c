@@ -152,6 +152,7 @@ static char *protect_request(struct run_ctx *r, const char *request)
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = r };
 	struct repl_primary_opts o;
 	char *req = strdup(request), err[256];
+	const char *why;
 	int rc;
 
 	if (!req)
@@ -165,6 +166,10 @@ static char *protect_request(struct run_ctx *r, const char *request)
 		return fmt("error %s", err);
 	}
 	o.ops = r->ops;
+	if ((why = repl_protect_refusal(&o, r->vm->m))) {
+		free(req);
+		return fmt("error %s", why);
+	}
 	if (r->engine) {
 		if (!repl_primary_replaceable(r->engine)) {
 			free(req);

@@ -1101,14 +1101,15 @@ char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
 {
 	struct repl_primary_opts o;
 	char *copy = strdup(req), err[256], *reply = NULL;
+	const char *why;
 	int r;
 
 	if (!copy)
 		return NULL;
 	r = repl_protect_parse(copy, &o, err, sizeof(err));
-	if (r == 0 && machine_disk_blocks(p->vm->m)) {
-		snprintf(err, sizeof(err), "migrate is not supported with a disk yet");
-		r = -EOPNOTSUPP;
+	if (r == 0 && (why = repl_protect_refusal(&o, p->vm->m))) {
+		snprintf(err, sizeof(err), "%s", why);
+		r = -EINVAL;
 	}
 	if (r == 0 && strcmp(o.peer, p->o->peer)) {
 		snprintf(err, sizeof(err), "the VM is protected by %s: it hands over only to that "
@@ -1286,9 +1287,14 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 			const struct repl_primary_opts *o, const struct repl_primary_host *host,
 			struct repl_primary **out)
 {
+	const char *why = repl_protect_refusal(o, vm->m);
 	struct repl_primary *p;
 	int r;
 
+	if (why) {
+		log_error(TAG, "%s", why);
+		return -EINVAL;
+	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;

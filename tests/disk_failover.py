@@ -446,7 +446,8 @@ def expect_refusal(what, argv, want="not supported with a disk yet"):
 def not_yet(ctl, sport):
     """switchover and migrate of a protected VM with a disk: refused, the pair goes on."""
     expect_refusal("switchover", ["switchover", "--control", ctl, "--listen", "127.0.0.1:%d" % free_port()])
-    expect_refusal("migrate", ["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % sport, "--insecure"])
+    expect_refusal("migrate", ["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % sport, "--insecure"],
+                   "add --with-disk")
 
 
 def refusals(tmp):

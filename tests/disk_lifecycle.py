@@ -12,6 +12,13 @@ Parts (seeded, the seed printed):
    host with its own image, killed, and that one takes over too. Each
    standby's image, once stopped, holds the pre-filled blocks and a ring
    at or past every acknowledged record.
+ * migrate: refused without --with-disk and with post-copy (exit 2, the
+   destination never contacted); cancelled at --max-time in the middle of
+   the disk's copy (--bandwidth 1), the source's log goes on; with
+   --with-disk the source exits, the guest's log goes on at the
+   destination, and the destination's image is byte for byte the source's
+   (the source's is not written after the final pause) but for ring blocks
+   holding records newer than the source's newest.
 
 usage: disk_lifecycle.py [--seed S] [--parts protect,...]; exit 0 when all hold."""
 import argparse, os, random, signal, subprocess, sys, tempfile, time
@@ -155,7 +162,136 @@ def part_protect(tmp, rng):
         procs.close()
 
 
-PARTS = {"protect": part_protect}
+def ring_top(img):
+    """The newest record of the ring in an image's bytes (-1: none)."""
+    top = -1
+    for b in range(df.RING_N):
+        blk = img[(256 + b) * 4096:(257 + b) * 4096]
+        if blk.count(0) != 4096:
+            try:
+                top = max(top, int(blk[1:11]))
+            except ValueError:
+                pass
+    return top
+
+
+def compare_at_switch(simg, dimg, label):
+    """The destination's image is the source's at the switch: every block
+    equal, but ring blocks the guest rewrote on the destination afterwards
+    (records newer than the source's newest). Returns the source's top."""
+    with open(simg, "rb") as f:
+        s = f.read()
+    with open(dimg, "rb") as f:
+        d = f.read()
+    if len(s) != len(d):
+        errors.append("%s: images of %d and %d bytes" % (label, len(s), len(d)))
+        return -1
+    stop, later = ring_top(s), 0
+    for k in range(len(s) // 4096):
+        a, b = s[k * 4096:(k + 1) * 4096], d[k * 4096:(k + 1) * 4096]
+        if a == b:
+            continue
+        if 256 <= k < 256 + df.RING_N and b != bytes(4096):
+            try:
+                n = int(b[1:11])
+            except ValueError:
+                n = -1
+            if n > stop and b == df.record(n, k - 256):
+                later += 1
+                continue
+        errors.append("%s: block %d differs between the source's image and the destination's "
+                      "(source's newest record %d)" % (label, k, stop))
+        return stop
+    print("%s: the destination's image is the source's at the switch (record %d), but for %d of %d ring "
+          "blocks the guest wrote there afterwards" % (label, stop, later, df.RING_N))
+    if later >= df.RING_N:
+        errors.append("%s: every ring block was rewritten after the switch: nothing written "
+                      "before it was compared" % label)
+    return stop
+
+
+def part_migrate(tmp, rng):
+    """migrate of a VM with a disk: refused without --with-disk (and with
+    post-copy), exit 2, nothing changed; cancelled at --max-time, the source
+    runs on unharmed; with --with-disk the destination's image is the
+    source's at the switch and the guest's log goes on there."""
+    procs = Procs(tmp)
+    # A ring of 512 blocks (256 .. 767, each record reads it all back first):
+    # the guest does not rewrite all of it between the switch and the
+    # comparison, so blocks written before the switch are compared too.
+    ring_n, df.RING_N = df.RING_N, 512
+    try:
+        pimg, _, prefill = df.make_images(tmp, rng, "empty", range(1024, 2048))
+        vm, con, ctl = run_vm(procs, "mig-run", pimg)
+        con.sock.sendall(b"log %d %d 0 %d\n" % (df.RING_SECTOR, df.RING_N, 4000))
+        d0, d0port, _, _ = secondary(procs, "mig-dst0", empty_image(tmp, "mig-d0.img"))
+        for what, extra in (("without --with-disk", []),
+                            ("with post-copy", ["--with-disk", "--postcopy-after", "1"])):
+            rc, out = cli(["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % d0port, "--insecure"] + extra)
+            if rc != 2 or "disk" not in out:
+                errors.append("migrate %s: exit %d, %r (want 2 and why)" % (what, rc, out[-300:]))
+            else:
+                print("migrate %s: refused (exit 2): %s" % (what, out.strip().splitlines()[-1]))
+        if wait_log(d0.log, "accepted", 0.5):
+            errors.append("migrate refused: the destination was contacted all the same")
+        # Cancelled in the middle of the disk's copy: 4 MiB that does not
+        # compress at 1 MiB/s, --max-time 2.
+        rc, out = cli(["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % d0port, "--insecure", "--with-disk",
+                       "--timeout-ms", "2000", "--bandwidth", "1", "--max-time", "2"])
+        if rc == 0 or "cancelled" not in out:
+            errors.append("migrate --bandwidth 1 --max-time 2: exit %d, %r (want cancelled)" % (rc, out[-300:]))
+        elif wait_log(d0.log, "TOOK OVER", 0.1):
+            errors.append("migrate cancelled: the destination took over")
+        top = con.top
+        time.sleep(1.0)
+        if vm.poll() is not None:
+            errors.append("migrate cancelled: the source exited %d" % vm.returncode)
+        elif con.bad or con.top <= top:
+            errors.append("migrate cancelled: the source's guest is harmed (%s, top %d then %d)" %
+                          (con.bad[:1], top, con.top))
+        else:
+            print("migrate cancelled at --max-time: the source's log goes on (%d -> %d records)" % (top + 1, con.top + 1))
+        if not wait_log(d0.log, "stood down", 10):
+            errors.append("migrate cancelled: the destination did not stand down")
+        # The migration.
+        dimg = empty_image(tmp, "mig-d1.img")
+        d1, d1port, d1con, _ = secondary(procs, "mig-dst1", dimg)
+        rc, out = cli(["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % d1port, "--insecure", "--with-disk",
+                       "--timeout-ms", "2000"], timeout=120)
+        if rc != 0:
+            raise RuntimeError("migrate --with-disk: exit %d: %s" % (rc, out[-400:]))
+        sock = connect(d1con, 5)
+        if sock is None:
+            raise RuntimeError("the destination's console never opened")
+        dc = Console(sock)
+        dc.start()
+        vm.wait(10)
+        acked = con.top
+        con.stop = True
+        end = time.time() + 3
+        while dc.top <= acked + 2 and not dc.bad and time.time() < end:
+            time.sleep(0.01)
+        d1.send_signal(signal.SIGSTOP)        # its image holds still for the comparison
+        dc.stop = True
+        if dc.bad or con.bad:
+            errors.append("migrate: the guest found its disk wrong: %s" % (dc.bad + con.bad)[0])
+        elif dc.top <= acked:
+            errors.append("migrate: no progress on the destination (top %d, source's %d)" % (dc.top, acked))
+        stop = compare_at_switch(pimg, dimg, "migrate")
+        if stop < acked:
+            errors.append("migrate: the source's image (newest %d) lacks a record its console showed (%d)" % (stop, acked))
+        df.check_image(dimg, prefill, acked, "migrate: the destination's image")
+        dn = [l for l in out.splitlines() if "downtime" in l]
+        print("migrate --with-disk: %s; the log went from %d to %d records on the destination" %
+              (dn[-1].strip() if dn else out.strip().splitlines()[-1], acked + 1, dc.top + 1))
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        errors.append("migrate: %s (logs %s)" % (e, tmp))
+    finally:
+        df.RING_N = ring_n
+        procs.close()
+
+
+PARTS = {"protect": part_protect, "migrate": part_migrate}
 
 
 def main():
