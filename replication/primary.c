@@ -1418,9 +1418,7 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 {
 	const char *why = NULL;
 
-	if (machine_disk_blocks(p->vm->m))
-		why = "switchover is not supported with a disk yet";
-	else if (p->state != P_PROTECTED)
+	if (p->state != P_PROTECTED)
 		why = "the VM is not protected (a switchover needs a standby that holds an epoch)";
 	else if (p->migrate_ms || p->switching_over || p->finishing)
 		why = "a migration or switchover is already under way";
@@ -1482,6 +1480,9 @@ bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw)
 	}
 	sw->timeout_ms = p->o->timeout_ms;
 	sw->handshake_timeout_ms = p->o->handshake_timeout_ms;
+	/* The VM's own image goes on as the standby's: the epochs' blocks are
+	 * written to it from the switch epoch on (no resync). */
+	snprintf(sw->disk, sizeof(sw->disk), "%s", p->vm->m->cfg.ndisks ? p->vm->m->cfg.disk : "");
 	return true;
 }
 
@@ -1495,4 +1496,5 @@ void repl_switch_secondary_opts(const struct repl_switch *sw, const char *contro
 	o->timeout_ms = sw->timeout_ms;
 	o->handshake_timeout_ms = sw->handshake_timeout_ms;
 	o->witness = sw->witness;
+	o->disk = sw->disk[0] ? sw->disk : NULL;
 }

@@ -732,6 +732,7 @@ struct repl_switch {
 	 * this process becomes (repl_secondary_adopt takes it over). */
 	struct repl_witness_opts witness;
 	struct repl_witness *wit;
+	char disk[256];            /* the VM's image ("": none), the standby's --disk */
 };
 
 /* "switchover listen=HOST:PORT": at the next acknowledged epoch the guest

@@ -19,9 +19,14 @@ Parts (seeded, the seed printed):
    destination, and the destination's image is byte for byte the source's
    (the source's is not written after the final pause) but for ring blocks
    holding records newer than the source's newest.
+ * switchover: a primary/secondary pair with a disk swaps roles and back
+   while the log runs; each new primary goes on on its own image (the log
+   reads it back before every record) and sends far less than the 4 MiB of
+   incompressible blocks a resync would; then the primary is killed and
+   its standby (a former primary) takes over on its image.
 
 usage: disk_lifecycle.py [--seed S] [--parts protect,...]; exit 0 when all hold."""
-import argparse, os, random, signal, subprocess, sys, tempfile, time
+import argparse, json, os, random, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import disk_failover as df  # noqa: E402
@@ -291,7 +296,101 @@ def part_migrate(tmp, rng):
         procs.close()
 
 
-PARTS = {"protect": part_protect, "migrate": part_migrate}
+def status(ctl):
+    rc, out = cli(["status", "--control", ctl, "--json"], timeout=10)
+    try:
+        return json.loads(out) if rc == 0 else {}
+    except ValueError:
+        return {}
+
+
+def wait_protected(ctl, secs=10):
+    end = time.time() + secs
+    st = {}
+    while time.time() < end:
+        st = status(ctl)
+        if st.get("role") == "primary" and st.get("state") == "protected" and st.get("acked", 0) > 0:
+            return st
+        time.sleep(0.05)
+    raise RuntimeError("%s: not protected: %s" % (ctl, st))
+
+
+def wait_progress(con, top, secs=5):
+    end = time.time() + secs
+    while con.top <= top + 2 and not con.bad and time.time() < end:
+        time.sleep(0.02)
+    return con.top > top
+
+
+def part_switchover(tmp, rng):
+    """switchover of a pair with a disk, there and back: each side goes on
+    on its own image (no resync: the new primary sends far less than the
+    image holds), the log checks itself on each; then the primary is
+    killed and the other side takes over on its image too."""
+    procs = Procs(tmp)
+    try:
+        # 4 MiB that does not compress: a resync of the disk would send it.
+        pimg, simg, prefill = df.make_images(tmp, rng, "empty", range(1024, 2048))
+        side = {}
+        for name in ("a", "b"):
+            side[name] = {"port": free_port(), "con": free_port(), "ctl": os.path.join(tmp, "sw-%s.ctl" % name)}
+        a, b = side["a"], side["b"]
+        b["proc"] = procs.start("sw-b", ["secondary", "--listen", "127.0.0.1:%d" % b["port"], "--console",
+                                         "tcp:127.0.0.1:%d" % b["con"], "--failover-timeout-ms", str(TIMEOUT_MS),
+                                         "--insecure", "--disk", simg, "--control", b["ctl"]])
+        if not wait_listen(b["port"]):
+            raise RuntimeError("secondary did not listen")
+        a["proc"] = procs.start("sw-a", ["primary", "--guest", "blk", "--disk", pimg, "--console",
+                                         "tcp:127.0.0.1:%d" % a["con"], "--peer", "127.0.0.1:%d" % b["port"],
+                                         "--insecure", "--timeout-ms", str(TIMEOUT_MS), "--control", a["ctl"]])
+        wait_protected(a["ctl"], 20)
+        sock = connect(a["con"])
+        if sock is None:
+            raise RuntimeError("the primary's console never opened")
+        con = Console(sock)
+        con.start()
+        con.sock.sendall(log_cmd(rng))
+        if not wait_progress(con, -1):
+            raise RuntimeError("the log did not start")
+        cur, other = a, b
+        for rnd in range(2):
+            time.sleep(rng.uniform(0.3, 1.0))
+            rc, out = cli(["switchover", "--control", cur["ctl"], "--listen", "127.0.0.1:%d" % cur["port"], "--json"])
+            if rc != 0:
+                raise RuntimeError("switchover %d: exit %d: %s" % (rnd + 1, rc, out[-300:]))
+            acked = con.top
+            con.stop = True
+            st = wait_protected(other["ctl"])
+            sent0 = st.get("bytes_sent", 0)
+            sock = connect(other["con"])
+            if sock is None:
+                raise RuntimeError("switchover %d: the new primary's console never opened" % (rnd + 1))
+            con = Console(sock)
+            con.start()
+            if not wait_progress(con, acked):
+                errors.append("switchover %d: the log did not go on (top %d, acked %d)" % (rnd + 1, con.top, acked))
+            if con.bad:
+                errors.append("switchover %d: the guest found its disk wrong: %s" % (rnd + 1, con.bad[0]))
+            sent = status(other["ctl"]).get("bytes_sent", -1)
+            if not 0 <= sent < (2 << 20):
+                errors.append("switchover %d: the new primary sent %d bytes (%d once protected): a resync? "
+                              "(the disk's prefill alone is 4 MiB)" % (rnd + 1, sent, sent0))
+            print("switchover %d: log %d -> %d records across the swap, the new primary sent %d bytes" %
+                  (rnd + 1, acked + 1, con.top + 1, sent))
+            cur, other = other, cur
+        # cur is a again (primary on pimg), b its standby on simg.
+        acked, sc = kill_and_take_over(cur["proc"], con, other["con"], "switchover: kill after the swaps", rng)
+        sc.stop = True
+        other["proc"].send_signal(signal.SIGTERM)
+        other["proc"].wait(10)
+        df.check_image(simg, prefill, acked, "switchover: the standby's image")
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        errors.append("switchover: %s (logs %s)" % (e, tmp))
+    finally:
+        procs.close()
+
+
+PARTS = {"protect": part_protect, "migrate": part_migrate, "switchover": part_switchover}
 
 
 def main():
