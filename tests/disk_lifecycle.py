@@ -24,6 +24,11 @@ Parts (seeded, the seed printed):
    reads it back before every record) and sends far less than the 4 MiB of
    incompressible blocks a resync would; then the primary is killed and
    its standby (a former primary) takes over on its image.
+ * snapshot: `snapshot --with-disk` of the running log guest; `restore
+   --disk NEWIMG` writes the saved disk, and the guest goes on over it
+   without a "bad"; a truncated file, a flipped byte in a saved block and a
+   chain with a diff after a --with-disk snapshot are refused with nothing
+   written; --incremental --with-disk exits 2.
 
 usage: disk_lifecycle.py [--seed S] [--parts protect,...]; exit 0 when all hold."""
 import argparse, json, os, random, signal, subprocess, sys, tempfile, time
@@ -390,7 +395,87 @@ def part_switchover(tmp, rng):
         procs.close()
 
 
-PARTS = {"protect": part_protect, "migrate": part_migrate, "switchover": part_switchover}
+def part_snapshot(tmp, rng):
+    """snapshot --with-disk of the log guest; restore --disk NEWIMG writes the
+    saved disk, then the guest goes on over it (its log reads the ring back
+    before each record); a damaged or truncated file, a chain with diffs and
+    --incremental --with-disk are refused and write nothing."""
+    procs = Procs(tmp)
+    try:
+        pimg, _, prefill = df.make_images(tmp, rng, "empty")
+        vm, con, ctl = run_vm(procs, "snap-run", pimg)
+        con.sock.sendall(log_cmd(rng))
+        if not wait_progress(con, 50):
+            raise RuntimeError("the log did not start")
+        snap, diff = os.path.join(tmp, "snap.full"), os.path.join(tmp, "snap.diff")
+        rc, out = cli(["snapshot", "--control", ctl, "--out", snap, "--with-disk"])
+        if rc != 0:
+            raise RuntimeError("snapshot --with-disk: exit %d: %s" % (rc, out.strip()))
+        at = con.top
+        rc, out = cli(["snapshot", "--control", ctl, "--out", diff, "--incremental", "--with-disk"])
+        if rc != 2:
+            errors.append("snapshot --incremental --with-disk: exit %d (want 2): %s" % (rc, out.strip()))
+        rc, out = cli(["snapshot", "--control", ctl, "--out", diff, "--incremental"])
+        if rc != 0:
+            errors.append("snapshot --incremental after --with-disk: exit %d: %s" % (rc, out.strip()))
+        time.sleep(0.3)
+        vm.send_signal(signal.SIGKILL)
+        vm.wait()
+        con.stop = True
+        with open(snap, "rb") as f:
+            data = f.read()
+        # Refused, nothing written: truncated, a byte of a block flipped, a chain.
+        keep = os.path.join(tmp, "keep.img")
+        with open(keep, "wb") as f:
+            f.write(b"\x5a" * 4096)
+        bad_trunc, bad_flip = os.path.join(tmp, "snap.trunc"), os.path.join(tmp, "snap.flip")
+        with open(bad_trunc, "wb") as f:
+            f.write(data[:-5000])
+        flipped = bytearray(data)
+        flipped[len(data) - 32 - 2000] ^= 1          # inside the last block of the disk section
+        with open(bad_flip, "wb") as f:
+            f.write(bytes(flipped))
+        for what, argv, img in (("truncated", [bad_trunc], os.path.join(tmp, "never1.img")),
+                                ("a flipped disk byte", [bad_flip], keep),
+                                ("a chain after --with-disk", [snap, diff], keep)):
+            r = subprocess.run([BIN, "restore"] + argv + ["--disk", img, "--console", "tcp:127.0.0.1:%d" % free_port()],
+                               capture_output=True, timeout=30)
+            untouched = (not os.path.exists(img)) if img != keep else open(keep, "rb").read() == b"\x5a" * 4096
+            if r.returncode == 0 or not untouched:
+                errors.append("restore of %s: exit %d, image %s: %r" % (what, r.returncode,
+                              "untouched" if untouched else "WRITTEN", r.stderr[-300:]))
+            else:
+                print("restore of %s: refused, nothing written: %s" % (what, r.stderr.decode().strip().splitlines()[-1]))
+        # The restore.
+        newimg = os.path.join(tmp, "restored.img")
+        rcon = free_port()
+        rv = procs.start("snap-restore", ["restore", snap, "--disk", newimg, "--console", "tcp:127.0.0.1:%d" % rcon])
+        sock = connect(rcon, 10)
+        if sock is None:
+            raise RuntimeError("the restored VM's console never opened")
+        rc_ = Console(sock)
+        rc_.start()
+        if not wait_progress(rc_, -1, 5):
+            errors.append("restore --with-disk: the log did not go on")
+        time.sleep(0.5)
+        rc_.stop = True
+        if rc_.bad:
+            errors.append("restore --with-disk: the guest found its disk wrong: %s" % rc_.bad[0])
+        rv.send_signal(signal.SIGKILL)
+        rv.wait()
+        if not wait_log(rv.log, "non-zero blocks of the saved disk written", 0.1):
+            errors.append("restore --with-disk: did not say it wrote the disk")
+        df.check_image(newimg, prefill, -1, "restore --with-disk: the restored image")
+        print("snapshot --with-disk at record ~%d (%d bytes), restored: the log went on to %d" %
+              (at, len(data), rc_.top + 1))
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        errors.append("snapshot: %s (logs %s)" % (e, tmp))
+    finally:
+        procs.close()
+
+
+PARTS = {"protect": part_protect, "migrate": part_migrate, "switchover": part_switchover,
+         "snapshot": part_snapshot}
 
 
 def main():

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 seed=${UNDERSTUDY_SEED:-$(date +%s)}
 python3 tests/disk_lifecycle.py --seed "$seed" || fail "disk lifecycle (seed $seed)"
-ok "disk lifecycle: protect, migrate --with-disk, switchover (seed $seed)"
+ok "disk lifecycle: protect, migrate --with-disk, switchover, snapshot --with-disk (seed $seed)"
