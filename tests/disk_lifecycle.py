@@ -19,7 +19,8 @@ Parts (seeded, the seed printed):
    destination, and the destination's image is byte for byte the source's
    (the source's is not written after the final pause) but for ring blocks
    holding records newer than the source's newest.
- * switchover: a primary/secondary pair with a disk swaps roles and back
+ * switchover (a `primary --disk`), switchover-run (a `run --disk` VM
+   protected): a pair with a disk swaps roles and back
    while the log runs; each new primary goes on on its own image (the log
    reads it back before every record) and sends far less than the 4 MiB of
    incompressible blocks a resync would; then the primary is killed and
@@ -327,12 +328,16 @@ def wait_progress(con, top, secs=5):
     return con.top > top
 
 
-def part_switchover(tmp, rng):
+def part_switchover(tmp, rng, host="primary"):
     """switchover of a pair with a disk, there and back: each side goes on
     on its own image (no resync: the new primary sends far less than the
     image holds), the log checks itself on each; then the primary is
-    killed and the other side takes over on its image too."""
+    killed and the other side takes over on its image too. host: the first
+    primary is `primary --disk`, or `run --disk` then `protect`."""
     procs = Procs(tmp)
+    tmp = os.path.join(tmp, "sw-" + host)
+    os.mkdir(tmp)
+    procs.tmp = tmp
     try:
         # 4 MiB that does not compress: a resync of the disk would send it.
         pimg, simg, prefill = df.make_images(tmp, rng, "empty", range(1024, 2048))
@@ -345,9 +350,17 @@ def part_switchover(tmp, rng):
                                          "--insecure", "--disk", simg, "--control", b["ctl"]])
         if not wait_listen(b["port"]):
             raise RuntimeError("secondary did not listen")
-        a["proc"] = procs.start("sw-a", ["primary", "--guest", "blk", "--disk", pimg, "--console",
-                                         "tcp:127.0.0.1:%d" % a["con"], "--peer", "127.0.0.1:%d" % b["port"],
-                                         "--insecure", "--timeout-ms", str(TIMEOUT_MS), "--control", a["ctl"]])
+        if host == "primary":
+            a["proc"] = procs.start("sw-a", ["primary", "--guest", "blk", "--disk", pimg, "--console",
+                                             "tcp:127.0.0.1:%d" % a["con"], "--peer", "127.0.0.1:%d" % b["port"],
+                                             "--insecure", "--timeout-ms", str(TIMEOUT_MS), "--control", a["ctl"]])
+        else:
+            a["proc"] = procs.start("sw-a", ["run", "--guest", "blk", "--disk", pimg, "--console",
+                                             "tcp:127.0.0.1:%d" % a["con"], "--control", a["ctl"]])
+            end = time.time() + 10
+            while not os.path.exists(a["ctl"]) and time.time() < end:
+                time.sleep(0.05)
+            protect(a["ctl"], b["port"], "switchover: protect")
         wait_protected(a["ctl"], 20)
         sock = connect(a["con"])
         if sock is None:
@@ -380,8 +393,8 @@ def part_switchover(tmp, rng):
             if not 0 <= sent < (2 << 20):
                 errors.append("switchover %d: the new primary sent %d bytes (%d once protected): a resync? "
                               "(the disk's prefill alone is 4 MiB)" % (rnd + 1, sent, sent0))
-            print("switchover %d: log %d -> %d records across the swap, the new primary sent %d bytes" %
-                  (rnd + 1, acked + 1, con.top + 1, sent))
+            print("switchover %d (%s first): log %d -> %d records across the swap, the new primary sent %d bytes" %
+                  (rnd + 1, host, acked + 1, con.top + 1, sent))
             cur, other = other, cur
         # cur is a again (primary on pimg), b its standby on simg.
         acked, sc = kill_and_take_over(cur["proc"], con, other["con"], "switchover: kill after the swaps", rng)
@@ -475,7 +488,7 @@ def part_snapshot(tmp, rng):
 
 
 PARTS = {"protect": part_protect, "migrate": part_migrate, "switchover": part_switchover,
-         "snapshot": part_snapshot}
+         "switchover-run": lambda tmp, rng: part_switchover(tmp, rng, "run"), "snapshot": part_snapshot}
 
 
 def main():
