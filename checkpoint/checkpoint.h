@@ -149,7 +149,40 @@ int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpu
 struct ckpt_file_info {
 	uint64_t id;         /* random, unique per file */
 	uint64_t parent_id;  /* 0 for a full snapshot, else the id it is a diff against */
+	/* Read only: the file carries the disk's contents (a full snapshot
+	 * taken with --with-disk), an image of disk_bytes with disk_blocks
+	 * non-zero blocks. */
+	bool disk;
+	uint64_t disk_bytes, disk_blocks;
 };
+
+/* The contents of a VM's disk for a snapshot: its non-zero blocks
+ * (MACHINE_DISK_BLOCK bytes each, the last one zero-padded), in order. */
+struct ckpt_disk {
+	uint64_t disk_bytes;
+	size_t n, cap;
+	uint64_t *blocks;
+	uint8_t *data;
+};
+
+void ckpt_disk_init(struct ckpt_disk *d);
+void ckpt_disk_fini(struct ckpt_disk *d);
+/* A full capture of m into c and its disk's non-zero blocks into d, in one
+ * pause (holes are skipped unread; the blocks are read in the pause, so
+ * the pause grows with the data on the disk). */
+int ckpt_take_disk(struct machine *m, struct ckpt *c, struct ckpt_disk *d) US_MUST_CHECK;
+/* ckpt_file_write_ex with the disk's contents (d NULL: none) in a "disk"
+ * section after "state" (flag 8; c must be full). */
+int ckpt_file_write_disk(const char *path, const struct ckpt *c, const struct machine_config *cfg,
+			 const struct ckpt_file_info *info, const struct ckpt_disk *d) US_MUST_CHECK;
+/* Writes the disk carried by the snapshot at path to image: created (0600)
+ * if missing, never through a symbolic link, locked like a VM's image,
+ * emptied and sized to the saved disk, its blocks written, fdatasynced.
+ * Call after ckpt_file_read_ex verified the file (info->disk); the blocks
+ * are checked again as they are written (-EBADMSG if the file changed).
+ * 0 or -errno with err saying why. */
+int ckpt_file_restore_disk(const char *path, const char *image, char *err, size_t errlen)
+	US_MUST_CHECK;
 
 int ckpt_file_write(const char *path, const struct ckpt *c, const struct machine_config *cfg)
 	US_MUST_CHECK;

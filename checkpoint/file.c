@@ -5,6 +5,9 @@
  *   section  "gfns"  npages * 8 bytes
  *   section  "pages" npages * 4096 bytes
  *   section  "state" the serialized state blob (itself self-checking)
+ *   section  "disk"  (flag 8, full snapshots taken --with-disk only) the
+ *            image's size and number of blocks (u64 each), then for each
+ *            non-zero block its index (u64, ascending) and 4096 bytes
  *   trailer  magic "USSNAPND", file length, CRC32C over the header and every
  *            section header (which carry their data's CRC32C)
  *
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,6 +36,9 @@
 #define FLAG_FULL 1u
 #define FLAG_DISK 2u   /* the VM has a virtio-blk disk (its image is not in the file) */
 #define FLAG_NET 4u    /* the VM has a virtio-net NIC with the derived MAC (not its tap) */
+#define FLAG_DISK_DATA 8u   /* ... and the file carries the disk's contents */
+#define BLK MACHINE_DISK_BLOCK
+#define DISK_REC (8 + BLK)  /* one block in the "disk" section */
 #define MAX_STATE_LEN (64u << 20)
 
 struct file_hdr {
@@ -106,6 +113,24 @@ static int read_all(int fd, void *buf, size_t len)
 	return 0;
 }
 
+/* Block k of an image of disk_bytes bytes. */
+static int write_block(int fd, uint64_t disk_bytes, uint64_t k, const uint8_t *buf)
+{
+	uint64_t off = k * BLK;
+	size_t len = disk_bytes - off < BLK ? (size_t)(disk_bytes - off) : BLK, done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
 static uint32_t hdr_crc(const struct file_hdr *h)
 {
 	return proto_crc32c(0, h, offsetof(struct file_hdr, hdr_crc));
@@ -129,7 +154,7 @@ uint64_t ckpt_file_new_id(void)
 }
 
 static void header_fill(struct file_hdr *h, const struct ckpt *c, const struct machine_config *cfg,
-			const struct ckpt_file_info *info)
+			const struct ckpt_file_info *info, const struct ckpt_disk *d)
 {
 	memset(h, 0, sizeof(*h));
 	memcpy(h->magic, FILE_MAGIC, 8);
@@ -139,7 +164,7 @@ static void header_fill(struct file_hdr *h, const struct ckpt *c, const struct m
 	h->id = info->id;
 	h->parent_id = info->parent_id;
 	h->flags = (c->full ? FLAG_FULL : 0) | (cfg->ndisks ? FLAG_DISK : 0) |
-		   (cfg->nnets ? FLAG_NET : 0);
+		   (cfg->nnets ? FLAG_NET : 0) | (d ? FLAG_DISK_DATA : 0);
 	h->ncpus = cfg->ncpus;
 	h->mem_bytes = cfg->mem_bytes;
 	memcpy(h->guest, cfg->guest, sizeof(h->guest));
@@ -167,8 +192,41 @@ static int write_section(int fd, const char *tag, const void *data, size_t len, 
 	return len ? write_all(fd, data, len) : 0;
 }
 
+/* The "disk" section: its header (data CRC first: it precedes the data),
+ * then the image's size and count, then each block with its index. */
+static int write_disk(int fd, const struct ckpt_disk *d, uint32_t *file_crc)
+{
+	uint64_t head[2] = { d->disk_bytes, d->n };
+	struct file_sec sec;
+	uint32_t crc = proto_crc32c(0, head, sizeof(head));
+	int r;
+
+	for (size_t i = 0; i < d->n; i++) {
+		crc = proto_crc32c(crc, &d->blocks[i], 8);
+		crc = proto_crc32c(crc, d->data + i * BLK, BLK);
+	}
+	memset(&sec, 0, sizeof(sec));
+	memcpy(sec.tag, "disk", 4);
+	sec.len = sizeof(head) + d->n * DISK_REC;
+	sec.crc = crc;
+	*file_crc = proto_crc32c(*file_crc, &sec, sizeof(sec));
+	if ((r = write_all(fd, &sec, sizeof(sec))) < 0 || (r = write_all(fd, head, sizeof(head))) < 0)
+		return r;
+	for (size_t i = 0; i < d->n; i++)
+		if ((r = write_all(fd, &d->blocks[i], 8)) < 0 ||
+		    (r = write_all(fd, d->data + i * BLK, BLK)) < 0)
+			return r;
+	return 0;
+}
+
+static uint64_t disk_section_len(const struct ckpt_disk *d)
+{
+	return d ? sizeof(struct file_sec) + 16 + d->n * DISK_REC : 0;
+}
+
 /* Header, sections and trailer: the whole file. */
-static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c)
+static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c,
+		      const struct ckpt_disk *d)
 {
 	struct file_trailer t;
 	uint32_t file_crc = proto_crc32c(0, h, sizeof(*h));
@@ -177,11 +235,12 @@ static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c)
 	if ((r = write_all(fd, h, sizeof(*h))) < 0 ||
 	    (r = write_section(fd, "gfns", c->gfns, c->npages * sizeof(uint64_t), &file_crc)) < 0 ||
 	    (r = write_section(fd, "pages", c->pages, c->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
-	    (r = write_section(fd, "state", c->state, c->state_len, &file_crc)) < 0)
+	    (r = write_section(fd, "state", c->state, c->state_len, &file_crc)) < 0 ||
+	    (d && (r = write_disk(fd, d, &file_crc)) < 0))
 		return r;
 	memset(&t, 0, sizeof(t));
 	memcpy(t.magic, TRAILER_MAGIC, 8);
-	t.file_len = file_len(c->npages, c->state_len);
+	t.file_len = file_len(c->npages, c->state_len) + disk_section_len(d);
 	t.file_crc = file_crc;
 	return write_all(fd, &t, sizeof(t));
 }
@@ -265,21 +324,29 @@ static int link_tmpfile(int fd, const char *path, char *tmp, size_t len)
 int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct machine_config *cfg,
 		       const struct ckpt_file_info *info)
 {
+	return ckpt_file_write_disk(path, c, cfg, info, NULL);
+}
+
+int ckpt_file_write_disk(const char *path, const struct ckpt *c, const struct machine_config *cfg,
+			 const struct ckpt_file_info *info, const struct ckpt_disk *d)
+{
 	struct file_hdr h;
 	char tmp[4096] = "";
 	bool named;
 	int fd, r;
 
+	if (d && !c->full)
+		return -EINVAL;
 	if ((r = refuse_symlink(path)) < 0)
 		return r;
-	header_fill(&h, c, cfg, info);
+	header_fill(&h, c, cfg, info, d);
 	fd = open_private(path, tmp, sizeof(tmp), &named);
 	if (fd < 0) {
 		r = fd;
 		log_error(TAG, "%s: cannot create the snapshot file: %s", path, strerror(-r));
 		return r;
 	}
-	if ((r = write_file(fd, &h, c)) < 0)
+	if ((r = write_file(fd, &h, c, d)) < 0)
 		goto err_file;
 	if (fsync(fd) < 0) {
 		r = -errno;
@@ -357,11 +424,18 @@ static int check_header(const struct file_hdr *h, off_t size)
 	}
 	if (h->mem_bytes > MACHINE_MAX_MEM || h->npages > h->mem_bytes / CKPT_PAGE_SIZE ||
 	    h->state_len > MAX_STATE_LEN || h->ncpus < 1 || h->ncpus > KVM_MAX_VCPUS ||
-	    ((h->flags & FLAG_FULL) && h->npages != h->mem_bytes / CKPT_PAGE_SIZE)) {
+	    ((h->flags & FLAG_FULL) && h->npages != h->mem_bytes / CKPT_PAGE_SIZE) ||
+	    (h->flags & ~(FLAG_FULL | FLAG_DISK | FLAG_NET | FLAG_DISK_DATA)) ||
+	    ((h->flags & FLAG_DISK_DATA) && (h->flags & (FLAG_FULL | FLAG_DISK)) !=
+	     (FLAG_FULL | FLAG_DISK))) {
 		log_error(TAG, "header values out of range");
 		return -EBADMSG;
 	}
 	expect = file_len(h->npages, h->state_len);
+	/* The disk's section: its length is the rest, whole blocks. */
+	if ((h->flags & FLAG_DISK_DATA) && (uint64_t)size >= expect + sizeof(struct file_sec) + 16 &&
+	    ((uint64_t)size - expect - sizeof(struct file_sec) - 16) % DISK_REC == 0)
+		expect = (uint64_t)size;
 	if ((uint64_t)size != expect) {
 		log_error(TAG, "file is %lld bytes, its header says %llu: truncated or damaged",
 			  (long long)size, (unsigned long long)expect);
@@ -402,9 +476,64 @@ static int read_header(int fd, struct file_hdr *h, off_t *size, struct machine_c
 	return 0;
 }
 
+/* The "disk" section at fd's offset, sec_len bytes with its header: read
+ * through, every block index checked (ascending, inside the image) and the
+ * data's CRC32C compared. With image >= 0 each block is also written there
+ * (the last one cut to the image's size). info (may be NULL) gets the
+ * image's size and count. */
+static int disk_walk(int fd, uint64_t sec_len, int image, struct ckpt_file_info *info,
+		     uint32_t *file_crc)
+{
+	struct file_sec sec;
+	uint64_t head[2], prev = 0, nblocks, block;
+	uint8_t *buf;
+	uint32_t crc;
+	int r;
+
+	if ((r = read_all(fd, &sec, sizeof(sec))) < 0 || (r = read_all(fd, head, sizeof(head))) < 0)
+		return r;
+	*file_crc = proto_crc32c(*file_crc, &sec, sizeof(sec));
+	nblocks = (head[0] + BLK - 1) / BLK;
+	if (strncmp(sec.tag, "disk", sizeof(sec.tag)) || sec.len != sec_len - sizeof(sec) ||
+	    head[1] > nblocks || sec.len != 16 + head[1] * DISK_REC) {
+		log_error(TAG, "section 'disk' missing or of the wrong size");
+		return -EBADMSG;
+	}
+	if (!(buf = malloc(BLK)))
+		return -ENOMEM;
+	crc = proto_crc32c(0, head, sizeof(head));
+	for (uint64_t i = 0; i < head[1]; i++) {
+		if ((r = read_all(fd, &block, 8)) < 0 || (r = read_all(fd, buf, BLK)) < 0)
+			goto out;
+		crc = proto_crc32c(proto_crc32c(crc, &block, 8), buf, BLK);
+		if (block >= nblocks || (i && block <= prev)) {
+			log_error(TAG, "section 'disk': block %llu out of order or outside the image",
+				  (unsigned long long)block);
+			r = -EBADMSG;
+			goto out;
+		}
+		prev = block;
+		if (image >= 0 && (r = write_block(image, head[0], block, buf)) < 0)
+			goto out;
+	}
+	r = 0;
+	if (crc != sec.crc) {
+		log_error(TAG, "section 'disk': checksum mismatch");
+		r = -EBADMSG;
+	} else if (info) {
+		info->disk = true;
+		info->disk_bytes = head[0];
+		info->disk_blocks = head[1];
+	}
+out:
+	free(buf);
+	return r;
+}
+
 /* Reads the sections and the trailer after header h into c, checking every
  * checksum; state is scratch of h->state_len bytes. */
-static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *c, uint8_t *state)
+static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *c, uint8_t *state,
+		     struct ckpt_file_info *info)
 {
 	struct file_trailer t;
 	uint32_t file_crc = proto_crc32c(0, h, sizeof(*h));
@@ -415,6 +544,9 @@ static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *
 	if ((r = read_section(fd, "gfns", c->gfns, h->npages * 8, &file_crc)) < 0 ||
 	    (r = read_section(fd, "pages", c->pages, h->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
 	    (r = read_section(fd, "state", state, h->state_len, &file_crc)) < 0 ||
+	    ((h->flags & FLAG_DISK_DATA) &&
+	     (r = disk_walk(fd, (uint64_t)size - file_len(h->npages, h->state_len), -1, info,
+			    &file_crc)) < 0) ||
 	    (r = read_all(fd, &t, sizeof(t))) < 0)
 		return r;
 	if (memcmp(t.magic, TRAILER_MAGIC, 8) || t.file_len != (uint64_t)size ||
@@ -447,13 +579,17 @@ int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *c
 	}
 	if ((r = read_header(fd, &h, &size, &fcfg)) < 0)
 		goto err;
+	if (info) {
+		info->disk = false;
+		info->disk_bytes = info->disk_blocks = 0;
+	}
 	ckpt_reset(c);
 	state = malloc(h.state_len ? (size_t)h.state_len : 1);
 	if (!state) {
 		r = -ENOMEM;
 		goto err;
 	}
-	if ((r = read_body(fd, &h, size, c, state)) < 0)
+	if ((r = read_body(fd, &h, size, c, state, info)) < 0)
 		goto err;
 	*cfg = fcfg;
 	if (info) {
@@ -503,4 +639,163 @@ int ckpt_file_apply_chain(struct machine *m, struct ckpt *c, uint64_t base_id, c
 		prev = info.id;
 	}
 	return 0;
+}
+
+/* ---- the disk's contents (snapshot --with-disk) ----------------------------- */
+
+void ckpt_disk_init(struct ckpt_disk *d)
+{
+	memset(d, 0, sizeof(*d));
+}
+
+void ckpt_disk_fini(struct ckpt_disk *d)
+{
+	free(d->blocks);
+	free(d->data);
+	memset(d, 0, sizeof(*d));
+}
+
+static uint8_t *disk_slot(struct ckpt_disk *d, uint64_t block)
+{
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 256;
+		uint64_t *blocks = realloc(d->blocks, cap * sizeof(*blocks));
+		uint8_t *data;
+
+		if (!blocks)
+			return NULL;
+		d->blocks = blocks;
+		if (!(data = realloc(d->data, cap * BLK)))
+			return NULL;
+		d->data = data;
+		d->cap = cap;
+	}
+	d->blocks[d->n] = block;
+	return d->data + d->n * BLK;
+}
+
+static bool all_zero(const uint8_t *p)
+{
+	for (size_t i = 0; i < BLK; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* Every non-zero block of m's image into d (the guest paused). */
+static int disk_capture(struct machine *m, struct ckpt_disk *d)
+{
+	uint64_t nblocks = machine_disk_blocks(m);
+	int r;
+
+	d->n = 0;
+	d->disk_bytes = m->cfg.disk_bytes;
+	for (uint64_t k = machine_disk_next_data(m, 0); k < nblocks;
+	     k = machine_disk_next_data(m, k + 1)) {
+		uint8_t *slot = disk_slot(d, k);
+
+		if (!slot)
+			return -ENOMEM;
+		if ((r = machine_disk_read(m, k, slot)) < 0)
+			return r;
+		if (!all_zero(slot))
+			d->n++;
+	}
+	return 0;
+}
+
+int ckpt_take_disk(struct machine *m, struct ckpt *c, struct ckpt_disk *d)
+{
+	uint64_t t0, t1;
+	int r;
+
+	if (!machine_disk_blocks(m))
+		return -ENODEV;
+	if ((r = ckpt_reserve(c, m->ram_pages)) < 0)
+		return r;
+	t0 = now_ns();
+	machine_pause(m);
+	t1 = now_ns();
+	r = ckpt_capture(m, c, true);
+	if (r == 0 && (r = disk_capture(m, d)) < 0)
+		ckpt_requeue(m, c);
+	machine_resume(m);
+	c->stats.stop_ns = t1 - t0;
+	c->stats.pause_ns = now_ns() - t0;
+	return r;
+}
+
+/* The image for ckpt_file_restore_disk: opened (created 0600 if missing,
+ * never through a symbolic link), locked as a VM's, a regular file. */
+static int open_image(const char *image, char *err, size_t errlen)
+{
+	struct stat st;
+	int img = open(image, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600), r;
+
+	if (img < 0) {
+		r = -errno;
+		snprintf(err, errlen, "--disk %s: %s", image, strerror(-r));
+		return r;
+	}
+	if (flock(img, LOCK_EX | LOCK_NB) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "--disk %s: in use by another process (%s)", image, strerror(-r));
+	} else if (fstat(img, &st) < 0 || !S_ISREG(st.st_mode)) {
+		r = -EINVAL;
+		snprintf(err, errlen, "--disk %s: not a regular file", image);
+	} else {
+		return img;
+	}
+	close(img);
+	return r;
+}
+
+int ckpt_file_restore_disk(const char *path, const char *image, char *err, size_t errlen)
+{
+	struct machine_config cfg;
+	struct ckpt_file_info info = { 0 };
+	struct file_hdr h;
+	uint32_t crc = 0;
+	uint64_t at, len;
+	off_t size;
+	int fd, img = -1, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	if ((r = read_header(fd, &h, &size, &cfg)) < 0 || !(h.flags & FLAG_DISK_DATA)) {
+		snprintf(err, errlen, "%s: %s", path, r < 0 ? "not a usable snapshot" :
+			 "carries no disk (taken without --with-disk)");
+		r = r < 0 ? r : -EINVAL;
+		goto out;
+	}
+	at = file_len(h.npages, h.state_len) - sizeof(struct file_trailer);
+	len = (uint64_t)size - at - sizeof(struct file_trailer);
+	/* Checked whole before the image is touched, then written. */
+	if (lseek(fd, (off_t)at, SEEK_SET) < 0 || (r = disk_walk(fd, len, -1, &info, &crc)) < 0) {
+		r = r < 0 ? r : -errno;
+		snprintf(err, errlen, "%s: its disk section is damaged: nothing written", path);
+		goto out;
+	}
+	if ((img = open_image(image, err, errlen)) < 0) {
+		r = img;
+		goto out;
+	}
+	if (ftruncate(img, 0) < 0 || ftruncate(img, (off_t)info.disk_bytes) < 0 ||
+	    lseek(fd, (off_t)at, SEEK_SET) < 0)
+		r = -errno;
+	if (r == 0)
+		r = disk_walk(fd, len, img, NULL, &crc);
+	if (r == 0 && fdatasync(img) < 0)
+		r = -errno;
+	if (r < 0)
+		snprintf(err, errlen, "writing the disk of %s to %s: %s", path, image,
+			 r == -EBADMSG ? "the snapshot changed while it was read" : strerror(-r));
+	close(img);
+out:
+	close(fd);
+	return r;
 }

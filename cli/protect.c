@@ -173,7 +173,8 @@ int cli_cmd_protect(int argc, char **argv)
 static const char migrate_help[] =
 	"usage: understudy migrate --control PATH --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
 	"                          [--epoch-ms N] [--timeout-ms N] [--no-auto-converge] [--json]\n"
-	"                          [--bandwidth MiB/s] [--postcopy-after ROUNDS|never] [link options]\n"
+	"                          [--bandwidth MiB/s] [--postcopy-after ROUNDS|never] [--with-disk]\n"
+	"                          [link options]\n"
 	"Moves the running VM whose control socket is PATH to the secondary waiting at --to\n"
 	"(understudy secondary): initial sync while the guest runs, protected epochs, and at\n"
 	"the first epoch whose predicted downtime (pause + capture-to-ACK) is at most\n"
@@ -198,7 +199,12 @@ static const char migrate_help[] =
 	"sides report it and exit 1; the destination does not run on with pages missing).\n"
 	"A protected VM hands over to its own secondary when that is the one named; to\n"
 	"another host, its secondary is told to stand down first. A running\n"
-	"`understudy primary` migrates only to its own secondary.\n\n"
+	"`understudy primary` migrates only to its own secondary.\n"
+	"--with-disk: the VM's disk is copied to the destination's image (its secondary's\n"
+	"--disk FILE): every block that may hold data while the guest runs, then the blocks\n"
+	"written meanwhile, then each epoch's; at the hand-over the destination's image\n"
+	"equals the source's. Images are never shared between hosts here, so a VM with a disk\n"
+	"migrates only with --with-disk (exit 2 without it), and not by post-copy.\n\n"
 	NET_OPTIONS_HELP;
 
 static volatile sig_atomic_t interrupted;
@@ -248,18 +254,28 @@ static double mono_s(void)
 /* A VM protected by a secondary other than the destination: that one is
  * told to stand down first ("cancel": a goodbye, it takes nothing over),
  * then the migration request is sent once the agent takes a new engine.
- * 0 when the request was accepted (*reply is its answer), 1 otherwise. */
-static int send_migrate(const char *control, const char *req, const char *to, char **reply)
+ * 0 when the request was accepted (*reply is its answer), 2 when the agent
+ * says the request is wrong ("error usage: ..."), 1 otherwise. */
+static int send_migrate(const char *control, const char *req, const char *to, bool with_disk,
+			char **reply)
 {
 	char *st = NULL, state[32] = "", peer[160] = "";
+	bool disk = false;
 	int r;
 
 	*reply = NULL;
 	if (control_request(control, "status json", 5000, &st) == 0) {
 		json_str(st, "state", state, sizeof(state));
 		json_str(st, "peer", peer, sizeof(peer));
+		disk = strstr(st, "\"disk_blocks\"") != NULL;   /* a protected VM with a disk */
 	}
 	free(st);
+	/* Refused before its secondary is told to stand down: nothing changes. */
+	if (disk && !with_disk) {
+		fprintf(stderr, "understudy migrate: the VM has a disk and its image is not shared "
+			"with the destination: add --with-disk to copy it to the destination's image\n");
+		return 2;
+	}
 	if (peer[0] && strcmp(peer, to) && strcmp(state, "unprotected") && strcmp(state, "fenced") &&
 	    strcmp(state, "done")) {
 		fprintf(stderr, "understudy migrate: the VM is %s by %s: it is told to stand down first\n",
@@ -282,6 +298,12 @@ static int send_migrate(const char *control, const char *req, const char *to, ch
 		}
 		if (!strncmp(*reply, "ok", 2))
 			return 0;
+		if (!strncmp(*reply, "error usage: ", 13)) {
+			fprintf(stderr, "understudy migrate: %s", *reply + 6);
+			free(*reply);
+			*reply = NULL;
+			return 2;        /* the request is what is wrong */
+		}
 		if (!strstr(*reply, "not now"))
 			break;
 		free(*reply);
@@ -418,6 +440,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "bandwidth", required_argument, NULL, 'b' },
 		{ "postcopy-after", required_argument, NULL, 'P' },
+		{ "with-disk", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -426,7 +449,7 @@ int cli_cmd_migrate(int argc, char **argv)
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000, link_timeout_ms = 500;
 	unsigned bandwidth = 0, pc_after = 0;
-	bool json = false, converge = true;
+	bool json = false, converge = true, with_disk = false;
 	char req[4 * PATH_MAX], num[32], *reply = NULL;
 	int opt, r;
 
@@ -444,6 +467,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
 		case 'j': json = true; break;
 		case 'A': converge = false; break;
+		case 'D': with_disk = true; break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &link_timeout_ms); break;
 		case 'b': r = cli_parse_ms("--bandwidth (MiB/s)", optarg, 1, &bandwidth); break;
 		case 'P':
@@ -475,9 +499,11 @@ int cli_cmd_migrate(int argc, char **argv)
 	snprintf(num, sizeof(num), "%u", pc_after);
 	if (pc_after && add(req, sizeof(req), "postcopy-after", num, false))
 		return 2;
+	if (with_disk && add(req, sizeof(req), "with-disk", "true", false))
+		return 2;
 	signal(SIGINT, on_sigint);
-	if (send_migrate(control, req, peer, &reply))
-		return 1;
+	if ((r = send_migrate(control, req, peer, with_disk, &reply)))
+		return r;
 	free(reply);
 	return follow(control, max_ms / 1000, epoch_ms, json);
 }

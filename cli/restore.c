@@ -18,7 +18,10 @@ static const char restore_help[] =
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
 	"Nothing runs unless every file is intact and they form one chain.\n"
 	"A VM saved with a disk needs --disk: the image the restored guest goes on\n"
-	"with (a snapshot holds the disk's device state, not its contents).\n"
+	"with (a snapshot holds the disk's device state, not its contents). A snapshot\n"
+	"taken with --with-disk also carries the contents: IMAGE (created if missing) is\n"
+	"replaced by the saved disk before the guest is built, after the whole file is\n"
+	"checked; such a snapshot restores alone (diffs carry no disk).\n"
 	"A VM saved with a NIC needs --net: the tap the restored guest is behind (it\n"
 	"is asked to announce itself there).\n\n" OPS_OPTIONS_HELP;
 
@@ -57,6 +60,7 @@ int cli_cmd_restore(int argc, char **argv)
 	const char *console = "stdio", *control = NULL, *disk = NULL, *net = NULL;
 	struct machine_config cfg;
 	struct ckpt_file_info info;
+	char err[512];
 	struct ev_loop *loop;
 	struct repl_vm *vm;
 	struct ckpt c;
@@ -113,6 +117,11 @@ int cli_cmd_restore(int argc, char **argv)
 			cfg.ndisks ? "bad file name" : "the saved VM has no disk");
 		goto err;
 	}
+	if (info.disk && argc - optind > 1) {
+		fprintf(stderr, "understudy restore: %s carries its disk: it restores alone (the diffs "
+			"after it carry no disk)\n", argv[optind]);
+		goto err;
+	}
 	snprintf(cfg.disk, sizeof(cfg.disk), "%s", disk ? disk : "");
 	if (cfg.nnets != (net != NULL)) {
 		fprintf(stderr, "understudy restore: %s\n", cfg.nnets ?
@@ -128,6 +137,15 @@ int cli_cmd_restore(int argc, char **argv)
 	}
 	if (net)
 		snprintf(cfg.net_tap, sizeof(cfg.net_tap), "%s", net + 4);
+	/* The saved disk first: the guest is built on it. */
+	if (info.disk) {
+		if (ckpt_file_restore_disk(argv[optind], disk, err, sizeof(err)) < 0) {
+			fprintf(stderr, "understudy restore: %s\n", err);
+			goto err;
+		}
+		fprintf(stderr, "understudy restore: %s: %llu non-zero blocks of the saved disk written\n",
+			disk, (unsigned long long)info.disk_blocks);
+	}
 	loop = ev_default_loop(0);
 	if (repl_vm_new(loop, &cfg, console, &vm) < 0)
 		goto err;

@@ -56,20 +56,25 @@ static char *fmt(const char *f, ...)
 	return s;
 }
 
-/* Control request "snapshot full|incremental FILE" -> reply text (malloc'd).
- * The pause covers the capture only; the file is written after resume (on
- * the loop thread, which is idle otherwise in `run`). */
+/* Control request "snapshot full|full+disk|incremental FILE" -> reply text
+ * (malloc'd). The pause covers the capture only (with the disk: its
+ * non-zero blocks too); the file is written after resume (on the loop
+ * thread, which is idle otherwise in `run`). */
 static char *snapshot_request(struct snapshots *s, const char *request)
 {
 	struct ckpt_file_info info;
+	struct ckpt_disk disk;
 	char kind[16], path[PATH_MAX];
-	bool full;
+	bool full, with_disk;
 	int r;
 
 	if (sscanf(request, "snapshot %15s %4095[^\n]", kind, path) != 2 ||
-	    (strcmp(kind, "full") && strcmp(kind, "incremental")))
-		return fmt("error unknown request (want: snapshot full|incremental FILE)");
-	full = !strcmp(kind, "full");
+	    (strcmp(kind, "full") && strcmp(kind, "full+disk") && strcmp(kind, "incremental")))
+		return fmt("error unknown request (want: snapshot full|full+disk|incremental FILE)");
+	full = strcmp(kind, "incremental") != 0;
+	with_disk = !strcmp(kind, "full+disk");
+	if (with_disk && !machine_disk_blocks(s->m))
+		return fmt("error usage: --with-disk: the VM has no disk");
 	if (!full && !s->last_id)
 		return fmt("error no previous snapshot to diff against: take a full one first");
 	if (!s->ckpt) {
@@ -78,11 +83,20 @@ static char *snapshot_request(struct snapshots *s, const char *request)
 			return fmt("error out of memory");
 		ckpt_init(s->ckpt);
 	}
-	if ((r = ckpt_take(s->m, s->ckpt, full)) < 0)
+	ckpt_disk_init(&disk);
+	r = with_disk ? ckpt_take_disk(s->m, s->ckpt, &disk) : ckpt_take(s->m, s->ckpt, full);
+	if (r < 0) {
+		ckpt_disk_fini(&disk);
 		return fmt("error capturing the machine: %s", strerror(-r));
+	}
+	memset(&info, 0, sizeof(info));
 	info.id = ckpt_file_new_id();
 	info.parent_id = full ? 0 : s->last_id;
-	r = ckpt_file_write_ex(path, s->ckpt, &s->m->cfg, &info);
+	r = ckpt_file_write_disk(path, s->ckpt, &s->m->cfg, &info, with_disk ? &disk : NULL);
+	if (with_disk)
+		log_info(TAG, "disk: %zu non-zero blocks of %llu in the snapshot", disk.n,
+			 (unsigned long long)machine_disk_blocks(s->m));
+	ckpt_disk_fini(&disk);
 	if (r < 0) {
 		/* The next diff is against the last good file: keep its pages. */
 		ckpt_requeue(s->m, s->ckpt);
@@ -93,7 +107,7 @@ static char *snapshot_request(struct snapshots *s, const char *request)
 	s->count++;
 	log_info(TAG, "%s snapshot %s: %zu pages, pause %.0f us (copy %.0f us)", kind, path,
 		 s->ckpt->npages, s->ckpt->stats.pause_ns / 1e3, s->ckpt->stats.copy_ns / 1e3);
-	return fmt("ok %s %s pages=%zu pause_us=%.0f", kind, path, s->ckpt->npages,
+	return fmt("ok %s %s pages=%zu pause_us=%.0f", full ? "full" : kind, path, s->ckpt->npages,
 		   s->ckpt->stats.pause_ns / 1e3);
 }
 
@@ -152,6 +166,7 @@ static char *protect_request(struct run_ctx *r, const char *request)
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = r };
 	struct repl_primary_opts o;
 	char *req = strdup(request), err[256];
+	const char *why;
 	int rc;
 
 	if (!req)
@@ -165,10 +180,9 @@ static char *protect_request(struct run_ctx *r, const char *request)
 		return fmt("error %s", err);
 	}
 	o.ops = r->ops;
-	if (machine_disk_blocks(r->vm->m)) {
+	if ((why = repl_protect_refusal(&o, r->vm->m))) {
 		free(req);
-		return fmt("error protect and migrate are not supported with a disk yet (start the VM "
-			   "with understudy primary and a secondary with --disk)");
+		return fmt("error %s", why);
 	}
 	if (r->engine) {
 		if (!repl_primary_replaceable(r->engine)) {

@@ -1101,14 +1101,15 @@ char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
 {
 	struct repl_primary_opts o;
 	char *copy = strdup(req), err[256], *reply = NULL;
+	const char *why;
 	int r;
 
 	if (!copy)
 		return NULL;
 	r = repl_protect_parse(copy, &o, err, sizeof(err));
-	if (r == 0 && machine_disk_blocks(p->vm->m)) {
-		snprintf(err, sizeof(err), "migrate is not supported with a disk yet");
-		r = -EOPNOTSUPP;
+	if (r == 0 && (why = repl_protect_refusal(&o, p->vm->m))) {
+		snprintf(err, sizeof(err), "%s", why);
+		r = -EINVAL;
 	}
 	if (r == 0 && strcmp(o.peer, p->o->peer)) {
 		snprintf(err, sizeof(err), "the VM is protected by %s: it hands over only to that "
@@ -1286,12 +1287,13 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 			const struct repl_primary_opts *o, const struct repl_primary_host *host,
 			struct repl_primary **out)
 {
+	const char *why = repl_protect_refusal(o, vm->m);
 	struct repl_primary *p;
 	int r;
 
-	if (machine_disk_blocks(vm->m)) {
-		log_error(TAG, "protecting a running VM is not supported with a disk yet");
-		return -EOPNOTSUPP;
+	if (why) {
+		log_error(TAG, "%s", why);
+		return -EINVAL;
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -1416,9 +1418,7 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 {
 	const char *why = NULL;
 
-	if (machine_disk_blocks(p->vm->m))
-		why = "switchover is not supported with a disk yet";
-	else if (p->state != P_PROTECTED)
+	if (p->state != P_PROTECTED)
 		why = "the VM is not protected (a switchover needs a standby that holds an epoch)";
 	else if (p->migrate_ms || p->switching_over || p->finishing)
 		why = "a migration or switchover is already under way";
@@ -1480,6 +1480,9 @@ bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw)
 	}
 	sw->timeout_ms = p->o->timeout_ms;
 	sw->handshake_timeout_ms = p->o->handshake_timeout_ms;
+	/* The VM's own image goes on as the standby's: the epochs' blocks are
+	 * written to it from the switch epoch on (no resync). */
+	snprintf(sw->disk, sizeof(sw->disk), "%s", p->vm->m->cfg.ndisks ? p->vm->m->cfg.disk : "");
 	return true;
 }
 
@@ -1493,4 +1496,5 @@ void repl_switch_secondary_opts(const struct repl_switch *sw, const char *contro
 	o->timeout_ms = sw->timeout_ms;
 	o->handshake_timeout_ms = sw->handshake_timeout_ms;
 	o->witness = sw->witness;
+	o->disk = sw->disk[0] ? sw->disk : NULL;
 }

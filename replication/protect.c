@@ -52,6 +52,10 @@ static int set_option(struct repl_primary_opts *o, const char *key, char *v, cha
 		}
 		return parse_ms(key, v, 1, &o->postcopy_after, err, errlen);
 	}
+	if (!strcmp(key, "with-disk") && o->migrate_downtime_ms && !strcmp(v, "true")) {
+		o->with_disk = true;
+		return 0;
+	}
 	if (!strcmp(key, "insecure") && !strcmp(v, "true")) {
 		o->net.insecure = true;
 		return 0;
@@ -132,4 +136,18 @@ int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t
 		return -EINVAL;
 	}
 	return 0;
+}
+
+const char *repl_protect_refusal(const struct repl_primary_opts *o, const struct machine *m)
+{
+	if (!o->migrate_downtime_ms || !machine_disk_blocks(m))
+		return NULL;
+	if (!o->with_disk)
+		return "usage: the VM has a disk and its image is not shared with the destination: "
+		       "add --with-disk to copy it to the destination's image (its secondary "
+		       "--disk FILE)";
+	if (o->postcopy_after)
+		return "usage: post-copy is not supported with a disk (every block must be at the "
+		       "destination before the switch): drop --postcopy-after";
+	return NULL;
 }

@@ -590,6 +590,11 @@ struct repl_primary_opts {
 	 * convergence (0: never). */
 	unsigned bandwidth_mib;
 	unsigned postcopy_after;
+	/* Migration of a VM with a disk: its image is copied to the
+	 * destination's (the sync's disk rounds, then the epochs' blocks).
+	 * Images are never shared here, so a migration of a VM with a disk
+	 * needs it (repl_protect_refusal). */
+	bool with_disk;
 	/* Nonzero: the secondary's standby already holds this epoch of the VM
 	 * (it was the VM's primary until a switchover): no sync, the epochs go
 	 * on from resume_epoch + 1 with every page written since the VM resumed
@@ -704,6 +709,10 @@ char *repl_primary_status_text(void *p, const char *req);
  * or -EINVAL with err saying why. The strings of o point into req, which
  * must stay. */
 int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t errlen) US_MUST_CHECK;
+/* Why the engine o describes cannot take the VM on machine m (a migration
+ * of a VM with a disk without with-disk, or with post-copy), or NULL. The
+ * text starts with "usage: " (the operator's request is what is wrong). */
+const char *repl_protect_refusal(const struct repl_primary_opts *o, const struct machine *m);
 int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o);
 
 /* ---- planned switchover ------------------------------------------------------ */
@@ -723,6 +732,7 @@ struct repl_switch {
 	 * this process becomes (repl_secondary_adopt takes it over). */
 	struct repl_witness_opts witness;
 	struct repl_witness *wit;
+	char disk[256];            /* the VM's image ("": none), the standby's --disk */
 };
 
 /* "switchover listen=HOST:PORT": at the next acknowledged epoch the guest

@@ -906,6 +906,10 @@ static char *protect_request(struct repl_secondary *s, const char *req)
 			 "protected", repl_sec_state_name(s));
 		r = -EINVAL;
 	}
+	if (r == 0 && repl_protect_refusal(&o, s->vm->m)) {
+		snprintf(err, sizeof(err), "%s", repl_protect_refusal(&o, s->vm->m));
+		r = -EINVAL;
+	}
 	if (r == 0 && s->engine && !repl_primary_replaceable(s->engine)) {
 		snprintf(err, sizeof(err), "the VM is %s%s", repl_primary_state(s->engine),
 			 repl_primary_protecting(s->engine) ? ": one secondary at a time" :

@@ -183,14 +183,18 @@ static int disk_batch(struct repl_sync *s)
 	struct proto_buf batch;
 	uint64_t from = s->disk_cursor;
 	enum repl_fault_kind kind;
+	size_t bytes;
 	int r;
 
 	proto_buf_init(&batch);
 	r = repl_disk_sync_batch(s->disk, s->vm->m, s->disk_round ? s->disk->harvest : NULL,
 				 &s->disk_cursor, &batch, &s->disk_sent);
 	kind = repl_fault_local(r);              /* reading the image, encoding */
+	bytes = batch.len;
 	if (r >= 0 && batch.len && (r = repl_link_send_owned(s->link, &batch)) < 0)
 		kind = repl_fault_send(r);
+	if (r >= 0 && s->rate)
+		repl_rate_charge(s->rate, bytes);   /* --bandwidth counts the disk too */
 	proto_buf_fini(&batch);
 	if (r < 0) {
 		s->disk_cursor = from;

@@ -27,8 +27,9 @@ Trials (seeded, the seed printed):
    A secondary that wrote those blocks before committing the epoch has an
    image ahead of its guest: the guest says "bad ahead".
  * refusals: a secondary without --disk for a VM with a disk, an image of
-   another size, a missing image (exit 2 at start); protect, migrate and
-   switchover of a VM with a disk ("not supported with a disk yet").
+   another size, a missing image (exit 2 at start); migrate of a
+   protected VM with a disk without --with-disk (protect, migrate and
+   switchover with a disk are tests/disk_lifecycle.py's).
 
 usage: disk_failover.py [--seed S] [--kills N]; exit 0 when all hold."""
 import argparse, os, random, signal, socket, struct, subprocess, sys, tempfile, threading, time
@@ -433,7 +434,7 @@ def refusal(tmp, label, sec_disk, want):
         plog.close()
 
 
-def expect_refusal(what, argv, want="not supported with a disk yet"):
+def expect_refusal(what, argv, want):
     r = subprocess.run([BIN] + argv, capture_output=True, timeout=20)
     out = (r.stdout + r.stderr).decode(errors="replace")
     if r.returncode == 0 or want not in out:
@@ -443,36 +444,12 @@ def expect_refusal(what, argv, want="not supported with a disk yet"):
 
 
 def not_yet(ctl, sport):
-    """switchover and migrate of a protected VM with a disk: refused, the pair goes on."""
-    expect_refusal("switchover", ["switchover", "--control", ctl, "--listen", "127.0.0.1:%d" % free_port()])
-    expect_refusal("migrate", ["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % sport, "--insecure"])
-
-
-def protect_refused(tmp):
-    """protect of a running VM with a disk: refused, the VM runs on."""
-    img = os.path.join(tmp, "run.img")
-    with open(img, "wb") as f:
-        f.truncate(DISK_BYTES)
-    ctl, con = os.path.join(tmp, "run.ctl"), free_port()
-    log = open(os.path.join(tmp, "run.log"), "w")
-    vm = subprocess.Popen([BIN, "run", "--guest", "blk", "--disk", img, "--console", "tcp:127.0.0.1:%d" % con,
-                           "--control", ctl], stderr=log)
-    try:
-        end = time.time() + 10
-        while not os.path.exists(ctl) and time.time() < end:
-            time.sleep(0.05)
-        expect_refusal("protect", ["protect", "--control", ctl, "--peer", "127.0.0.1:%d" % free_port(),
-                                   "--insecure"])
-        if vm.poll() is not None:
-            errors.append("protect refused: the VM stopped (exit %d)" % vm.returncode)
-    finally:
-        vm.send_signal(signal.SIGKILL)
-        vm.wait()
-        log.close()
+    """migrate of a protected VM with a disk without --with-disk: refused, the pair goes on."""
+    expect_refusal("migrate", ["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % sport, "--insecure"],
+                   "add --with-disk")
 
 
 def refusals(tmp):
-    protect_refused(tmp)
     refusal(tmp, "no-disk", None, "start this secondary with --disk FILE")
     small = os.path.join(tmp, "small.img")
     with open(small, "wb") as f:

@@ -4,7 +4,10 @@
  * dirty-block bitmap of a real machine's virtio-blk (a guest write marks
  * exactly its blocks, a replicated write none), the capture in the pause,
  * requeue, the initial sync's passes (holes and zero blocks skipped, a
- * dirty round sends zero blocks too), the standby image's preparation. */
+ * dirty round sends zero blocks too), the standby image's preparation; a
+ * snapshot file with the disk's contents (checkpoint/file.c): written,
+ * read, restored to an image equal to the source, refused whole when cut
+ * or corrupt with the target image untouched. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -17,6 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "checkpoint/checkpoint.h"
 #include "machine/virtio.h"
 #include "replication/disk.h"
 #include "tests/harness.h"
@@ -363,6 +367,103 @@ static void test_prepare(void **state)
 	assert_int_equal(repl_disk_prepare(path, 1 << 20, err, sizeof(err)), -ENOENT);
 }
 
+static void read_whole(const char *path, uint8_t **data, size_t *len)
+{
+	struct stat sb;
+	int fd = open(path, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &sb), 0);
+	*len = (size_t)sb.st_size;
+	*data = malloc(*len + 1);
+	assert_non_null(*data);
+	assert_int_equal(pread(fd, *data, *len, 0), (ssize_t)*len);
+	close(fd);
+}
+
+static void write_whole(const char *path, const uint8_t *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, len), (ssize_t)len);
+	close(fd);
+}
+
+static void test_snapshot_disk(void **state)
+{
+	struct fixture *f = *state;
+	struct machine_config cfg;
+	struct ckpt_file_info info = { .id = 7 };
+	struct ckpt_disk d;
+	struct ckpt c;
+	uint8_t blk[BLK], *src, *img, *file, keep[16];
+	size_t src_len, img_len, file_len;
+	char snap[64], bad[64], out[64], err[512];
+
+	if (!f)
+		skip();
+	/* Blocks 3 and 10, the partial last one, and a block written zero. */
+	memset(blk, 0xa5, sizeof(blk));
+	assert_int_equal(pwrite(f->fd, blk, BLK, 3 * BLK), BLK);
+	memset(blk, 0x3c, sizeof(blk));
+	assert_int_equal(pwrite(f->fd, blk, BLK, 10 * BLK), BLK);
+	assert_int_equal(pwrite(f->fd, blk, 2048, NBLOCKS * BLK), 2048);
+	memset(blk, 0, sizeof(blk));
+	assert_int_equal(pwrite(f->fd, blk, BLK, 20 * BLK), BLK);
+	ckpt_init(&c);
+	ckpt_disk_init(&d);
+	assert_int_equal(ckpt_take_disk(f->m, &c, &d), 0);
+	assert_int_equal(d.n, 3);
+	assert_int_equal(d.blocks[0], 3);
+	assert_int_equal(d.blocks[2], NBLOCKS);
+	snprintf(snap, sizeof(snap), "/tmp/test_disk_snap.%d", getpid());
+	snprintf(bad, sizeof(bad), "/tmp/test_disk_bad.%d", getpid());
+	snprintf(out, sizeof(out), "/tmp/test_disk_out.%d", getpid());
+	assert_int_equal(ckpt_file_write_disk(snap, &c, &f->m->cfg, &info, &d), 0);
+	/* Read back: the disk announced, restored equal to the source. */
+	assert_int_equal(ckpt_file_read_ex(snap, &c, &cfg, &info), 0);
+	assert_true(info.disk);
+	assert_int_equal(info.disk_blocks, 3);
+	assert_int_equal(info.disk_bytes, NBLOCKS * BLK + 2048);
+	assert_int_equal(ckpt_file_restore_disk(snap, out, err, sizeof(err)), 0);
+	read_whole(f->path, &src, &src_len);
+	read_whole(out, &img, &img_len);
+	assert_int_equal(img_len, src_len);
+	assert_memory_equal(img, src, src_len);
+	free(img);
+	/* Cut by one block record, or one byte flipped in a block: refused
+	 * whole, the image never touched. */
+	read_whole(snap, &file, &file_len);
+	memset(keep, 0x77, sizeof(keep));
+	write_whole(out, keep, sizeof(keep));
+	write_whole(bad, file, file_len - (8 + BLK));
+	assert_int_equal(ckpt_file_read_ex(bad, &c, &cfg, &info), -EBADMSG);
+	assert_true(ckpt_file_restore_disk(bad, out, err, sizeof(err)) < 0);
+	file[file_len - 24 - 100] ^= 1;
+	write_whole(bad, file, file_len);
+	assert_int_equal(ckpt_file_read_ex(bad, &c, &cfg, &info), -EBADMSG);
+	assert_true(ckpt_file_restore_disk(bad, out, err, sizeof(err)) < 0);
+	read_whole(out, &img, &img_len);
+	assert_int_equal(img_len, sizeof(keep));
+	assert_memory_equal(img, keep, sizeof(keep));
+	/* Without the disk: as before, no disk announced. */
+	assert_int_equal(ckpt_file_read_ex(snap, &c, &cfg, &info), 0);
+	assert_int_equal(ckpt_file_write_ex(bad, &c, &f->m->cfg, &info), 0);
+	assert_int_equal(ckpt_file_read_ex(bad, &c, &cfg, &info), 0);
+	assert_false(info.disk);
+	assert_true(ckpt_file_restore_disk(bad, out, err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "no disk"));
+	free(img);
+	free(file);
+	free(src);
+	unlink(snap);
+	unlink(bad);
+	unlink(out);
+	ckpt_disk_fini(&d);
+	ckpt_fini(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -370,6 +471,7 @@ int main(void)
 		cmocka_unit_test(test_bad_sections),
 		cmocka_unit_test_setup_teardown(test_dirty_blocks, setup, teardown),
 		cmocka_unit_test(test_prepare),
+		cmocka_unit_test_setup_teardown(test_snapshot_disk, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

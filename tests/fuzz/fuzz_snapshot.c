@@ -1,7 +1,8 @@
 /* Fuzz target: a snapshot file through the read path restore uses,
  * ckpt_file_read_ex(): header (magic, version, header checksum, ranges,
  * length, configuration digest), the gfns, pages and state sections with
- * their checksums, and the trailer. The input is the whole file, handed over
+ * their checksums, the disk section of a --with-disk snapshot (its length,
+ * block order and checksum), and the trailer. The input is the whole file, handed over
  * as a memfd opened by its /proc/self/fd path (the API takes a path).
  * Applying a chain of files (ckpt_file_apply_chain) needs a machine with
  * /dev/kvm and is not fuzzed here; the id/parent-id link it checks comes

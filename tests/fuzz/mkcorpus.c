@@ -265,11 +265,18 @@ static uint8_t *slurp(const char *path, size_t *len)
 }
 
 /* A diff snapshot of npages pages (gfns 1, 3, 5...) and a state blob, as
- * ckpt_file_write_ex() writes it, returned as bytes. */
-static uint8_t *snapshot_bytes(size_t npages, size_t *len)
+ * ckpt_file_write_ex() writes it, returned as bytes. With a disk: a full
+ * snapshot of a 64 KiB machine with a disk of 4.125 blocks, blocks 1 and
+ * 4 (the partial last one) in its "disk" section (--with-disk). */
+static uint8_t *snapshot_bytes(size_t npages, bool disk, size_t *len)
 {
-	struct machine_config cfg = { .mem_bytes = 8 << 20, .ncpus = 1, .guest = "counter" };
-	struct ckpt_file_info info = { .id = 0x1122334455667788ull, .parent_id = 0x99 };
+	struct machine_config cfg = { .mem_bytes = disk ? 64 << 10 : 8 << 20, .ncpus = 1,
+				      .guest = "counter", .ndisks = disk };
+	struct ckpt_file_info info = { .id = 0x1122334455667788ull, .parent_id = disk ? 0 : 0x99 };
+	uint64_t blocks[2] = { 1, 4 };
+	uint8_t blockdata[2 * 4096];
+	struct ckpt_disk d = { .disk_bytes = 4 * 4096 + 512, .n = 2, .cap = 2, .blocks = blocks,
+			       .data = blockdata };
 	struct ckpt_image *img = malloc(sizeof(*img));
 	struct blob b = { malloc(1 << 20), 0, 0 };
 	uint8_t page[CKPT_PAGE_SIZE];
@@ -281,16 +288,22 @@ static uint8_t *snapshot_bytes(size_t npages, size_t *len)
 		exit(1);
 	ckpt_init(&c);
 	c.config_digest = machine_config_digest(&cfg);
+	if (disk)
+		npages = (64 << 10) / CKPT_PAGE_SIZE;
+	c.full = disk;
 	for (size_t i = 0; i < npages; i++) {
 		memset(page, (int)(0x40 + i), sizeof(page));
-		if (ckpt_add_page(&c, 2 * i + 1, page) < 0)
+		if (ckpt_add_page(&c, disk ? i : 2 * i + 1, page) < 0)
 			exit(1);
 	}
+	memset(blockdata, 0x5e, 4096);
+	memset(blockdata + 4096, 0, 4096);
+	memset(blockdata + 4096, 0x61, 512);
 	plausible_image(img, 1);
 	if (ckpt_set_state(&c, b.buf, build(&b, img, WHOLE)) < 0)
 		exit(1);
 	snprintf(path, sizeof(path), "%s/snapshot/.tmp-snapshot", root);
-	if (ckpt_file_write_ex(path, &c, &cfg, &info) < 0)
+	if (ckpt_file_write_disk(path, &c, &cfg, &info, disk ? &d : NULL) < 0)
 		exit(1);
 	out = slurp(path, len);
 	unlink(path);
@@ -303,7 +316,7 @@ static uint8_t *snapshot_bytes(size_t npages, size_t *len)
 static void snapshot_corpus(void)
 {
 	size_t len, hdr = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 + 32 + 256 + 8 + 8 + 4 + 4;
-	uint8_t *f = snapshot_bytes(2, &len);
+	uint8_t *f = snapshot_bytes(2, false, &len);
 
 	put_file("snapshot", "ok-diff-2pages", f, len);
 	put_file("snapshot", "bad-truncated", f, len - 1);
@@ -327,8 +340,19 @@ static void snapshot_corpus(void)
 	f[hdr] = 'x';                            /* first section tag */
 	put_file("snapshot", "bad-section-tag", f, len);
 	free(f);
-	f = snapshot_bytes(0, &len);
+	f = snapshot_bytes(0, false, &len);
 	put_file("snapshot", "ok-diff-no-pages", f, len);
+	free(f);
+	/* With the disk's contents: the section cut by one block (the length
+	 * still whole blocks), a byte of a block flipped, a block named twice. */
+	f = snapshot_bytes(0, true, &len);
+	put_file("snapshot", "ok-full-disk", f, len);
+	put_file("snapshot", "bad-disk-cut", f, len - 4104);
+	f[len - 24 - 100] ^= 1;                  /* block 4's data */
+	put_file("snapshot", "bad-disk-crc", f, len);
+	f[len - 24 - 100] ^= 1;
+	memcpy(f + len - 24 - 4104, f + len - 24 - 2 * 4104, 8);   /* block 4 -> 1 */
+	put_file("snapshot", "bad-disk-order", f, len);
 	free(f);
 }
 
