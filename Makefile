@@ -110,18 +110,27 @@ $(BUILD)/guest/%.elf: guest/src/%.c $(GUEST_RT) guest/src/guest.ld guest/src/gli
 	@mkdir -p $(@D)
 	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) $<
 
+# The virtio guests share the virtio-pci transport.
+GUEST_VPCI   := guest/src/vpci.c
+GUEST_VBLK   := $(GUEST_VPCI) guest/src/vblk.c
+$(BUILD)/guest/blk.elf: guest/src/blk.c $(GUEST_VBLK) guest/src/vpci.h guest/src/vblk.h \
+                        $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
+	@mkdir -p $(@D)
+	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) \
+		$(GUEST_VBLK) $<
+
 # Guests on the network share the virtio-net driver and the IPv4 stack.
-GUEST_NET    := guest/src/vnet.c guest/src/ipstack.c
-$(BUILD)/guest/udpecho.elf: guest/src/udpecho.c $(GUEST_NET) guest/src/vnet.h guest/src/ipstack.h \
-                            $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
+GUEST_NET    := $(GUEST_VPCI) guest/src/vnet.c guest/src/ipstack.c
+$(BUILD)/guest/udpecho.elf: guest/src/udpecho.c $(GUEST_NET) guest/src/vpci.h guest/src/vnet.h \
+                            guest/src/ipstack.h $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
 	@mkdir -p $(@D)
 	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) \
 		$(GUEST_NET) $<
 
 # kv: the network guests' code plus the virtio-blk driver.
 GUEST_KV     := $(GUEST_NET) guest/src/vblk.c
-$(BUILD)/guest/kv.elf: guest/src/kv.c $(GUEST_KV) guest/src/vnet.h guest/src/ipstack.h guest/src/vblk.h \
-                       $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
+$(BUILD)/guest/kv.elf: guest/src/kv.c $(GUEST_KV) guest/src/vpci.h guest/src/vnet.h guest/src/ipstack.h \
+                       guest/src/vblk.h $(GUEST_RT) guest/src/guest.ld guest/src/glib.h
 	@mkdir -p $(@D)
 	$(CC) $(GUEST_CFLAGS) -T guest/src/guest.ld -Wl,--build-id=none -static -o $@ $(GUEST_RT) \
 		$(GUEST_KV) $<

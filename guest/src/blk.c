@@ -1,13 +1,15 @@
-/* blk: a virtio-blk driver over virtio-pci (modern), driven from the console.
+/* blk: the virtio-blk driver (vblk.c over the virtio-pci transport, vpci.c)
+ * driven from the console.
  *
  * At boot it enumerates PCI bus 0 through ports 0xCF8/0xCFC, finds the
  * virtio-blk function (1af4:1042), sizes its BAR as a firmware or OS does
- * (all-ones written with memory decoding off, then restored), walks the
- * virtio capabilities, negotiates VERSION_1 (+ FLUSH and DISCARD when
- * offered) and sets up queue 0 with interrupts off (VIRTQ_AVAIL_F_NO_INTERRUPT,
- * no MSI-X vector): it polls the used ring ('msix' checks that interrupts
- * come when asked for). One request at a time:
- * header, data, status, three descriptors.
+ * (all-ones written with memory decoding off, then restored); vblk_init then
+ * walks the virtio capabilities, negotiates VERSION_1 (+ FLUSH and DISCARD
+ * when offered) and sets up queue 0 with interrupts off
+ * (VIRTQ_AVAIL_F_NO_INTERRUPT, no MSI-X vector): it polls the used ring
+ * ('msix' checks that interrupts come when asked for). One request at a
+ * time: header, data, status, three descriptors. Requests go out unchecked
+ * (vblk_request), so a bad sector is the device's error status.
  *
  * Console, one reply line per request:
  *   info                      "blk capacity=N features=HEX bar=HEX bar_size=N queue=N"
@@ -37,47 +39,16 @@
  * The pattern of sector s in pass p is 16 lines of 32 bytes:
  *   "s0000000005 p00001 l00 ........\n" (s, p, line number, zero-padded). */
 
+#include "vblk.h"
+
 #include "glib.h"
 
-#define PCI_ADDR 0xcf8
-#define PCI_DATA 0xcfc
-#define QSIZE 16
 #define CHUNK 8               /* sectors a request in selftest */
 
-#define S_ACK 1
-#define S_DRIVER 2
-#define S_DRIVER_OK 4
-#define S_FEATURES_OK 8
-#define S_NEEDS_RESET 0x40
-
-#define F_FLUSH (1ull << 9)
-#define F_DISCARD (1ull << 13)
-#define F_VERSION_1 (1ull << 32)
-
-struct desc {
-	uint64_t addr;
-	uint32_t len;
-	uint16_t flags, next;
-};
-
-struct req_hdr {
-	uint32_t type, reserved;
-	uint64_t sector;
-};
-
 struct drv {
-	int dev;
-	uint64_t bar, bar_size;
-	volatile uint8_t *common, *isr, *devcfg;
-	volatile uint16_t *notify;
-	uint64_t features, capacity;
-	struct desc *desc;
-	volatile uint16_t *avail;   /* flags, idx, ring[QSIZE] */
-	volatile uint16_t *used;    /* flags, idx, then {u32 id, u32 len}[QSIZE] */
-	uint16_t avail_idx, used_seen;
-	struct req_hdr *hdr;
-	volatile uint8_t *status;
-	uint8_t *buf, *buf2;
+	struct vblk b;
+	uint64_t bar_size;
+	uint8_t *mem, *buf, *buf2;
 };
 
 /* CPL0, as the common runtime's entry plus: gs base = a word per vCPU at
@@ -127,35 +98,6 @@ __asm__(
 	"  pop %rax\n"
 	"  iretq\n");
 
-static inline uint32_t inl(uint16_t port)
-{
-	uint32_t v;
-
-	__asm__ volatile("inl %1, %0" : "=a"(v) : "Nd"(port));
-	return v;
-}
-
-static uint32_t cfg_read(int dev, int off)
-{
-	outl(PCI_ADDR, 0x80000000u | (uint32_t)dev << 11 | (uint32_t)(off & 0xfc));
-	return inl(PCI_DATA) >> (8 * (off & 3));
-}
-
-static void cfg_write(int dev, int off, uint32_t v)
-{
-	outl(PCI_ADDR, 0x80000000u | (uint32_t)dev << 11 | (uint32_t)(off & 0xfc));
-	outl(PCI_DATA, v);
-}
-
-#define MMIO8(p, off) (*(volatile uint8_t *)((p) + (off)))
-#define MMIO16(p, off) (*(volatile uint16_t *)((p) + (off)))
-#define MMIO32(p, off) (*(volatile uint32_t *)((p) + (off)))
-
-static void barrier(void)
-{
-	__asm__ volatile("mfence" ::: "memory");
-}
-
 static void put_hex8(uint8_t b)
 {
 	con_putc("0123456789abcdef"[b >> 4]);
@@ -193,119 +135,33 @@ static int starts(const char *s, const char *w)
 
 /* ---- PCI --------------------------------------------------------------------- */
 
-static int pci_find(struct drv *d)
-{
-	for (int dev = 0; dev < 32; dev++)
-		if (cfg_read(dev, 0) == 0x10421af4u) {
-			d->dev = dev;
-			return 0;
-		}
-	return -1;
-}
-
 /* BAR0/BAR1 (64-bit): size by all-ones with decoding off, then restore. */
-static void pci_size_bar(struct drv *d)
+static void pci_size_bar(struct drv *d, int dev)
 {
-	uint32_t cmd = cfg_read(d->dev, 4) & 0xffff;
-	uint32_t lo = cfg_read(d->dev, 0x10), hi = cfg_read(d->dev, 0x14);
+	uint32_t cmd = vpci_cfg_read(dev, 4) & 0xffff;
+	uint32_t lo = vpci_cfg_read(dev, 0x10), hi = vpci_cfg_read(dev, 0x14);
 	uint64_t mask;
 
-	cfg_write(d->dev, 4, cmd & ~2u);
-	cfg_write(d->dev, 0x10, 0xffffffffu);
-	cfg_write(d->dev, 0x14, 0xffffffffu);
-	mask = ((uint64_t)cfg_read(d->dev, 0x14) << 32) | (cfg_read(d->dev, 0x10) & ~0xfu);
-	cfg_write(d->dev, 0x10, lo);
-	cfg_write(d->dev, 0x14, hi);
-	cfg_write(d->dev, 4, cmd | 2u | 4u);   /* memory decoding, bus master */
-	d->bar = ((uint64_t)hi << 32) | (lo & ~0xfu);
+	vpci_cfg_write(dev, 4, cmd & ~2u);
+	vpci_cfg_write(dev, 0x10, 0xffffffffu);
+	vpci_cfg_write(dev, 0x14, 0xffffffffu);
+	mask = ((uint64_t)vpci_cfg_read(dev, 0x14) << 32) | (vpci_cfg_read(dev, 0x10) & ~0xfu);
+	vpci_cfg_write(dev, 0x10, lo);
+	vpci_cfg_write(dev, 0x14, hi);
+	vpci_cfg_write(dev, 4, cmd | 2u | 4u);   /* memory decoding, bus master */
 	d->bar_size = ~mask + 1;
-}
-
-static int pci_caps(struct drv *d)
-{
-	uint32_t mult = 0;
-	int ptr = (int)(cfg_read(d->dev, 0x34) & 0xfc), n = 0;
-
-	while (ptr && n++ < 48) {
-		uint32_t head = cfg_read(d->dev, ptr);
-		uint8_t *at;
-
-		if ((head & 0xff) == 0x09 && ((cfg_read(d->dev, ptr + 4) & 0xff) == 0)) {
-			at = (uint8_t *)(d->bar + cfg_read(d->dev, ptr + 8));
-			switch ((head >> 24) & 0xff) {
-			case 1: d->common = at; break;
-			case 2: d->notify = (volatile uint16_t *)at; mult = cfg_read(d->dev, ptr + 16); break;
-			case 3: d->isr = at; break;
-			case 4: d->devcfg = at; break;
-			default: break;
-			}
-		}
-		ptr = (int)((head >> 8) & 0xfc);
-	}
-	if (!d->common || !d->notify || !d->isr || !d->devcfg)
-		return -1;
-	/* queue 0's notify offset times the multiplier */
-	MMIO16(d->common, 0x16) = 0;
-	d->notify = (volatile uint16_t *)((uint8_t *)d->notify + MMIO16(d->common, 0x1e) * mult);
-	return 0;
 }
 
 /* ---- virtio ------------------------------------------------------------------ */
 
-static int dev_init(struct drv *d, uint8_t *mem)
+/* The device found, its capabilities mapped, reset and set up (vblk.h);
+ * VERSION_1, FLUSH and DISCARD when offered; 100 ms for an answer. */
+static int dev_init(struct drv *d)
 {
-	volatile uint8_t *c = d->common;
-	uint64_t offered, want;
-	uint16_t qmax;
+	int r = vblk_init(&d->b, d->mem, VBLK_F_DISCARD);
 
-	MMIO8(c, 0x14) = 0;
-	while (MMIO8(c, 0x14) != 0)
-		;
-	MMIO8(c, 0x14) = S_ACK;
-	MMIO8(c, 0x14) = S_ACK | S_DRIVER;
-	MMIO32(c, 0x00) = 0;
-	offered = MMIO32(c, 0x04);
-	MMIO32(c, 0x00) = 1;
-	offered |= (uint64_t)MMIO32(c, 0x04) << 32;
-	want = offered & (F_VERSION_1 | F_FLUSH | F_DISCARD);
-	if (!(want & F_VERSION_1))
-		return -1;
-	MMIO32(c, 0x08) = 0;
-	MMIO32(c, 0x0c) = (uint32_t)want;
-	MMIO32(c, 0x08) = 1;
-	MMIO32(c, 0x0c) = (uint32_t)(want >> 32);
-	MMIO8(c, 0x14) = S_ACK | S_DRIVER | S_FEATURES_OK;
-	if (!(MMIO8(c, 0x14) & S_FEATURES_OK))
-		return -2;
-	d->features = want;
-
-	memset(mem, 0, 0x4000);
-	d->desc = (struct desc *)mem;
-	d->avail = (volatile uint16_t *)(mem + 0x1000);
-	d->used = (volatile uint16_t *)(mem + 0x2000);
-	d->hdr = (struct req_hdr *)(mem + 0x3000);
-	d->status = mem + 0x3010;
-	d->avail_idx = 0;
-	d->used_seen = 0;
-	d->avail[0] = 1;                 /* VIRTQ_AVAIL_F_NO_INTERRUPT: we poll */
-	MMIO16(c, 0x16) = 0;
-	qmax = MMIO16(c, 0x18);
-	if (qmax == 0)
-		return -3;
-	MMIO16(c, 0x18) = qmax < QSIZE ? qmax : QSIZE;
-	if (qmax < QSIZE)
-		return -3;
-	MMIO16(c, 0x1a) = 0xffff;        /* no MSI-X vector */
-	MMIO32(c, 0x20) = (uint32_t)(uint64_t)d->desc;
-	MMIO32(c, 0x24) = 0;
-	MMIO32(c, 0x28) = (uint32_t)(uint64_t)d->avail;
-	MMIO32(c, 0x2c) = 0;
-	MMIO32(c, 0x30) = (uint32_t)(uint64_t)d->used;
-	MMIO32(c, 0x34) = 0;
-	MMIO16(c, 0x1c) = 1;
-	MMIO8(c, 0x14) = S_ACK | S_DRIVER | S_FEATURES_OK | S_DRIVER_OK;
-	d->capacity = MMIO32(d->devcfg, 0) | (uint64_t)MMIO32(d->devcfg, 4) << 32;
-	return 0;
+	d->b.timeout_spins = 1000;
+	return r;
 }
 
 /* One request; returns its status byte, 0x100 + device status when the
@@ -313,35 +169,12 @@ static int dev_init(struct drv *d, uint8_t *mem)
 static int request(struct drv *d, uint32_t type, uint64_t sector, void *buf, uint32_t len,
 		   int dev_writes)
 {
-	int n = 0;
-
-	d->hdr->type = type;
-	d->hdr->reserved = 0;
-	d->hdr->sector = sector;
-	*d->status = 0xff;
-	d->desc[0] = (struct desc){ (uint64_t)d->hdr, 16, 1, 1 };
-	if (len) {
-		d->desc[1] = (struct desc){ (uint64_t)buf, len, (uint16_t)(1 | (dev_writes ? 2 : 0)), 2 };
-		n = 2;
-	} else {
-		n = 1;
+	switch (vblk_request(&d->b, type, sector, buf, len, dev_writes)) {
+	case 0: return 0;
+	case VBLK_ERESET: return 0x100 | vblk_status(&d->b);
+	case VBLK_ETIMEDOUT: return 0x200;   /* no answer */
+	default: return *d->b.status;
 	}
-	d->desc[n] = (struct desc){ (uint64_t)d->status, 1, 2, 0 };
-	d->avail[2 + d->avail_idx % QSIZE] = 0;
-	barrier();
-	d->avail[1] = ++d->avail_idx;
-	barrier();
-	*d->notify = 0;
-	for (int spin = 0; d->used[1] == d->used_seen; spin++) {
-		if (MMIO8(d->common, 0x14) & S_NEEDS_RESET)
-			return 0x100 | MMIO8(d->common, 0x14);
-		if (spin > 1000)
-			return 0x200;   /* no answer */
-		guest_idle(100);
-	}
-	barrier();
-	d->used_seen++;
-	return *d->status;
 }
 
 /* v in width decimal digits, zero-padded (the low digits if it is wider). */
@@ -411,12 +244,12 @@ static void selftest(struct drv *d, const char *args, int write)
 
 		for (uint64_t i = 0; i < k; i++)
 			pattern(d->buf + 512 * i, s + i, pass);
-		if (write && (st = request(d, 1, s, d->buf, (uint32_t)(512 * k), 0)) != 0) {
+		if (write && (st = request(d, VBLK_T_OUT, s, d->buf, (uint32_t)(512 * k), 0)) != 0) {
 			report_error(st);
 			return;
 		}
 		memset(d->buf2, 0, 512 * CHUNK);
-		if ((st = request(d, 0, s, d->buf2, (uint32_t)(512 * k), 1)) != 0) {
+		if ((st = request(d, VBLK_T_IN, s, d->buf2, (uint32_t)(512 * k), 1)) != 0) {
 			report_error(st);
 			return;
 		}
@@ -459,7 +292,7 @@ static void log_record(uint8_t *p, uint64_t s, uint64_t blk)
 static int log_expect(struct drv *d, uint64_t start, uint64_t blk, uint64_t s, const char *what,
 		      uint64_t at)
 {
-	int st = request(d, 0, start + 8 * blk, d->buf2, 4096, 1);
+	int st = request(d, VBLK_T_IN, start + 8 * blk, d->buf2, 4096, 1);
 
 	if (st) {
 		report_error(st);
@@ -490,7 +323,7 @@ static void cmd_log(struct drv *d, const char *args)
 
 	if (!(args = parse_u64(args, &start)) || !(args = parse_u64(args, &n)) ||
 	    !(args = parse_u64(args, &count)) || !(args = parse_u64(args, &pace)) || !n ||
-	    start + 8 * n > d->capacity) {
+	    start + 8 * n > d->b.capacity) {
 		con_puts("error usage: log START N COUNT PACE [EVERY] (the ring inside the disk)\n");
 		return;
 	}
@@ -504,7 +337,7 @@ static void cmd_log(struct drv *d, const char *args)
 		    (s && log_expect(d, start, (s - 1) % n, s - 1, "behind", s) < 0))
 			guest_power_off(3);
 		log_record(d->buf, s, blk);
-		if ((st = request(d, 1, start + 8 * blk, d->buf, 4096, 0)) != 0) {
+		if ((st = request(d, VBLK_T_OUT, start + 8 * blk, d->buf, 4096, 0)) != 0) {
 			report_error(st);
 			guest_power_off(3);
 		}
@@ -535,7 +368,7 @@ static void cmd_write(struct drv *d, const char *args)
 	memset(d->buf, 0, 512);
 	for (; hexval(args[0]) >= 0 && hexval(args[1]) >= 0 && n < 512; args += 2)
 		d->buf[n++] = (uint8_t)(hexval(args[0]) << 4 | hexval(args[1]));
-	if ((st = request(d, 1, sector, d->buf, 512, 0)) != 0)
+	if ((st = request(d, VBLK_T_OUT, sector, d->buf, 512, 0)) != 0)
 		report_error(st);
 	else
 		con_puts("ok\n");
@@ -550,7 +383,7 @@ static void cmd_read(struct drv *d, const char *args)
 		con_puts("error usage: read SECTOR\n");
 		return;
 	}
-	if ((st = request(d, 0, sector, d->buf, 512, 1)) != 0) {
+	if ((st = request(d, VBLK_T_IN, sector, d->buf, 512, 1)) != 0) {
 		report_error(st);
 		return;
 	}
@@ -563,15 +396,15 @@ static void cmd_read(struct drv *d, const char *args)
 static void cmd_info(struct drv *d)
 {
 	con_puts("blk capacity=");
-	con_put_u64(d->capacity);
+	con_put_u64(d->b.capacity);
 	con_puts(" features=");
-	con_put_hex64(d->features);
+	con_put_hex64(d->b.features);
 	con_puts(" bar=");
-	con_put_hex64(d->bar);
+	con_put_hex64(d->b.pci.bar);
 	con_puts(" bar_size=");
 	con_put_u64(d->bar_size);
 	con_puts(" queue=");
-	con_put_u64(QSIZE);
+	con_put_u64(VBLK_QSIZE);
 	con_putc('\n');
 }
 
@@ -581,37 +414,36 @@ static void cmd_info(struct drv *d)
 static void cmd_msix(struct drv *d)
 {
 	volatile uint64_t *count = (volatile uint64_t *)IRQ_COUNT_GPA;
-	int ptr = (int)(cfg_read(d->dev, 0x34) & 0xfc), n = 0, st;
+	int dev = d->b.pci.dev;
+	int ptr = (int)(vpci_cfg_read(dev, 0x34) & 0xfc), n = 0, st;
 	uint32_t head = 0;
-	volatile uint8_t *table;
+	volatile uint32_t *table;
 	uint64_t before;
 
-	while (ptr && n++ < 48 && ((head = cfg_read(d->dev, ptr)) & 0xff) != 0x11)
+	while (ptr && n++ < 48 && ((head = vpci_cfg_read(dev, ptr)) & 0xff) != 0x11)
 		ptr = (int)((head >> 8) & 0xfc);
 	if (!ptr || (head & 0xff) != 0x11) {
 		con_puts("msix no capability\n");
 		return;
 	}
-	table = (volatile uint8_t *)(d->bar + (cfg_read(d->dev, ptr + 4) & ~7u));
-	MMIO32(table, 0) = 0xfee00000u;
-	MMIO32(table, 4) = 0;
-	MMIO32(table, 8) = GUEST_TIMER_VECTOR;
-	MMIO32(table, 12) = 0;                     /* unmasked */
-	cfg_write(d->dev, ptr, head | 0x80000000u); /* MSI-X enable */
-	MMIO16(d->common, 0x16) = 0;
-	MMIO16(d->common, 0x1a) = 0;
-	if (MMIO16(d->common, 0x1a) != 0) {
+	table = (volatile uint32_t *)(d->b.pci.bar + (vpci_cfg_read(dev, ptr + 4) & ~7u));
+	table[0] = 0xfee00000u;
+	table[1] = 0;
+	table[2] = GUEST_TIMER_VECTOR;
+	table[3] = 0;                                /* unmasked */
+	vpci_cfg_write(dev, ptr, head | 0x80000000u); /* MSI-X enable */
+	if (vpci_queue_set_vector(&d->b.pci, 0, 0) < 0) {
 		con_puts("msix vector refused\n");
 		return;
 	}
-	d->avail[0] = 0;
+	vpci_queue_interrupts(&d->b.q, 1);
 	before = *count;
-	st = request(d, 0, 0, d->buf, 512, 1);
+	st = request(d, VBLK_T_IN, 0, d->buf, 512, 1);
 	for (int i = 0; i < 1000 && *count == before; i++)
 		guest_idle(100);
 	n = (int)(*count - before);
-	d->avail[0] = 1;
-	MMIO16(d->common, 0x1a) = 0xffff;
+	vpci_queue_interrupts(&d->b.q, 0);
+	(void)vpci_queue_set_vector(&d->b.pci, 0, 0xffff);
 	if (st)
 		report_error(st);
 	else if (n == 1)
@@ -624,24 +456,23 @@ static void cmd_msix(struct drv *d)
 }
 
 /* A descriptor whose buffer is far outside RAM: the device must refuse the
- * request with DEVICE_NEEDS_RESET; then a full re-initialisation. */
-static void cmd_evil(struct drv *d, uint8_t *mem)
+ * request with DEVICE_NEEDS_RESET; then a full re-initialisation. The
+ * request is put on the queue by hand (vblk_request would not send it). */
+static void cmd_evil(struct drv *d)
 {
+	struct vpci_queue *q = &d->b.q;
 	int st;
 
-	d->hdr->type = 0;
-	d->hdr->sector = 0;
-	d->desc[0] = (struct desc){ (uint64_t)d->hdr, 16, 1, 1 };
-	d->desc[1] = (struct desc){ 0x7f0000000000ull, 512, 3, 2 };
-	d->desc[2] = (struct desc){ (uint64_t)d->status, 1, 2, 0 };
-	d->avail[2 + d->avail_idx % QSIZE] = 0;
-	barrier();
-	d->avail[1] = ++d->avail_idx;
-	barrier();
-	*d->notify = 0;
-	st = MMIO8(d->common, 0x14);
-	con_puts((st & S_NEEDS_RESET) ? "needs-reset\n" : "accepted\n");
-	if ((st = dev_init(d, mem)) != 0) {
+	d->b.hdr->type = VBLK_T_IN;
+	d->b.hdr->sector = 0;
+	q->desc[0] = (struct vpci_desc){ (uint64_t)d->b.hdr, 16, VPCI_DESC_NEXT, 1 };
+	q->desc[1] = (struct vpci_desc){ 0x7f0000000000ull, 512, VPCI_DESC_NEXT | VPCI_DESC_WRITE, 2 };
+	q->desc[2] = (struct vpci_desc){ (uint64_t)d->b.status, 1, VPCI_DESC_WRITE, 0 };
+	vpci_queue_push(q, 0);
+	vpci_queue_notify(q);
+	st = vblk_status(&d->b);
+	con_puts((st & VPCI_S_NEEDS_RESET) ? "needs-reset\n" : "accepted\n");
+	if ((st = dev_init(d)) != 0) {
 		con_puts("reinit failed\n");
 		return;
 	}
@@ -653,24 +484,25 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 	struct drv d;
 	uint8_t *mem = (uint8_t *)bi->heap_gpa;
 	char line[1200];
-	int r;
+	int dev, r;
 
 	if (cpu != 0)
 		for (;;)
 			guest_idle(1000000);
 	memset(&d, 0, sizeof(d));
-	d.buf = mem + 0x4000;
-	d.buf2 = mem + 0x4000 + 512 * CHUNK;
-	if (pci_find(&d) < 0) {
+	d.mem = mem;
+	d.buf = mem + VBLK_MEM_BYTES;
+	d.buf2 = mem + VBLK_MEM_BYTES + 512 * CHUNK;
+	if ((dev = vpci_find(0x1042)) < 0) {
 		con_puts("error no virtio-blk device (run with --disk FILE)\n");
 		guest_power_off(3);
 	}
-	pci_size_bar(&d);
-	if (pci_caps(&d) < 0) {
+	pci_size_bar(&d, dev);
+	if ((r = dev_init(&d)) == -2) {
 		con_puts("error virtio capabilities missing\n");
 		guest_power_off(3);
 	}
-	if ((r = dev_init(&d, mem)) != 0) {
+	if (r != 0) {
 		con_puts("error device init failed\n");
 		guest_power_off(3);
 	}
@@ -693,14 +525,14 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 		} else if (starts(line, "check")) {
 			selftest(&d, line + 5, 0);
 		} else if (str_eq(line, "flush")) {
-			st = request(&d, 4, 0, 0, 0, 0);
+			st = request(&d, VBLK_T_FLUSH, 0, 0, 0, 0);
 			if (st)
 				report_error(st);
 			else
 				con_puts("ok\n");
 		} else if (str_eq(line, "id")) {
 			memset(d.buf, 0, 32);
-			if ((st = request(&d, 8, 0, d.buf, 20, 1)) != 0) {
+			if ((st = request(&d, VBLK_T_GET_ID, 0, d.buf, 20, 1)) != 0) {
 				report_error(st);
 			} else {
 				con_puts("id ");
@@ -715,14 +547,14 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 			memset(d.buf, 0, 16);
 			memcpy(d.buf, &a, 8);
 			memcpy(d.buf + 8, &b, 4);
-			if ((st = request(&d, 11, 0, d.buf, 16, 0)) != 0)
+			if ((st = request(&d, VBLK_T_DISCARD, 0, d.buf, 16, 0)) != 0)
 				report_error(st);
 			else
 				con_puts("ok\n");
 		} else if (str_eq(line, "msix")) {
 			cmd_msix(&d);
 		} else if (str_eq(line, "evil")) {
-			cmd_evil(&d, mem);
+			cmd_evil(&d);
 		} else if (str_eq(line, "halt")) {
 			guest_power_off(0);
 		} else if (line[0]) {

@@ -517,7 +517,7 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 	kv->disk = disk;
 	kv->io = heap + OFF_IO;
 	kv->port = (uint16_t)port;
-	if ((r = vblk_init(disk, heap + OFF_VBLKM)) < 0) {
+	if ((r = vblk_init(disk, heap + OFF_VBLKM, 0)) < 0) {
 		con_puts(r == -1 ? "error kv: no virtio-blk device (run with --disk FILE)\n" :
 			 "error kv: virtio-blk init failed\n");
 		guest_power_off(3);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vpci.h"
+
 #define VBLK_QSIZE 16
 #define VBLK_SECTOR 512u
 #define VBLK_BLOCK_SECTORS 8u
@@ -23,28 +25,42 @@
 #define VBLK_ETIMEDOUT -3 /* no answer */
 #define VBLK_ERANGE -4    /* past the end of the disk, or too large */
 
-struct vblk_desc;
-struct vblk_hdr;
+/* optional features a caller may ask for besides VERSION_1 and FLUSH */
+#define VBLK_F_DISCARD (1ull << 13)
+
+/* request types (virtio 1.2, 5.2.6) */
+#define VBLK_T_IN 0
+#define VBLK_T_OUT 1
+#define VBLK_T_FLUSH 4
+#define VBLK_T_GET_ID 8
+#define VBLK_T_DISCARD 11
+
+struct vblk_hdr {
+	uint32_t type, reserved;
+	uint64_t sector;
+};
 
 struct vblk {
-	int dev;
-	uint64_t bar;
-	volatile uint8_t *common, *isr, *devcfg;
-	volatile uint16_t *notify;
+	struct vpci pci;
+	struct vpci_queue q;
 	uint64_t features, capacity;     /* capacity in sectors */
-	struct vblk_desc *desc;
-	volatile uint16_t *avail;        /* flags, idx, ring[] */
-	volatile uint16_t *used;         /* flags, idx, then {u32 id, u32 len}[] */
-	uint16_t avail_idx, used_seen;
+	uint32_t timeout_spins;          /* 100 us waits for an answer */
 	struct vblk_hdr *hdr;
-	volatile uint8_t *status;
+	volatile uint8_t *status;        /* the last request's status byte */
 	uint64_t reads, writes, flushes;
 };
 
 /* Finds 1af4:1042 on bus 0 and brings it up with mem (VBLK_MEM_BYTES,
- * identity-mapped) for its ring; 0, or -1 when there is no device, < -1
- * when it would not come up. */
-int vblk_init(struct vblk *b, uint8_t *mem);
+ * identity-mapped) for its ring, asking for VERSION_1, FLUSH and the
+ * optional features (VBLK_F_*) the device offers; 0, or -1 when there is no
+ * device, -2 when its virtio capabilities are missing, < -2 when it would
+ * not come up. */
+int vblk_init(struct vblk *b, uint8_t *mem, uint64_t optional);
+/* One request of type (VBLK_T_*) on len bytes at buf (none when len is 0;
+ * the device writes them when dev_writes), unchecked, waited for; 0 or a
+ * VBLK_E* value (VBLK_EIO: the status byte is in *b->status). */
+int vblk_request(struct vblk *b, uint32_t type, uint64_t sector, void *buf, uint32_t len,
+		 int dev_writes);
 /* n sectors from sector into buf; 0 or a VBLK_E* value. */
 int vblk_read(struct vblk *b, uint64_t sector, void *buf, uint32_t n);
 /* n sectors from buf to sector; 0 or a VBLK_E* value. */

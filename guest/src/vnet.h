@@ -10,29 +10,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vpci.h"
+
 #define VNET_QSIZE 32
 #define VNET_BUF 2048
 #define VNET_MEM_BYTES (0x10000 + 2 * VNET_QSIZE * VNET_BUF)   /* rings + buffers */
 
-struct vnet_q {
-	struct vnet_desc *desc;
-	volatile uint16_t *avail;   /* flags, idx, ring[] */
-	volatile uint16_t *used;    /* flags, idx, then {u32 id, u32 len}[] */
-	volatile uint16_t *notify;
-	uint16_t avail_idx, used_seen;
-	uint8_t *bufs;
-};
-
 struct vnet {
-	int dev;
-	uint64_t bar;
-	volatile uint8_t *common, *isr, *devcfg;
-	volatile uint8_t *notify_base;
-	uint32_t notify_mult;
+	struct vpci pci;
 	uint64_t features;
 	uint8_t mac[6];
-	struct vnet_q rx, tx, ctrl;
-	uint8_t *ctrl_buf;
+	struct vpci_queue rx, tx, ctrl;
+	uint8_t *rx_bufs, *tx_bufs, *ctrl_buf;
 	uint64_t rx_frames, tx_frames;
 };
 
