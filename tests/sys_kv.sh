@@ -16,6 +16,8 @@
 #  3. A torn last record (one byte changed in a copy of the image): the
 #     replay stops before it, the next PUT takes its place.
 #     Snapshot and restore with the image as it was: the same answers.
+#     migrate --with-disk to a secondary with its own image and tap: the
+#     same answers there, the log goes on on its image.
 #  4. Missing --net or --disk, bad arguments: a clear error, exit status.
 #  5. A protected pair (each host its own image and tap on the bridge),
 #     the primary SIGKILLed at seeded moments while a client PUTs with
@@ -36,10 +38,11 @@ need_kvm
 
 VNS=ukv$$ CNS=ukc$$ CIF=kc$$ BIF=kb$$
 T=$(mktemp -d /tmp/sys_kv.XXXXXX)
-VMPID= KEEP=
+VMPID= DSTPID= KEEP=
 fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
 cleanup() {
 	[ -n "$VMPID" ] && kill "$VMPID" 2>/dev/null
+	[ -n "$DSTPID" ] && kill "$DSTPID" 2>/dev/null
 	wait 2>/dev/null
 	ip netns del "$VNS" 2>/dev/null
 	ip netns del "$CNS" 2>/dev/null
@@ -185,6 +188,29 @@ stop_kv
 ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$IMG" </dev/null >"$T/dump2.out" 2>"$T/dump2.err"
 grep -q "^rec 27 10.78.0.1:[0-9]* s4 gamma 2 after$" "$T/dump2.out" || fail "after the restore, the log: $(tail -2 "$T/dump2.out")"
 ok "snapshot/restore (same image): the store answers the same, announces itself, the log goes on"
+
+# 3c. migrate --with-disk to a waiting secondary with its own image and tap
+# on the same bridge: the store answers the same there, versions go on.
+truncate -s 8M "$T/dst.img"
+ip netns exec "$VNS" "$BIN" secondary --listen 127.0.0.1:7710 --console tcp:127.0.0.1:7711 --insecure \
+	--disk "$T/dst.img" --net tap:tapk2 --failover-timeout-ms 2000 2>"$T/m.dst.err" &
+DSTPID=$!
+ip netns exec "$VNS" "$BIN" run --guest "kv:ip=$GIP/24,port=$PORT" --disk "$IMG" --net tap:tapk \
+	--control "$T/m.ctl" --console stdio </dev/null >"$T/m.out" 2>"$T/m.err" &
+VMPID=$!
+wait_log "$T/m.out" "kv ready" 10 || fail "migrate: guest not ready"
+expect "before the migration" "$(kv "PUT m1 delta moved" "GET m2 alpha")" $'OK m1 1\nVAL m2 alpha 3 three'
+ip netns exec "$VNS" "$BIN" migrate --control "$T/m.ctl" --to 127.0.0.1:7710 --insecure --with-disk \
+	>/dev/null 2>"$T/m.migrate" || fail "migrate: $(tail -3 "$T/m.migrate") $(tail -3 "$T/m.err")"
+wait "$VMPID"; rc=$?; VMPID=
+[ $rc = 0 ] || fail "the migrated source exited $rc"
+wait_log "$T/m.dst.err" "TOOK OVER" 10 || fail "the destination does not run the guest: $(tail -3 "$T/m.dst.err")"
+expect "after the migration" "$(kv "GET m3 delta" "GET m4 alpha" "PUT m5 delta there")" \
+	$'VAL m3 delta 1 moved\nVAL m4 alpha 3 three\nOK m5 2'
+kill "$DSTPID"; wait "$DSTPID" 2>/dev/null
+ip netns exec "$VNS" "$BIN" run --guest kv:dump=1 --disk "$T/dst.img" </dev/null >"$T/dump3.out" 2>"$T/dump3.err"
+grep -q " m5 delta 2 there$" "$T/dump3.out" || fail "the destination's image: $(tail -2 "$T/dump3.out")"
+ok "migrate --with-disk to a secondary with its own image and tap: the store answers the same, the log goes on there"
 
 # 4. errors at boot
 vm() { ip netns exec "$VNS" "$BIN" run "$@" </dev/null >"$T/e.out" 2>"$T/e.err"; }
