@@ -150,6 +150,21 @@ static void copy_dirty(struct machine *m, struct ckpt *c, const uint64_t *bm, si
 	c->npages = (size_t)(gfn - c->gfns);
 }
 
+/* The harvest bitmap and the copy's (two bitmaps of words words). */
+static int harvest_bufs(struct ckpt *c, size_t words)
+{
+	if (c->harvest_words == words)
+		return 0;
+	free(c->harvest);
+	c->harvest = calloc(words * 2, sizeof(uint64_t));
+	if (!c->harvest) {
+		c->harvest_words = 0;
+		return -ENOMEM;
+	}
+	c->harvest_words = words;
+	return 0;
+}
+
 int ckpt_capture(struct machine *m, struct ckpt *c, bool full)
 {
 	size_t words = (size_t)((m->ram_pages + 63) / 64);
@@ -159,15 +174,8 @@ int ckpt_capture(struct machine *m, struct ckpt *c, bool full)
 	size_t n;
 	int r;
 
-	if (c->harvest_words != words) {
-		free(c->harvest);
-		c->harvest = calloc(words * 2, sizeof(uint64_t));
-		if (!c->harvest) {
-			c->harvest_words = 0;
-			return -ENOMEM;
-		}
-		c->harvest_words = words;
-	}
+	if ((r = harvest_bufs(c, words)) < 0)
+		return r;
 	copy_bm = c->harvest + words;
 	if (!c->image && !(c->image = malloc(sizeof(*c->image))))
 		return -ENOMEM;
@@ -207,6 +215,32 @@ int ckpt_capture(struct machine *m, struct ckpt *c, bool full)
 	c->stats.state_ns = now_ns() - t2;
 out:
 	return r;
+}
+
+int ckpt_precopy(struct machine *m, struct ckpt *c)
+{
+	size_t words = (size_t)((m->ram_pages + 63) / 64);
+	uint64_t t0, t1;
+	int r;
+
+	if ((r = harvest_bufs(c, words)) < 0)
+		return r;
+	ckpt_reset(c);
+	c->config_digest = machine_config_digest(&m->cfg);
+	/* Cleared (re-protected) before the copy: a page the guest writes while
+	 * it is copied, torn or not, is in the pause's harvest and sent again. */
+	t0 = now_ns();
+	if ((r = machine_harvest_running(m, c->harvest)) < 0)
+		return r;
+	if ((r = ckpt_reserve(c, (size_t)machine_bitmap_count(c->harvest, words))) < 0) {
+		ckpt_requeue(m, c);
+		return r;
+	}
+	t1 = now_ns();
+	copy_dirty(m, c, c->harvest, words);
+	c->stats.harvest_ns = t1 - t0;
+	c->stats.copy_ns = now_ns() - t1;
+	return 0;
 }
 
 int ckpt_take(struct machine *m, struct ckpt *c, bool full)

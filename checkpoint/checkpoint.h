@@ -71,6 +71,11 @@ int ckpt_reserve(struct ckpt *c, size_t npages) US_MUST_CHECK;
 /* On a paused machine: harvests the dirty log (clearing it), copies the
  * dirty pages (all pages if full) and captures the state. Replaces c. */
 int ckpt_capture(struct machine *m, struct ckpt *c, bool full) US_MUST_CHECK;
+/* While the guest runs (pre-copy): harvests what the guest wrote so far
+ * (machine_harvest_running) and copies it, no state. A page written during
+ * or after its copy is in the next harvest. Replaces c; c->harvest holds
+ * what was taken (ckpt_requeue gives it back). */
+int ckpt_precopy(struct machine *m, struct ckpt *c) US_MUST_CHECK;
 /* machine_pause + ckpt_capture + machine_resume, timed into c->stats.
  * The machine must be running (or parked by its owner in a resumable way). */
 int ckpt_take(struct machine *m, struct ckpt *c, bool full) US_MUST_CHECK;

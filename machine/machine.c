@@ -702,7 +702,12 @@ static void hot_update(struct machine *m, const uint64_t *bitmap, size_t words)
 	}
 }
 
-int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
+/* A harvest: what KVM reports in every slot, re-protected. On a paused
+ * machine (running false) the hot set is updated and its pages reported
+ * but left writable, and the VMM's own writes are added. While the guest
+ * runs (a pre-copy) the hot pages are neither reported nor touched (the
+ * pause reports them) and the VMM's writes stay for the pause. */
+static int harvest(struct machine *m, uint64_t *bitmap, bool running)
 {
 	size_t words = bitmap_words(m->ram_pages);
 	uint64_t first = 0;
@@ -725,7 +730,11 @@ int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
 			bitmap[first / 64 + w] |= m->kvm_dirty[w];
 		first += npages;
 	}
-	hot_update(m, bitmap, words);
+	if (!running)
+		hot_update(m, bitmap, words);
+	else if (m->hot)
+		for (size_t w = 0; w < words; w++)
+			bitmap[w] &= ~m->hot[w];
 	/* Re-protect what was reported, less the hot pages. */
 	first = 0;
 	for (int s = 0; s < m->vm.nslots; s++) {
@@ -742,9 +751,20 @@ int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
 		}
 		first += npages;     /* slots start on 64-page boundaries (0 and 3 GiB) */
 	}
-	for (size_t w = 0; w < words; w++)
-		bitmap[w] |= atomic_exchange_explicit(&m->vmm_dirty[w], 0, memory_order_relaxed);
+	if (!running)
+		for (size_t w = 0; w < words; w++)
+			bitmap[w] |= atomic_exchange_explicit(&m->vmm_dirty[w], 0, memory_order_relaxed);
 	return 0;
+}
+
+int machine_harvest_dirty(struct machine *m, uint64_t *bitmap)
+{
+	return harvest(m, bitmap, false);
+}
+
+int machine_harvest_running(struct machine *m, uint64_t *bitmap)
+{
+	return harvest(m, bitmap, true);
 }
 
 void machine_requeue_dirty(struct machine *m, const uint64_t *bitmap)

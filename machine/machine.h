@@ -277,6 +277,12 @@ static inline void machine_mark_dirty(struct machine *m, uint64_t ram_offset, ui
  * page (ram_pages bits). Re-protects them in KVM before returning, so every
  * later write is seen by the next harvest. */
 int machine_harvest_dirty(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
+/* The same while the guest runs (a pre-copy inside an epoch): the guest's
+ * writes reported so far, re-protected before returning (a write after
+ * that is in the next harvest), less the hot pages and the VMM's own
+ * writes, which the next machine_harvest_dirty reports. Never concurrent
+ * with another harvest (one thread harvests). */
+int machine_harvest_running(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
 /* At most pages hot pages from the next harvest on (0: none, the default:
  * every harvest re-protects all it reports). A page joins when it is
  * written again within MACHINE_HOT_WINDOW harvests of the last time, and

@@ -127,6 +127,12 @@ void proto_page_enc_reset(struct proto_page_enc *e)
 		e->tags[i] = NO_TAG;
 }
 
+void proto_page_enc_forget(struct proto_page_enc *e, uint64_t gfn)
+{
+	if (e->nslots && e->tags[gfn % e->nslots] == gfn)
+		e->tags[gfn % e->nslots] = NO_TAG;
+}
+
 /* Encodes one page at dst (room for ENTRY_BYTES + 4096); returns bytes used. */
 static size_t encode_page(struct proto_page_enc *e, uint64_t gfn, const uint8_t *page,
 			  uint8_t *dst, struct proto_page_stats *st)

@@ -326,6 +326,11 @@ void proto_page_enc_free(struct proto_page_enc *e);
 /* Forget every cached page: call at each new connection (the new receiver
  * knows nothing about what was sent before). */
 void proto_page_enc_reset(struct proto_page_enc *e);
+/* Forget the cached copy of gfn: its next encoding is not an XOR delta.
+ * For a page sent twice in one epoch (a pre-copy, then the pause): the
+ * receiver decodes a delta against its last complete checkpoint, which
+ * does not hold the first copy yet. */
+void proto_page_enc_forget(struct proto_page_enc *e, uint64_t gfn);
 /* Off: pages encoded from now on are not kept for XOR (and a kept copy of
  * their gfn is forgotten). A bulk copy, where most pages travel once (the
  * initial sync), then costs no copy into the cache, nor the faults of a

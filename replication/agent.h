@@ -67,6 +67,7 @@ struct repl_primary {
 	char switch_listen[128];       /* ...where it waits for the new primary */
 	ev_timer reconnect_w;          /* resuming: the old primary may not listen yet */
 	ev_timer early_w;              /* output waits: end the epoch at min_epoch_ms */
+	ev_timer precopy_w;            /* half-way through an epoch: pre-copy what was written */
 	uint64_t release_after;        /* after a stall: release at the ACK of this epoch */
 	uint64_t stall_seen_ns;        /* ...the stall that set it */
 	uint64_t epoch_t0_ns;          /* the last epoch was captured then */

@@ -5,7 +5,12 @@
  * epoch whole it ACKs; the epoch's output leaves (output commit) and the
  * slot, once the link no longer reads its buffer, is free again:
  *
- *   FREE -> CAPTURED -> ENCODED -> SENDING -> SENT -> ACKED -> RELEASED -> FREE
+ *   FREE [-> PRECOPY] -> CAPTURED -> ENCODED -> SENDING -> SENT -> ACKED -> RELEASED -> FREE
+ *
+ * PRECOPY (repl_epoch_precopy): while the guest runs, the pages it wrote so
+ * far are harvested, copied and sent ahead as the start of the next epoch,
+ * so that its pause copies only what was written since (pages written
+ * again are sent again; the secondary commits nothing before EpochEnd).
  *
  * An ACK may overtake the link's sent() (RDMA reports local completion
  * late): the slot is then released with on_wire still set, and freed by
@@ -22,11 +27,15 @@
 #define CONSOLE_SECTION_MAX (1u << 20)  /* frames stay under the peer's limit */
 #define LINK_QUEUE_MAX (64u << 20)      /* bytes on the link before epochs stretch */
 #define CAP_PAGES_FIRST 8192
+#define PRECOPY_MIN_PAGES 256      /* smaller epochs: the pause copies it all (~0.1 ms) */
+#define PRECOPY_WASTE_MAX 0.5      /* more sent twice than this: pre-copy rests */
+#define PRECOPY_REST 32            /* ...for this many epochs, then tries again */
 
 int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link *link,
 		     bool verify)
 {
 	uint64_t ram_pages = vm->m->ram_pages;
+	const char *env;
 	int r;
 
 	memset(q, 0, sizeof(*q));
@@ -34,10 +43,16 @@ int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link
 	q->link = link;
 	q->verify = verify;
 	ckpt_init(&q->cap);
+	ckpt_init(&q->pre);
 	for (int i = 0; i < REPL_EPOCH_SLOTS; i++) {
 		q->slot[i].kind = REPL_TX_EPOCH;
 		proto_buf_init(&q->slot[i].buf);
+		proto_buf_init(&q->slot[i].pre);
 	}
+	/* UNDERSTUDY_PRECOPY=1: in every epoch; auto: when it pays; otherwise
+	 * (the default until it is measured on a KVM host, docs/design.md) never. */
+	env = getenv("UNDERSTUDY_PRECOPY");
+	q->pre_mode = env && !strcmp(env, "auto") ? -1 : env && !strcmp(env, "1");
 	q->enc = proto_page_enc_new(64, 0);
 	if (!q->enc)
 		return -ENOMEM;
@@ -59,9 +74,12 @@ err_enc:
 void repl_epochs_fini(struct repl_epochs *q)
 {
 	ckpt_fini(&q->cap);
+	ckpt_fini(&q->pre);
 	repl_disk_cap_fini(&q->disk);
-	for (int i = 0; i < REPL_EPOCH_SLOTS; i++)
+	for (int i = 0; i < REPL_EPOCH_SLOTS; i++) {
 		proto_buf_fini(&q->slot[i].buf);
+		proto_buf_fini(&q->slot[i].pre);
+	}
 	proto_page_enc_free(q->enc);
 	q->enc = NULL;
 }
@@ -74,12 +92,17 @@ static void settle(struct repl_epoch *e, bool abandon)
 	if (!abandon && (e->state != REPL_EPOCH_RELEASED || e->on_wire))
 		return;
 	e->state = REPL_EPOCH_FREE;
-	e->on_wire = false;
+	e->on_wire = 0;
 	proto_buf_reset(&e->buf);
+	proto_buf_reset(&e->pre);
 }
 
 void repl_epochs_drop(struct repl_epochs *q)
 {
+	/* An open epoch's pre-copied pages never committed: dirty again. */
+	if (q->open)
+		ckpt_requeue(q->vm->m, &q->pre);
+	q->open = NULL;
 	for (int i = 0; i < REPL_EPOCH_SLOTS; i++)
 		settle(&q->slot[i], true);
 }
@@ -100,7 +123,7 @@ static void count_pause(struct repl_epochs *q, uint64_t pause_ns)
 		q->worst.pause_ns = pause_ns;
 		q->worst_pages = q->cap.npages;
 	}
-	repl_stats_add_epoch(&q->st, q->cap.npages);
+	repl_stats_add_epoch(&q->st, q->cap.npages + (q->open ? q->pre_npages : 0));
 }
 
 /* The hot set's budget (machine_set_hot_budget): as many pages as the pause
@@ -207,10 +230,11 @@ static int pack_output(struct repl_epochs *q, struct repl_epoch *e)
 	return r;
 }
 
-/* Page batches; *crc accumulates the epoch digest over every gfn and page. */
-static int pack_pages(struct repl_epochs *q, struct repl_epoch *e, uint32_t *crc)
+/* Page batches of c into out; *crc accumulates the epoch digest over every
+ * gfn and page. */
+static int pack_pages(struct repl_epochs *q, const struct ckpt *c, struct proto_buf *out,
+		      uint32_t *crc)
 {
-	const struct ckpt *c = &q->cap;
 	const void *ptrs[BATCH_PAGES];
 	int r;
 
@@ -221,11 +245,98 @@ static int pack_pages(struct repl_epochs *q, struct repl_epoch *e, uint32_t *crc
 			ptrs[k] = c->pages + (i + k) * CKPT_PAGE_SIZE;
 			*crc = proto_digest_page(*crc, c->gfns[i + k], ptrs[k]);
 		}
-		if ((r = proto_pages_encode(q->enc, c->gfns + i, ptrs, n, &e->buf,
-					      &q->st.pages)) < 0)
+		if ((r = proto_pages_encode(q->enc, c->gfns + i, ptrs, n, out, &q->st.pages)) < 0)
 			return r;
 	}
 	return 0;
+}
+
+/* The pages the pause took again after the open epoch's pre-copy sent
+ * them: not as XOR deltas (the secondary's base is its last complete
+ * checkpoint, not the first copy), and counted for the adaptation. */
+static void forget_resent(struct repl_epochs *q)
+{
+	struct machine *m = q->vm->m;
+	uint64_t resent = 0;
+
+	for (size_t w = 0; w < q->cap.harvest_words && w < q->pre.harvest_words; w++) {
+		uint64_t both = q->cap.harvest[w] & q->pre.harvest[w];
+
+		while (both) {
+			uint64_t page = w * 64 + (uint64_t)__builtin_ctzll(both);
+
+			both &= both - 1;
+#ifndef UNDERSTUDY_MUTANT_precopy_keep_delta   /* make check-mutants: delta against the first copy */
+			proto_page_enc_forget(q->enc, machine_page_gfn(m, page));
+#endif
+			resent++;
+		}
+	}
+	q->st.pre_resent += resent;
+	q->pre_waste = 0.7 * q->pre_waste + 0.3 * (q->pre_npages ? (double)resent / q->pre_npages : 0);
+	if (q->pre_mode < 0 && q->pre_waste > PRECOPY_WASTE_MAX) {
+		log_debug(TAG, "pre-copy: %.0f %% of its pages sent again: resting %d epochs",
+			  q->pre_waste * 100, PRECOPY_REST);
+		q->pre_skip = PRECOPY_REST;
+		q->pre_waste = 0;
+	}
+}
+
+bool repl_epoch_precopy_wanted(const struct repl_epochs *q)
+{
+	if (q->pre_mode >= 0)
+		return q->pre_mode;
+	return !q->pre_skip && q->st.last_dirty_pages >= PRECOPY_MIN_PAGES;
+}
+
+int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f)
+{
+	Understudy__EpochBegin eb = UNDERSTUDY__EPOCH_BEGIN__INIT;
+	struct repl_epoch *e;
+	uint32_t crc = 0;
+	int r;
+
+	if (q->open || !(e = slot_claim(q)) ||
+	    (q->link->conn && net_queued_bytes(q->link->conn) > LINK_QUEUE_MAX))
+		return 0;
+	if ((r = ckpt_precopy(q->vm->m, &q->pre)) < 0) {
+		repl_fault_set(f, repl_fault_local(r), r, "pre-copy of epoch %llu failed: %s",
+			       (unsigned long long)(q->epoch + 1), strerror(-r));
+		return r;
+	}
+	if (!q->pre.npages)
+		return 0;
+	proto_buf_reset(&e->pre);
+	eb.epoch = q->epoch + 1;
+	if ((r = proto_msg_pack(&e->pre, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0 ||
+	    (r = pack_pages(q, &q->pre, &e->pre, &crc)) < 0) {
+		repl_fault_set(f, repl_fault_local(r), r, "encoding the pre-copy of epoch %llu "
+			       "failed: %s", (unsigned long long)eb.epoch, strerror(-r));
+		goto err;
+	}
+	if ((r = repl_link_send_buf(q->link, e->pre.data, e->pre.len, e)) < 0) {
+		repl_fault_set(f, repl_fault_send(r), r, "sending the pre-copy of epoch %llu "
+			       "failed: %s", (unsigned long long)eb.epoch, strerror(-r));
+		goto err;
+	}
+	e->on_wire++;
+	e->epoch = eb.epoch;
+	e->state = REPL_EPOCH_PRECOPY;
+	q->open = e;
+	q->pre_npages = q->pre.npages;
+	q->pre_crc = crc;
+	if (!q->st.pre_passes++)
+		log_info(TAG, "pre-copy: epoch %llu opened with %zu pages while the guest ran",
+			 (unsigned long long)eb.epoch, q->pre.npages);
+	q->st.pre_pages += q->pre.npages;
+	return 1;
+
+err:
+	/* The encoder cached pages the secondary never got. */
+	ckpt_requeue(q->vm->m, &q->pre);
+	proto_page_enc_reset(q->enc);
+	proto_buf_reset(&e->pre);
+	return r;
 }
 
 /* CAPTURED -> ENCODED: EpochBegin, console output, the primary's release
@@ -237,23 +348,25 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	Understudy__EpochEnd ee = UNDERSTUDY__EPOCH_END__INIT;
 	uint8_t released[PROTO_META_U64_BYTES];
 	uint8_t digest[PROTO_META_U32_BYTES], disk_digest[PROTO_META_U32_BYTES];
-	uint32_t crc = 0, disk_crc = 0;
+	uint32_t crc = q->open ? q->pre_crc : 0, disk_crc = 0;
 	int r;
 
 	proto_buf_reset(&e->buf);
 	eb.epoch = e->epoch;
 	proto_released_encode(q->vm->released, released);
-	if ((r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0 ||
+	if (q->open)
+		forget_resent(q);
+	if ((!q->open && (r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0) ||
 	    (r = pack_output(q, e)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_RELEASED, released, sizeof(released))) < 0 ||
 	    (r = repl_disk_pack(&q->disk, &e->buf, &disk_crc)) < 0 ||
-	    (r = pack_pages(q, e, &crc)) < 0 ||
+	    (r = pack_pages(q, &q->cap, &e->buf, &crc)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_STATE, q->cap.state, q->cap.state_len)) < 0)
 		return r;
 	if (q->verify && (r = repl_verify_pack(&e->buf, &q->verify_digest)) < 0)
 		return r;
 	ee.epoch = e->epoch;
-	ee.npages = q->cap.npages;
+	ee.npages = q->cap.npages + (q->open ? q->pre_npages : 0);
 	proto_digest_encode(crc, digest);
 	ee.digest.data = digest;
 	ee.digest.len = sizeof(digest);
@@ -277,8 +390,11 @@ static int send_epoch(struct repl_epochs *q, struct repl_epoch *e)
 	if (r < 0)
 		return r;
 	e->state = REPL_EPOCH_SENDING;
-	e->on_wire = true;
+	e->on_wire++;
 	q->out_mark_prev = e->out_mark;
+	q->open = NULL;              /* the epoch is whole on the link */
+	if (q->pre_skip)
+		q->pre_skip--;
 	return 0;
 }
 
@@ -291,12 +407,15 @@ static void undo(struct repl_epochs *q, struct repl_epoch *e)
 	repl_disk_requeue(&q->disk, q->vm->m);
 	proto_page_enc_reset(q->enc);
 	q->epoch--;
-	settle(e, true);
+	if (q->open == e)
+		e->state = REPL_EPOCH_PRECOPY;   /* its start is on the link: the next capture ends it */
+	else
+		settle(e, true);
 }
 
 int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 {
-	struct repl_epoch *e = slot_claim(q);
+	struct repl_epoch *e = q->open ? q->open : slot_claim(q);
 	int r;
 
 	/* A migration's bandwidth limit holds epochs back like a full link;
@@ -341,8 +460,9 @@ void repl_epoch_sent(struct repl_epochs *q, void *cookie)
 	struct repl_epoch *e = cookie;
 
 	(void)q;
-	e->on_wire = false;
-	if (e->state == REPL_EPOCH_SENDING)
+	if (e->on_wire)
+		e->on_wire--;
+	if (e->state == REPL_EPOCH_SENDING && !e->on_wire)
 		e->state = REPL_EPOCH_SENT;
 	settle(e, false);
 }

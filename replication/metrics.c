@@ -166,6 +166,10 @@ static void stats(FILE *f, const struct repl_stats *st)
 	one(f, "understudy_dirty_pages", "gauge", "Pages in the last epoch", (double)st->last_dirty_pages);
 	one(f, "understudy_dirty_pages_total", "counter", "Pages in all epochs",
 	    (double)st->dirty_pages_total);
+	one(f, "understudy_precopy_pages_total", "counter", "Pages sent ahead of their epoch's "
+	    "pause while the guest ran (primary)", (double)st->pre_pages);
+	one(f, "understudy_precopy_resent_pages_total", "counter", "Pre-copied pages written again "
+	    "and sent again at the pause (primary)", (double)st->pre_resent);
 }
 
 /* The NIC's frames (vm_net.c), for a VM with one. */

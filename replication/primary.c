@@ -340,6 +340,10 @@ static int run_epoch(struct repl_primary *p)
 		ev_timer_set(&p->throttle_w, p->o->epoch_ms * p->throttle_pct / 1e5, 0);
 		ev_timer_start(p->loop, &p->throttle_w);
 	}
+	if (r > 0 && repl_epoch_precopy_wanted(&p->ep)) {
+		ev_timer_set(&p->precopy_w, p->o->epoch_ms / 2e3, 0);
+		ev_timer_start(p->loop, &p->precopy_w);
+	}
 	if (r < 0) {
 		on_fault(p, &f);
 	} else if (r > 0 && p->transient_since_ns) {
@@ -372,6 +376,23 @@ static void throttle_off(struct repl_primary *p)
 		if (!p->finishing && p->state != P_FENCED)
 			machine_resume(p->vm->m);
 	}
+}
+
+/* Pre-copy, half-way through a steady epoch: not in a migration or a
+ * hand-over (their final epochs have rules of their own), nor while the
+ * guest is throttled or stopping. */
+static void on_precopy(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_primary *p = w->data;
+	struct repl_fault f;
+
+	(void)loop;
+	(void)revents;
+	if (p->state != P_PROTECTED || p->finishing || p->throttle_pct || p->pc ||
+	    p->ep.hot_off || p->switching_over)
+		return;
+	if (repl_epoch_precopy(&p->ep, &f) < 0)
+		on_fault(p, &f);
 }
 
 /* Output-triggered epochs: held output ends the epoch early (at least
@@ -1091,6 +1112,7 @@ static void engine_fini(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->throttle_w);
 	ev_timer_stop(p->loop, &p->reconnect_w);
 	ev_timer_stop(p->loop, &p->early_w);
+	ev_timer_stop(p->loop, &p->precopy_w);
 	repl_pc_src_free(p);
 	repl_sync_fini(&p->sync);
 	repl_link_fini(&p->link);
@@ -1177,7 +1199,9 @@ static void watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->throttle_w, on_throttle_end, 0.01, 0);
 	ev_timer_init(&p->reconnect_w, on_reconnect, 0.02, 0);
 	ev_timer_init(&p->early_w, on_early, 0.002, 0);
+	ev_timer_init(&p->precopy_w, on_precopy, 0.001, 0);
 	p->linger_w.data = p->throttle_w.data = p->reconnect_w.data = p->early_w.data = p;
+	p->precopy_w.data = p;
 	ev_timer_init(&p->goodbye_w, on_goodbye_timeout, 10.0, 0);
 	/* Silence is judged after pending reads are handled: libev runs higher
 	 * priorities first, so a stall of our own loop is not the peer's. */

@@ -268,6 +268,7 @@ struct repl_stats {
 	uint64_t npause;
 	uint64_t epochs, acked, last_dirty_pages, dirty_pages_total, stretched;
 	uint64_t bytes_sent;
+	uint64_t pre_passes, pre_pages, pre_resent;   /* pre-copies; their pages; ...sent again at the pause */
 	uint64_t lag_ns;          /* capture of the last acked epoch -> its ACK */
 	struct repl_hist pause_h; /* every pause (primary) or apply (secondary) */
 	struct repl_hist commit_h;   /* capture -> ACK of each acked epoch (primary) */
@@ -322,6 +323,7 @@ char *repl_fault_test_wedge(const char *req);
  * (RDMA completions): the slot is then released while on_wire still holds. */
 enum repl_epoch_state {
 	REPL_EPOCH_FREE,        /* may take the next capture */
+	REPL_EPOCH_PRECOPY,     /* EpochBegin and pages pre-copied while the guest ran are on the link */
 	REPL_EPOCH_CAPTURED,    /* pages + state in the capture buffer, output marked */
 	REPL_EPOCH_ENCODED,     /* framed into buf */
 	REPL_EPOCH_SENDING,     /* buf handed to the link */
@@ -333,12 +335,13 @@ enum repl_epoch_state {
 struct repl_epoch {
 	int kind;                  /* REPL_TX_EPOCH: the slot is its own send cookie */
 	enum repl_epoch_state state;
-	bool on_wire;              /* the link reads buf until its sent() */
+	unsigned on_wire;          /* buffers (pre, buf) the link reads until its sent() */
 	uint64_t epoch;
 	uint64_t out_mark;         /* guest output produced up to the pause */
 	uint64_t net_mark;         /* frames the guest sent up to the pause */
 	uint64_t capture_ns;
 	struct proto_buf buf;
+	struct proto_buf pre;      /* the pre-copy's part, sent before the pause */
 };
 
 /* The primary's part of a drill the secondary runs (drill.c): a digest of
@@ -359,6 +362,13 @@ struct repl_epochs {
 	struct repl_link *link;
 	struct proto_page_enc *enc;  /* shared with the initial sync (one XOR cache) */
 	struct ckpt cap;
+	struct ckpt pre;             /* the open epoch's pre-copy (pages, no state) */
+	struct repl_epoch *open;     /* the epoch whose pre-copy is on the link, or NULL */
+	size_t pre_npages;           /* ...its pre-copied pages */
+	uint32_t pre_crc;            /* ...their part of the epoch digest */
+	int pre_mode;                /* -1 adaptive, 0 never, 1 always (UNDERSTUDY_PRECOPY) */
+	double pre_waste;            /* share of pre-copied pages sent again (moving average) */
+	unsigned pre_skip;           /* epochs to go without pre-copy after a wasteful run */
 	struct repl_disk_cap disk;   /* the capture's disk blocks (none without a disk) */
 	struct repl_epoch slot[REPL_EPOCH_SLOTS];
 	uint64_t epoch;            /* last captured */
@@ -385,6 +395,16 @@ void repl_epochs_drop(struct repl_epochs *q);
  * 0: stretched (no free slot or link full); <0: failed, *f says how (a
  * transient failure has been undone: its pages are dirty again). */
 int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f) US_MUST_CHECK;
+/* Between two pauses, with the guest running: opens the next epoch on the
+ * link with the pages written so far (EpochBegin and page batches); the
+ * pause then copies only what was written since, and pages written again
+ * travel again (the secondary stages them, the last copy wins). One a
+ * epoch. 1: sent; 0: nothing to send or no room; <0: failed, *f says how
+ * (its pages are dirty again). */
+int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f) US_MUST_CHECK;
+/* Whether a pre-copy pays for the coming epoch: the last epoch was large
+ * enough and the recent pre-copies were not mostly sent again. */
+bool repl_epoch_precopy_wanted(const struct repl_epochs *q);
 /* The link's sent() for an epoch cookie. */
 void repl_epoch_sent(struct repl_epochs *q, void *cookie);
 /* ACK(epoch): 1 accepted (output released), 0 ignored (stale or unknown). */

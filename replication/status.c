@@ -65,6 +65,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\","
 			"\"migration_downtime_ms\":%.3f,\"migration_total_ms\":%.3f,"
 			"\"throttle_pct\":%u,\"resumed_epoch\":%llu,\"switch_in_ms\":%.3f,"
+			"\"precopy_passes\":%llu,\"precopy_pages\":%llu,\"precopy_resent\":%llu,"
 			"\"left_bytes\":%llu%s}\n" :
 			"role primary\nstate %s\npeer %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
@@ -73,6 +74,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"copy %.1f us, state %.1f us\nreason %s\nfencing: %s\n"
 			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n"
 			"resumed from epoch %llu (switchover, downtime about %.3f ms)\n"
+			"pre-copy %llu passes, %llu pages, %llu sent again at the pause\n"
 			"left to send about %llu bytes\n%s",
 			repl_primary_state(p), p->o->peer ? p->o->peer : "", (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
@@ -84,7 +86,8 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
 			json || reason[0] ? reason : "none", fencing, p->downtime_ms, p->migration_ms,
 			p->throttle_pct, (unsigned long long)p->o->resume_epoch, p->o->switch_downtime_ms,
-			(unsigned long long)left_bytes(p), tail);
+			(unsigned long long)q->st.pre_passes, (unsigned long long)q->st.pre_pages,
+			(unsigned long long)q->st.pre_resent, (unsigned long long)left_bytes(p), tail);
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)

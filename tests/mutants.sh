@@ -24,7 +24,8 @@ ignore_lease|8 output leaves only while the witness lease is provably valid|sys_
 takeover_without_key|8 a takeover only after winning the witness key|sys_witness
 keep_vouch|8 a standby given up is withdrawn at the witness before output leaves|sys_witness
 net_release_early|1 a frame of epoch N leaves only after ACK(N)|sys_virtio_net sys_kv
-disk_apply_early|13 disk blocks of epoch N reach the standby's image only at commit of N|sys_disk_failover"
+disk_apply_early|13 disk blocks of epoch N reach the standby's image only at commit of N|sys_disk_failover
+precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover"
 only=${MUTANTS:-}
 
 # run_test BUILD_DIR TEST LOG: 0 when the test passes

@@ -85,7 +85,7 @@ class Console:
         raise RuntimeError("no answer to %r" % req)
 
 
-def trial(k, rng, tmp):
+def trial(k, rng, tmp, expect_log):
     sport, scon, pcon = free_port(), free_port(), free_port()
     slog, plog = os.path.join(tmp, "sec%d.log" % k), os.path.join(tmp, "pri%d.log" % k)
     env = dict(os.environ, UNDERSTUDY_VERIFY="1")
@@ -137,6 +137,8 @@ def trial(k, rng, tmp):
         if guest_ms < host_min - SLACK_MS:
             errors.append("the guest's clock moved %.1f ms, %.1f ms passed: the outage (%.0f ms) was not "
                           "accounted for" % (guest_ms, host_min, outage_ms))
+        if expect_log and expect_log not in open(plog).read():
+            errors.append("the primary's log never said %r" % expect_log)
         if not verified or int(verified.group(2)) or not int(verified.group(1)):
             errors.append("standby/primary verification: %s" % (verified.group(0) if verified else "none"))
         print("%s trial %d: resumed from epoch %s, %s; self-check after: %s; guest clock +%.1f ms, host "
@@ -156,12 +158,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("UNDERSTUDY_SEED", time.time())))
+    ap.add_argument("--expect-log", default="", help="a line the primary must log in every trial "
+                    "(the mechanism under test was exercised)")
     args = ap.parse_args()
     print("seed %d (--seed to replay), %d trials" % (args.seed, args.trials))
     rng, tmp, bad = random.Random(args.seed), tempfile.mkdtemp(prefix="understudy-stress-"), 0
     for k in range(args.trials):
         try:
-            ok = trial(k, rng, tmp)
+            ok = trial(k, rng, tmp, args.expect_log)
         except RuntimeError as e:
             print("FAIL trial %d: %s (logs in %s)" % (k, e, tmp))
             ok = False

@@ -10,3 +10,9 @@ need_kvm
 seed=${UNDERSTUDY_SEED:-$(date +%s)}
 python3 tests/stress_failover.py --trials "${STRESS_FAILOVER_TRIALS:-5}" --seed "$seed" || fail "stress guest failover"
 ok "stress guest: self-check and clock held over every takeover (seed $seed)"
+# The same with a pre-copy in every epoch (forced: the stress guest's epochs
+# are below the adaptive threshold): pages sent ahead and again at the pause
+# still leave the standby equal to the primary at every acknowledged epoch.
+UNDERSTUDY_PRECOPY=1 python3 tests/stress_failover.py --trials "${STRESS_PRECOPY_TRIALS:-3}" \
+	--seed "$((seed + 1))" --expect-log "pre-copy: epoch" || fail "stress guest failover with pre-copy"
+ok "stress guest with pre-copy in every epoch: standby verified, self-check held (seed $((seed + 1)))"

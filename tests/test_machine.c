@@ -190,6 +190,73 @@ static void test_dirty_log_exact_hot(void **st)
 	dirty_log_exact("dirty:mb=16,report_ms=5", 2048);
 }
 
+/* Pre-copy (machine_harvest_running): a harvest while the guest runs, its
+ * pages copied while the guest goes on writing, then the pause's harvest
+ * and copy: together they leave a copy equal to the paused guest's RAM,
+ * page for page, in every round (with and without hot pages). */
+static void dirty_log_precopy(const char *guest, uint64_t hot_budget)
+{
+	struct th_vm t;
+	uint64_t *bm, pages, pre_total = 0, pause_total = 0;
+	uint8_t *standby;
+
+	REQUIRE_KVM();
+	assert_int_equal(th_vm_new(&t, guest, MEM, 1, true), 0);
+	assert_int_equal(machine_set_hot_budget(t.m, hot_budget), 0);
+	pages = t.m->ram_pages;
+	bm = calloc((pages + 63) / 64, 8);
+	standby = malloc(MEM);
+	assert_non_null(bm);
+	assert_non_null(standby);
+	assert_int_equal(machine_harvest_dirty(t.m, bm), 0);   /* boot writes */
+	memcpy(standby, t.m->ram, MEM);
+	for (int round = 0; round < 60; round++) {
+		uint64_t vmm_page = 2048 + rnd() % 1024;
+
+		machine_resume(t.m);
+		th_sleep_us(1000 + rnd() % 3000);
+		/* The VMM's write is left for the pause's harvest. */
+		t.m->ram[vmm_page * 4096 + 8] ^= 0x5a;
+		machine_mark_dirty(t.m, vmm_page * 4096 + 8, 1);
+		assert_int_equal(machine_harvest_running(t.m, bm), 0);
+		for (uint64_t p = 0; p < pages; p++)
+			if (bit(bm, p)) {
+				memcpy(standby + p * 4096, t.m->ram + p * 4096, 4096);
+				pre_total++;
+				if (t.m->hot && bit(t.m->hot, p))
+					fail_msg("round %d: hot page %llu pre-copied", round,
+						 (unsigned long long)p);
+			}
+		th_sleep_us(1000 + rnd() % 3000);
+		machine_pause(t.m);
+		assert_int_equal(machine_harvest_dirty(t.m, bm), 0);
+		assert_true(bit(bm, vmm_page));
+		for (uint64_t p = 0; p < pages; p++)
+			if (bit(bm, p)) {
+				memcpy(standby + p * 4096, t.m->ram + p * 4096, 4096);
+				pause_total++;
+			}
+		for (uint64_t p = 0; p < pages; p++)
+			if (memcmp(standby + p * 4096, t.m->ram + p * 4096, 4096))
+				fail_msg("round %d: page %llu differs after pre-copy and pause", round,
+					 (unsigned long long)p);
+	}
+	printf("%s, hot budget %llu: 60 rounds: %llu pages pre-copied, %llu at the pause, "
+	       "copy equal to RAM every round\n", guest, (unsigned long long)hot_budget,
+	       (unsigned long long)pre_total, (unsigned long long)pause_total);
+	assert_true(pre_total > 1000);       /* the running harvest was exercised */
+	free(standby);
+	free(bm);
+	th_vm_free(&t);
+}
+
+static void test_dirty_log_precopy(void **st)
+{
+	(void)st;
+	dirty_log_precopy("dirty:mb=16,report_ms=5", 0);
+	dirty_log_precopy("dirty:mb=16,report_ms=5", 2048);
+}
+
 /* Parses the last complete "pages N ..." progress line of the dirty guest
  * (the output may end in the middle of a line). */
 static uint64_t last_progress(struct th_vm *t)
@@ -496,6 +563,7 @@ int main(void)
 		cmocka_unit_test(test_state_round_trip),
 		cmocka_unit_test(test_dirty_log_exact),
 		cmocka_unit_test(test_dirty_log_exact_hot),
+		cmocka_unit_test(test_dirty_log_precopy),
 		cmocka_unit_test(test_pause_resume_1000),
 		cmocka_unit_test(test_state_reuse_equal),
 	};

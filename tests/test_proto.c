@@ -469,6 +469,88 @@ static void test_pages_cache_off(void **state)
 	free(m.pages);
 }
 
+/* A page sent twice in one epoch (pre-copied while the guest ran, written
+ * again, sent again at the pause): the secondary stages both and decodes
+ * each against its last complete checkpoint, which holds neither yet. The
+ * second copy must not be a delta against the first (proto_page_enc_forget):
+ * decoded against the checkpoint, that delta would give a wrong page. */
+struct staged {
+	uint8_t *committed;  /* the standby's RAM: the XOR base all epoch */
+	uint8_t *last;       /* the last staged copy of each gfn */
+};
+
+static const void *staged_base(void *ctx, uint64_t gfn)
+{
+	return ((struct staged *)ctx)->committed + gfn * PG;
+}
+
+static int staged_page(void *ctx, uint64_t gfn, const void *data)
+{
+	memcpy(((struct staged *)ctx)->last + gfn * PG, data, PG);
+	return 0;
+}
+
+static void send_page(struct proto_page_enc *e, uint64_t gfn, const uint8_t *page,
+		      struct staged *sg, uint8_t *enc)
+{
+	static const struct proto_page_sink sink = { staged_base, staged_page };
+	const void *ptrs[1] = { page };
+	struct proto_buf out;
+	struct collect c = { 0 };
+
+	proto_buf_init(&out);
+	assert_int_equal(proto_pages_encode(e, &gfn, ptrs, 1, &out, NULL), 0);
+	*enc = out.data[8 + PROTO_HDR_BYTES + 8];
+	assert_int_equal(feed_chunked(out.data, out.len, &c, 64u << 20), 0);
+	assert_int_equal(proto_pages_decode(c.payloads[0].data, c.payloads[0].len, NGFN, &sink,
+					    sg, NULL), 0);
+	collect_free(&c);
+	proto_buf_fini(&out);
+}
+
+static void test_pages_resent_in_epoch(void **state)
+{
+	static uint8_t page[PG];
+	struct staged sg = { calloc(NGFN, PG), calloc(NGFN, PG) };
+	struct proto_page_enc *e = proto_page_enc_new(1, 0);
+	uint8_t enc;
+
+	(void)state;
+	/* Epoch 1 commits the page: the base and the encoder's copy agree. */
+	text_page(page);
+	send_page(e, 9, page, &sg, &enc);
+	memcpy(sg.committed, sg.last, NGFN * PG);
+	/* Epoch 2: pre-copied (a delta against epoch 1: right), then written
+	 * again and sent again at the pause. */
+	page[100] ^= 0x5a;
+	send_page(e, 9, page, &sg, &enc);
+	assert_int_equal(enc, PROTO_PAGE_XOR);
+	assert_memory_equal(sg.last + 9 * PG, page, PG);
+	page[200] ^= 0xa5;
+	proto_page_enc_forget(e, 9);
+	send_page(e, 9, page, &sg, &enc);
+	assert_int_not_equal(enc, PROTO_PAGE_XOR);
+	assert_memory_equal(sg.last + 9 * PG, page, PG);
+	memcpy(sg.committed, sg.last, NGFN * PG);   /* epoch 2 commits the last copy */
+	/* Epoch 3: deltas again, against what epoch 2 committed. */
+	page[300] ^= 0x11;
+	send_page(e, 9, page, &sg, &enc);
+	assert_int_equal(enc, PROTO_PAGE_XOR);
+	assert_memory_equal(sg.last + 9 * PG, page, PG);
+	memcpy(sg.committed, sg.last, NGFN * PG);
+	/* Without the forget, the second copy of an epoch is a delta against
+	 * the first, which the receiver's base does not hold: a wrong page. */
+	page[400] ^= 0x22;
+	send_page(e, 9, page, &sg, &enc);
+	page[500] ^= 0x44;
+	send_page(e, 9, page, &sg, &enc);
+	assert_int_equal(enc, PROTO_PAGE_XOR);
+	assert_memory_not_equal(sg.last + 9 * PG, page, PG);
+	proto_page_enc_free(e);
+	free(sg.committed);
+	free(sg.last);
+}
+
 /* Builds a batch of 3 pages (text, xor against zero base, raw). */
 static void bad_batch(struct proto_buf *payload)
 {
@@ -843,6 +925,7 @@ int main(void)
 		cmocka_unit_test(test_pages_malformed),
 		cmocka_unit_test(test_pages_scatter_and_read_in_place),
 		cmocka_unit_test(test_pages_cache_off),
+		cmocka_unit_test(test_pages_resent_in_epoch),
 		cmocka_unit_test(test_frame_split_everywhere),
 		cmocka_unit_test(test_state_vcpu),
 		cmocka_unit_test(test_state_vm_uart),
