@@ -341,6 +341,7 @@ static int run_epoch(struct repl_primary *p)
 		ev_timer_start(p->loop, &p->throttle_w);
 	}
 	if (r > 0 && repl_epoch_precopy_wanted(&p->ep)) {
+		ev_timer_stop(p->loop, &p->precopy_w);   /* an early epoch came first */
 		ev_timer_set(&p->precopy_w, p->o->epoch_ms / 2e3, 0);
 		ev_timer_start(p->loop, &p->precopy_w);
 	}
@@ -403,7 +404,7 @@ static void early_epoch(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->early_w);
 	if (p->state != P_PROTECTED || p->finishing || p->throttle_pct)
 		return;
-	if (repl_pc_src_ready(p)) {
+	if (repl_pc_src_ready(p) && !p->ep.open) {   /* an open epoch closes first */
 		pause_for_handover(p, true);   /* as on_epoch_timer */
 		return;
 	}
@@ -442,7 +443,7 @@ static void on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (p->state == P_PROTECTED && repl_pc_src_ready(p))
+	if (p->state == P_PROTECTED && repl_pc_src_ready(p) && !p->ep.open)
 		pause_for_handover(p, true);    /* instead of the epoch: its pages go post-copy */
 	else if (p->state == P_PROTECTED || p->state == P_PROTECTING)
 		(void)run_epoch(p);
