@@ -185,6 +185,9 @@ def arg(name, default):
 
 
 def main():
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        print("bench_kv: SKIP: /dev/kvm not usable here")
+        return 0
     if sys.argv[1:2] == ["--client"]:
         client(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
         return 0

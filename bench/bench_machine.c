@@ -358,6 +358,10 @@ int main(int argc, char **argv)
 	uint64_t ref50, ref99;
 
 	srand(1);
+	if (access("/dev/kvm", R_OK | W_OK) != 0) {
+		printf("bench_machine: /dev/kvm not usable, nothing measured\n");
+		return 0;
+	}
 	/* "fixed": only the fixed cost of a pause (for before/after runs). */
 	if (argc > 1 && !strcmp(argv[1], "fixed")) {
 		bench_fixed(1);

@@ -191,6 +191,9 @@ def kill_trial(tmp, k, table, incrs):
 
 
 def main():
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        print("bench_soak: SKIP: /dev/kvm not usable here")
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)))
     ap.add_argument("--kills", type=int, default=int(os.environ.get("SOAK_KILLS", 10)))
