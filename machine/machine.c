@@ -670,14 +670,16 @@ int machine_set_hot_budget(struct machine *m, uint64_t pages)
  * soon after its re-protection: it joins while there is budget. A hot page leaves after its term or when over
  * budget. What stays hot is then taken out of kvm_dirty (the slot's clear
  * mask), so KVM leaves it writable. */
-static void hot_update(struct machine *m, const uint64_t *bitmap, size_t words)
+static void hot_update(struct machine *m, const uint64_t *bitmap, size_t words, bool running)
 {
-	uint32_t h = ++m->harvests;
+	/* A harvest while the guest runs counts as the last pause's: pages join
+	 * then as at a pause, none leaves (terms count pauses). */
+	uint32_t h = running ? m->harvests : ++m->harvests;
 
 	if (!m->hot)
 		return;
 	for (size_t w = 0; w < words; w++) {
-		uint64_t d = bitmap[w] | m->hot[w];
+		uint64_t d = running ? bitmap[w] & ~m->hot[w] : bitmap[w] | m->hot[w];
 
 		while (d) {
 			int b = __builtin_ctzll(d);
@@ -730,11 +732,10 @@ static int harvest(struct machine *m, uint64_t *bitmap, bool running)
 			bitmap[first / 64 + w] |= m->kvm_dirty[w];
 		first += npages;
 	}
-	if (!running)
-		hot_update(m, bitmap, words);
-	else if (m->hot)
+	hot_update(m, bitmap, words, running);
+	if (running && m->hot)
 		for (size_t w = 0; w < words; w++)
-			bitmap[w] &= ~m->hot[w];
+			bitmap[w] &= ~m->hot[w];   /* the pause reports them */
 	/* Re-protect what was reported, less the hot pages. */
 	first = 0;
 	for (int s = 0; s < m->vm.nslots; s++) {

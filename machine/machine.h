@@ -279,9 +279,10 @@ static inline void machine_mark_dirty(struct machine *m, uint64_t ram_offset, ui
 int machine_harvest_dirty(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
 /* The same while the guest runs (a pre-copy inside an epoch): the guest's
  * writes reported so far, re-protected before returning (a write after
- * that is in the next harvest), less the hot pages and the VMM's own
- * writes, which the next machine_harvest_dirty reports. Never concurrent
- * with another harvest (one thread harvests). */
+ * that is in the next harvest), less the hot pages (a page rewritten
+ * since its re-protection may join the set here) and the VMM's own writes,
+ * which the next machine_harvest_dirty reports. Never concurrent with
+ * another harvest (one thread harvests). */
 int machine_harvest_running(struct machine *m, uint64_t *bitmap) US_MUST_CHECK;
 /* At most pages hot pages from the next harvest on (0: none, the default:
  * every harvest re-protects all it reports). A page joins when it is
