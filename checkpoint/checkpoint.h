@@ -143,8 +143,9 @@ int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpu
 
 
 /* ---- snapshot files (file.c) ----
- * header (magic, format version, config digest, machine config, snapshot id,
- * parent id), sections (gfns, pages, state) each with a CRC32C, and a
+ * header (magic, format version, config digest, machine config with a NIC's
+ * given MAC, snapshot id, parent id; version 1 files, without the MAC, are
+ * still read), sections (gfns, pages, state) each with a CRC32C, and a
  * trailer with the CRC32C of everything before it. Written with mode 0600
  * to an unnamed file (O_TMPFILE; where unsupported, a random name created
  * with O_EXCL|O_NOFOLLOW), fsynced, linked under a random temporary name,

@@ -1,7 +1,8 @@
 /* Snapshot files: one checkpoint with its machine configuration.
  *
- *   header   magic "USSNAP01", format version, config digest, snapshot id,
- *            parent id, flags, the machine config, counts, header CRC32C
+ *   header   magic "USSNAP01", format version, header length, config
+ *            digest, snapshot id, parent id, flags, the machine config,
+ *            counts, the NIC's given MAC (version 2), header CRC32C
  *   section  "gfns"  npages * 8 bytes
  *   section  "pages" npages * 4096 bytes
  *   section  "state" the serialized state blob (itself self-checking)
@@ -12,7 +13,12 @@
  *            section header (which carry their data's CRC32C)
  *
  * Each section header is { tag[8], len, crc32c of the data }. Integers are
- * little-endian (the byte order of every host this runs on). */
+ * little-endian (the byte order of every host this runs on).
+ *
+ * Versions: 2 is written. 1 (before the MAC: a NIC's MAC given with mac=
+ * was not recorded) is still read; its header is version 2's without
+ * net_mac and pad0, moved into version 2's layout as it is read. Any other
+ * version is refused by number, before anything else is trusted. */
 #include "checkpoint/checkpoint.h"
 #include "proto/proto.h"
 
@@ -32,10 +38,10 @@
 #define TAG "snapshot"
 #define FILE_MAGIC "USSNAP01"
 #define TRAILER_MAGIC "USSNAPND"
-#define FILE_VERSION 1u
+#define FILE_VERSION 2u
 #define FLAG_FULL 1u
 #define FLAG_DISK 2u   /* the VM has a virtio-blk disk (its image is not in the file) */
-#define FLAG_NET 4u    /* the VM has a virtio-net NIC with the derived MAC (not its tap) */
+#define FLAG_NET 4u    /* the VM has a virtio-net NIC (not its tap): net_mac, or derived */
 #define FLAG_DISK_DATA 8u   /* ... and the file carries the disk's contents */
 #define BLK MACHINE_DISK_BLOCK
 #define DISK_REC (8 + BLK)  /* one block in the "disk" section */
@@ -55,9 +61,16 @@ struct file_hdr {
 	char guest_args[256];
 	uint64_t npages;
 	uint64_t state_len;
+	uint8_t net_mac[6];     /* the NIC's MAC given with mac= (unicast); zero: derived */
+	uint16_t pad0;
 	uint32_t hdr_crc;
 	uint32_t pad;
 };
+
+/* Version 1's header ends where net_mac starts, with its own hdr_crc, pad. */
+#define HDR_V1_CRC_AT offsetof(struct file_hdr, net_mac)
+#define HDR_V1_LEN (HDR_V1_CRC_AT + 8)
+_Static_assert(sizeof(struct file_hdr) == HDR_V1_LEN + 8, "version 2 adds 8 header bytes");
 
 struct file_sec {
 	char tag[8];
@@ -131,16 +144,32 @@ static int write_block(int fd, uint64_t disk_bytes, uint64_t k, const uint8_t *b
 	return 0;
 }
 
+/* The header's own CRC32C: over what precedes hdr_crc in h's version. */
 static uint32_t hdr_crc(const struct file_hdr *h)
 {
-	return proto_crc32c(0, h, offsetof(struct file_hdr, hdr_crc));
+	return proto_crc32c(0, h, h->version == 1 ? HDR_V1_CRC_AT : offsetof(struct file_hdr, hdr_crc));
 }
 
-/* The length of a whole file with npages pages and state_len state bytes. */
-static uint64_t file_len(uint64_t npages, uint64_t state_len)
+/* The header's bytes as the file holds them, the start of the file's CRC. */
+static uint32_t hdr_file_crc(const struct file_hdr *h)
 {
-	return sizeof(struct file_hdr) + 3 * sizeof(struct file_sec) +
-	       npages * (8 + CKPT_PAGE_SIZE) + state_len + sizeof(struct file_trailer);
+	if (h->version == 1)
+		return proto_crc32c(proto_crc32c(0, h, HDR_V1_CRC_AT), &h->hdr_crc, 8);
+	return proto_crc32c(0, h, sizeof(*h));
+}
+
+/* The length of the whole file of header h, without a "disk" section. */
+static uint64_t file_len(const struct file_hdr *h)
+{
+	return h->hdr_len + 3 * sizeof(struct file_sec) + h->npages * (8 + CKPT_PAGE_SIZE) +
+	       h->state_len + sizeof(struct file_trailer);
+}
+
+static bool mac_given(const uint8_t mac[6])
+{
+	static const uint8_t zero[6];
+
+	return memcmp(mac, zero, 6) != 0;
 }
 
 uint64_t ckpt_file_new_id(void)
@@ -173,6 +202,8 @@ static void header_fill(struct file_hdr *h, const struct ckpt *c, const struct m
 	h->guest_args[sizeof(h->guest_args) - 1] = 0;
 	h->npages = c->npages;
 	h->state_len = c->state_len;
+	if (cfg->nnets)
+		memcpy(h->net_mac, cfg->net_mac, sizeof(h->net_mac));
 	h->hdr_crc = hdr_crc(h);
 }
 
@@ -229,7 +260,7 @@ static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c,
 		      const struct ckpt_disk *d)
 {
 	struct file_trailer t;
-	uint32_t file_crc = proto_crc32c(0, h, sizeof(*h));
+	uint32_t file_crc = hdr_file_crc(h);
 	int r;
 
 	if ((r = write_all(fd, h, sizeof(*h))) < 0 ||
@@ -240,7 +271,7 @@ static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c,
 		return r;
 	memset(&t, 0, sizeof(t));
 	memcpy(t.magic, TRAILER_MAGIC, 8);
-	t.file_len = file_len(c->npages, c->state_len) + disk_section_len(d);
+	t.file_len = file_len(h) + disk_section_len(d);
 	t.file_crc = file_crc;
 	return write_all(fd, &t, sizeof(t));
 }
@@ -405,19 +436,37 @@ static int read_section(int fd, const char *tag, void *data, size_t len, uint32_
 	return 0;
 }
 
-static int check_header(const struct file_hdr *h, off_t size)
+/* The header at fd into h: version 2 as it is, version 1 moved into
+ * version 2's layout (net_mac zero). Magic and version are checked here,
+ * before the rest is read. */
+static int read_hdr_bytes(int fd, struct file_hdr *h)
 {
-	uint64_t expect;
+	uint8_t *p = (uint8_t *)h;
+	int r;
 
+	memset(h, 0, sizeof(*h));
+	if ((r = read_all(fd, h, HDR_V1_LEN)) < 0)
+		return r;
 	if (memcmp(h->magic, FILE_MAGIC, 8)) {
 		log_error(TAG, "not an understudy snapshot (bad magic)");
 		return -EBADMSG;
 	}
-	if (h->version != FILE_VERSION || h->hdr_len != sizeof(*h)) {
-		log_error(TAG, "snapshot format version %u, this build reads %u", h->version,
-			  FILE_VERSION);
-		return -EPROTONOSUPPORT;
+	if (h->version == FILE_VERSION && h->hdr_len == sizeof(*h))
+		return read_all(fd, p + HDR_V1_LEN, sizeof(*h) - HDR_V1_LEN);
+	if (h->version == 1 && h->hdr_len == HDR_V1_LEN) {
+		memcpy(&h->hdr_crc, p + HDR_V1_CRC_AT, 8);
+		memset(p + HDR_V1_CRC_AT, 0, 8);
+		return 0;
 	}
+	log_error(TAG, "snapshot format version %u (header of %u bytes), this build reads "
+		  "versions 1 and %u", h->version, h->hdr_len, FILE_VERSION);
+	return -EPROTONOSUPPORT;
+}
+
+static int check_header(const struct file_hdr *h, off_t size)
+{
+	uint64_t expect;
+
 	if (h->hdr_crc != hdr_crc(h)) {
 		log_error(TAG, "header checksum mismatch");
 		return -EBADMSG;
@@ -427,11 +476,13 @@ static int check_header(const struct file_hdr *h, off_t size)
 	    ((h->flags & FLAG_FULL) && h->npages != h->mem_bytes / CKPT_PAGE_SIZE) ||
 	    (h->flags & ~(FLAG_FULL | FLAG_DISK | FLAG_NET | FLAG_DISK_DATA)) ||
 	    ((h->flags & FLAG_DISK_DATA) && (h->flags & (FLAG_FULL | FLAG_DISK)) !=
-	     (FLAG_FULL | FLAG_DISK))) {
+	     (FLAG_FULL | FLAG_DISK)) ||
+	    (mac_given(h->net_mac) && (!(h->flags & FLAG_NET) || (h->net_mac[0] & 1))) ||
+	    h->pad0) {
 		log_error(TAG, "header values out of range");
 		return -EBADMSG;
 	}
-	expect = file_len(h->npages, h->state_len);
+	expect = file_len(h);
 	/* The disk's section: its length is the rest, whole blocks. */
 	if ((h->flags & FLAG_DISK_DATA) && (uint64_t)size >= expect + sizeof(struct file_sec) + 16 &&
 	    ((uint64_t)size - expect - sizeof(struct file_sec) - 16) % DISK_REC == 0)
@@ -453,12 +504,12 @@ static int read_header(int fd, struct file_hdr *h, off_t *size, struct machine_c
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	if ((size_t)st.st_size < sizeof(*h)) {
+	if ((size_t)st.st_size < HDR_V1_LEN) {
 		log_error(TAG, "file too short to be a snapshot");
 		return -EBADMSG;
 	}
 	*size = st.st_size;
-	if ((r = read_all(fd, h, sizeof(*h))) < 0 || (r = check_header(h, st.st_size)) < 0)
+	if ((r = read_hdr_bytes(fd, h)) < 0 || (r = check_header(h, st.st_size)) < 0)
 		return r;
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->mem_bytes = h->mem_bytes;
@@ -468,9 +519,13 @@ static int read_header(int fd, struct file_hdr *h, off_t *size, struct machine_c
 	cfg->guest[sizeof(cfg->guest) - 1] = 0;
 	cfg->guest_args[sizeof(cfg->guest_args) - 1] = 0;
 	cfg->ndisks = (h->flags & FLAG_DISK) ? 1 : 0;
-	cfg->nnets = (h->flags & FLAG_NET) ? 1 : 0;   /* a given mac= is not in the file */
+	cfg->nnets = (h->flags & FLAG_NET) ? 1 : 0;
+	memcpy(cfg->net_mac, h->net_mac, sizeof(cfg->net_mac));
 	if (machine_config_digest(cfg) != h->config_digest) {
-		log_error(TAG, "configuration and digest disagree");
+		/* Version 1 did not record a MAC given with mac=. */
+		log_error(TAG, "configuration and digest disagree%s", h->version == 1 && cfg->nnets ?
+			  " (a version 1 file of a VM whose NIC had a given mac=, which that "
+			  "version did not record: it cannot be restored)" : "");
 		return -EBADMSG;
 	}
 	return 0;
@@ -536,7 +591,7 @@ static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *
 		     struct ckpt_file_info *info)
 {
 	struct file_trailer t;
-	uint32_t file_crc = proto_crc32c(0, h, sizeof(*h));
+	uint32_t file_crc = hdr_file_crc(h);
 	int r;
 
 	if ((r = ckpt_reserve(c, (size_t)h->npages)) < 0)
@@ -545,7 +600,7 @@ static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *
 	    (r = read_section(fd, "pages", c->pages, h->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
 	    (r = read_section(fd, "state", state, h->state_len, &file_crc)) < 0 ||
 	    ((h->flags & FLAG_DISK_DATA) &&
-	     (r = disk_walk(fd, (uint64_t)size - file_len(h->npages, h->state_len), -1, info,
+	     (r = disk_walk(fd, (uint64_t)size - file_len(h), -1, info,
 			    &file_crc)) < 0) ||
 	    (r = read_all(fd, &t, sizeof(t))) < 0)
 		return r;
@@ -772,7 +827,7 @@ int ckpt_file_restore_disk(const char *path, const char *image, char *err, size_
 		r = r < 0 ? r : -EINVAL;
 		goto out;
 	}
-	at = file_len(h.npages, h.state_len) - sizeof(struct file_trailer);
+	at = file_len(&h) - sizeof(struct file_trailer);
 	len = (uint64_t)size - at - sizeof(struct file_trailer);
 	/* Checked whole before the image is touched, then written. */
 	if (lseek(fd, (off_t)at, SEEK_SET) < 0 || (r = disk_walk(fd, len, -1, &info, &crc)) < 0) {

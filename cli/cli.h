@@ -108,6 +108,9 @@ int cli_net_options_check(struct net_config *n);
 int cli_parse_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net);
 /* 0 when getopt consumed every argument, else 2 after saying which is extra. */
 int cli_check_no_more_args(const char *cmd, int argc, char **argv);
+/* Parses "--net tap:NAME[,mac=MAC]" into cfg (nnets, net_tap, net_mac: zero
+ * when no mac= is given); 0 or 2 after printing why. */
+int cli_parse_net(struct machine_config *cfg, const char *arg);
 /* Parses "--flag N" milliseconds; 0 or 2 after printing why. */
 int cli_parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out);
 void cli_print_guests(FILE *f);

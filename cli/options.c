@@ -26,7 +26,7 @@ void cli_print_guests(FILE *f)
 }
 
 /* "tap:NAME[,mac=XX:XX:XX:XX:XX:XX]" */
-static int parse_net_device(struct machine_config *cfg, const char *arg)
+int cli_parse_net(struct machine_config *cfg, const char *arg)
 {
 	const char *name = arg + 4, *comma;
 	size_t n;
@@ -118,7 +118,7 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		o->cfg.ndisks = 1;
 		return 0;
 	case 1008:
-		return parse_net_device(&o->cfg, arg);
+		return cli_parse_net(&o->cfg, arg);
 	case 1004:
 	case 1005:
 	case 1006:

@@ -8,12 +8,11 @@
 #include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
 #include "cli/ops.h"
-#include "net/tap.h"
 #include "primary/primary.h"
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
-	"                          [--disk IMAGE] [--net tap:NAME]\n"
+	"                          [--disk IMAGE] [--net tap:NAME[,mac=MAC]]\n"
 	"Rebuilds the VM saved in FILE (a full snapshot), applies the incremental\n"
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
 	"Nothing runs unless every file is intact and they form one chain.\n"
@@ -23,7 +22,38 @@ static const char restore_help[] =
 	"replaced by the saved disk before the guest is built, after the whole file is\n"
 	"checked; such a snapshot restores alone (diffs carry no disk).\n"
 	"A VM saved with a NIC needs --net: the tap the restored guest is behind (it\n"
-	"is asked to announce itself there).\n\n" OPS_OPTIONS_HELP;
+	"is asked to announce itself there). The NIC keeps the saved MAC (the one given\n"
+	"with mac= when the VM was started, else the derived one); a mac= here must be\n"
+	"that one (another is refused, exit 2).\n\n" OPS_OPTIONS_HELP;
+
+/* The tap of --net for the saved VM of cfg into cfg->net_tap. A mac= must
+ * be the MAC the saved NIC has (the file's, else the derived one): the
+ * guest's driver read it at boot. 0, or 2 after printing why. */
+static int restore_net(struct machine_config *cfg, const char *net)
+{
+	struct machine_config given = { 0 };
+	static const uint8_t zero[6];
+	uint8_t mac[6];
+	char want[18], got[18];
+
+	if (cli_parse_net(&given, net))
+		return 2;
+	machine_net_mac(cfg, mac);
+	if (memcmp(given.net_mac, zero, 6) && memcmp(given.net_mac, mac, 6)) {
+		snprintf(got, sizeof(got), "%02x:%02x:%02x:%02x:%02x:%02x", given.net_mac[0],
+			 given.net_mac[1], given.net_mac[2], given.net_mac[3], given.net_mac[4],
+			 given.net_mac[5]);
+		snprintf(want, sizeof(want), "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2],
+			 mac[3], mac[4], mac[5]);
+		fprintf(stderr, "understudy restore: --net %s: the saved VM's NIC has MAC %s (%s), "
+			"not %s: a restored guest keeps its MAC (give mac=%s or none)\n", net, want,
+			memcmp(cfg->net_mac, zero, 6) ? "given with mac= when it was started" :
+			"derived from its configuration", got, want);
+		return 2;
+	}
+	memcpy(cfg->net_tap, given.net_tap, sizeof(cfg->net_tap));
+	return 0;
+}
 
 /* Applies the chain (files[0], already read into c, and the diffs after it)
  * to vm, saying what is wrong with the first file that does not fit. */
@@ -129,14 +159,10 @@ int cli_cmd_restore(int argc, char **argv)
 			"--net: the saved VM has no NIC");
 		goto err;
 	}
-	if (net && (strncmp(net, "tap:", 4) || strchr(net, ',') ||
-		    net_tap_check_name(net + 4) < 0 || strlen(net + 4) >= sizeof(cfg.net_tap))) {
-		fprintf(stderr, "understudy restore: --net '%s': use tap:NAME (the MAC is the saved "
-			"VM's)\n", net);
-		goto err;
+	if (net && restore_net(&cfg, net)) {
+		ckpt_fini(&c);
+		return 2;
 	}
-	if (net)
-		snprintf(cfg.net_tap, sizeof(cfg.net_tap), "%s", net + 4);
 	/* The saved disk first: the guest is built on it. */
 	if (info.disk) {
 		if (ckpt_file_restore_disk(argv[optind], disk, err, sizeof(err)) < 0) {

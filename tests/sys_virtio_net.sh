@@ -6,7 +6,9 @@
 #     UDP echo (replies numbered 1, 2, 3), ARP (the client's neighbour entry
 #     has the guest's MAC, the one derived from the configuration, and the
 #     guest announced itself at boot), a given mac= is the one used.
-#     Snapshot and restore (--net): the count goes on, the guest announces.
+#     Snapshot and restore (--net): the count goes on, the guest announces;
+#     a VM given mac= restores with that MAC (--net tap:T, or the same mac=),
+#     another mac= is refused (exit 2) before anything starts.
 #  2. A missing tap is created (and goes with the VM); bad --net values and
 #     unknown guest arguments are errors (exit 2); a secondary without --net
 #     refuses a primary with a NIC; `protect` of a running VM with a NIC,
@@ -127,6 +129,36 @@ got=$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')
 [ "$got" = "4 5 " ] || fail "restored guest replied '$got', want 4 5 (from the snapshot's state)"
 stop_run
 ok "snapshot/restore: the NIC goes on from the snapshot, the guest announces itself"
+# ... of a VM whose NIC was given a MAC: the file holds it, so `restore
+# --net tap:T` (or mac= the same) brings the guest back with that MAC; another
+# mac= is refused (exit 2, both MACs named) before anything starts.
+gmac=02:11:22:33:44:66
+start_run sm --guest udpecho:ip=10.77.0.2/24,port=7 --net tap:tapa,mac=$gmac --control "$T/sm.ctl"
+[ "$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')" = "1 2 " ] || fail "mac=: before the snapshot"
+vm snapshot --control "$T/sm.ctl" --out "$T/snapm" >/dev/null 2>"$T/snapm.err" ||
+	fail "mac=: snapshot: $(cat "$T/snapm.err")"
+stop_run
+vm restore "$T/snapm" --net tap:tapa,mac=02:11:22:33:44:77 </dev/null >"$T/rm0.out" 2>"$T/rm0.err"
+r=$?
+[ $r -eq 2 ] || fail "restore with another mac= exited $r (want 2): $(cat "$T/rm0.err")"
+grep -q "NIC has MAC $gmac .*not 02:11:22:33:44:77" "$T/rm0.err" ||
+	fail "restore with another mac= did not name both MACs: $(cat "$T/rm0.err")"
+[ -s "$T/rm0.out" ] && fail "restore with another mac= ran the guest: $(cat "$T/rm0.out")"
+grep -q "vnet:\|tap tapa" "$T/rm0.err" && fail "restore with another mac= built the VM: $(cat "$T/rm0.err")"
+for n in rm1:tap:tapa rm2:tap:tapa,mac=$gmac; do
+	cl ip neigh flush dev "$CIF"
+	ip netns exec "$VNS" "$BIN" restore "$T/snapm" --net "${n#*:}" --console stdio </dev/null \
+		>"$T/${n%%:*}.out" 2>"$T/${n%%:*}.err" &
+	VMPID=$!
+	wait_log "$T/${n%%:*}.out" "announced" 10 ||
+		fail "restore --net ${n#*:}: no announce: $(tail -3 "$T/${n%%:*}.err")"
+	got=$(udp_echo 2 | cut -d' ' -f1 | tr '\n' ' ')
+	[ "$got" = "3 4 " ] || fail "restore --net ${n#*:}: the guest replied '$got', want 3 4"
+	neigh=$(cl ip neigh show 10.77.0.2)
+	[[ $neigh == *"lladdr $gmac"* ]] || fail "restore --net ${n#*:}: the client sees '$neigh', want $gmac"
+	stop_run
+done
+ok "snapshot/restore of a VM with mac=: restored with its MAC (--net tap:T, or mac= the same), another mac= refused (exit 2)"
 
 # 2. a missing tap is created and goes with the VM; errors.
 start_run c --guest udpecho:ip=10.77.0.2/24 --net tap:tapnew$$

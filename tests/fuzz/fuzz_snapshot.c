@@ -1,6 +1,6 @@
 /* Fuzz target: a snapshot file through the read path restore uses,
- * ckpt_file_read_ex(): header (magic, version, header checksum, ranges,
- * length, configuration digest), the gfns, pages and state sections with
+ * ckpt_file_read_ex(): header (magic, version 1 or 2, header checksum,
+ * ranges, the NIC's MAC, length, configuration digest), the gfns, pages and state sections with
  * their checksums, the disk section of a --with-disk snapshot (its length,
  * block order and checksum), and the trailer. The input is the whole file, handed over
  * as a memfd opened by its /proc/self/fd path (the API takes a path).

@@ -1,6 +1,7 @@
 /* Writes the generated part of the fuzz corpora (make fuzz-corpus):
- * state/, config/, snapshot/ and standby/ entirely, and the frame/ files
- * named below. Each file
+ * state/, config/, snapshot/ (but ok-v1-diff-2pages, written by the
+ * version 1 writer and kept as it is) and standby/ entirely, and the
+ * frame/ files named below. Each file
  * is named for the verdict its target must give (ok-* accepted, bad-*
  * rejected); replay.c asserts it. The other frame/ and pages/ files were
  * made by hand and are kept as they are. Usage: mkcorpus CORPUS_DIR */
@@ -267,11 +268,12 @@ static uint8_t *slurp(const char *path, size_t *len)
 /* A diff snapshot of npages pages (gfns 1, 3, 5...) and a state blob, as
  * ckpt_file_write_ex() writes it, returned as bytes. With a disk: a full
  * snapshot of a 64 KiB machine with a disk of 4.125 blocks, blocks 1 and
- * 4 (the partial last one) in its "disk" section (--with-disk). */
-static uint8_t *snapshot_bytes(size_t npages, bool disk, size_t *len)
+ * 4 (the partial last one) in its "disk" section (--with-disk). With mac:
+ * a VM with a NIC given that MAC. */
+static uint8_t *snapshot_bytes(size_t npages, bool disk, const uint8_t *mac, size_t *len)
 {
 	struct machine_config cfg = { .mem_bytes = disk ? 64 << 10 : 8 << 20, .ncpus = 1,
-				      .guest = "counter", .ndisks = disk };
+				      .guest = "counter", .ndisks = disk, .nnets = mac != NULL };
 	struct ckpt_file_info info = { .id = 0x1122334455667788ull, .parent_id = disk ? 0 : 0x99 };
 	uint64_t blocks[2] = { 1, 4 };
 	uint8_t blockdata[2 * 4096];
@@ -286,6 +288,8 @@ static uint8_t *snapshot_bytes(size_t npages, bool disk, size_t *len)
 
 	if (!img || !b.buf)
 		exit(1);
+	if (mac)
+		memcpy(cfg.net_mac, mac, sizeof(cfg.net_mac));
 	ckpt_init(&c);
 	c.config_digest = machine_config_digest(&cfg);
 	if (disk)
@@ -315,8 +319,12 @@ static uint8_t *snapshot_bytes(size_t npages, bool disk, size_t *len)
 
 static void snapshot_corpus(void)
 {
-	size_t len, hdr = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 + 32 + 256 + 8 + 8 + 4 + 4;
-	uint8_t *f = snapshot_bytes(2, false, &len);
+	static const uint8_t mac[6] = { 0x02, 0x11, 0x22, 0x33, 0x44, 0x55 };
+	static const uint8_t multicast[6] = { 0x03, 0x11, 0x22, 0x33, 0x44, 0x55 };
+	/* version 2: the NIC's MAC and 2 bytes of padding before the CRC */
+	size_t len, mac_at = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 + 32 + 256 + 8 + 8, hdr = mac_at + 8 + 4 + 4;
+	uint32_t crc;
+	uint8_t *f = snapshot_bytes(2, false, NULL, &len);
 
 	put_file("snapshot", "ok-diff-2pages", f, len);
 	put_file("snapshot", "bad-truncated", f, len - 1);
@@ -340,12 +348,25 @@ static void snapshot_corpus(void)
 	f[hdr] = 'x';                            /* first section tag */
 	put_file("snapshot", "bad-section-tag", f, len);
 	free(f);
-	f = snapshot_bytes(0, false, &len);
+	f = snapshot_bytes(0, false, NULL, &len);
 	put_file("snapshot", "ok-diff-no-pages", f, len);
+	free(f);
+	/* A NIC with a given MAC: recorded; a multicast one (no parser makes
+	 * it) refused; another MAC with a valid header CRC: the digest says no. */
+	f = snapshot_bytes(2, false, mac, &len);
+	put_file("snapshot", "ok-diff-net-mac", f, len);
+	f[mac_at + 5] ^= 0x10;
+	crc = proto_crc32c(0, f, mac_at + 8);
+	memcpy(f + mac_at + 8, &crc, 4);
+	put_file("snapshot", "bad-net-mac-digest", f, len);
+	put_file("snapshot", "bad-net-mac-header-cut", f, hdr - 2);   /* inside v2's tail */
+	free(f);
+	f = snapshot_bytes(2, false, multicast, &len);
+	put_file("snapshot", "bad-net-mac-multicast", f, len);
 	free(f);
 	/* With the disk's contents: the section cut by one block (the length
 	 * still whole blocks), a byte of a block flipped, a block named twice. */
-	f = snapshot_bytes(0, true, &len);
+	f = snapshot_bytes(0, true, NULL, &len);
 	put_file("snapshot", "ok-full-disk", f, len);
 	put_file("snapshot", "bad-disk-cut", f, len - 4104);
 	f[len - 24 - 100] ^= 1;                  /* block 4's data */
