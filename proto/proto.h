@@ -191,7 +191,7 @@ const char *proto_strerror(int err);
  *       u8 triple_fault.pending | u8 exception_has_payload |
  *       u64 exception_payload
  *     u32 mp_state | u64 db0 db1 db2 db3 dr6 dr7 | u32 nxcrs (<= 16) |
- *     u32 nmsrs (<= 96) | u32 xsave_size (512 .. 16384)
+ *     u32 nmsrs (<= 256) | u32 xsave_size (512 .. 16384)
  *     lapic: the 1024-byte APIC register page as the hardware lays it out
  *     nxcrs x { u32 xcr | u64 value }, nmsrs x { u32 index | u64 data },
  *     xsave_size bytes of XSAVE area (hardware layout)

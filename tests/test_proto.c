@@ -817,12 +817,13 @@ static void test_state_vcpu(void **state)
 			assert_int_equal(proto_vcpu_state_decode(a, len, w), -EBADMSG);
 	/* nxcrs, nmsrs and the xsave size beyond their limits */
 	for (size_t i = 0; i < 3; i++) {
-		const size_t at[3] = { 525, 529, 536 };
-		const uint8_t bad[3] = { KVM_MAX_XCRS + 1, KVM_MAX_MSRS + 1, 0x80 };
+		const size_t at[3] = { 525, 529, 533 };    /* u32 LE each */
+		const uint32_t bad[3] = { KVM_MAX_XCRS + 1, KVM_MAX_MSRS + 1, 0x800000 };
 
-		a[at[i]] = bad[i];
+		for (int k = 0; k < 4; k++)
+			a[at[i] + k] = (uint8_t)(bad[i] >> (8 * k));
 		assert_int_equal(proto_vcpu_state_decode(a, n, w), -EBADMSG);
-		a[at[i]] = b[at[i]];
+		memcpy(a + at[i], b + at[i], 4);
 	}
 	free(a);
 	free(b);

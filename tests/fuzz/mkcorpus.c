@@ -116,8 +116,9 @@ static size_t build(struct blob *b, const struct ckpt_image *img, enum how how)
 	for (int i = 0; i < img->ncpus; i++) {
 		size_t n = proto_vcpu_state_encode(&img->vcpus[i], data);
 
-		if (how == TOO_MANY_MSRS)
-			data[529] = KVM_MAX_MSRS + 1;
+		if (how == TOO_MANY_MSRS)    /* u32 LE nmsrs at 529 */
+			for (int k = 0; k < 4; k++)
+				data[529 + k] = (uint8_t)((KVM_MAX_MSRS + 1) >> (8 * k));
 		blob_add(b, PROTO_STATE_VCPU, how == VCPU_V1 ? 1 : PROTO_STATE_VCPU_VERSION,
 			 how == VCPU_TWICE ? 0 : (uint32_t)i, data, n);
 	}
