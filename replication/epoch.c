@@ -123,7 +123,8 @@ static void count_pause(struct repl_epochs *q, uint64_t pause_ns)
 		q->worst.pause_ns = pause_ns;
 		q->worst_pages = q->cap.npages;
 	}
-	repl_stats_add_epoch(&q->st, q->cap.npages + (q->open ? q->pre_npages : 0));
+	/* An open epoch's pre-copied pages count once (not again at a retry). */
+	repl_stats_add_epoch(&q->st, q->cap.npages + (q->open && !q->pre_retry ? q->pre_npages : 0));
 }
 
 /* The hot set's budget (machine_set_hot_budget): as many pages as the pause
@@ -171,8 +172,10 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 		ckpt_requeue(m, &q->cap);
 	/* Test mode: a digest of exactly what was captured (with the RAM, still
 	 * paused); the secondary compares it with its standby read from KVM. */
-	if (r == 0 && q->verify)
-		r = ckpt_digest_capture(m, &q->cap, &q->verify_digest);
+	if (r == 0 && q->verify && (r = ckpt_digest_capture(m, &q->cap, &q->verify_digest)) < 0) {
+		ckpt_requeue(m, &q->cap);
+		repl_disk_requeue(&q->disk, m);
+	}
 	if (r == 0 && q->drill.want_digest)
 		repl_drill_pri_capture(q);
 	e->out_mark = repl_vm_output_mark(q->vm);
@@ -272,6 +275,8 @@ static void forget_resent(struct repl_epochs *q)
 			resent++;
 		}
 	}
+	if (q->pre_retry)
+		return;              /* counted at the first try */
 	q->st.pre_resent += resent;
 	q->pre_waste = 0.7 * q->pre_waste + 0.3 * (q->pre_npages ? (double)resent / q->pre_npages : 0);
 	if (q->pre_mode < 0 && q->pre_waste > PRECOPY_WASTE_MAX) {
@@ -289,6 +294,25 @@ bool repl_epoch_precopy_wanted(const struct repl_epochs *q)
 	return !q->pre_skip && q->st.last_dirty_pages >= PRECOPY_MIN_PAGES;
 }
 
+/* A pre-copy that did not reach the link: its pages are dirty again and
+ * the encoder forgets what it cached (the secondary never got them). */
+static void undo_pre(struct repl_epochs *q, struct repl_epoch *e)
+{
+	ckpt_requeue(q->vm->m, &q->pre);
+	proto_page_enc_reset(q->enc);
+	proto_buf_reset(&e->pre);
+}
+
+/* A pre-copy is optional: a local failure (memory, the dirty log) only
+ * rests it; the pause takes everything, and fails loudly if it must. */
+static int pre_rest(struct repl_epochs *q, const char *what, int err)
+{
+	log_warn(TAG, "pre-copy of epoch %llu: %s failed (%s): none for %d epochs",
+		 (unsigned long long)(q->epoch + 1), what, strerror(-err), PRECOPY_REST);
+	q->pre_skip = PRECOPY_REST;
+	return 0;
+}
+
 int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f)
 {
 	Understudy__EpochBegin eb = UNDERSTUDY__EPOCH_BEGIN__INIT;
@@ -299,30 +323,28 @@ int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f)
 	if (q->open || !(e = slot_claim(q)) ||
 	    (q->link->conn && net_queued_bytes(q->link->conn) > LINK_QUEUE_MAX))
 		return 0;
-	if ((r = ckpt_precopy(q->vm->m, &q->pre)) < 0) {
-		repl_fault_set(f, repl_fault_local(r), r, "pre-copy of epoch %llu failed: %s",
-			       (unsigned long long)(q->epoch + 1), strerror(-r));
-		return r;
-	}
+	if ((r = ckpt_precopy(q->vm->m, &q->pre)) < 0)
+		return pre_rest(q, "harvest and copy", r);    /* its pages are dirty again */
 	if (!q->pre.npages)
 		return 0;
 	proto_buf_reset(&e->pre);
 	eb.epoch = q->epoch + 1;
 	if ((r = proto_msg_pack(&e->pre, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0 ||
 	    (r = pack_pages(q, &q->pre, &e->pre, &crc)) < 0) {
-		repl_fault_set(f, repl_fault_local(r), r, "encoding the pre-copy of epoch %llu "
-			       "failed: %s", (unsigned long long)eb.epoch, strerror(-r));
-		goto err;
+		undo_pre(q, e);
+		return pre_rest(q, "encoding", r);
 	}
 	if ((r = repl_link_send_buf(q->link, e->pre.data, e->pre.len, e)) < 0) {
 		repl_fault_set(f, repl_fault_send(r), r, "sending the pre-copy of epoch %llu "
 			       "failed: %s", (unsigned long long)eb.epoch, strerror(-r));
-		goto err;
+		undo_pre(q, e);
+		return r;
 	}
 	e->on_wire++;
 	e->epoch = eb.epoch;
 	e->state = REPL_EPOCH_PRECOPY;
 	q->open = e;
+	q->pre_retry = false;
 	q->pre_npages = q->pre.npages;
 	q->pre_crc = crc;
 	if (!q->st.pre_passes++)
@@ -330,13 +352,6 @@ int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f)
 			 (unsigned long long)eb.epoch, q->pre.npages);
 	q->st.pre_pages += q->pre.npages;
 	return 1;
-
-err:
-	/* The encoder cached pages the secondary never got. */
-	ckpt_requeue(q->vm->m, &q->pre);
-	proto_page_enc_reset(q->enc);
-	proto_buf_reset(&e->pre);
-	return r;
 }
 
 /* CAPTURED -> ENCODED: EpochBegin, console output, the primary's release
@@ -407,10 +422,16 @@ static void undo(struct repl_epochs *q, struct repl_epoch *e)
 	repl_disk_requeue(&q->disk, q->vm->m);
 	proto_page_enc_reset(q->enc);
 	q->epoch--;
-	if (q->open == e)
+	if (q->drill.digest_ready) {     /* the retry's capture digests again */
+		q->drill.digest_ready = false;
+		q->drill.want_digest = true;
+	}
+	if (q->open == e) {
 		e->state = REPL_EPOCH_PRECOPY;   /* its start is on the link: the next capture ends it */
-	else
+		q->pre_retry = true;
+	} else {
 		settle(e, true);
+	}
 }
 
 int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)

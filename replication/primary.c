@@ -340,10 +340,12 @@ static int run_epoch(struct repl_primary *p)
 		ev_timer_set(&p->throttle_w, p->o->epoch_ms * p->throttle_pct / 1e5, 0);
 		ev_timer_start(p->loop, &p->throttle_w);
 	}
-	if (r > 0 && repl_epoch_precopy_wanted(&p->ep)) {
-		ev_timer_stop(p->loop, &p->precopy_w);   /* an early epoch came first */
-		ev_timer_set(&p->precopy_w, p->o->epoch_ms / 2e3, 0);
-		ev_timer_start(p->loop, &p->precopy_w);
+	if (r > 0) {
+		ev_timer_stop(p->loop, &p->precopy_w);   /* this epoch came before it */
+		if (repl_epoch_precopy_wanted(&p->ep)) {
+			ev_timer_set(&p->precopy_w, p->o->epoch_ms / 2e3, 0);
+			ev_timer_start(p->loop, &p->precopy_w);
+		}
 	}
 	if (r < 0) {
 		on_fault(p, &f);
@@ -390,7 +392,7 @@ static void on_precopy(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	if (p->state != P_PROTECTED || p->finishing || p->throttle_pct || p->pc ||
-	    p->ep.hot_off || p->switching_over)
+	    p->ep.hot_off || p->switching_over || !repl_epoch_precopy_wanted(&p->ep))
 		return;
 	if (repl_epoch_precopy(&p->ep, &f) < 0)
 		on_fault(p, &f);

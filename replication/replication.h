@@ -369,6 +369,7 @@ struct repl_epochs {
 	int pre_mode;                /* -1 adaptive, 0 never, 1 always (UNDERSTUDY_PRECOPY) */
 	double pre_waste;            /* share of pre-copied pages sent again (moving average) */
 	unsigned pre_skip;           /* epochs to go without pre-copy after a wasteful run */
+	bool pre_retry;              /* the open epoch's closing part is being retried */
 	struct repl_disk_cap disk;   /* the capture's disk blocks (none without a disk) */
 	struct repl_epoch slot[REPL_EPOCH_SLOTS];
 	uint64_t epoch;            /* last captured */
@@ -399,8 +400,9 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f) US_
  * link with the pages written so far (EpochBegin and page batches); the
  * pause then copies only what was written since, and pages written again
  * travel again (the secondary stages them, the last copy wins). One a
- * epoch. 1: sent; 0: nothing to send or no room; <0: failed, *f says how
- * (its pages are dirty again). */
+ * epoch. 1: sent; 0: nothing sent (nothing to send, no room, or a local
+ * failure: pre-copy then rests a while, its pages dirty again); <0: the
+ * link failed, *f says how. */
 int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f) US_MUST_CHECK;
 /* Whether a pre-copy pays for the coming epoch: the last epoch was large
  * enough and the recent pre-copies were not mostly sent again. */
