@@ -113,6 +113,21 @@ static int bit(const uint64_t *bm, uint64_t p)
  * pages the VMM writes itself are in it too. With a hot-page budget, pages
  * the guest rewrites stay writable (never re-protected) and must still be
  * reported every time. */
+/* A booted guest with the given hot-page budget, its boot writes
+ * harvested: *bm a bitmap of its pages, *copy its RAM as of now. */
+static void dirty_start(struct th_vm *t, const char *guest, uint64_t hot_budget, uint64_t **bm,
+			uint8_t **copy)
+{
+	assert_int_equal(th_vm_new(t, guest, MEM, 1, true), 0);
+	assert_int_equal(machine_set_hot_budget(t->m, hot_budget), 0);
+	*bm = calloc((t->m->ram_pages + 63) / 64, 8);
+	*copy = malloc(MEM);
+	assert_non_null(*bm);
+	assert_non_null(*copy);
+	assert_int_equal(machine_harvest_dirty(t->m, *bm), 0);
+	memcpy(*copy, t->m->ram, MEM);
+}
+
 static void dirty_log_exact(const char *guest, uint64_t hot_budget)
 {
 	struct th_vm t;
@@ -121,15 +136,8 @@ static void dirty_log_exact(const char *guest, uint64_t hot_budget)
 	uint64_t changed_total = 0, extra_total = 0, reported_total = 0;
 
 	REQUIRE_KVM();
-	assert_int_equal(th_vm_new(&t, guest, MEM, 1, true), 0);
-	assert_int_equal(machine_set_hot_budget(t.m, hot_budget), 0);
+	dirty_start(&t, guest, hot_budget, &bm, &shadow);
 	pages = t.m->ram_pages;
-	bm = calloc((pages + 63) / 64, 8);
-	shadow = malloc(MEM);
-	assert_non_null(bm);
-	assert_non_null(shadow);
-	assert_int_equal(machine_harvest_dirty(t.m, bm), 0);   /* boot writes */
-	memcpy(shadow, t.m->ram, MEM);
 	for (int round = 0; round < 60; round++) {
 		uint64_t vmm_page = 2048 + rnd() % 1024, changed = 0, extra = 0, reported = 0;
 
@@ -201,15 +209,8 @@ static void dirty_log_precopy(const char *guest, uint64_t hot_budget)
 	uint8_t *standby;
 
 	REQUIRE_KVM();
-	assert_int_equal(th_vm_new(&t, guest, MEM, 1, true), 0);
-	assert_int_equal(machine_set_hot_budget(t.m, hot_budget), 0);
+	dirty_start(&t, guest, hot_budget, &bm, &standby);
 	pages = t.m->ram_pages;
-	bm = calloc((pages + 63) / 64, 8);
-	standby = malloc(MEM);
-	assert_non_null(bm);
-	assert_non_null(standby);
-	assert_int_equal(machine_harvest_dirty(t.m, bm), 0);   /* boot writes */
-	memcpy(standby, t.m->ram, MEM);
 	for (int round = 0; round < 60; round++) {
 		uint64_t vmm_page = 2048 + rnd() % 1024;
 
