@@ -17,6 +17,7 @@ be made at all. usage: bench_disk.py [--quick]"""
 import json, os, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_protect import free_port    # noqa: E402  (one copy)
 from figures import figure, machine   # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -31,12 +32,6 @@ class BenchError(Exception):
     pass
 
 
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def connect(port, secs=10):

@@ -29,12 +29,9 @@ GUEST_IP = "10.79.0.2"
 PORT = 7000
 IMG_BYTES = 64 << 20
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import figure, machine   # noqa: E402
+from figures import figure, machine, pct   # noqa: E402
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else 0.0
 
 
 def client(n, window, seconds):

@@ -21,7 +21,7 @@ HOST = "127.0.0.1"
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import free_port, wait_port   # noqa: E402  (one copy of each)
-from figures import figure                        # noqa: E402
+from figures import figure, pct                   # noqa: E402
 MODES = {
     "timer": (["--min-epoch-ms", "25"], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
     "output": ([], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
@@ -29,9 +29,6 @@ MODES = {
 }
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def rtts(port, n):

@@ -21,12 +21,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 BIN = os.path.abspath(os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy")))
 GUEST_IP = "10.78.0.2"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import figure, machine   # noqa: E402
+from figures import figure, machine, pct   # noqa: E402
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def client(n, window, seconds):

@@ -34,12 +34,9 @@ DIRTY = "dirty:mb=64,rate_mb=200"
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import free_port, wait_port   # noqa: E402  (one copy of each)
-from figures import figure                        # noqa: E402
+from figures import figure, pct                   # noqa: E402
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def wait_text(path, text, seconds):

@@ -17,6 +17,12 @@ benchmarks print the same line themselves.
 import json, os, platform, sys
 
 
+def pct(xs, p):
+    """Percentile p of xs (linear rank, rounded; 0.0 for none)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else 0.0
+
+
 def figure(name, value, unit, reference=None, reference_value=None, ratio=None, goal=None, met=None,
            runs=None, spread=None):
     """name: what was measured; value in unit; reference: what it is set

@@ -231,8 +231,9 @@ class Client:
 def wait_log(path, text, secs):
     end = time.time() + secs
     while time.time() < end:
-        if text in open(path).read():
-            return True
+        with open(path, errors="replace") as f:
+            if text in f.read():
+                return True
         time.sleep(0.05)
     return False
 

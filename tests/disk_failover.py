@@ -32,11 +32,11 @@ Trials (seeded, the seed printed):
    switchover with a disk are tests/disk_lifecycle.py's).
 
 usage: disk_failover.py [--seed S] [--kills N]; exit 0 when all hold."""
-import argparse, os, random, signal, socket, struct, subprocess, sys, tempfile, threading, time
+import argparse, os, random, signal, socket, subprocess, sys, tempfile, threading, time
 
-BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(os.path.dirname(__file__), "..", "build", "understudy"))
-HDR = struct.Struct("<IHHII")
-T_BEGIN, T_END, T_SECTION = 2, 5, 12
+from commit_order import (BIN, HDR, T_BEGIN, T_END, connect, free_port, varint_field1,
+                          wait_listen, wait_log)
+T_SECTION = 12
 DISK_BYTES = 8 << 20
 RING_SECTOR, RING_N = 2048, 64            # blocks 256 .. 319
 PREFILL = range(1024, 1100)               # blocks with random data before the VM starts
@@ -44,44 +44,12 @@ TIMEOUT_MS = 500
 errors = []
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
-def wait_listen(port, secs=10):
-    end = time.time() + secs
-    while time.time() < end:
-        s = socket.socket()
-        if s.connect_ex(("127.0.0.1", port)) == 0:
-            s.close()
-            return True
-        s.close()
-        time.sleep(0.05)
-    return False
 
 
-def connect(port, secs=5):
-    end = time.time() + secs
-    while time.time() < end:
-        try:
-            return socket.create_connection(("127.0.0.1", port), timeout=0.5)
-        except OSError:
-            time.sleep(0.02)
-    return None
 
 
-def wait_log(path, text, secs):
-    end = time.time() + secs
-    while time.time() < end:
-        with open(path, errors="replace") as f:
-            if text in f.read():
-                return True
-        time.sleep(0.05)
-    return False
 
 
 def record(s, blk):
@@ -120,17 +88,6 @@ class Console(threading.Thread):
                     self.bad.append(t)
 
 
-def varint_field1(payload):
-    """Field 1 (varint) of a protobuf message: the epoch of EpochBegin."""
-    if not payload or payload[0] != 0x08:
-        return 0
-    v, shift = 0, 0
-    for b in payload[1:]:
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            break
-    return v
 
 
 def check_events(path, sync, torn_epoch, label):

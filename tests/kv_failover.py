@@ -27,15 +27,18 @@ fresh image, to keep the log short).
 Usage: kv_failover.py BIN VM_NS TRIALS SEED TMPDIR PRI_TAP SEC_TAP [BUDGET_S]
   BUDGET_S: start no trial after that many seconds (the trials run, the
   count is printed). Exit 0 pass, 1 fail."""
+import functools
 import os
 import random
-import re
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+
+import guestnet
+from guestnet import wait_text
 
 BIN, VM_NS = sys.argv[1], sys.argv[2]
 TRIALS, SEED, TMP = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
@@ -47,26 +50,8 @@ KEYS = ["k%d" % i for i in range(8)]
 IMG_BYTES = 16 << 20
 CHAIN = 5
 errors = []
-
-
-def ns(cmd):
-    return ["ip", "netns", "exec", VM_NS] + cmd
-
-
-def free_port():
-    out = subprocess.run(ns(["python3", "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); "
-                             "print(s.getsockname()[1])"]), capture_output=True, text=True)
-    return int(out.stdout)
-
-
-def wait_text(path, pat, secs):
-    end = time.time() + secs
-    while time.time() < end:
-        with open(path, errors="replace") as f:
-            if re.search(pat, f.read()):
-                return True
-        time.sleep(0.05)
-    return False
+ns = functools.partial(guestnet.in_ns, VM_NS)
+free_port = functools.partial(guestnet.free_port_in, VM_NS)
 
 
 class Client(threading.Thread):
@@ -131,25 +116,6 @@ class Client(threading.Thread):
     def run(self):
         while not self.stop and not self.problems:
             self.op(self.rng.choice(KEYS))
-
-
-def check_events(path, t):
-    acks, n = [], 0
-    if not os.path.exists(path):
-        errors.append("trial %d: no event log" % t)
-        return
-    for line in open(path):
-        f = line.split()
-        if len(f) >= 3 and f[1] == "ack":
-            acks.append(int(f[2]))
-        elif len(f) >= 5 and f[1] == "netrel":
-            n += 1
-            if not acks or max(acks) < int(f[2]):
-                errors.append("trial %d: frames of epoch %s released before ACK(%s) (acked so far: %s)"
-                              % (t, f[2], f[2], max(acks) if acks else "none"))
-                return
-    if n == 0:
-        errors.append("trial %d: the primary released no frames at an ACK" % t)
 
 
 def dump(img):
@@ -244,7 +210,7 @@ def trial(t, rng, model, acked_all, pimg):
                 errors.append("trial %d: after the takeover GET %s: %s, want %s" %
                               (t, k, " ".join(f) if f else "no answer", model.get(k)))
         acked_all.extend(c.acked)
-        check_events(events, t)
+        errors.extend(guestnet.release_order_errors(events, t))
         sec.kill()
         sec.wait()
         sec = None

@@ -21,15 +21,18 @@ client carries on against the same address. Checked:
      "ack M" with M >= N: no frame of epoch N left before ACK(N).
 Usage: net_failover.py BIN VM_NS CLIENT_IF TRIALS SEED TMPDIR PRI_TAP SEC_TAP
 Exit 0 pass, 1 fail."""
+import functools
 import os
 import random
 import re
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
+
+import guestnet
+from guestnet import wait_text
 
 BIN, VM_NS, CIF = sys.argv[1], sys.argv[2], sys.argv[3]
 TRIALS, SEED, TMP = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
@@ -37,26 +40,8 @@ PRI_TAP, SEC_TAP = sys.argv[7], sys.argv[8]
 GUEST_IP = "10.77.0.2"
 PORT = 7
 errors = []
-
-
-def ns(cmd):
-    return ["ip", "netns", "exec", VM_NS] + cmd
-
-
-def free_port():
-    out = subprocess.run(ns(["python3", "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); "
-                             "print(s.getsockname()[1])"]), capture_output=True, text=True)
-    return int(out.stdout)
-
-
-def wait_text(path, pat, secs):
-    end = time.time() + secs
-    while time.time() < end:
-        with open(path, errors="replace") as f:
-            if re.search(pat, f.read()):
-                return True
-        time.sleep(0.05)
-    return False
+ns = functools.partial(guestnet.in_ns, VM_NS)
+free_port = functools.partial(guestnet.free_port_in, VM_NS)
 
 
 class Sniffer(threading.Thread):
@@ -105,25 +90,6 @@ class Client(threading.Thread):
                 self.replies.append((time.time(), int(k), p))
                 if p == payload:
                     break
-
-
-def check_events(path, trial):
-    acks, n = [], 0
-    if not os.path.exists(path):
-        errors.append("trial %d: no event log" % trial)
-        return
-    for line in open(path):
-        f = line.split()
-        if len(f) >= 3 and f[1] == "ack":
-            acks.append(int(f[2]))
-        elif len(f) >= 5 and f[1] == "netrel":
-            n += 1
-            if not acks or max(acks) < int(f[2]):
-                errors.append("trial %d: frames of epoch %s released before ACK(%s) (acked so far: %s)"
-                              % (trial, f[2], f[2], max(acks) if acks else "none"))
-                return
-    if n == 0:
-        errors.append("trial %d: the primary released no frames at an ACK" % trial)
 
 
 def trial(t, rng, sniffer):
@@ -193,7 +159,7 @@ def trial(t, rng, sniffer):
         if not port or port.group(1) != SEC_TAP:
             errors.append("trial %d: the bridge has the guest's MAC %s on %s, not on %s" %
                           (t, mac, port.group(1) if port else "no port", SEC_TAP))
-        check_events(events, t)
+        errors.extend(guestnet.release_order_errors(events, t))
         print("trial %d: killed %.2f s after the client began; %d replies before, %d after "
               "(k %d..%d, first %.0f ms after the kill); %d gratuitous ARP(s) after the kill" %
               (t, t_kill - (c.replies[0][0] if c.replies else t_kill), seen_before, len(after),

@@ -1,0 +1,54 @@
+"""What the failover tests of a guest behind a tap share (net_failover.py,
+kv_failover.py): commands in the agents' network namespace, waiting for a
+log line, and the output-commit order in the primary's event log."""
+import re
+import subprocess
+import time
+
+
+def in_ns(vm_ns, cmd):
+    """cmd, run in the network namespace vm_ns."""
+    return ["ip", "netns", "exec", vm_ns] + cmd
+
+
+def free_port_in(vm_ns):
+    """A TCP port free on 127.0.0.1 inside vm_ns."""
+    out = subprocess.run(in_ns(vm_ns, ["python3", "-c", "import socket; s=socket.socket(); "
+                                       "s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"]),
+                         capture_output=True, text=True)
+    return int(out.stdout)
+
+
+def wait_text(path, pat, secs):
+    """True once the regular expression pat matches the file at path."""
+    end = time.time() + secs
+    while time.time() < end:
+        with open(path, errors="replace") as f:
+            if re.search(pat, f.read()):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def release_order_errors(path, trial):
+    """The primary's event log: every frame release "netrel N" follows an
+    "ack M" with M >= N (no frame of epoch N left before ACK(N)), and
+    some frames were released at an ACK. The problems, as text."""
+    acks, n = [], 0
+    try:
+        f = open(path)
+    except FileNotFoundError:
+        return ["trial %d: no event log" % trial]
+    with f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 3 and w[1] == "ack":
+                acks.append(int(w[2]))
+            elif len(w) >= 5 and w[1] == "netrel":
+                n += 1
+                if not acks or max(acks) < int(w[2]):
+                    return ["trial %d: frames of epoch %s released before ACK(%s) (acked so far: %s)"
+                            % (trial, w[2], w[2], max(acks) if acks else "none")]
+    if n == 0:
+        return ["trial %d: the primary released no frames at an ACK" % trial]
+    return []
