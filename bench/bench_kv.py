@@ -29,9 +29,8 @@ GUEST_IP = "10.79.0.2"
 PORT = 7000
 IMG_BYTES = 64 << 20
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_net_guest import Net, arg, ns_port, wait_for   # noqa: E402  (one copy)
 from figures import figure, machine, pct   # noqa: E402
-
-
 
 
 def client(n, window, seconds):
@@ -86,45 +85,6 @@ def client(n, window, seconds):
     print(json.dumps({"put": put_rtt, "get": get_rtt, "lost": lost, "win_ps": got / seconds}))
 
 
-class Net:
-    def __init__(self):
-        self.v, self.c = "uskv%d" % os.getpid(), "uskc%d" % os.getpid()
-        cmds = [["ip", "netns", "add", self.v], ["ip", "netns", "add", self.c],
-                ["ip", "-n", self.v, "link", "set", "lo", "up"],
-                ["ip", "-n", self.v, "link", "add", "br0", "type", "bridge"],
-                ["ip", "-n", self.v, "link", "set", "br0", "up"],
-                ["ip", "link", "add", "bc", "netns", self.c, "type", "veth", "peer", "name", "bb",
-                 "netns", self.v],
-                ["ip", "-n", self.v, "link", "set", "bb", "master", "br0", "up"],
-                ["ip", "-n", self.c, "addr", "add", "10.79.0.1/24", "dev", "bc"],
-                ["ip", "-n", self.c, "link", "set", "bc", "up"]]
-        for t in ("tapa", "tapb"):
-            cmds += [["ip", "-n", self.v, "tuntap", "add", t, "mode", "tap"],
-                     ["ip", "-n", self.v, "link", "set", t, "master", "br0", "up"]]
-        for c in cmds:
-            subprocess.run(c, check=True, capture_output=True)
-
-    def close(self):
-        for n in (self.v, self.c):
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
-
-
-def ns_port(net):
-    out = subprocess.run(["ip", "netns", "exec", net.v, "python3", "-c",
-                          "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); "
-                          "print(s.getsockname()[1])"], capture_output=True, text=True)
-    return int(out.stdout)
-
-
-def wait_for(path, text, secs):
-    end = time.time() + secs
-    while time.time() < end:
-        if os.path.exists(path) and text in open(path, errors="replace").read():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def image(path):
     with open(path, "wb") as f:
         f.truncate(IMG_BYTES)
@@ -177,10 +137,6 @@ def run_mode(net, tmp, mode, n, window, seconds):
             p.wait()
 
 
-def arg(name, default):
-    return type(default)(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
-
-
 def main():
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         print("bench_kv: SKIP: /dev/kvm not usable here")
@@ -195,7 +151,7 @@ def main():
         arg("--seconds", 3.0)
     print("MACHINE " + json.dumps(machine()))
     tmp = tempfile.mkdtemp()
-    net = Net()
+    net = Net("usk", "10.79.0")
     modes = ("unprotected", "protected", "protected-ack")
     keys = ("get50", "get99", "put50", "put99", "win")
     res = {m: {k: [] for k in keys} for m in modes}

@@ -60,8 +60,11 @@ def client(n, window, seconds):
 
 
 class Net:
-    def __init__(self):
-        self.v, self.c = "usbv%d" % os.getpid(), "usbc%d" % os.getpid()
+    """Two network namespaces: the agents' (a bridge with the taps tapa and
+    tapb, and a veth to the client) and the client's, at SUBNET.1/24."""
+
+    def __init__(self, tag="usb", subnet="10.78.0"):
+        self.v, self.c = "%sv%d" % (tag, os.getpid()), "%sc%d" % (tag, os.getpid())
         cmds = [["ip", "netns", "add", self.v], ["ip", "netns", "add", self.c],
                 ["ip", "-n", self.v, "link", "set", "lo", "up"],
                 ["ip", "-n", self.v, "link", "add", "br0", "type", "bridge"],
@@ -69,7 +72,7 @@ class Net:
                 ["ip", "link", "add", "bc", "netns", self.c, "type", "veth", "peer", "name", "bb",
                  "netns", self.v],
                 ["ip", "-n", self.v, "link", "set", "bb", "master", "br0", "up"],
-                ["ip", "-n", self.c, "addr", "add", "10.78.0.1/24", "dev", "bc"],
+                ["ip", "-n", self.c, "addr", "add", subnet + ".1/24", "dev", "bc"],
                 ["ip", "-n", self.c, "link", "set", "bc", "up"]]
         for t in ("tapa", "tapb"):
             cmds += [["ip", "-n", self.v, "tuntap", "add", t, "mode", "tap"],
