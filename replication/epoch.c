@@ -124,7 +124,7 @@ static void count_pause(struct repl_epochs *q, uint64_t pause_ns)
 		q->worst_pages = q->cap.npages;
 	}
 	/* An open epoch's pre-copied pages count once (not again at a retry). */
-	repl_stats_add_epoch(&q->st, q->cap.npages + (q->open && !q->pre_retry ? q->pre_npages : 0));
+	repl_stats_add_epoch(&q->st, q->cap.npages + (q->open && !q->pre_retry ? q->pre.npages : 0));
 }
 
 /* The hot set's budget (machine_set_hot_budget): as many pages as the pause
@@ -278,7 +278,7 @@ static void forget_resent(struct repl_epochs *q)
 	if (q->pre_retry)
 		return;              /* counted at the first try */
 	q->st.pre_resent += resent;
-	q->pre_waste = 0.7 * q->pre_waste + 0.3 * (q->pre_npages ? (double)resent / q->pre_npages : 0);
+	q->pre_waste = 0.7 * q->pre_waste + 0.3 * (q->pre.npages ? (double)resent / q->pre.npages : 0);
 	if (q->pre_mode < 0 && q->pre_waste > PRECOPY_WASTE_MAX) {
 		log_debug(TAG, "pre-copy: %.0f %% of its pages sent again: resting %d epochs",
 			  q->pre_waste * 100, PRECOPY_REST);
@@ -345,7 +345,6 @@ int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f)
 	e->state = REPL_EPOCH_PRECOPY;
 	q->open = e;
 	q->pre_retry = false;
-	q->pre_npages = q->pre.npages;
 	q->pre_crc = crc;
 	if (!q->st.pre_passes++)
 		log_info(TAG, "pre-copy: epoch %llu opened with %zu pages while the guest ran",
@@ -381,7 +380,7 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	if (q->verify && (r = repl_verify_pack(&e->buf, &q->verify_digest)) < 0)
 		return r;
 	ee.epoch = e->epoch;
-	ee.npages = q->cap.npages + (q->open ? q->pre_npages : 0);
+	ee.npages = q->cap.npages + (q->open ? q->pre.npages : 0);
 	proto_digest_encode(crc, digest);
 	ee.digest.data = digest;
 	ee.digest.len = sizeof(digest);

@@ -364,7 +364,6 @@ struct repl_epochs {
 	struct ckpt cap;
 	struct ckpt pre;             /* the open epoch's pre-copy (pages, no state) */
 	struct repl_epoch *open;     /* the epoch whose pre-copy is on the link, or NULL */
-	size_t pre_npages;           /* ...its pre-copied pages */
 	uint32_t pre_crc;            /* ...their part of the epoch digest */
 	int pre_mode;                /* -1 adaptive, 0 never, 1 always (UNDERSTUDY_PRECOPY) */
 	double pre_waste;            /* share of pre-copied pages sent again (moving average) */
