@@ -78,7 +78,7 @@ DEB := libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev liblz4-dev \
        iproute2 nftables clang libcurl4-openssl-dev libjson-c-dev etcd-server \
        resource-agents libxml2-utils curl \
        libinih-dev libmicrohttpd-dev libsystemd-dev prometheus mandoc gnuplot-nox \
-       lintian debhelper netcat-openbsd
+       lintian debhelper netcat-openbsd iputils-ping
 deps:
 	@missing=$$(for p in $(DEB); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q 'install ok installed' || echo $$p; done); \
