@@ -74,9 +74,10 @@ def varint_field1(payload):
 
 
 class Proxy(threading.Thread):
-    """primary <-> secondary, frame by frame. tear_next() arms it: the next
-    epoch with pages is forwarded up to its first page batch only, then
-    on_tear() runs and both sides are cut."""
+    """primary <-> secondary, frame by frame. Armed, it forwards the next
+    epoch up to the frame tears_at() picks (here its first page batch), waits
+    in before_tear(), runs on_tear() and cuts both sides. An epoch without
+    such a frame goes through whole."""
 
     def __init__(self, sec_port):
         super().__init__(daemon=True)
@@ -113,6 +114,16 @@ class Proxy(threading.Thread):
                 except OSError:
                     return
 
+    def tears_at(self, typ, frame):
+        return typ == T_PAGES
+
+    def before_tear(self):
+        # A secondary that acknowledged before staging would do it now.
+        end = time.time() + 0.3
+        while time.time() < end and self.max_ack < self.torn_epoch:
+            time.sleep(0.01)
+        time.sleep(0.05)    # let that ACK reach the primary
+
     def run(self):
         a, _ = self.lis.accept()
         b = socket.create_connection(("127.0.0.1", self.sec_port))
@@ -139,16 +150,12 @@ class Proxy(threading.Thread):
                     out += frame
                     continue
                 held += frame
-                if typ == T_END:        # no pages in this one: let it through whole
+                if typ == T_END:        # nothing to tear at in this one: let it through whole
                     out += held
                     tearing, held = False, b""
-                elif typ == T_PAGES:
+                elif self.tears_at(typ, frame):
                     b.sendall(out + held)
-                    # A secondary that acknowledged before staging would do it now.
-                    end = time.time() + 0.3
-                    while time.time() < end and self.max_ack < self.torn_epoch:
-                        time.sleep(0.01)
-                    time.sleep(0.05)    # let that ACK reach the primary
+                    self.before_tear()
                     self.on_tear()
                     for s in (a, b):
                         s.close()

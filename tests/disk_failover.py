@@ -34,8 +34,8 @@ Trials (seeded, the seed printed):
 usage: disk_failover.py [--seed S] [--kills N]; exit 0 when all hold."""
 import argparse, os, random, signal, socket, subprocess, sys, tempfile, threading, time
 
-from commit_order import (BIN, HDR, T_BEGIN, T_END, connect, free_port, varint_field1,
-                          wait_listen, wait_log)
+import commit_order
+from commit_order import BIN, connect, free_port, wait_listen, wait_log
 T_SECTION = 12
 DISK_BYTES = 8 << 20
 RING_SECTOR, RING_N = 2048, 64            # blocks 256 .. 319
@@ -123,75 +123,15 @@ def section_name(payload):
     return payload[2:2 + payload[1]].decode(errors="replace")
 
 
-class Proxy(threading.Thread):
-    """primary <-> secondary frame by frame; armed, it forwards the next
-    epoch with disk blocks up to its first "disk" Section, runs on_tear()
-    (kills the primary) and cuts both sides."""
+class Proxy(commit_order.Proxy):
+    """commit_order's proxy, torn at the next epoch's first "disk" Section:
+    the secondary has read it, then on_tear() (kills the primary) and the cut."""
 
-    def __init__(self, sec_port):
-        super().__init__(daemon=True)
-        self.sec_port = sec_port
-        self.lis = socket.socket()
-        self.lis.bind(("127.0.0.1", 0))
-        self.lis.listen(1)
-        self.port = self.lis.getsockname()[1]
-        self.armed = threading.Event()
-        self.done = threading.Event()
-        self.on_tear = None
-        self.torn_epoch = 0
+    def tears_at(self, typ, frame):
+        return typ == T_SECTION and section_name(frame[16:]) == "disk"
 
-    def back(self, b, a):
-        while True:
-            try:
-                data = b.recv(65536)
-                if not data:
-                    return
-                a.sendall(data)
-            except OSError:
-                return
-
-    def run(self):
-        a, _ = self.lis.accept()
-        b = socket.create_connection(("127.0.0.1", self.sec_port))
-        threading.Thread(target=self.back, args=(b, a), daemon=True).start()
-        buf, held, tearing = b"", b"", False
-        while True:
-            try:
-                data = a.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            buf += data
-            out = b""
-            while len(buf) >= 16:
-                _, _, typ, length, _ = HDR.unpack_from(buf)
-                if len(buf) < 16 + length:
-                    break
-                frame, buf = buf[:16 + length], buf[16 + length:]
-                if self.armed.is_set() and not tearing and typ == T_BEGIN:
-                    tearing, held = True, b""
-                    self.torn_epoch = varint_field1(frame[16:])
-                if not tearing:
-                    out += frame
-                    continue
-                held += frame
-                if typ == T_END:        # no disk blocks in this one: let it through
-                    out += held
-                    tearing, held = False, b""
-                elif typ == T_SECTION and section_name(frame[16:]) == "disk":
-                    b.sendall(out + held)
-                    time.sleep(0.3)     # the secondary has read it
-                    self.on_tear()
-                    for s in (a, b):
-                        s.close()
-                    self.done.set()
-                    return
-            if out:
-                b.sendall(out)
-        for s in (a, b):
-            s.close()
-        self.done.set()
+    def before_tear(self):
+        time.sleep(0.3)     # the secondary has read it
 
 
 def make_images(tmp, rng, sec_kind, blocks=PREFILL):

@@ -4,6 +4,32 @@ fail() { echo "FAIL: $*"; exit 1; }
 ok() { echo "ok - $*"; }
 need_kvm() { [ -r /dev/kvm ] && [ -w /dev/kvm ] || { echo "SKIP: /dev/kvm not usable here"; exit 77; }; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# need_taps: skips (77) unless network namespaces, taps and bridges can be made.
+need_taps() {
+	[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for network namespaces and taps"; exit 77; }
+	[ -c /dev/net/tun ] || { echo "SKIP: no /dev/net/tun"; exit 77; }
+	command -v bridge >/dev/null || { echo "SKIP: no bridge(8) (iproute2)"; exit 77; }
+}
+# guest_lan VM_NS CLIENT_NS CLIENT_IF BRIDGE_IF CLIENT_CIDR TAP...: a link
+# for guests with a NIC. VM_NS holds a bridge br0 with the taps; CLIENT_NS
+# holds CLIENT_IF at CLIENT_CIDR, a veth whose peer BRIDGE_IF is on br0.
+guest_lan() {
+	local vns=$1 cns=$2 cif=$3 bif=$4 cidr=$5 t
+	shift 5
+	ip netns add "$vns" && ip netns add "$cns" || { echo "SKIP: cannot make network namespaces"; exit 77; }
+	ip -n "$vns" link set lo up
+	ip -n "$vns" link add br0 type bridge
+	ip -n "$vns" link set br0 up
+	ip link add "$cif" netns "$cns" type veth peer name "$bif" netns "$vns" || fail "veth"
+	ip -n "$vns" link set "$bif" master br0 up
+	ip -n "$cns" link set lo up
+	ip -n "$cns" addr add "$cidr" dev "$cif"
+	ip -n "$cns" link set "$cif" up
+	for t in "$@"; do
+		ip -n "$vns" tuntap add "$t" mode tap || fail "tuntap add $t"
+		ip -n "$vns" link set "$t" master br0 up
+	done
+}
 # wait_port PORT [seconds]: until something listens on 127.0.0.1:PORT
 wait_port() {
 	local i

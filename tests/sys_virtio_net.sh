@@ -29,9 +29,7 @@ BIN=${UNDERSTUDY_BIN:-build/understudy}
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
 need_kvm
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for network namespaces and taps"; exit 77; }
-[ -c /dev/net/tun ] || { echo "SKIP: no /dev/net/tun"; exit 77; }
-command -v bridge >/dev/null || { echo "SKIP: no bridge(8) (iproute2)"; exit 77; }
+need_taps
 
 VNS=usv$$ CNS=usc$$ CIF=vc$$ BIF=vb$$
 T=$(mktemp -d /tmp/sys_virtio_net.XXXXXX)
@@ -46,19 +44,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ip netns add "$VNS" && ip netns add "$CNS" || { echo "SKIP: cannot make network namespaces"; exit 77; }
-ip -n "$VNS" link set lo up
-ip -n "$VNS" link add br0 type bridge
-ip -n "$VNS" link set br0 up
-ip link add "$CIF" netns "$CNS" type veth peer name "$BIF" netns "$VNS" || fail "veth"
-ip -n "$VNS" link set "$BIF" master br0 up
-ip -n "$CNS" link set lo up
-ip -n "$CNS" addr add 10.77.0.1/24 dev "$CIF"
-ip -n "$CNS" link set "$CIF" up
-for t in tapa tapb; do
-	ip -n "$VNS" tuntap add "$t" mode tap || fail "tuntap add $t"
-	ip -n "$VNS" link set "$t" master br0 up
-done
+guest_lan "$VNS" "$CNS" "$CIF" "$BIF" 10.77.0.1/24 tapa tapb
 
 vm() { ip netns exec "$VNS" "$BIN" "$@"; }
 cl() { ip netns exec "$CNS" "$@"; }

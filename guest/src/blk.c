@@ -98,12 +98,6 @@ __asm__(
 	"  pop %rax\n"
 	"  iretq\n");
 
-static void put_hex8(uint8_t b)
-{
-	con_putc("0123456789abcdef"[b >> 4]);
-	con_putc("0123456789abcdef"[b & 15]);
-}
-
 static const char *parse_u64(const char *s, uint64_t *v)
 {
 	*v = 0;
@@ -220,7 +214,7 @@ static void report_error(int st)
 	}
 	if (st >= 0x100) {
 		con_puts("needs-reset status=");
-		put_hex8((uint8_t)st);
+		con_put_hex8((uint8_t)st);
 	} else {
 		con_puts("error status=");
 		con_put_u64((uint64_t)st);
@@ -389,7 +383,7 @@ static void cmd_read(struct drv *d, const char *args)
 	}
 	con_puts("data ");
 	for (int i = 0; i < 32; i++)
-		put_hex8(d->buf[i]);
+		con_put_hex8(d->buf[i]);
 	con_putc('\n');
 }
 

@@ -42,6 +42,7 @@ void *memcpy(void *d, const void *s, size_t n);
 void con_putc(char c);
 void con_puts(const char *s);
 void con_put_u64(uint64_t v);
+void con_put_hex8(uint8_t b);
 void con_put_hex64(uint64_t v);
 int con_getc(void);
 /* Reads one line (without '\n', '\r' dropped) into buf; returns its length. */

@@ -291,3 +291,30 @@ int ip_poll(struct ipstack *s)
 	}
 	return n;
 }
+
+void ip_ready(struct ipstack *s, const char *who, uint64_t port)
+{
+	con_puts(who);
+	con_puts(" ready mac=");
+	for (int i = 0; i < 6; i++) {
+		con_put_hex8(s->nic->mac[i]);
+		if (i < 5)
+			con_putc(':');
+	}
+	con_puts(" port=");
+	con_put_u64(port);
+	con_putc('\n');
+	ip_announce(s);
+}
+
+void ip_serve(struct ipstack *s, const char *who)
+{
+	if (!ip_poll(s))
+		vnet_wait(s->nic, 100000);
+	if (vnet_status(s->nic) & 0x40) {
+		con_puts("error ");
+		con_puts(who);
+		con_puts(": virtio-net needs a reset\n");
+		guest_power_off(4);
+	}
+}

@@ -42,5 +42,10 @@ void ip_announce(struct ipstack *s);
 /* Receives and handles every waiting frame; answers the device's announce
  * request; returns the number of frames handled. */
 int ip_poll(struct ipstack *s);
+/* Says "<who> ready mac=M port=P" on the console and announces itself. */
+void ip_ready(struct ipstack *s, const char *who, uint64_t port);
+/* One round of a server's loop: handles what came in, else waits up to
+ * 100 ms for a frame; a NIC that needs a reset powers the guest off (4). */
+void ip_serve(struct ipstack *s, const char *who);
 
 #endif

@@ -462,12 +462,6 @@ static const char *arg_str(const char *args, const char *key)
 	return 0;
 }
 
-static void put_hex8(uint8_t b)
-{
-	con_putc("0123456789abcdef"[b >> 4]);
-	con_putc("0123456789abcdef"[b & 15]);
-}
-
 static void report_boot(struct kv *kv)
 {
 	con_puts("kv replayed ");
@@ -539,23 +533,9 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 	ip_init(&kv->ip, nic, addr, mask);
 	kv->ip.udp_in = on_udp;
 	kv->ip.ctx = kv;
-	con_puts("kv ready mac=");
-	for (int i = 0; i < 6; i++) {
-		put_hex8(nic->mac[i]);
-		if (i < 5)
-			con_putc(':');
-	}
-	con_puts(" port=");
-	con_put_u64(port);
-	con_putc('\n');
-	ip_announce(&kv->ip);
+	ip_ready(&kv->ip, "kv", port);
 	for (;;) {
-		if (!ip_poll(&kv->ip))
-			vnet_wait(nic, 100000);
-		if (vnet_status(nic) & 0x40) {
-			con_puts("error kv: virtio-net needs a reset\n");
-			guest_power_off(4);
-		}
+		ip_serve(&kv->ip, "kv");
 		if (vblk_status(disk) & 0x40) {
 			con_puts("error kv: virtio-blk needs a reset\n");
 			guest_power_off(4);

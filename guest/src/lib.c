@@ -47,6 +47,12 @@ void con_put_u64(uint64_t v)
 		con_putc(buf[--i]);
 }
 
+void con_put_hex8(uint8_t b)
+{
+	con_putc("0123456789abcdef"[b >> 4]);
+	con_putc("0123456789abcdef"[b & 15]);
+}
+
 void con_put_hex64(uint64_t v)
 {
 	for (int s = 60; s >= 0; s -= 4)

@@ -50,12 +50,6 @@ static void on_udp(void *ctx, uint32_t src_ip, uint16_t src_port, uint16_t dst_p
 		e->k++;
 }
 
-static void put_hex8(uint8_t b)
-{
-	con_putc("0123456789abcdef"[b >> 4]);
-	con_putc("0123456789abcdef"[b & 15]);
-}
-
 static const char *arg_str(const char *args, const char *key)
 {
 	for (const char *p = args; *p; ) {
@@ -100,22 +94,7 @@ void guest_main(int cpu, struct guest_bootinfo *bi)
 	e->ip.ctx = e;
 	e->port = (uint16_t)port;
 	e->k = 0;
-	con_puts("udpecho ready mac=");
-	for (int i = 0; i < 6; i++) {
-		put_hex8(nic->mac[i]);
-		if (i < 5)
-			con_putc(':');
-	}
-	con_puts(" port=");
-	con_put_u64(port);
-	con_putc('\n');
-	ip_announce(&e->ip);
-	for (;;) {
-		if (!ip_poll(&e->ip))
-			vnet_wait(nic, 100000);
-		if (vnet_status(nic) & 0x40) {
-			con_puts("error virtio-net needs a reset\n");
-			guest_power_off(4);
-		}
-	}
+	ip_ready(&e->ip, "udpecho", port);
+	for (;;)
+		ip_serve(&e->ip, "udpecho");
 }
