@@ -13,6 +13,18 @@
 #ifndef US_GUEST_H
 #define US_GUEST_H
 
+/* RFLAGS of the guests' CPL3 code: IF, IOPL 0 (ports through the TSS's I/O
+ * bitmap). `make GUEST_IOPL=3` builds guests whose CPL3 code has IOPL 3, for
+ * nested KVM under QEMU's emulator (tests/nested/): its SVM checks the I/O
+ * bitmap only for a TSS marked available, not for the busy one KVM loads.
+ * An assembler expression, so top-level asm strings can use it too. */
+#ifndef GUEST_IOPL
+#define GUEST_IOPL 0
+#endif
+#define GUEST_USER_RFLAGS (0x202 | (GUEST_IOPL << 12))
+#define GUEST_STR_(x) #x
+#define GUEST_STR(x) GUEST_STR_(x)
+
 #ifndef __ASSEMBLER__
 #include <stdint.h>
 #endif

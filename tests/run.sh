@@ -8,6 +8,8 @@
 # a part of a test that cannot run prints a line "SKIP: <reason>" and is
 # counted as a skip besides the test's pass; every reason is listed at the end.
 # Exit status is non-zero when anything failed.
+# ONLY="test_machine sys_kv fuzz lint" runs those alone (names as listed
+# below; "fuzz" is every fuzz replay): a subset, e.g. for tests/nested/.
 # SAN=1 (make SAN=1 check, BUILD=build/san): everything, the agents the
 # system tests start included, runs with ASan + UBSan and any report fails
 # the test that was running (see san_reports below).
@@ -54,6 +56,9 @@ san_reports() {
 	return 1
 }
 
+# wanted NAME: the test is in $ONLY (or there is no $ONLY)
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
 count_cmocka() {   # $1 name, $2 log, $3 exit status
 	local p f s
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$2" | tail -1)
@@ -79,6 +84,7 @@ count_cmocka() {   # $1 name, $2 log, $3 exit status
 for t in "$BUILD"/tests/test_*; do
 	[ -x "$t" ] || continue
 	n=$(basename "$t")
+	wanted "$n" || continue
 	echo "== $n"
 	fail0=$fail
 	CMOCKA_MESSAGE_OUTPUT=stdout timeout 900 "$t" >"$log_dir/$n.log" 2>&1
@@ -96,6 +102,7 @@ done
 for t in "$BUILD"/fuzz/*-replay; do
 	[ -x "$t" ] || continue
 	n=$(basename "$t" -replay)
+	wanted fuzz || continue
 	echo "== fuzz replay $n"
 	fail0=$fail
 	if timeout 300 "$t" "tests/fuzz/corpus/${n#fuzz_}" >"$log_dir/$n.log" 2>&1; then
@@ -106,16 +113,19 @@ for t in "$BUILD"/fuzz/*-replay; do
 	san_reports "$n" || [ $fail != "$fail0" ] || { fail=$((fail + 1)); failed_names+=("$n (sanitizer)"); }
 done
 
-echo "== lint (layering, include and call cycles)"
-if python3 tests/lint_deps.py "$BUILD" >"$log_dir/lint.log" 2>&1; then
-	pass=$((pass + 1)); tail -1 "$log_dir/lint.log" | sed 's/^/    /'
-else
-	fail=$((fail + 1)); failed_names+=("lint"); sed 's/^/    | /' "$log_dir/lint.log"
+if wanted lint; then
+	echo "== lint (layering, include and call cycles)"
+	if python3 tests/lint_deps.py "$BUILD" >"$log_dir/lint.log" 2>&1; then
+		pass=$((pass + 1)); tail -1 "$log_dir/lint.log" | sed 's/^/    /'
+	else
+		fail=$((fail + 1)); failed_names+=("lint"); sed 's/^/    | /' "$log_dir/lint.log"
+	fi
 fi
 
 for t in tests/sys_*.sh; do
 	[ -f "$t" ] || continue
 	n=$(basename "$t" .sh)
+	wanted "$n" || continue
 	echo "== $n"
 	start=$(date +%s)
 	timeout 3000 bash "$t" >"$log_dir/$n.log" 2>&1

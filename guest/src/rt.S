@@ -20,7 +20,7 @@
 guest_cpl0_entry:
 	pushq $GUEST_SEL_UDATA
 	pushq %rdx
-	pushq $0x202
+	pushq $GUEST_USER_RFLAGS
 	pushq $GUEST_SEL_UCODE
 	pushq %rcx
 	iretq

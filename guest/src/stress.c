@@ -96,7 +96,7 @@ __asm__(
 	"  wrmsr\n"
 	"  pushq $0x1b\n"
 	"  push %r9\n"
-	"  pushq $0x202\n"
+	"  pushq $" GUEST_STR(GUEST_USER_RFLAGS) "\n"
 	"  pushq $0x23\n"
 	"  push %r8\n"
 	"  iretq\n"

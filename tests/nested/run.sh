@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# make check-nested: the KVM tests on a host without /dev/kvm (a kernel that
+# is itself a guest, a container), in a Linux VM under QEMU's emulator (TCG)
+# whose emulated CPU has SVM, so that Debian's kvm_amd gives it a /dev/kvm.
+# The VM's root is this host's own root, read-only over virtio-9p with a
+# tmpfs overlay for writes: the same packages, the same tree, nothing to
+# install inside. Its logs come back through a second, writable 9p share.
+#
+# The tree is built in $BUILD (default build/nested) with GUEST_IOPL=3 (see
+# guest/guest.h), then tests/run.sh runs inside the VM with ONLY=$ONLY
+# (default: every test). Everything runs many times slower than on a host
+# with KVM: timing figures from here mean nothing, verdicts do. One TCG
+# thread for both vCPUs (thread=single): with a thread per vCPU, nested
+# KVM here was slower still and once froze the VM for good.
+#
+# Needs (make deps-nested): qemu-system-x86, linux-image-amd64 (a kernel in
+# /boot and its modules), busybox-static. Exit status: the tests' (77 when
+# the VM cannot be made here).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-build/nested}
+V=$BUILD/nested-vm
+skip() { echo "SKIP: $*"; exit 77; }
+
+command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (make deps-nested)"
+busybox=$(command -v busybox) || skip "no busybox (make deps-nested)"
+kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
+[ -n "$kernel" ] || skip "no kernel in /boot (make deps-nested)"
+kver=${kernel#/boot/vmlinuz-}
+modprobe -S "$kver" --show-depends kvm_amd >/dev/null 2>&1 || skip "no kvm_amd module for $kver"
+mods=$(for m in virtio_pci 9pnet_virtio 9p overlay; do modprobe -S "$kver" --show-depends $m; done 2>/dev/null |
+	awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++')
+[ -n "$mods" ] || skip "no 9p/virtio/overlay modules for $kver"
+
+rm -rf "$V" && mkdir -p "$V/out" "$V/root"/{bin,dev,proc,sys,mods,lower,upper,newroot} || exit 1
+cp "$busybox" "$V/root/bin/busybox"
+for a in sh mount insmod mkdir switch_root; do ln -s busybox "$V/root/bin/$a"; done
+order=
+for f in $mods; do
+	b=$(basename "$f"); b=${b%.xz}; b=${b%.zst}; b=${b%.ko}
+	case $f in *.xz) xz -dc "$f" ;; *.zst) zstd -dc "$f" ;; *) cat "$f" ;; esac >"$V/root/mods/$b.ko" || exit 1
+	order="$order $b"
+done
+cat >"$V/root/init" <<EOI
+#!/bin/sh
+# Mount the host's root (9p, read-only) under a tmpfs overlay and go on there.
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+for m in $order; do insmod /mods/\$m.ko; done
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose host /lower
+mount -t tmpfs -o size=75% upper /upper && mkdir -p /upper/u /upper/w
+mount -t overlay -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w root /newroot || exec sh
+umount /proc /sys; mount --move /dev /newroot/dev
+exec switch_root /newroot /bin/sh $PWD/tests/nested/stage2.sh
+EOI
+chmod +x "$V/root/init"
+(cd "$V/root" && find . | cpio -o -H newc 2>/dev/null) >"$V/initrd.cpio" || exit 1
+rm -rf "$V/root"
+
+echo "== build ($BUILD, guests with IOPL 3)"
+make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
+
+# What the VM runs (stage2.sh calls it), logs into the writable share.
+# The tests' own knobs (NET_TRIALS, KV_SEED, ...) go along.
+{
+	for v in $(compgen -e | grep -E '^[A-Z0-9_]+_(TRIALS|SEED|KILLS|REQUIRE)$'); do
+		printf 'export %s=%q\n' "$v" "${!v}"
+	done
+	cat <<EOC
+cd $PWD || exit 1
+rm -rf $BUILD/test-logs && mkdir -p /out/test-logs && ln -s /out/test-logs $BUILD/test-logs
+BUILD=$BUILD ONLY="${ONLY:-}" tests/run.sh
+EOC
+} >"$V/out/cmd.sh"
+
+echo "== boot $kernel under QEMU (TCG, -cpu max, 2 vCPUs), then tests/run.sh ${ONLY:+(ONLY=$ONLY)}"
+timeout "${NESTED_TIMEOUT:-7200}" qemu-system-x86_64 -machine q35 -accel tcg,thread=single -cpu max \
+	-smp "${NESTED_CPUS:-2}" -m "${NESTED_MEM:-8G}" -nographic -no-reboot \
+	-kernel "$kernel" -initrd "$V/initrd.cpio" \
+	-append "console=ttyS0 quiet panic=-1" \
+	-virtfs local,path=/,mount_tag=host,security_model=none,multidevs=remap,readonly=on \
+	-virtfs "local,path=$PWD/$V/out,mount_tag=out,security_model=none" \
+	>"$V/console.log" 2>&1
+q=$?
+[ -f "$V/out/run.log" ] && cat "$V/out/run.log"
+if [ ! -f "$V/out/rc" ]; then
+	echo "FAIL: the VM ended (qemu exit $q) before the tests did; console: $V/console.log"
+	tail -20 "$V/console.log" | sed 's/^/    | /'
+	exit 1
+fi
+echo "(nested run: logs in $V/out/test-logs, console in $V/console.log)"
+exit "$(cat "$V/out/rc")"
