@@ -3,9 +3,10 @@
 # `understudy restore` of the chain, and every way a snapshot can be bad:
 # corrupted, truncated, out of chain, another machine's, a full disk.
 set -u
+. "$(dirname "$0")/lib.sh"
 BIN=${UNDERSTUDY_BIN:-build/understudy}
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
-[ -r /dev/kvm ] && [ -w /dev/kvm ] || { echo "SKIP: /dev/kvm not usable"; exit 77; }
+need_kvm
 
 # Part 3 mounts a small tmpfs: as root, the whole test runs in a private mount
 # namespace of its own, so the mount is seen by the VM it starts and by no one

@@ -7,9 +7,10 @@
 # snapshot taken in the middle of a long selftest and restored (the guest
 # goes on with its queue where it was), and the errors of a bad --disk.
 set -u
+. "$(dirname "$0")/lib.sh"
 BIN=${UNDERSTUDY_BIN:-build/understudy}
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
-[ -r /dev/kvm ] && [ -w /dev/kvm ] || { echo "SKIP: /dev/kvm not usable"; exit 77; }
+need_kvm
 
 T=$(mktemp -d /tmp/sys_virtio_blk.XXXXXX)
 VMPID=

@@ -8,7 +8,10 @@
 #
 # The tree is built in $BUILD (default build/nested) with GUEST_IOPL=3 (see
 # guest/guest.h), then tests/run.sh runs inside the VM with ONLY=$ONLY
-# (default: every test). Everything runs many times slower than on a host
+# (default: the tests that need KVM: the system tests that call need_kvm,
+# the unit tests that make a VM; the rest run as well on the host), or
+# NESTED_CMD instead, e.g.
+#   NESTED_CMD="BUILD=build/nested MUTANTS=precopy_keep_delta GUEST_IOPL=3 bash tests/mutants.sh" Everything runs many times slower than on a host
 # with KVM: timing figures from here mean nothing, verdicts do. One TCG
 # thread for both vCPUs (thread=single): with a thread per vCPU, nested
 # KVM here was slower still and once froze the VM for good.
@@ -56,6 +59,11 @@ chmod +x "$V/root/init"
 (cd "$V/root" && find . | cpio -o -H newc 2>/dev/null) >"$V/initrd.cpio" || exit 1
 rm -rf "$V/root"
 
+if [ -z "${ONLY:-}" ]; then
+	ONLY=$(grep -l '^need_kvm' tests/sys_*.sh; grep -lE 'REQUIRE_KVM|th_vmh?_new' tests/test_*.c)
+	ONLY=$(echo $ONLY | xargs -n1 basename | sed 's/\.[a-z]*$//' | tr '\n' ' ')
+fi
+
 echo "== build ($BUILD, guests with IOPL 3)"
 make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
 
@@ -68,11 +76,11 @@ make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
 	cat <<EOC
 cd $PWD || exit 1
 rm -rf $BUILD/test-logs && mkdir -p /out/test-logs && ln -s /out/test-logs $BUILD/test-logs
-BUILD=$BUILD ONLY="${ONLY:-}" tests/run.sh
+${NESTED_CMD:-BUILD=$BUILD ONLY="${ONLY:-}" tests/run.sh}
 EOC
 } >"$V/out/cmd.sh"
 
-echo "== boot $kernel under QEMU (TCG, -cpu max, 2 vCPUs), then tests/run.sh ${ONLY:+(ONLY=$ONLY)}"
+echo "== boot $kernel under QEMU (TCG, -cpu max, 2 vCPUs), then ${NESTED_CMD:-tests/run.sh ${ONLY:+(ONLY=$ONLY)}}"
 timeout "${NESTED_TIMEOUT:-7200}" qemu-system-x86_64 -machine q35 -accel tcg,thread=single -cpu max \
 	-smp "${NESTED_CPUS:-2}" -m "${NESTED_MEM:-8G}" -nographic -no-reboot \
 	-kernel "$kernel" -initrd "$V/initrd.cpio" \
