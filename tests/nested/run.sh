@@ -68,6 +68,7 @@ echo "== build ($BUILD, guests with IOPL 3)"
 make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
 
 # What the VM runs (stage2.sh calls it), logs into the writable share.
+cmd=${NESTED_CMD:-BUILD=$BUILD ONLY=$(printf %q "${ONLY:-}") tests/run.sh}
 # The tests' own knobs (NET_TRIALS, KV_SEED, ...) go along.
 {
 	for v in $(compgen -e | grep -E '^[A-Z0-9_]+_(TRIALS|SEED|KILLS|REQUIRE)$'); do
@@ -76,11 +77,11 @@ make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
 	cat <<EOC
 cd $PWD || exit 1
 rm -rf $BUILD/test-logs && mkdir -p /out/test-logs && ln -s /out/test-logs $BUILD/test-logs
-${NESTED_CMD:-BUILD=$BUILD ONLY="${ONLY:-}" tests/run.sh}
+$cmd
 EOC
 } >"$V/out/cmd.sh"
 
-echo "== boot $kernel under QEMU (TCG, -cpu max, 2 vCPUs), then ${NESTED_CMD:-tests/run.sh ${ONLY:+(ONLY=$ONLY)}}"
+echo "== boot $kernel under QEMU (TCG, -cpu max, 2 vCPUs), then $cmd"
 timeout "${NESTED_TIMEOUT:-7200}" qemu-system-x86_64 -machine q35 -accel tcg,thread=single -cpu max \
 	-smp "${NESTED_CPUS:-2}" -m "${NESTED_MEM:-8G}" -nographic -no-reboot \
 	-kernel "$kernel" -initrd "$V/initrd.cpio" \
