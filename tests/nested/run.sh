@@ -75,6 +75,7 @@ cmd=${NESTED_CMD:-BUILD=$BUILD ONLY=$(printf %q "${ONLY:-}") tests/run.sh}
 		printf 'export %s=%q\n' "$v" "${!v}"
 	done
 	cat <<EOC
+export GUEST_IOPL=3    # for a test that builds a variant (make MUTANT=...) in the VM
 cd $PWD || exit 1
 rm -rf $BUILD/test-logs && mkdir -p /out/test-logs && ln -s /out/test-logs $BUILD/test-logs
 $cmd
