@@ -271,6 +271,9 @@ static void forget_resent(struct repl_epochs *q)
 			both &= both - 1;
 #ifndef UNDERSTUDY_MUTANT_precopy_keep_delta   /* make check-mutants: delta against the first copy */
 			proto_page_enc_forget(q->enc, machine_page_gfn(m, page));
+#else
+			(void)m;
+			(void)page;
 #endif
 			resent++;
 		}
