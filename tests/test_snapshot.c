@@ -117,6 +117,26 @@ static void corrupt_at(const char *path, off_t off)
 	close(fd);
 }
 
+/* A counter VM on cfg, running, asked `requests` (nlines replies waited
+ * for), taken into *c, written to path and read back into *r and *rcfg.
+ * Returns the VM, left running. */
+static struct th_vmh *snap_to_file(const struct machine_config *cfg, const char *requests,
+				   int nlines, const char *path, struct ckpt *c, struct ckpt *r,
+				   struct machine_config *rcfg)
+{
+	struct th_vmh *a = th_vmh_new(cfg, true);
+
+	machine_resume(a->m);
+	th_vmh_send(a, requests);
+	assert_true(th_vmh_wait_lines(a, nlines, 5000));
+	ckpt_init(c);
+	ckpt_init(r);
+	assert_int_equal(ckpt_take(a->m, c, true), 0);
+	assert_int_equal(ckpt_file_write(path, c, cfg), 0);
+	assert_int_equal(ckpt_file_read(path, r, rcfg), 0);
+	return a;
+}
+
 static void files(void **state)
 {
 	struct machine_config cfg = th_config("counter", "area_mb=1", 16, 1), rcfg;
@@ -130,15 +150,7 @@ static void files(void **state)
 	assert_non_null(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/snap", dir);
 	snprintf(bad, sizeof(bad), "%s/bad", dir);
-	a = th_vmh_new(&cfg, true);
-	machine_resume(a->m);
-	th_vmh_send(a, "incr\nincr\n");
-	assert_true(th_vmh_wait_lines(a, 2, 5000));
-	ckpt_init(&c);
-	ckpt_init(&r);
-	assert_int_equal(ckpt_take(a->m, &c, true), 0);
-	assert_int_equal(ckpt_file_write(path, &c, &cfg), 0);
-	assert_int_equal(ckpt_file_read(path, &r, &rcfg), 0);
+	a = snap_to_file(&cfg, "incr\nincr\n", 2, path, &c, &r, &rcfg);
 	assert_int_equal(rcfg.mem_bytes, cfg.mem_bytes);
 	assert_string_equal(rcfg.guest_args, cfg.guest_args);
 	assert_int_equal(rcfg.nnets, 0);
@@ -357,15 +369,7 @@ static void files_net_mac(void **state)
 	snprintf(path, sizeof(path), "%s/snap", dir);
 	cfg.nnets = 1;
 	memcpy(cfg.net_mac, mac, 6);
-	a = th_vmh_new(&cfg, true);
-	machine_resume(a->m);
-	th_vmh_send(a, "incr\n");
-	assert_true(th_vmh_wait_lines(a, 1, 5000));
-	ckpt_init(&c);
-	ckpt_init(&r);
-	assert_int_equal(ckpt_take(a->m, &c, true), 0);
-	assert_int_equal(ckpt_file_write(path, &c, &cfg), 0);
-	assert_int_equal(ckpt_file_read(path, &r, &rcfg), 0);
+	a = snap_to_file(&cfg, "incr\n", 1, path, &c, &r, &rcfg);
 	assert_memory_equal(rcfg.net_mac, mac, 6);
 	b = th_vmh_new(&rcfg, false);
 	machine_net_mac(&b->m->cfg, got);
