@@ -87,10 +87,11 @@ void repl_link_beat_stop(struct repl_link *l)
  * nothing (blackholed, wedged) is lost all the same, only later. */
 static bool stream_alive(const struct repl_link *l, uint64_t now)
 {
-	return now - l->last_rx_ns <= REPL_BEAT_STREAM_MS * 1000000ull;
+	return now < l->last_rx_ns || now - l->last_rx_ns <= REPL_BEAT_STREAM_MS * 1000000ull;
 }
 
-uint64_t repl_link_heard_ns(const struct repl_link *l)
+/* When the peer was last heard: its stream bytes or its beat. */
+static uint64_t link_heard_ns(const struct repl_link *l)
 {
 	uint64_t beat = net_beat_heard_ns(l->beat);
 
@@ -99,12 +100,41 @@ uint64_t repl_link_heard_ns(const struct repl_link *l)
 	return beat;
 }
 
-bool repl_link_heard_late(struct repl_link *l, uint64_t timeout_ns)
+/* now - then, 0 when then is later (stamped by another thread after now was read). */
+static inline uint64_t ns_since(uint64_t then, uint64_t now)
 {
+	return now > then ? now - then : 0;
+}
+
+/* Both below read when the peer was heard before the clock. */
+uint64_t repl_link_silent_ns(const struct repl_link *l)
+{
+#ifdef UNDERSTUDY_MUTANT_silence_wraps   /* make check-mutants: the clock first, a later beat wraps */
 	uint64_t now = now_ns();
 
-	if (l->beat && stream_alive(l, now) && now - net_beat_heard_now(l->beat) <= timeout_ns)
+	return now - link_heard_ns(l);
+#else
+	uint64_t heard = link_heard_ns(l);
+
+	return ns_since(heard, now_ns());
+#endif
+}
+
+bool repl_link_heard_late(struct repl_link *l, uint64_t timeout_ns)
+{
+	uint64_t beat, now;
+
+#ifdef UNDERSTUDY_MUTANT_silence_wraps
+	now = now_ns();
+	beat = l->beat ? net_beat_heard_now(l->beat) : 0;
+	if (l->beat && stream_alive(l, now) && now - beat <= timeout_ns)
 		return true;
+#else
+	beat = l->beat ? net_beat_heard_now(l->beat) : 0;
+	now = now_ns();
+	if (l->beat && stream_alive(l, now) && ns_since(beat, now) <= timeout_ns)
+		return true;
+#endif
 	if (l->conn && net_rx_pending(l->conn)) {
 		l->last_rx_ns = now;     /* read next, at a higher priority */
 		return true;

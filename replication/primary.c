@@ -979,7 +979,7 @@ static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	if (p->state < P_HELLO || p->state >= P_UNPROTECTED || !p->link.conn)
 		return;
-	silent_ns = now_ns() - repl_link_heard_ns(&p->link);
+	silent_ns = repl_link_silent_ns(&p->link);
 	if (silent_ns > (uint64_t)p->o->timeout_ms * 1000000ull &&
 	    !repl_link_heard_late(&p->link, (uint64_t)p->o->timeout_ms * 1000000ull)) {
 		snprintf(why, sizeof(why), "secondary silent for %llu ms",

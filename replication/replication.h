@@ -182,7 +182,7 @@ uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
  * The primary makes a fresh key per link and sends it first thing after the
  * secondary's Hello in a REPL_BEAT_SECTION section (over TLS when the link
  * is); the secondary binds its listen address (UDP) when that arrives.
- * Silence is judged on repl_link_heard_ns(): the last stream bytes or beat.
+ * Silence is judged on repl_link_silent_ns(): since the last stream bytes or beat.
  * Beats of a link that closed do not count (the close folds the last one
  * into last_rx_ns), so the policies after a close are unchanged; nor do
  * they once the stream has carried nothing for REPL_BEAT_STREAM_MS (a
@@ -210,8 +210,10 @@ void repl_link_beat_start(struct repl_link *l, bool primary, const void *key, si
 			  const char *bind_at, unsigned interval_ms);
 /* Stops the beats; the last one heard counts as the last bytes received. */
 void repl_link_beat_stop(struct repl_link *l);
-/* When the peer was last heard: its stream bytes or its beat. */
-uint64_t repl_link_heard_ns(const struct repl_link *l);
+/* How long the peer has been silent: now less when it was last heard (its
+ * stream bytes or its beat), read in that order and never below 0 (a beat
+ * is stamped by its own thread and may be newer than a clock read before). */
+uint64_t repl_link_silent_ns(const struct repl_link *l);
 /* Before the peer is declared silent: whether it was heard after all, by a
  * beat waiting on the beat socket or bytes waiting on the stream's socket
  * (both sent by the peer before now, unread only because this process was

@@ -118,7 +118,7 @@ static void handshake_overdue(struct repl_secondary *s)
 {
 	unsigned limit_ms = s->o->handshake_timeout_ms > s->o->timeout_ms ?
 			    s->o->handshake_timeout_ms : s->o->timeout_ms;
-	uint64_t silent_ms = (now_ns() - repl_link_heard_ns(&s->link)) / 1000000;
+	uint64_t silent_ms = repl_link_silent_ns(&s->link) / 1000000;
 
 	if (!s->link.conn || s->refusing || s->stage.have_ckpt ||
 	    (s->state != S_HELLO && s->state != S_STANDBY) || silent_ms <= limit_ms)
@@ -183,7 +183,7 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 		return;
 	/* Judged by what arrived (a beat is stamped by its own thread), not by
 	 * when this loop got round to reading it. */
-	silent_ns = now_ns() - repl_link_heard_ns(&s->link);
+	silent_ns = repl_link_silent_ns(&s->link);
 	if (silent_ns <= timeout_ns) {
 		watch_at(s, timeout_ns - silent_ns);
 		return;

@@ -25,6 +25,7 @@ takeover_without_key|8 a takeover only after winning the witness key|sys_witness
 keep_vouch|8 a standby given up is withdrawn at the witness before output leaves|sys_witness
 net_release_early|1 a frame of epoch N leaves only after ACK(N)|sys_virtio_net sys_kv
 disk_apply_early|13 disk blocks of epoch N reach the standby's image only at commit of N|sys_disk_failover
+silence_wraps|5 no takeover while the peer is heard (a beat newer than the clock read is no silence)|test_beat
 precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover"
 only=${MUTANTS:-}
 
@@ -39,7 +40,7 @@ run_test() {
 
 # why LOG: the first line saying what failed
 why() {
-	{ grep -m1 -E '^FAIL' "$1" || grep -m1 -E '^ERROR|differs|VERIFY FAILED|Assertion' "$1"; } |
+	{ grep -m1 -E '^FAIL' "$1" || grep -m1 -E '^ERROR|^\[  ERROR|differs|VERIFY FAILED|Assertion' "$1"; } |
 		cut -c1-110
 }
 
