@@ -1,7 +1,9 @@
 # understudy - fault tolerance for KVM virtual machines.
 #
 #   make            build build/understudy
-#   make check      install missing Debian packages, build, run every test
+#   make check      install missing Debian packages, build, run every test (on
+#                   a host without /dev/kvm, the KVM tests in a nested VM:
+#                   see check-nested; NESTED=0 skips them instead)
 #   make demo       install missing Debian packages, build, run the demo
 #   make bench      run the benchmarks (figure, reference, ratio)
 #   make bench-soak failover false-alarm soak, 10 minutes (SOAK_SECONDS=N,
@@ -192,7 +194,10 @@ fuzz-run: fuzz
 	@BUILD=$(BUILD) SECS=$(or $(SECONDS),60) tests/fuzz/run.sh
 
 # ---- test, demo, bench ---------------------------------------------------
-check: deps
+# Without /dev/kvm, tests/run.sh runs the KVM tests in a nested VM
+# (check-nested's), whose packages come first.
+NESTED_DEPS := $(if $(wildcard /dev/kvm),,$(if $(filter 1,$(SAN)),,$(if $(filter 0,$(NESTED)),,deps-nested)))
+check: deps $(NESTED_DEPS)
 	@$(MAKE) --no-print-directory check-build
 	@BUILD=$(BUILD) SAN=$(SAN) tests/run.sh
 

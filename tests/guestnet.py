@@ -30,6 +30,18 @@ def wait_text(path, pat, secs):
     return False
 
 
+def log_gist(path, tail=3):
+    """An agent's log for a failure message: its ERROR and WARN lines and
+    its last lines."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    bad = [ln for ln in lines[:-tail] if " ERROR " in ln or " WARN " in ln]
+    return " | ".join(bad[-5:] + lines[-tail:])
+
+
 def release_order_errors(path, trial):
     """The primary's event log: every frame release "netrel N" follows an
     "ack M" with M >= N (no frame of epoch N left before ACK(N)), and

@@ -114,7 +114,8 @@ def trial(t, rng, sniffer):
                                stderr=open(plog, "w"), stdout=subprocess.DEVNULL,
                                env=dict(os.environ, UNDERSTUDY_EVENT_LOG=events))
         if not wait_text(slog, "first checkpoint applied", 20):
-            errors.append("trial %d: never protected: %s" % (t, open(plog).read()[-300:]))
+            errors.append("trial %d: never protected: primary: %s; secondary: %s" %
+                          (t, guestnet.log_gist(plog), guestnet.log_gist(slog)))
             return
         c.start()
         time.sleep(0.5 + rng.random() * 2.0)

@@ -56,8 +56,22 @@ san_reports() {
 	return 1
 }
 
+# No usable /dev/kvm here (a kernel that is itself a guest, a container):
+# the tests that need KVM (tests/kvm_tests.sh) run after the others inside
+# a Linux VM under QEMU's emulator, whose nested KVM gives them one
+# (tests/nested/run.sh), and their counts join these. Not inside that VM
+# itself, not under SAN=1 (its build is not sanitized), not with NESTED=0
+# (then they skip here, each saying why).
+nested=
+if ! { [ -r /dev/kvm ] && [ -w /dev/kvm ]; } && [ -z "${UNDERSTUDY_NESTED:-}" ] &&
+	[ "${NESTED:-1}" != 0 ] && [ "${SAN:-}" != 1 ]; then
+	nested=" $(tests/kvm_tests.sh) "
+fi
+
 # wanted NAME: the test is in $ONLY (or there is no $ONLY)
 wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+# here NAME: wanted, and runs on this host, not in the nested VM
+here() { wanted "$1" && [[ "$nested" != *" $1 "* ]]; }
 
 count_cmocka() {   # $1 name, $2 log, $3 exit status
 	local p f s
@@ -84,7 +98,7 @@ count_cmocka() {   # $1 name, $2 log, $3 exit status
 for t in "$BUILD"/tests/test_*; do
 	[ -x "$t" ] || continue
 	n=$(basename "$t")
-	wanted "$n" || continue
+	here "$n" || continue
 	echo "== $n"
 	fail0=$fail
 	CMOCKA_MESSAGE_OUTPUT=stdout timeout 900 "$t" >"$log_dir/$n.log" 2>&1
@@ -125,7 +139,7 @@ fi
 for t in tests/sys_*.sh; do
 	[ -f "$t" ] || continue
 	n=$(basename "$t" .sh)
-	wanted "$n" || continue
+	here "$n" || continue
 	echo "== $n"
 	start=$(date +%s)
 	timeout 3000 bash "$t" >"$log_dir/$n.log" 2>&1
@@ -147,6 +161,41 @@ for t in tests/sys_*.sh; do
 	esac
 	echo "    ($(( $(date +%s) - start )) s)"
 done
+
+# The nested VM: its runner prints the inner tests/run.sh's report; its
+# closing line's counts, skip reasons and failed names join ours.
+if [ -n "$nested" ]; then
+	list=$(for n in $nested; do wanted "$n" && echo "$n"; done | tr '\n' ' ')
+fi
+if [ -n "$nested" ] && [ -n "${list// /}" ]; then
+	echo "== nested KVM (no /dev/kvm on this host): $(echo $list | wc -w) tests in a VM under QEMU's emulator"
+	nlog=$log_dir/nested.log
+	ONLY="$list" BUILD=$BUILD/nested NESTED_TIMEOUT=${NESTED_TIMEOUT:-3600} \
+		tests/nested/run.sh >"$nlog" 2>&1
+	rc=$?
+	awk '/^(skipped:|why |failed: |[0-9]+ passed, )/ { exit } on; /^nested: / { on = 1; print }' "$nlog" |
+		sed 's/^/    /'
+	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$nlog" | tail -1)
+	if [ "$rc" = 77 ]; then   # no VM can be made here: each test skips
+		why=$(grep -m1 '^SKIP' "$nlog")
+		for n in $list; do
+			skip=$((skip + 1)); skip_reasons+=("$n: no /dev/kvm here, and no nested VM: ${why#SKIP: }")
+		done
+	elif [ -z "$last" ]; then
+		fail=$((fail + 1)); failed_names+=("nested (exit $rc, no summary)")
+		tail -20 "$nlog" | sed 's/^/    | /'
+	else
+		read -r np _ nf _ ns _ <<<"${last//,/}"
+		pass=$((pass + np)); fail=$((fail + nf)); skip=$((skip + ns))
+		while IFS= read -r line; do skip_reasons+=("(nested) ${line#    }"); done < <(
+			sed -n '/^skipped:$/,/^[^ ]/p' "$nlog" | grep '^    ')
+		f=$(sed -n 's/^failed: //p' "$nlog" | tail -1)
+		[ -n "$f" ] && failed_names+=("(nested) $f")
+		[ "$nf" -gt 0 ] && sed -n '/^why /,/^failed: /p' "$nlog" | grep -v '^failed: '
+		[ "$rc" != 0 ] && [ "$nf" = 0 ] && { fail=$((fail + 1)); failed_names+=("nested (exit $rc)"); }
+	fi
+	echo "    (nested VM's logs: $BUILD/nested/nested-vm/out/test-logs, console: $BUILD/nested/nested-vm/console.log)"
+fi
 
 if [ ${#skip_reasons[@]} -gt 0 ]; then
 	echo "skipped:"

@@ -16,7 +16,7 @@
 #      (measured: 10 caught of 15), so 10 trials: all missing is ~1e-5.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "a kill landing between a reply and its acknowledgement, the timing the release_early mutant's verdict depends on"
 [ "$(id -u)" = 0 ] || { echo "SKIP: drill local needs root (a network namespace)"; exit 77; }
 for t in ip nft tc; do command -v $t >/dev/null || { echo "SKIP: $t missing (make deps)"; exit 77; }; done
 tmp=$(mktemp -d)

@@ -15,7 +15,7 @@
 # acknowledged value.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "takeover with a 50 ms failover timeout under a CPU hog"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 UNDERSTUDY_BIN="$BIN" timeout 600 python3 bench/bench_soak.py --check --seconds "${FAST_SECONDS:-30}" \

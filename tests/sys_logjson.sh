@@ -10,7 +10,7 @@
 #      (the bad byte as U+FFFD).
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "a takeover within its 400 ms failover timeout"
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

@@ -20,7 +20,7 @@
 #      protected VM hands over to its own secondary.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "migration steps held to 2 s timeouts"
 tmp=$(mktemp -d)
 cleanup() { [ -n "${MIGRATE_KEEP:-}" ] && cp -r "$tmp" "$MIGRATE_KEEP"; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

@@ -9,7 +9,7 @@
 # PARTITION_KEEP=DIR keeps the logs there.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "the partition cells' leases and failover timeouts of about a second"
 [ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
 command -v ip >/dev/null || { echo "SKIP: ip (iproute2) not installed"; exit 77; }
 command -v nft >/dev/null || { echo "SKIP: nft (nftables) not installed"; exit 77; }

@@ -20,7 +20,7 @@
 #      lost and exits 1, migrate exits 1.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "post-copy steps held to 2 s timeouts"
 tmp=$(mktemp -d)
 cleanup() { [ -n "${POSTCOPY_KEEP:-}" ] && cp -r "$tmp" "$POSTCOPY_KEEP"; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

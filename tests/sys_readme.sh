@@ -13,7 +13,7 @@
 # (SKIP line) rather than run against a stranger.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "the README's commands, which wait a second or two for the pair"
 [ -x build/understudy ] || { echo "SKIP: build/understudy not built (make demo builds it)"; exit 77; }
 command -v nc >/dev/null || { echo "SKIP: nc not installed (netcat-openbsd, make deps)"; exit 77; }
 tmp=$(mktemp -d)

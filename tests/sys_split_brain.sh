@@ -15,7 +15,7 @@
 # SPLIT_CASES="1 3" runs some cases; SPLIT_KEEP=DIR keeps the logs there.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "failover timeouts of 500 ms and a 50 ms fence bound"
 tmp=$(mktemp -d)
 cleanup() { [ -n "${SPLIT_KEEP:-}" ] && cp -r "$tmp" "$SPLIT_KEEP"; kill -CONT $(jobs -p) 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

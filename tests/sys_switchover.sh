@@ -12,7 +12,7 @@
 #      (now its standby) takes over and the counter holds.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "a bound on the bytes resent while the guest dirties its memory, which a slow copy loop cannot meet"
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

@@ -24,7 +24,7 @@
 # WITNESS_CASES="4 5" runs some cases.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-need_kvm
+need_host_kvm "a 1 s witness lease and a 300 ms failover timeout"
 tmp=$(mktemp -d)
 cleanup() { [ -n "${WITNESS_KEEP:-}" ] && cp -r "$tmp" "$WITNESS_KEEP"; kill -CONT $(jobs -p) 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
