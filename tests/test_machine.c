@@ -134,6 +134,7 @@ static void dirty_log_exact(const char *guest, uint64_t hot_budget)
 	uint64_t pages, *bm, hot_max = 0;
 	uint8_t *shadow;
 	uint64_t changed_total = 0, extra_total = 0, reported_total = 0;
+	int guest_rounds = 0;   /* rounds in which the guest itself changed a page */
 
 	REQUIRE_KVM();
 	dirty_start(&t, guest, hot_budget, &bm, &shadow);
@@ -167,16 +168,19 @@ static void dirty_log_exact(const char *guest, uint64_t hot_budget)
 			hot_max = t.m->hot_pages;
 		assert_true(t.m->hot_pages <= hot_budget);
 		changed_total += changed;
+		guest_rounds += changed > 1;    /* more than the VMM's page */
 		extra_total += extra;
 		reported_total += reported;
 		memcpy(shadow, t.m->ram, MEM);
 	}
-	printf("%s, hot budget %llu: 60 rounds: %llu pages changed, %llu reported, 0 missed, "
-	       "%llu extra (written with the same contents or hot), hot set up to %llu pages\n",
-	       guest, (unsigned long long)hot_budget, (unsigned long long)changed_total,
-	       (unsigned long long)reported_total, (unsigned long long)extra_total,
-	       (unsigned long long)hot_max);
-	assert_true(changed_total > 1000);
+	printf("%s, hot budget %llu: 60 rounds (the guest wrote in %d): %llu pages changed, %llu "
+	       "reported, 0 missed, %llu extra (written with the same contents or hot), hot set up "
+	       "to %llu pages\n", guest, (unsigned long long)hot_budget, guest_rounds,
+	       (unsigned long long)changed_total, (unsigned long long)reported_total,
+	       (unsigned long long)extra_total, (unsigned long long)hot_max);
+	/* Exercised, however slow the host: a count of pages would depend on
+	 * how far the guest gets in a few ms (a nested KVM: a few a round). */
+	assert_true(guest_rounds >= 30);
 	if (hot_budget)
 		assert_true(hot_max > 0);        /* the mechanism was exercised */
 	free(shadow);
@@ -207,12 +211,13 @@ static void dirty_log_precopy(const char *guest, uint64_t hot_budget)
 	struct th_vm t;
 	uint64_t *bm, pages, pre_total = 0, pause_total = 0;
 	uint8_t *standby;
+	int pre_rounds = 0;     /* rounds whose running harvest found pages */
 
 	REQUIRE_KVM();
 	dirty_start(&t, guest, hot_budget, &bm, &standby);
 	pages = t.m->ram_pages;
 	for (int round = 0; round < 60; round++) {
-		uint64_t vmm_page = 2048 + rnd() % 1024;
+		uint64_t vmm_page = 2048 + rnd() % 1024, found;
 
 		machine_resume(t.m);
 		th_sleep_us(1000 + rnd() % 3000);
@@ -220,14 +225,17 @@ static void dirty_log_precopy(const char *guest, uint64_t hot_budget)
 		t.m->ram[vmm_page * 4096 + 8] ^= 0x5a;
 		machine_mark_dirty(t.m, vmm_page * 4096 + 8, 1);
 		assert_int_equal(machine_harvest_running(t.m, bm), 0);
+		found = 0;
 		for (uint64_t p = 0; p < pages; p++)
 			if (bit(bm, p)) {
 				memcpy(standby + p * 4096, t.m->ram + p * 4096, 4096);
-				pre_total++;
+				found++;
 				if (t.m->hot && bit(t.m->hot, p))
 					fail_msg("round %d: hot page %llu pre-copied", round,
 						 (unsigned long long)p);
 			}
+		pre_total += found;
+		pre_rounds += found > 0;
 		th_sleep_us(1000 + rnd() % 3000);
 		machine_pause(t.m);
 		assert_int_equal(machine_harvest_dirty(t.m, bm), 0);
@@ -242,10 +250,11 @@ static void dirty_log_precopy(const char *guest, uint64_t hot_budget)
 				fail_msg("round %d: page %llu differs after pre-copy and pause", round,
 					 (unsigned long long)p);
 	}
-	printf("%s, hot budget %llu: 60 rounds: %llu pages pre-copied, %llu at the pause, "
-	       "copy equal to RAM every round\n", guest, (unsigned long long)hot_budget,
-	       (unsigned long long)pre_total, (unsigned long long)pause_total);
-	assert_true(pre_total > 1000);       /* the running harvest was exercised */
+	printf("%s, hot budget %llu: 60 rounds (pages pre-copied in %d): %llu pages pre-copied, "
+	       "%llu at the pause, copy equal to RAM every round\n", guest,
+	       (unsigned long long)hot_budget, pre_rounds, (unsigned long long)pre_total,
+	       (unsigned long long)pause_total);
+	assert_true(pre_rounds >= 30);       /* the running harvest was exercised */
 	free(standby);
 	free(bm);
 	th_vm_free(&t);
