@@ -6,6 +6,6 @@
 cd "$(dirname "$0")/.." || exit 1
 {
 	grep -lE '^need_(host_)?kvm\b' tests/sys_*.sh
-	grep -lE 'REQUIRE_KVM|th_vmh?_new' tests/test_*.c
+	grep -lE 'REQUIRE_KVM|th_vmh?_new|th_kvm_available' tests/test_*.c
 } | xargs -n1 basename | sed 's/\.[a-z]*$//' | tr '\n' ' ' | sed 's/ $//'
 echo
