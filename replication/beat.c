@@ -82,12 +82,18 @@ void repl_link_beat_stop(struct repl_link *l)
 	l->beat = NULL;
 }
 
+/* now - then, 0 when then is later (stamped by another thread after now was read). */
+static inline uint64_t ns_since(uint64_t then, uint64_t now)
+{
+	return now > then ? now - then : 0;
+}
+
 /* Beats stand in for the stream only while the stream itself showed life
  * within REPL_BEAT_STREAM_MS: a peer that beats over a stream that carries
  * nothing (blackholed, wedged) is lost all the same, only later. */
 static bool stream_alive(const struct repl_link *l, uint64_t now)
 {
-	return now < l->last_rx_ns || now - l->last_rx_ns <= REPL_BEAT_STREAM_MS * 1000000ull;
+	return ns_since(l->last_rx_ns, now) <= REPL_BEAT_STREAM_MS * 1000000ull;
 }
 
 /* When the peer was last heard: its stream bytes or its beat. */
@@ -98,12 +104,6 @@ static uint64_t link_heard_ns(const struct repl_link *l)
 	if (beat <= l->last_rx_ns || !stream_alive(l, now_ns()))
 		return l->last_rx_ns;
 	return beat;
-}
-
-/* now - then, 0 when then is later (stamped by another thread after now was read). */
-static inline uint64_t ns_since(uint64_t then, uint64_t now)
-{
-	return now > then ? now - then : 0;
 }
 
 /* Both below read when the peer was heard before the clock. */

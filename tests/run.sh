@@ -164,10 +164,8 @@ done
 
 # The nested VM: its runner prints the inner tests/run.sh's report; its
 # closing line's counts, skip reasons and failed names join ours.
-if [ -n "$nested" ]; then
-	list=$(for n in $nested; do wanted "$n" && echo "$n"; done | tr '\n' ' ')
-fi
-if [ -n "$nested" ] && [ -n "${list// /}" ]; then
+list=$(for n in $nested; do wanted "$n" && echo "$n"; done | tr '\n' ' ')
+if [ -n "${list// /}" ]; then
 	echo "== nested KVM (no /dev/kvm on this host): $(echo $list | wc -w) tests in a VM under QEMU's emulator"
 	nlog=$log_dir/nested.log
 	ONLY="$list" BUILD=$BUILD/nested NESTED_TIMEOUT=${NESTED_TIMEOUT:-3600} \
