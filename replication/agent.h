@@ -45,6 +45,7 @@ struct repl_primary {
 	struct repl_witness *wit;      /* NULL: heartbeat only */
 	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
 	bool vouch_asked;              /* K/standby may name the standby from now on */
+	bool lapsed;                   /* unprotected, paused until the key is re-taken */
 	bool vouched;                  /* ...and does */
 	bool withdrawn;                /* K/standby = none confirmed after a vouch */
 	struct repl_witness_cbs host_cbs;   /* attached: the host's, put back at detach */
@@ -65,6 +66,7 @@ struct repl_primary {
 	bool switching_over;           /* switchover asked: hand over at the next ACK */
 	bool switched;                 /* ...done: the VM becomes the standby */
 	char switch_listen[128];       /* ...where it waits for the new primary */
+	char switch_token[REPL_WITNESS_ID_MAX];   /* ...and its witness token ("": none) */
 	ev_timer reconnect_w;          /* resuming: the old primary may not listen yet */
 	ev_timer early_w;              /* output waits: end the epoch at min_epoch_ms */
 	ev_timer precopy_w;            /* half-way through an epoch: pre-copy what was written */
@@ -134,6 +136,8 @@ struct repl_secondary {
 	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
 	bool switching;                  /* ...taking over: protect onto switch_listen */
 	char switch_listen[128];         /* where the old primary waits as our standby */
+	char switch_token[REPL_WITNESS_ID_MAX];   /* its token, vouched for as we win the key */
+	bool lapsed;                     /* active, unprotected: paused until the key is re-taken */
 	bool resuming;                   /* the candidate's Hello resumes our standby */
 	bool await_resume;               /* switched: no takeover before the new primary connects */
 	uint64_t switches;               /* switchovers this agent took part in */
@@ -153,6 +157,7 @@ void repl_sec_drop_standby(struct repl_secondary *s);
 /* The takeover decision (the primary is silent, or a takeover request). */
 void repl_sec_begin_takeover(struct repl_secondary *s);
 void repl_sec_fence(struct repl_secondary *s);
+void repl_sec_lease_check(struct repl_secondary *s);
 int repl_sec_acquire_resources(struct repl_secondary *s);
 int repl_sec_witness_setup(struct repl_secondary *s);
 /* A primary that switched over becomes this standby: its witness (resigned,

@@ -477,9 +477,15 @@ static void send_handover(struct repl_primary *p)
 	 * output past this mark (no line twice, none lost). */
 	if (p->switching_over)
 		p->ep.hold_output = true;
+	/* With a witness, the standby this VM becomes is vouched for in the
+	 * transaction that gives the key to the new primary: if that one dies
+	 * before it protects the guest, this copy may take over. */
+	if (p->switching_over && p->wit && !p->switch_token[0])
+		repl_witness_new_token(p->switch_token, sizeof(p->switch_token));
 	r = p->switching_over ?
 		repl_send_switch(&p->link, p->final_epoch, p->switch_listen,
-				 repl_vm_released(p->vm), (now_ns() - p->switch_t0_ns) / 1000) :
+				 p->wit ? p->switch_token : NULL, repl_vm_released(p->vm),
+				 (now_ns() - p->switch_t0_ns) / 1000) :
 		repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
 				p->final_epoch, "migration: the guest is handed over");
 
@@ -1237,7 +1243,7 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 			    struct repl_vm **vm, struct repl_switch *sw)
 {
 	struct repl_primary *p = calloc(1, sizeof(*p));
-	int status;
+	int status, r;
 
 	*vm = NULL;
 	if (!p)
@@ -1248,8 +1254,8 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 	repl_metrics_watch_primary(o->ops.metrics, p);
 	repl_timing_init(&p->timing, o->timeout_ms, o->epoch_ms);
 	watchers_init(p);
-	if (setup(p) < 0) {
-		status = 1;
+	if ((r = setup(p)) < 0) {
+		status = r == -EBUSY && p->wit ? REPL_EXIT_STANDBY_VOUCHED : 1;
 		goto out;
 	}
 	ev_signal_start(p->loop, &p->sigint_w);
@@ -1341,6 +1347,10 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->loop = loop;
 	p->vm = vm;
 	p->wit = wit;
+	/* Resuming after a switchover: the key was won with the old primary's
+	 * standby vouched for (secondary_takeover.c), so it is withdrawn before
+	 * anything this side produces leaves unprotected. */
+	p->vouch_asked = wit && o->resume_epoch;
 	p->host = *host;
 	p->state = P_CONNECTING;
 	p->attach_t0_ns = now_ns();
@@ -1490,6 +1500,7 @@ bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw)
 	memset(sw, 0, sizeof(*sw));
 	sw->epoch = p->final_epoch;
 	snprintf(sw->listen, sizeof(sw->listen), "%s", p->switch_listen);
+	snprintf(sw->token, sizeof(sw->token), "%s", p->switch_token);
 	sw->downtime_ms = p->downtime_ms;
 	sw->bytes_sent = p->link.bytes_sent;
 	sw->net = *n;

@@ -2,7 +2,9 @@
  * mean): the key is taken before the guest runs, the lease is checked
  * every few milliseconds and on every release (vm.c), and a primary whose
  * lease is no longer provably valid fences itself: the guest is paused for
- * good and nothing more leaves. The agent's state machine is primary.c;
+ * good and nothing more leaves. Unprotected, with no standby vouched for,
+ * it is the only copy: it pauses until the witness re-takes the key, and
+ * fences only if that is refused. The agent's state machine is primary.c;
  * nothing here calls back into it. */
 #include "replication/agent.h"
 
@@ -41,6 +43,7 @@ void repl_pri_fence(struct repl_primary *p)
 	repl_event_log("fenced");
 	net_notify(NET_NOTIFY_STATUS, "FENCED: %s; the guest is paused for good", p->fault.what);
 	p->state = P_FENCED;
+	p->lapsed = false;
 	p->keep_standby = true;
 	machine_pause(p->vm->m);
 	ev_timer_stop(p->loop, &p->epoch_w);
@@ -82,14 +85,44 @@ static void on_lost(void *ctx)
 	repl_pri_fence(p);
 }
 
+/* The lease lapsed while this side runs unprotected and vouches for no
+ * standby (an etcd outage longer than the lease, or a hung loop): nobody
+ * else may take the key, so the guest only pauses until it is re-taken. */
+static void pause_for_key(struct repl_primary *p)
+{
+	log_error(TAG, "the witness lease lapsed (%lld ms past its deadline) while this side runs "
+		  "UNPROTECTED and vouches for no standby: the guest is paused and nothing is "
+		  "released until the key is re-taken (once etcd answers and the key is free)",
+		  (long long)-repl_witness_left_ms(p->wit));
+	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED, paused: the witness lease lapsed; re-taking "
+		   "the key once etcd answers");
+	p->lapsed = true;
+	machine_pause(p->vm->m);
+}
+
 void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_primary *p = w->data;
 
 	(void)loop;
 	(void)revents;
-	if (!repl_witness_valid(p->wit))
-		repl_pri_fence(p);
+	if (repl_witness_valid(p->wit)) {
+		if (!p->lapsed)
+			return;
+		p->lapsed = false;
+		log_warn(TAG, "re-took the witness key: the guest runs on, UNPROTECTED");
+		net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: the witness key was re-taken");
+		machine_resume(p->vm->m);
+		repl_vm_set_gated(p->vm, false);   /* what waited for the lease leaves */
+		return;
+	}
+	if (p->lapsed && repl_witness_retakes(p->wit))
+		return;
+	if (!p->lapsed && p->state == P_UNPROTECTED && repl_witness_retakes(p->wit)) {
+		pause_for_key(p);
+		return;
+	}
+	repl_pri_fence(p);
 }
 
 /* With --witness: the key is ours before the guest runs, or nothing runs. */
@@ -110,6 +143,13 @@ int repl_pri_witness_setup(struct repl_primary *p)
 	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
 		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
 	r = repl_witness_acquire(p->wit, err, sizeof(err));
+	if (r == -EBUSY) {
+		log_error(TAG, "witness: %s: refusing to run the guest (exit %d)", err,
+			  REPL_EXIT_STANDBY_VOUCHED);
+		net_notify(NET_NOTIFY_STATUS, "refused: the witness vouches for a standby; run "
+			   "understudy takeover on it");
+		return r;
+	}
 	if (r < 0) {
 		log_error(TAG, "witness: %s: refusing to run the guest", err);
 		return r;

@@ -255,8 +255,9 @@ int repl_send_error(struct repl_link *l, int code, const char *text) US_MUST_CHE
 /* A goodbye before a deliberate close (see Fence in proto/understudy.proto). */
 int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
 		    const char *reason) US_MUST_CHECK;
-/* Fence SWITCHES: epoch was the last; the old primary's standby waits at listen. */
-int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen,
+/* Fence SWITCHES: epoch was the last; the old primary's standby waits at
+ * listen, under token with a witness (NULL: none). */
+int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, const char *token,
 		     uint64_t released, uint64_t paused_us) US_MUST_CHECK;
 #define REPL_SWITCH_REQUEST "switch-request"   /* Section S -> P: switch back to me */
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
@@ -674,6 +675,11 @@ struct repl_secondary_opts {
  * options); a guest that powers off with status 3 is not told apart.
  * contrib/systemd/understudy-primary@.service: RestartPreventExitStatus=. */
 #define REPL_EXIT_REPLACED 3
+/* A primary that refused to start because the witness vouches for a
+ * standby (K/standby names it): that standby may hold the only up-to-date
+ * copy and must take over first (understudy takeover on it). Restarting
+ * cannot help: the unit's RestartPreventExitStatus= names it too. */
+#define REPL_EXIT_STANDBY_VOUCHED 4
 
 /* Run on the caller's loop until the guest powers off or a signal; return
  * the exit status. */
@@ -755,6 +761,7 @@ struct repl_switch {
 	 * this process becomes (repl_secondary_adopt takes it over). */
 	struct repl_witness_opts witness;
 	struct repl_witness *wit;
+	char token[REPL_WITNESS_ID_MAX];   /* the standby's witness token ("": a new one) */
 	char disk[256];            /* the VM's image ("": none), the standby's --disk */
 };
 

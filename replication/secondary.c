@@ -175,10 +175,10 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
-	if (s->wit && s->state == S_ACTIVE && !repl_witness_valid(s->wit) &&
+	if (s->wit && s->state == S_ACTIVE &&
 	    !(s->engine && (!strcmp(repl_primary_state(s->engine), "switching") ||
 			    !strcmp(repl_primary_state(s->engine), "migrated"))))
-		repl_sec_fence(s);   /* not a source that gave the key up on purpose */
+		repl_sec_lease_check(s);   /* not a source that gave the key up on purpose */
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	/* Judged by what arrived (a beat is stamped by its own thread), not by
@@ -232,12 +232,7 @@ static void on_hb(struct ev_loop *loop, ev_timer *w, int revents)
  * lets this one in. */
 static void new_token(struct repl_secondary *s)
 {
-	uint64_t rnd[2] = { now_ns(), (uint64_t)getpid() };
-
-	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-		log_warn(TAG, "getrandom failed: standby token from the clock");
-	snprintf(s->token, sizeof(s->token), "standby-%016llx%016llx", (unsigned long long)rnd[0],
-		 (unsigned long long)rnd[1]);
+	repl_witness_new_token(s->token, sizeof(s->token));
 }
 
 /* A secondary told what it will hold (--guest, --mem, ...) builds that VM
@@ -483,6 +478,10 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 			 "holds %llu) and waits at %s as our standby", (unsigned long long)f->epoch,
 			 (unsigned long long)s->stage.applied, f->listen);
 		snprintf(s->switch_listen, sizeof(s->switch_listen), "%s", f->listen);
+		s->switch_token[0] = 0;
+		if (f->standby_token && f->standby_token[0] && strcmp(f->standby_token, "none") &&
+		    strlen(f->standby_token) < sizeof(s->switch_token))
+			snprintf(s->switch_token, sizeof(s->switch_token), "%s", f->standby_token);
 		repl_staging_released(&s->stage, f->released);
 		s->switch_fence_ns = now_ns();
 		s->switch_paused_us = f->paused_us;
@@ -816,7 +815,9 @@ static void adopt_standby(struct repl_secondary *s, const struct repl_switch *sw
 	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
 	s->stage.applied = sw->epoch;
 	s->stage.have_ckpt = true;
-	if (s->wit)
+	if (s->wit && sw->token[0])  /* vouched for as the new owner won the key */
+		snprintf(s->token, sizeof(s->token), "%s", sw->token);
+	else if (s->wit)
 		new_token(s);        /* the new owner vouches for it once protected */
 	s->state = S_STANDBY;
 	s->got_hello = s->migrating = s->switching = s->told_silent = false;

@@ -214,7 +214,9 @@ void repl_sec_begin_takeover(struct repl_secondary *s)
 		repl_link_close(&s->link);
 	s->state = S_CONTENDING;
 	s->contend_t0_ns = now_ns();
-	repl_witness_contend(s->wit, s->token);
+	/* A switchover: the old primary, our standby from now on, is vouched
+	 * for in the same transaction (it holds exactly the switch epoch). */
+	repl_witness_contend(s->wit, s->token, s->switching ? s->switch_token : NULL);
 }
 
 static void on_won(void *ctx)
@@ -241,6 +243,35 @@ static void on_revoked(void *ctx)
 	repl_sec_drop_standby(s);
 	s->state = S_WAITING;
 	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (stood down)", s->listen_at);
+}
+
+/* The copy this side runs, with a witness: fenced once the lease is not
+ * provably valid, unless it runs unprotected and vouches for no standby
+ * (the only copy): then paused until the witness re-takes the key. */
+void repl_sec_lease_check(struct repl_secondary *s)
+{
+	bool alone = !s->engine || !strcmp(repl_primary_state(s->engine), "unprotected");
+
+	if (repl_witness_valid(s->wit)) {
+		if (s->lapsed) {
+			s->lapsed = false;
+			log_warn(TAG, "re-took the witness key: the guest runs on, UNPROTECTED");
+			machine_resume(s->vm->m);
+			repl_vm_set_gated(s->vm, false);
+		}
+		return;
+	}
+	if (s->lapsed && repl_witness_retakes(s->wit))
+		return;
+	if (!s->lapsed && alone && repl_witness_retakes(s->wit)) {
+		log_error(TAG, "the witness lease lapsed while this side runs UNPROTECTED and vouches "
+			  "for no standby: the guest is paused and nothing is released until the key "
+			  "is re-taken (once etcd answers and the key is free)");
+		s->lapsed = true;
+		machine_pause(s->vm->m);
+		return;
+	}
+	repl_sec_fence(s);
 }
 
 /* The copy we run lost its lease: pause it for good, release nothing more. */

@@ -388,8 +388,8 @@ int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_
 	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
 }
 
-int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, uint64_t released,
-		     uint64_t paused_us)
+int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, const char *token,
+		     uint64_t released, uint64_t paused_us)
 {
 	Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
 
@@ -399,6 +399,7 @@ int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, ui
 	f.epoch = epoch;
 	f.reason = (char *)"switchover: the guest is handed over";
 	f.listen = (char *)listen;
+	f.standby_token = (char *)(token ? token : "");
 	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
 }
 

@@ -5,7 +5,9 @@
  *   K/standby  the token of the standby the owner vouches for (it holds a
  *              complete checkpoint and all released output), or "none";
  *              no lease: it outlives a dead owner, which is its point.
- * A primary creates K/owner at start (refused if another owner holds it).
+ * A primary creates K/owner at start, refused while another owner holds
+ * it or while K/standby names a standby (it may hold the only up-to-date
+ * copy: it must take over, or the operator discard it, first).
  * A secondary takes K/owner only in a transaction that finds it absent
  * AND finds K/standby equal to its own token: a standby the owner gave up
  * (it ran on unprotected and released output the standby never saw) can
@@ -19,6 +21,16 @@
  * error between this host and etcd's leader, so it always ends before
  * etcd can expire the lease and let another side in.
  *
+ * The thread renews only while the loop shows progress (a timer of the
+ * loop stamps it, as the beats are gated, net/beat.h): an owner whose loop
+ * hangs loses the key once its lease runs out, and is replaced.
+ *
+ * An owner that vouches for nobody (K/standby "none", as it last wrote it:
+ * it runs unprotected) is the only copy: when its lease lapsed (an etcd
+ * outage longer than the TTL), the thread re-takes K/owner once etcd
+ * answers, in the same create-if-absent transaction as at start; refused
+ * (another owner, or a vouched standby), it stays lost.
+ *
  * What the loop asks for (vouch, withdraw, contend) the same thread keeps
  * trying until etcd answers; outcomes come back on the loop through an
  * ev_async (struct repl_witness_cbs). */
@@ -30,7 +42,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "net/etcd.h"
 
@@ -59,6 +73,7 @@ struct repl_witness {
 	bool contending;
 	bool resign;                              /* give the key up (revoke), stop renewing */
 	char token[REPL_WITNESS_ID_MAX];          /* ours, while contending */
+	char next[REPL_WITNESS_ID_MAX];           /* K/standby once won ("none": nobody) */
 	unsigned ev_pending;                      /* EV_* for the loop */
 	char holder[REPL_WITNESS_ID_MAX];         /* who held the key when contend lost */
 
@@ -67,11 +82,18 @@ struct repl_witness {
 	int64_t ttl_s;
 	uint64_t last_complaint_ns;
 	bool told_held;
+	bool told_wedged;
+	bool vouches_none;                  /* K/standby says "none", as we last wrote it */
+	uint64_t progress_max_ns;
 
+	atomic_bool retakes;                /* a lapsed lease is re-taken (vouches_none) */
+	atomic_bool retaking;               /* ...and it lapsed: re-taking it now */
+	atomic_uint_least64_t progress_ns;  /* the loop's last stamp (0: not yet running) */
 	atomic_bool owner;                  /* K/owner is ours (attached to lease) */
 	atomic_uint_least64_t deadline_ns;  /* lease provably valid before this */
 
 	ev_async done_w;
+	ev_timer progress_w;
 	struct repl_witness_cbs cbs;
 };
 
@@ -126,6 +148,30 @@ static int grant(struct repl_witness *w)
 	return 0;
 }
 
+/* The loop has not stamped its progress for longer than allowed: it hangs
+ * (or is deadlocked) while this thread runs on. */
+static bool wedged(struct repl_witness *w, uint64_t now)
+{
+	uint64_t stamp = atomic_load(&w->progress_ns);
+	bool hung = stamp && now > stamp && now - stamp > w->progress_max_ns;
+
+	if (hung && !w->told_wedged)
+		log_error(TAG, "the loop made no progress for %llu ms: the lease is not renewed "
+			  "(a hung owner loses the key)", (unsigned long long)((now - stamp) / 1000000));
+	else if (!hung && w->told_wedged)
+		log_warn(TAG, "the loop makes progress again");
+	w->told_wedged = hung;
+	return hung;
+}
+
+/* What K/standby says now is ours: a lapsed lease may be re-taken while it
+ * vouches for nobody. */
+static void set_vouches_none(struct repl_witness *w, bool none)
+{
+	w->vouches_none = none;
+	atomic_store(&w->retakes, none);
+}
+
 static void renew(struct repl_witness *w)
 {
 	uint64_t t_send = now_ns();
@@ -138,12 +184,84 @@ static void renew(struct repl_witness *w)
 	}
 	if (ttl <= 0) {
 		log_error(TAG, "the lease %" PRIx64 " expired at etcd: %s", (uint64_t)w->lease,
-			  atomic_load(&w->owner) ? "this side is no longer the owner" : "granting anew");
+			  !atomic_load(&w->owner) ? "granting anew" : w->vouches_none ?
+			  "re-taking the key (this owner vouches for no standby)" :
+			  "this side is no longer the owner");
 		w->lease = 0;
+		if (atomic_load(&w->owner) && w->vouches_none)
+			atomic_store(&w->retaking, true);
 		atomic_store(&w->owner, false);
 		return;
 	}
 	set_deadline(w, t_send, ttl);
+}
+
+/* K/owner := self on our lease if K/owner is absent and K/standby vouches
+ * for nobody ("none", or absent). 1: taken; 0: another owner holds it (who
+ * names it); -EBUSY: K/standby names a standby (who: its token); -EAGAIN:
+ * both changed while we looked; or an etcd error. */
+static int take_free(struct repl_witness *w, char *who, size_t len)
+{
+	struct etcd_cmp cmp[2] = { { .key = w->owner_key, .value = NULL },
+				   { .key = w->standby_key, .value = "none" } };
+	struct etcd_put put[2] = { { .key = w->owner_key, .value = w->self, .lease = w->lease },
+				   { .key = w->standby_key, .value = "none" } };
+	int64_t lease = 0;
+	int r = etcd_txn(w->etcd, cmp, 2, put, 2);
+
+	if (r == 0) {
+		cmp[1].value = NULL;       /* a K/standby never written */
+		r = etcd_txn(w->etcd, cmp, 2, put, 2);
+	}
+	if (r != 0)
+		return r < 0 ? r : 1;
+	r = etcd_get(w->etcd, w->owner_key, who, len, &lease);
+	if (r < 0)
+		return r;
+	if (r == 1)                        /* ours: a try that timed out was applied */
+		return lease == w->lease ? 1 : 0;
+	r = etcd_get(w->etcd, w->standby_key, who, len, NULL);
+	if (r < 0)
+		return r;
+	return r == 0 || !strcmp(who, "none") ? -EAGAIN : -EBUSY;
+}
+
+/* The lease lapsed while this owner vouched for nobody: the key is taken
+ * again as at start, with a new lease, or given up for good. */
+static void retake(struct repl_witness *w, uint64_t *next_renew)
+{
+	char who[REPL_WITNESS_ID_MAX] = "";
+	int r;
+
+	if (!w->lease && (r = grant(w)) < 0) {
+		complain(w, "cannot get a lease to re-take the key with", r);
+		return;
+	}
+	r = take_free(w, who, sizeof(who));
+	if (r == 1) {
+		atomic_store(&w->owner, true);
+		atomic_store(&w->retaking, false);
+		*next_renew = now_ns() + (uint64_t)w->ttl_s * 1000000000ull / 4;
+		log_warn(TAG, "re-took %s (lease %" PRIx64 "): it was free and no standby was vouched "
+			 "for, so no other copy can have run", w->owner_key, (uint64_t)w->lease);
+		return;
+	}
+	if (r != 0 && r != -EBUSY) {       /* etcd did not answer: the next round */
+		complain(w, "cannot re-take the key", r);
+		w->lease = 0;                  /* it may run out meanwhile: a fresh one then */
+		return;
+	}
+	log_error(TAG, "cannot re-take %s: %s %s; this side stays without the key", w->owner_key,
+		  r == 0 ? "it is held by" : "the witness vouches for the standby", who);
+	if (etcd_lease_revoke(w->etcd, w->lease) < 0)
+		log_warn(TAG, "could not revoke the unused lease");
+	w->lease = 0;
+	atomic_store(&w->retaking, false);
+	set_vouches_none(w, false);
+	pthread_mutex_lock(&w->lock);
+	w->ev_pending |= EV_LOST;
+	ev_async_send(w->loop, &w->done_w);
+	pthread_mutex_unlock(&w->lock);
 }
 
 static enum repl_witness_result set_standby(struct repl_witness *w, const char *token)
@@ -156,16 +274,20 @@ static enum repl_witness_result set_standby(struct repl_witness *w, const char *
 		complain(w, "cannot record the standby", r);
 		return REPL_WITNESS_UNREACHABLE;
 	}
+	if (r)
+		set_vouches_none(w, !strcmp(token, "none"));
 	return r ? REPL_WITNESS_OK : REPL_WITNESS_NOT_OWNER;
 }
 
-/* K/owner absent and K/standby == token: K/owner := self (our lease), K/standby := none. */
-static enum repl_witness_result contend(struct repl_witness *w, const char *token)
+/* K/owner absent and K/standby == token: K/owner := self (our lease),
+ * K/standby := next ("none", or the standby of a switchover). */
+static enum repl_witness_result contend(struct repl_witness *w, const char *token,
+					const char *next)
 {
 	struct etcd_cmp cmp[2] = { { .key = w->owner_key, .value = NULL },
 				   { .key = w->standby_key, .value = token } };
 	struct etcd_put put[2] = { { .key = w->owner_key, .value = w->self },
-				   { .key = w->standby_key, .value = "none" } };
+				   { .key = w->standby_key, .value = next } };
 	char standby[REPL_WITNESS_ID_MAX];
 	int r;
 
@@ -180,6 +302,7 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 		return REPL_WITNESS_UNREACHABLE;
 	}
 	if (r == 1) {
+		set_vouches_none(w, !strcmp(next, "none"));
 		atomic_store(&w->owner, true);
 		return REPL_WITNESS_OK;
 	}
@@ -200,7 +323,7 @@ static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
 	uint64_t now = now_ns(), period = (uint64_t)w->ttl_s * 1000000000ull / 4;
 	uint64_t retry = now + REPL_WITNESS_RETRY_MS * 1000000ull, next = now + 1000000000ull;
 	enum repl_witness_result r;
-	char arg[REPL_WITNESS_ID_MAX];
+	char arg[REPL_WITNESS_ID_MAX], next_standby[REPL_WITNESS_ID_MAX];
 	uint64_t gen;
 
 	if (w->resign) {
@@ -208,6 +331,7 @@ static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
 
 		w->resign = false;
 		atomic_store(&w->owner, false);
+		set_vouches_none(w, false);
 		w->lease = 0;
 		pthread_mutex_unlock(&w->lock);
 		if (lease && etcd_lease_revoke(w->etcd, lease) < 0)
@@ -216,11 +340,20 @@ static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
 			log_info(TAG, "%s given up (lease revoked)", w->owner_key);
 		pthread_mutex_lock(&w->lock);
 	}
-	if (w->lease && now >= *next_renew) {
+	if (w->lease && now >= *next_renew && wedged(w, now)) {
+		*next_renew = now + 50000000ull;   /* renewed as soon as the loop is back */
+	} else if (w->lease && now >= *next_renew) {
 		pthread_mutex_unlock(&w->lock);
 		renew(w);
 		pthread_mutex_lock(&w->lock);
 		*next_renew = now + (period ? period : 250000000ull);
+	}
+	if (atomic_load(&w->retaking) && !wedged(w, now)) {
+		pthread_mutex_unlock(&w->lock);
+		retake(w, next_renew);
+		pthread_mutex_lock(&w->lock);
+		if (atomic_load(&w->retaking) && now + 250000000ull < next)
+			next = now + 250000000ull;
 	}
 	if (w->lease && *next_renew < next)
 		next = *next_renew;
@@ -240,8 +373,9 @@ static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
 	}
 	if (w->contending) {
 		memcpy(arg, w->token, sizeof(arg));
+		memcpy(next_standby, w->next, sizeof(next_standby));
 		pthread_mutex_unlock(&w->lock);
-		r = contend(w, arg);
+		r = contend(w, arg, next_standby);
 		pthread_mutex_lock(&w->lock);
 		if (r == REPL_WITNESS_OK || r == REPL_WITNESS_REVOKED) {
 			w->contending = false;
@@ -314,6 +448,27 @@ static void on_done(struct ev_loop *loop, ev_async *a, int revents)
 	if ((ev & EV_REVOKED) && c->revoked)
 		c->revoked(c->ctx);
 }
+/* The loop got round: renewals may go on (a timer of the lowest priority,
+ * so pending work of the loop comes first). */
+static void on_progress(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct repl_witness *w = t->data;
+
+	(void)loop;
+	(void)revents;
+	atomic_store(&w->progress_ns, now_ns());
+}
+
+void repl_witness_new_token(char *out, size_t len)
+{
+	uint64_t rnd[2] = { now_ns(), (uint64_t)getpid() };
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		log_warn(TAG, "getrandom failed: standby token from the clock");
+	snprintf(out, len, "standby-%016llx%016llx", (unsigned long long)rnd[0],
+		 (unsigned long long)rnd[1]);
+}
+
 int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, const char *self,
 		     struct repl_witness **out)
 {
@@ -333,6 +488,8 @@ int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, co
 	}
 	w->loop = loop;
 	w->lease_ms = o->lease_ms;
+	w->progress_max_ns = (uint64_t)(o->progress_ms ? o->progress_ms : REPL_WITNESS_PROGRESS_MS) *
+			     1000000ull;
 	snprintf(w->key, sizeof(w->key), "%s", o->key);
 	snprintf(w->owner_key, sizeof(w->owner_key), "%s/owner", o->key);
 	snprintf(w->standby_key, sizeof(w->standby_key), "%s/standby", o->key);
@@ -346,6 +503,10 @@ int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, co
 	ev_async_init(&w->done_w, on_done);
 	w->done_w.data = w;
 	ev_async_start(loop, &w->done_w);
+	ev_timer_init(&w->progress_w, on_progress, 0, 0.1);
+	ev_set_priority(&w->progress_w, EV_MINPRI);
+	w->progress_w.data = w;
+	ev_timer_start(loop, &w->progress_w);
 	*out = w;
 	return 0;
 }
@@ -396,36 +557,39 @@ static void stop_thread(struct repl_witness *w)
 
 int repl_witness_acquire(struct repl_witness *w, char *err, size_t errlen)
 {
-	struct etcd_cmp cmp = { .key = w->owner_key, .value = NULL };
-	struct etcd_put put[2] = { { .key = w->owner_key, .value = w->self },
-				   { .key = w->standby_key, .value = "none" } };
-	char holder[REPL_WITNESS_ID_MAX] = "";
-	int r;
+	char who[REPL_WITNESS_ID_MAX] = "";
+	int r, tries = 0;
 
 	if ((r = grant(w)) < 0) {
 		snprintf(err, errlen, "cannot get a lease from etcd: %s", strerror(-r));
 		return r;
 	}
-	put[0].lease = w->lease;
-	r = etcd_txn(w->etcd, &cmp, 1, put, 2);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot create %s at etcd: %s", w->owner_key, strerror(-r));
-		return r;
+	do
+		r = take_free(w, who, sizeof(who));
+	while (r == -EAGAIN && ++tries < 5);
+	if (r == 1) {
+		set_vouches_none(w, true);
+		atomic_store(&w->owner, true);
+		log_info(TAG, "this side owns %s (lease %" PRIx64 ", TTL %lld s)", w->owner_key,
+			 (uint64_t)w->lease, (long long)w->ttl_s);
+		return 0;
 	}
 	if (r == 0) {
-		if (etcd_get(w->etcd, w->owner_key, holder, sizeof(holder), NULL) < 0)
-			snprintf(holder, sizeof(holder), "?");
 		snprintf(err, errlen, "%s is held by %s: another copy of this VM owns it", w->owner_key,
-			 holder);
-		if (etcd_lease_revoke(w->etcd, w->lease) < 0)
-			log_warn(TAG, "could not revoke the unused lease");
-		w->lease = 0;
-		return -EEXIST;
+			 who);
+		r = -EEXIST;
+	} else if (r == -EBUSY) {
+		snprintf(err, errlen, "%s names the vouched standby %s: it may hold the only "
+			 "up-to-date copy of this VM; run `understudy takeover` on it (or, if it is gone "
+			 "for good, delete %s at etcd to start afresh)", w->standby_key, who,
+			 w->standby_key);
+	} else {
+		snprintf(err, errlen, "cannot create %s at etcd: %s", w->owner_key, strerror(-r));
 	}
-	atomic_store(&w->owner, true);
-	log_info(TAG, "this side owns %s (lease %" PRIx64 ", TTL %lld s)", w->owner_key,
-		 (uint64_t)w->lease, (long long)w->ttl_s);
-	return 0;
+	if (etcd_lease_revoke(w->etcd, w->lease) < 0)
+		log_warn(TAG, "could not revoke the unused lease");
+	w->lease = 0;
+	return r;
 }
 
 void repl_witness_vouch(struct repl_witness *w, const char *token)
@@ -442,10 +606,11 @@ void repl_witness_withdraw(struct repl_witness *w)
 	repl_witness_vouch(w, "none");
 }
 
-void repl_witness_contend(struct repl_witness *w, const char *token)
+void repl_witness_contend(struct repl_witness *w, const char *token, const char *next)
 {
 	pthread_mutex_lock(&w->lock);
 	snprintf(w->token, sizeof(w->token), "%s", token);
+	snprintf(w->next, sizeof(w->next), "%s", next && next[0] ? next : "none");
 	w->contending = true;
 	w->told_held = false;
 	pthread_cond_signal(&w->cond);
@@ -460,6 +625,11 @@ bool repl_witness_valid(const struct repl_witness *w)
 	return atomic_load(&w->owner) && now_ns() < atomic_load(&w->deadline_ns);
 }
 
+bool repl_witness_retakes(const struct repl_witness *w)
+{
+	return atomic_load(&w->retakes);
+}
+
 int64_t repl_witness_left_ms(const struct repl_witness *w)
 {
 	if (!atomic_load(&w->owner))
@@ -470,6 +640,7 @@ int64_t repl_witness_left_ms(const struct repl_witness *w)
 void repl_witness_stop(struct repl_witness *w)
 {
 	stop_thread(w);
+	atomic_store(&w->retakes, false);
 }
 
 void repl_witness_release(struct repl_witness *w, bool withdraw_standby)
@@ -491,6 +662,7 @@ void repl_witness_free(struct repl_witness *w)
 		return;
 	stop_thread(w);
 	ev_async_stop(w->loop, &w->done_w);
+	ev_timer_stop(w->loop, &w->progress_w);
 	etcd_free(w->etcd);
 	pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->lock);

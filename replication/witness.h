@@ -19,12 +19,16 @@
 #define REPL_WITNESS_DRIFT_PCT 2
 /* A standby contending for the key tries again this often. */
 #define REPL_WITNESS_RETRY_MS 25
+/* The lease is renewed only while the loop showed progress this recently
+ * (as the beats, REPL_BEAT_PROGRESS_MS). */
+#define REPL_WITNESS_PROGRESS_MS 3000
 
 struct repl_witness_opts {
 	const char *endpoints;     /* HOST:PORT[,...] (the "etcd:" of --witness removed) */
 	const char *ca_file;       /* for https:// endpoints, or NULL */
 	const char *key;           /* --witness-key */
 	unsigned lease_ms;         /* --lease-ms: the TTL, rounded up to whole seconds */
+	unsigned progress_ms;      /* 0: REPL_WITNESS_PROGRESS_MS */
 };
 
 enum repl_witness_result {
@@ -61,7 +65,9 @@ const char *repl_witness_key(const struct repl_witness *w);
  * once the destination holds the final epoch). */
 void repl_witness_resign(struct repl_witness *w);
 /* The primary, at start, blocking: K/owner := self with a new lease, K/standby
- * := none. -EEXIST when another owner holds K/owner (err names it). */
+ * := none, if K/owner is absent and K/standby names no standby. -EEXIST when
+ * another owner holds K/owner, -EBUSY when K/standby names a standby (a
+ * takeover may be due: it may hold the only up-to-date copy); err says so. */
 int repl_witness_acquire(struct repl_witness *w, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 /* Starts the thread that renews the lease and carries out the requests below. */
@@ -70,11 +76,20 @@ int repl_witness_start(struct repl_witness *w) __attribute__((warn_unused_result
  * still ours; the last request wins, retried until etcd answers. */
 void repl_witness_vouch(struct repl_witness *w, const char *token);
 void repl_witness_withdraw(struct repl_witness *w);
-/* A standby: K/owner := self (a new lease) once K/owner is absent and
- * K/standby == token; retried every REPL_WITNESS_RETRY_MS until won or revoked. */
-void repl_witness_contend(struct repl_witness *w, const char *token);
+/* A standby: K/owner := self (a new lease) and K/standby := next (NULL or
+ * "": "none"; a switchover's: the old primary's new token, vouched for in
+ * the same transaction) once K/owner is absent and K/standby == token;
+ * retried every REPL_WITNESS_RETRY_MS until won or revoked. */
+void repl_witness_contend(struct repl_witness *w, const char *token, const char *next);
+/* A fresh standby token: a vouch for an earlier one never lets it in. */
+void repl_witness_new_token(char *out, size_t len);
 /* True while this side owns the key and its lease is provably valid. */
 bool repl_witness_valid(const struct repl_witness *w);
+/* True while this owner vouches for no standby (K/standby "none", as it
+ * last wrote it: it is the only copy): a lease that lapses is then re-taken
+ * by the thread once etcd answers and K/owner is free, and valid() becomes
+ * true again; false once that was refused (lost() is called) or stopped. */
+bool repl_witness_retakes(const struct repl_witness *w);
 /* Milliseconds of provable validity left (negative: past), -1 if not the owner. */
 int64_t repl_witness_left_ms(const struct repl_witness *w);
 /* Stops renewing (a fenced owner: its lease runs out at etcd). */

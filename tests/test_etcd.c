@@ -23,46 +23,26 @@
 
 #include "kmod/log.h"
 #include "net/etcd.h"
+#include "tests/etcd_harness.h"
 #include "tests/harness.h"
 #include "tests/net_harness.h"
-
-#define ETCD_BIN "etcd"
-
-struct etcd_server {
-	pid_t pid;
-	int port;
-	char dir[64];
-	char endpoint[64];
-};
 
 static double ms_since(uint64_t t0)
 {
 	return (double)(now_ns() - t0) / 1e6;
 }
 
-/* A listening socket on 127.0.0.1 at a free port; backlog given. */
 static int listen_any(int backlog, int *port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	int fd = th_listen_any(backlog, port);
 
 	assert_true(fd >= 0);
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fd, backlog), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
 	return fd;
 }
 
-/* A port nothing listens on (free a moment ago). */
 static int dead_port(void)
 {
-	int port, fd = listen_any(1, &port);
-
-	close(fd);
-	return port;
+	return th_dead_port();
 }
 
 static struct etcd *client_ca(const char *endpoints, const char *ca_file, unsigned timeout_ms)
@@ -80,90 +60,15 @@ static struct etcd *client(const char *endpoints, unsigned timeout_ms)
 	return client_ca(endpoints, NULL, timeout_ms);
 }
 
-/* Starts etcd on loopback, plain HTTP or (cert_dir) TLS with the
- * certificate named.pem, its clients then reached as https://localhost. */
-static struct etcd_server *server_run(const char *cert_dir)
-{
-	struct etcd_server *s = calloc(1, sizeof(*s));
-	char client_url[64], peer_url[64], cluster[80], log[96], crt[300], key[300];
-	int peer = dead_port(), r = -1;
-	uint64_t t0;
-
-	if (!s)
-		return NULL;
-	s->port = dead_port();
-	snprintf(s->dir, sizeof(s->dir), "/tmp/test_etcd.XXXXXX");
-	if (!mkdtemp(s->dir))
-		return NULL;
-	snprintf(client_url, sizeof(client_url), "%s://127.0.0.1:%d", cert_dir ? "https" : "http",
-		 s->port);
-	snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", peer);
-	snprintf(cluster, sizeof(cluster), "default=%s", peer_url);
-	snprintf(log, sizeof(log), "%s/etcd.log", s->dir);
-	snprintf(crt, sizeof(crt), "%s/named.pem", cert_dir ? cert_dir : "");
-	snprintf(key, sizeof(key), "%s/named.key", cert_dir ? cert_dir : "");
-	if (cert_dir)
-		snprintf(s->endpoint, sizeof(s->endpoint), "https://localhost:%d", s->port);
-	else
-		snprintf(s->endpoint, sizeof(s->endpoint), "127.0.0.1:%d", s->port);
-	fflush(stdout);
-	s->pid = fork();
-	if (s->pid < 0)
-		return NULL;
-	if (!s->pid) {
-		char data[80];
-
-		snprintf(data, sizeof(data), "%s/data", s->dir);
-		if (!freopen(log, "w", stdout) || dup2(1, 2) < 0)
-			_exit(126);
-		execlp(ETCD_BIN, ETCD_BIN, "--data-dir", data, "--listen-client-urls", client_url,
-		       "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url,
-		       "--initial-advertise-peer-urls", peer_url, "--initial-cluster", cluster,
-		       "--heartbeat-interval", "25", "--election-timeout", "250",
-		       cert_dir ? "--cert-file" : NULL, crt, "--key-file", key, (char *)NULL);
-		_exit(127);
-	}
-	/* Ready when a lease can be granted (a leader is elected). */
-	t0 = now_ns();
-	while (ms_since(t0) < 20000) {
-		struct etcd *e = client_ca(s->endpoint, cert_dir ? nt_cert("ca.pem") : NULL, 500);
-		int64_t id, ttl;
-
-		r = etcd_lease_grant(e, 5, &id, &ttl);
-		if (!r)
-			r = etcd_lease_revoke(e, id);
-		etcd_free(e);
-		if (!r || waitpid(s->pid, NULL, WNOHANG) == s->pid)
-			break;
-		usleep(50000);
-	}
-	if (r) {
-		fprintf(stderr, "etcd did not come up (see %s)\n", log);
-		return NULL;
-	}
-	printf("etcd up on %s after %.0f ms\n", s->endpoint, ms_since(t0));
-	return s;
-}
-
 static int server_start(void **state)
 {
-	*state = server_run(NULL);
+	*state = th_etcd_start(NULL, NULL);
 	return *state ? 0 : -1;
 }
 
 static int server_stop(void **state)
 {
-	struct etcd_server *s = *state;
-	char cmd[96];
-
-	if (!s)
-		return 0;
-	kill(s->pid, SIGTERM);
-	waitpid(s->pid, NULL, 0);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
-	if (system(cmd))
-		fprintf(stderr, "could not remove %s\n", s->dir);
-	free(s);
+	th_etcd_stop(*state);
 	return 0;
 }
 
@@ -762,7 +667,7 @@ static int tls_start(void **state)
 		fprintf(stderr, "could not make the localhost certificate\n");
 		return -1;
 	}
-	*state = server_run(d);
+	*state = th_etcd_start(d, nt_cert("ca.pem"));
 	return *state ? 0 : -1;
 }
 
@@ -842,7 +747,7 @@ int main(void)
 
 	log_set_level(getenv("ETCD_TEST_LOG") ? LOG_DEBUG : LOG_ERROR);
 	signal(SIGPIPE, SIG_IGN);
-	if (system("command -v " ETCD_BIN " >/dev/null 2>&1")) {
+	if (!th_etcd_installed()) {
 		printf("SKIP: etcd-server not installed\n");
 		return 77;
 	}
