@@ -18,10 +18,11 @@ static const char primary_help[] =
 	"--handshake-timeout-ms (default 5000): else the VM was never protected and the\n"
 	"primary exits 1, or, once syncing, runs on UNPROTECTED. With --witness the guest\n"
 	"runs only while this side owns the witness key: past its lease it is paused for\n"
-	"good (state fenced). Output that commit holds ends the epoch early, at least\n"
-	"--min-epoch-ms (default 2) after the last one, so that a reply waits for one\n"
-	"pause and one round trip rather than a whole epoch (--min-epoch-ms >= --epoch-ms:\n"
-	"the timer only).\n\n"
+	"good (state fenced); it does not start while the witness vouches for a standby\n"
+	"(exit 4: run understudy takeover on it). Output that commit holds ends the\n"
+	"epoch early, at least --min-epoch-ms (default 2) after the last one, so that a\n"
+	"reply waits for one pause and one round trip rather than a whole epoch\n"
+	"(--min-epoch-ms >= --epoch-ms: the timer only).\n\n"
 	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
