@@ -371,9 +371,14 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			       (int)strcspn(reply, "\n"), reply);
 			last_print = now;
 		} else if (!json && now - last_print >= 1.0) {
-			/* The prediction the source switches on: a pause plus capture-to-ACK. */
-			double predicted = json_num(reply, "pause_p50_us") / 1e3 + json_num(reply, "lag_ms");
-			double dirty = json_num(reply, "dirty_pages_last") * 4096.0 / 1048576.0 /
+			/* The prediction the source switches on (pause + round trip + the
+			 * last epoch at the link's bandwidth); before its first, pause + lag. */
+			double predicted = json_num(reply, "predicted_downtime_ms");
+			double dirty;
+
+			if (predicted <= 0)
+				predicted = json_num(reply, "pause_p50_us") / 1e3 + json_num(reply, "lag_ms");
+			dirty = json_num(reply, "dirty_pages_last") * 4096.0 / 1048576.0 /
 				       (epoch_ms / 1e3);
 
 			/* total: what left so far plus what is still to go (before

@@ -54,6 +54,10 @@ struct repl_primary {
 	unsigned throttle_pct;         /* the guest stays paused this share of each epoch */
 	unsigned converge_misses;      /* ACKs since the last throttle step */
 	ev_timer throttle_w;           /* ends the throttle pause of this epoch */
+	uint64_t sync_bytes0;          /* link bytes when the initial sync began */
+	double link_bytes_per_ms;      /* ...what it carried per ms (0: not measured) */
+	double rtt_ms;                 /* the smallest round trip an epoch showed (<0: none) */
+	double predicted_ms;           /* migration: the last predicted downtime (status) */
 	uint64_t switch_t0_ns;         /* migration: the guest paused for the final epoch */
 	bool migrated;                 /* ...and the destination runs it */
 	bool migrated_told;            /* ...and status said so for a while */

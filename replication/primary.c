@@ -43,6 +43,7 @@
  * it gave up is withdrawn at the witness before held output leaves, and a
  * lease that lapses fences this copy for good (state fenced). */
 #include "replication/postcopy.h"
+#include "replication/converge.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -491,26 +492,64 @@ static void send_handover(struct repl_primary *p)
 			 (now_ns() - p->switch_t0_ns) / 1e6);
 }
 
-/* Predicted downtime: an epoch's pause plus its capture-to-ACK time. */
-static void maybe_switch(struct repl_primary *p)
+/* The decision's inputs (converge.h): the pause, the link's round trip (the
+ * smallest an epoch showed), the last epoch's bytes at the link's bandwidth
+ * (measured by the initial sync, capped by --bandwidth). Without a measured
+ * bandwidth the whole capture-to-ACK time counts, as a transfer. */
+static void converge_inputs(const struct repl_primary *p, struct repl_converge *c)
 {
 	uint64_t p50, p99;
-	double predicted_ms;
+	double cap = repl_pc_src_cap_bytes_per_ms(p), lag_ms = p->ep.st.lag_ns / 1e6;
+
+	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
+	c->pause_ms = p50 / 1e6;
+	c->bytes = (double)p->ep.st.lag_bytes;
+	c->target_ms = p->migrate_ms;
+	c->bytes_per_ms = p->link_bytes_per_ms;
+	if (cap > 0 && (c->bytes_per_ms <= 0 || cap < c->bytes_per_ms))
+		c->bytes_per_ms = cap;
+	c->rtt_ms = p->rtt_ms >= 0 ? p->rtt_ms : 0;
+	if (p->link_bytes_per_ms <= 0) {
+		c->rtt_ms = 0;
+		c->bytes_per_ms = lag_ms > 0 && c->bytes > 0 ? c->bytes / lag_ms : 0;
+		if (c->bytes_per_ms <= 0)
+			c->rtt_ms = lag_ms;
+	}
+}
+
+/* An ACK: the round trip this epoch shows, the smallest kept. */
+static void note_rtt(struct repl_primary *p)
+{
+	double cap = repl_pc_src_cap_bytes_per_ms(p), bw = p->link_bytes_per_ms, rtt;
+
+	if (cap > 0 && (bw <= 0 || cap < bw))
+		bw = cap;
+	rtt = repl_converge_rtt_sample(p->ep.st.lag_ns / 1e6, (double)p->ep.st.lag_bytes, bw);
+	if (p->rtt_ms < 0 || rtt < p->rtt_ms)
+		p->rtt_ms = rtt;
+}
+
+static void maybe_switch(struct repl_primary *p)
+{
+	struct repl_converge c;
+	double predicted_ms, goal_ms;
+	enum repl_converge_step step;
 
 	if (p->wit && !p->vouched)
 		return;                  /* the destination could not win the key yet */
-	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
-	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6 + repl_pc_src_rate_ms(p);
+	converge_inputs(p, &c);
+	step = repl_converge_decide(&c, &predicted_ms, &goal_ms);
+	p->predicted_ms = predicted_ms;
 	if (p->switching_over) {
 		log_info(TAG, "switchover: pausing the guest for the final epoch after epoch %llu "
 			 "(predicted downtime %.2f ms); the secondary takes over and this VM becomes "
 			 "its standby at %s", (unsigned long long)p->ep.epoch, predicted_ms,
 			 p->switch_listen);
-	} else if (predicted_ms > p->migrate_ms) {
+	} else if (step == REPL_CONVERGE_THROTTLE) {
 		if (repl_pc_src_due(p)) {
-			log_info(TAG, "migration: predicted downtime %.2f ms > %u ms after %llu epochs: "
+			log_info(TAG, "migration: predicted downtime %.2f ms > %.2f ms after %llu epochs: "
 				 "post-copy at the next epoch the link has room for", predicted_ms,
-				 p->migrate_ms, (unsigned long long)p->ep.epoch);
+				 goal_ms, (unsigned long long)p->ep.epoch);
 			return;
 		}
 		if (!p->auto_converge || ++p->converge_misses < 8 || p->throttle_pct >= 99)
@@ -519,13 +558,21 @@ static void maybe_switch(struct repl_primary *p)
 		p->throttle_pct = p->throttle_pct ? p->throttle_pct + 10 : 20;
 		if (p->throttle_pct > 99)
 			p->throttle_pct = 99;
-		log_info(TAG, "auto-converge: predicted downtime %.2f ms > %u ms: throttle %u %%",
-			 predicted_ms, p->migrate_ms, p->throttle_pct);
+		log_info(TAG, "auto-converge: predicted downtime %.2f ms > %.2f ms (pause %.2f + round "
+			 "trip %.2f + %.0f bytes of the last epoch %.2f ms): throttle %u %%", predicted_ms,
+			 goal_ms, c.pause_ms, c.rtt_ms, c.bytes, predicted_ms - c.pause_ms - c.rtt_ms,
+			 p->throttle_pct);
 		return;
 	} else {
-		log_info(TAG, "migration: predicted downtime %.2f ms <= %u ms after %llu epochs: "
-			 "pausing the guest for the final epoch (from here on it cannot be "
-			 "cancelled)", predicted_ms, p->migrate_ms, (unsigned long long)p->ep.epoch);
+		if (goal_ms > p->migrate_ms)
+			log_info(TAG, "migration: the pause and one round trip alone take %.2f ms, more "
+				 "than half of the %u ms asked for: the hand-over waits only for the guest's "
+				 "writes to fit in half of it", c.pause_ms + c.rtt_ms, p->migrate_ms);
+		log_info(TAG, "migration: predicted downtime %.2f ms <= %.2f ms after %llu epochs "
+			 "(pause %.2f + round trip %.2f + last epoch %.2f ms): pausing the guest for "
+			 "the final epoch (from here on it cannot be cancelled)", predicted_ms, goal_ms,
+			 (unsigned long long)p->ep.epoch, c.pause_ms, c.rtt_ms,
+			 predicted_ms - c.pause_ms - c.rtt_ms);
 	}
 	pause_for_handover(p, false);
 }
@@ -579,6 +626,7 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 	hold_after_stall(p, epoch);
 	if (!repl_epoch_ack(&p->ep, epoch))
 		return;
+	note_rtt(p);
 	if (p->state == P_PROTECTING) {
 		p->state = P_PROTECTED;
 		log_info(TAG, "protected: secondary holds epoch %llu, %.1f ms after sync began",
@@ -612,7 +660,11 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 static void on_sync_done(void *ctx)
 {
 	struct repl_primary *p = ctx;
+	double ms = (now_ns() - p->sync.t0_ns) / 1e6;
 
+	/* What the link carried while the sync filled it: its bandwidth. */
+	if (!p->o->resume_epoch && ms > 0)
+		p->link_bytes_per_ms = (double)(p->link.bytes_sent - p->sync_bytes0) / ms;
 	p->state = P_PROTECTING;
 	p->transient_since_ns = 0;
 	(void)run_epoch(p);
@@ -629,6 +681,7 @@ static void start_sync(struct repl_primary *p)
 {
 	struct repl_fault f;
 
+	p->sync_bytes0 = p->link.bytes_sent;
 	if (repl_sync_start(&p->sync, &f) < 0) {
 		on_fault(p, &f);
 		return;
@@ -1079,6 +1132,7 @@ static int engine_init(struct repl_primary *p)
 	p->vm->on_output = on_vm_output;
 	p->vm->cb_ctx = p;
 	p->min_epoch_ms = p->o->min_epoch_ms ? p->o->min_epoch_ms : REPL_MIN_EPOCH_MS;
+	p->rtt_ms = -1;
 	repl_vm_set_gated(p->vm, true);
 	repl_link_init(&p->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	if ((r = repl_epochs_init(&p->ep, p->vm, &p->link, getenv("UNDERSTUDY_VERIFY") != NULL)) < 0 ||

@@ -272,6 +272,7 @@ struct repl_stats {
 	uint64_t bytes_sent;
 	uint64_t pre_passes, pre_pages, pre_resent;   /* pre-copies; their pages; ...sent again at the pause */
 	uint64_t lag_ns;          /* capture of the last acked epoch -> its ACK */
+	uint64_t lag_bytes;       /* ...and what it sent after its pause */
 	struct repl_hist pause_h; /* every pause (primary) or apply (secondary) */
 	struct repl_hist commit_h;   /* capture -> ACK of each acked epoch (primary) */
 	struct proto_page_stats pages;   /* pages of the epochs, by encoding */
@@ -342,6 +343,7 @@ struct repl_epoch {
 	uint64_t out_mark;         /* guest output produced up to the pause */
 	uint64_t net_mark;         /* frames the guest sent up to the pause */
 	uint64_t capture_ns;
+	uint64_t bytes;            /* sent after the pause (buf; the pre-copy is not in it) */
 	struct proto_buf buf;
 	struct proto_buf pre;      /* the pre-copy's part, sent before the pause */
 };
