@@ -66,6 +66,10 @@ struct repl_primary {
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
 	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (postcopy.c) */
+	void *handover_tx;             /* migration: the hand-over Fence while the link holds it */
+	bool handover_out;             /* ...it reached the kernel: the destination may have it */
+	bool resigned;                 /* the witness key was given up for the destination */
+	bool in_doubt;                 /* the link failed after the hand-over left: paused */
 	bool switching_over;           /* switchover asked: hand over at the next ACK */
 	bool switched;                 /* ...done: the VM becomes the standby */
 	char switch_listen[128];       /* ...where it waits for the new primary */

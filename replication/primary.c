@@ -287,6 +287,53 @@ static bool maybe_replaced(struct repl_primary *p, const struct repl_fault *f)
 	return true;
 }
 
+/* A migration whose link fails once the guest is paused for the hand-over
+ * (the destination died, or the link): the VM must not be lost with it.
+ * The destination runs the guest only on the hand-over order (Fence
+ * PRIMARY_MIGRATES) or, as any secondary, after its failover timeout of
+ * silence. The guest resumes here when the order provably never reached it
+ * (never sent, or dropped before the kernel had all of it, and nothing of
+ * it is still queued on a live link) and this process did not stall past
+ * that timeout; with a witness also whenever the key is still ours (the
+ * destination cannot run without it; the vouch is withdrawn first). Else
+ * the guest stays paused here (in doubt) until an operator who made sure
+ * the destination does not run it says `understudy takeover`. */
+static void handover_failed(struct repl_primary *p, const struct repl_fault *f)
+{
+	struct repl_fault what;
+	bool queued = p->handover_tx && p->link.conn;
+	bool stalled = repl_link_stalled_ns(&p->link, stall_ms(p)) >=
+		       (uint64_t)p->peer_timing.timeout_ms * 1000000ull;
+	bool safe = p->wit ? !p->resigned : !p->handover_out && !queued && !stalled;
+
+	if (safe) {
+		log_warn(TAG, "%s: the destination %s: the guest resumes here, UNPROTECTED",
+			 f->what, p->wit ? "cannot run the guest without the witness key, which is "
+			 "still ours" : "never got the hand-over order");
+		p->finishing = p->final_pending = false;
+		p->keep_standby = false;
+		p->state = P_PROTECTED;
+		drop_protection(p, f);
+		machine_resume(p->vm->m);
+		return;
+	}
+	what = *f;
+	repl_fault_set(&p->fault, f->kind, f->err, "in doubt: %s after the hand-over %s", what.what,
+		       p->handover_out ? "left" : queued ? "was queued" : "(a stall)");
+	log_error(TAG, "MIGRATION IN DOUBT: %s: the destination may run the guest from epoch %llu. "
+		  "The guest stays paused here; once the destination surely does not run it, "
+		  "`understudy takeover --control` on this side resumes it here",
+		  p->fault.what, (unsigned long long)p->final_epoch);
+	net_notify(NET_NOTIFY_STATUS, "MIGRATION IN DOUBT: %s", p->fault.what);
+	repl_event_log("in-doubt");
+	p->in_doubt = true;
+	p->state = P_FENCED;
+	p->keep_standby = true;
+	ev_timer_stop(p->loop, &p->epoch_w);
+	repl_pri_link_gone(p);
+	repl_pri_event(p, REPL_EV_FENCED, p->fault.what);
+}
+
 static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 {
 	struct repl_fault fatal;
@@ -305,9 +352,14 @@ static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 			       (unsigned long long)((now_ns() - p->transient_since_ns) / 1000000));
 		f = &fatal;
 	}
-	/* A migration that fails once the guest is paused for the hand-over:
-	 * the secondary may take over (it has the epochs, maybe the final one),
-	 * so this side never resumes: as for a local fatal failure. */
+	if (p->state == P_SWITCHING && !p->switching_over &&
+	    (f->kind == REPL_FAULT_PEER_LOST || f->kind == REPL_FAULT_PEER_PROTOCOL)) {
+		handover_failed(p, f);
+		return;
+	}
+	/* A switchover (or a local failure) once the guest is paused for the
+	 * hand-over: the secondary may take over (it has the epochs, maybe the
+	 * final one), so this side never resumes: as for a local fatal failure. */
 	if (p->state == P_SWITCHING || (f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED &&
 					p->ep.acked && !p->finishing) || maybe_replaced(p, f))
 		stop_for_takeover(p, f);
@@ -484,6 +536,8 @@ static void send_handover(struct repl_primary *p)
 		repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
 				p->final_epoch, "migration: the guest is handed over");
 
+	if (r == 0 && !p->switching_over)
+		p->handover_tx = p->link.owned;   /* the newest of the link's sends */
 	if (r < 0)
 		fault(p, repl_fault_send(r), r, "cannot send the hand-over");
 	else
@@ -645,6 +699,7 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 			/* The destination may win the key: give it up without waiting
 			 * (nothing leaves here from now on: the lease gate is shut). */
 			ev_timer_stop(p->loop, &p->lease_w);
+			p->resigned = true;
 			repl_witness_resign(p->wit);
 		}
 		return;
@@ -895,8 +950,15 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	int kind = cookie ? *(int *)cookie : 0;
 
 	(void)c;
-	(void)status;
 	p->ep.st.bytes_sent = p->link.bytes_sent;
+	if (cookie && cookie == p->handover_tx) {
+		/* Whole in the kernel (0), or dropped with the connection: then
+		 * the destination never got the order to run the guest. */
+		p->handover_tx = NULL;
+		p->handover_out = status == 0;
+		log_info(TAG, "migration: the hand-over %s", status == 0 ? "left for the destination" :
+			 "never left this host (the connection died first)");
+	}
 	if (repl_link_sent_owned(cookie)) {
 		if (p->state == P_SYNC)
 			repl_sync_room(&p->sync);
@@ -1048,6 +1110,8 @@ static void finish(struct repl_primary *p, int status)
 {
 	if (p->state == P_DONE)
 		return;
+	if (p->in_doubt)
+		status = REPL_EXIT_REPLACED;   /* the destination may run the guest */
 	if (p->link.conn && p->state >= P_SYNC && p->state != P_UNPROTECTED &&
 	    p->state != P_SWITCHING) {
 		if (repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
@@ -1213,6 +1277,10 @@ char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
 
 static char *control_text(void *ctx, const char *req)
 {
+	char *reply;
+
+	if (!strcmp(req, "takeover") && (reply = repl_primary_resume_request(ctx)))
+		return reply;
 	if (!strncmp(req, "migrate ", 8))
 		return repl_primary_migrate_request(ctx, req);
 	if (!strcmp(req, "cancel"))
@@ -1477,6 +1545,25 @@ void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool aut
 	p->auto_converge = auto_converge;
 	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
 		 "is at most %u ms", downtime_ms);
+}
+
+char *repl_primary_resume_request(struct repl_primary *p)
+{
+	if (!p->in_doubt)
+		return NULL;
+	if (p->wit && p->resigned)
+		return strdup("error the witness key was given up for the destination: it may win "
+			      "it; restart this VM from a copy instead\n");
+	log_warn(TAG, "takeover asked: the destination does not run the guest (the operator says "
+		 "so); the guest resumes here from epoch %llu, UNPROTECTED",
+		 (unsigned long long)p->final_epoch);
+	p->in_doubt = p->finishing = p->keep_standby = false;
+	p->state = P_UNPROTECTED;
+	repl_pri_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
+	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: resumed after a migration in doubt");
+	repl_vm_set_gated(p->vm, false);
+	machine_resume(p->vm->m);
+	return strdup("ok took over: the guest runs here, unprotected\n");
 }
 
 bool repl_primary_replaceable(const struct repl_primary *p)
