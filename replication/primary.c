@@ -302,9 +302,11 @@ static void handover_failed(struct repl_primary *p, const struct repl_fault *f)
 {
 	struct repl_fault what;
 	bool queued = p->handover_tx && p->link.conn;
-	bool stalled = repl_link_stalled_ns(&p->link, stall_ms(p)) >=
+	bool stalled = !p->peer_timing.timeout_ms || repl_link_stalled_ns(&p->link, stall_ms(p)) >=
 		       (uint64_t)p->peer_timing.timeout_ms * 1000000ull;
 	bool safe = p->wit ? !p->resigned : !p->handover_out && !queued && !stalled;
+
+	p->handover_tx = NULL;       /* the link's sends are dropped from here on */
 
 	if (safe) {
 		log_warn(TAG, "%s: the destination %s: the guest resumes here, UNPROTECTED",
