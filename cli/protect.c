@@ -177,17 +177,23 @@ static const char migrate_help[] =
 	"                          [link options]\n"
 	"Moves the running VM whose control socket is PATH to the secondary waiting at --to\n"
 	"(understudy secondary): initial sync while the guest runs, protected epochs, and at\n"
-	"the first epoch whose predicted downtime (pause + capture-to-ACK) is at most\n"
-	"--downtime-ms (default 30) the guest is paused for a final epoch and the\n"
-	"destination takes over at once. The source then exits 0. When the prediction does\n"
-	"not fit for 8 epochs in a row the guest is throttled (auto-converge: kept paused\n"
-	"after each capture for 20 % of the epoch, +10 % a step, at most 99 %; shown as\n"
-	"throttle), unless --no-auto-converge. Progress once a second, with a bar\n"
-	"(--json: one JSON object per line, then a summary object). Ctrl-C or --max-time\n"
-	"(default 300 s) before the hand-over cancels: the VM runs on at the source and the\n"
-	"destination drops what it got. Once the guest is paused for the hand-over the\n"
-	"migration cannot be cancelled; if the link fails then, the destination takes over\n"
-	"from the last epoch it holds and the source stays paused (exit 1).\n"
+	"the first epoch whose predicted downtime (pause + one round trip + the epoch's bytes\n"
+	"at the link's bandwidth) is at most --downtime-ms (default 30) the guest is paused\n"
+	"for a final epoch and the destination takes over at once. The source then exits 0.\n"
+	"When the pause and the round trip alone take more than half of --downtime-ms (a\n"
+	"long link), the hand-over waits only for the epoch's bytes to fit in half of it.\n"
+	"When the bytes do not fit for 8 epochs in a row the guest is throttled\n"
+	"(auto-converge: kept paused after each capture for 20 % of the epoch, +10 % a\n"
+	"step, at most 99 %; shown as throttle), unless --no-auto-converge. Progress once\n"
+	"a second, with a bar (--json: one JSON object per line, then a summary object).\n"
+	"Ctrl-C or --max-time (default 300 s) before the hand-over cancels: the VM runs on\n"
+	"at the source and the destination drops what it got. Once the guest is paused for\n"
+	"the hand-over the migration cannot be cancelled. If the link fails then (the\n"
+	"destination died), the source process stays: the guest resumes there, unprotected,\n"
+	"when the hand-over order provably never reached the destination (or, with a\n"
+	"witness, the key is still the source's); else it stays paused there (state\n"
+	"in-doubt) until `understudy takeover --control PATH` once the destination surely\n"
+	"does not run it. Exit 1 either way.\n"
 	"--bandwidth limits the migration stream before the switch (a token bucket; the\n"
 	"predicted downtime counts the last epoch at that rate).\n"
 	"--postcopy-after N (default never): after N epochs in a row whose predicted\n"
@@ -371,9 +377,14 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			       (int)strcspn(reply, "\n"), reply);
 			last_print = now;
 		} else if (!json && now - last_print >= 1.0) {
-			/* The prediction the source switches on: a pause plus capture-to-ACK. */
-			double predicted = json_num(reply, "pause_p50_us") / 1e3 + json_num(reply, "lag_ms");
-			double dirty = json_num(reply, "dirty_pages_last") * 4096.0 / 1048576.0 /
+			/* The prediction the source switches on (pause + round trip + the
+			 * last epoch at the link's bandwidth); before its first, pause + lag. */
+			double predicted = json_num(reply, "predicted_downtime_ms");
+			double dirty;
+
+			if (predicted <= 0)
+				predicted = json_num(reply, "pause_p50_us") / 1e3 + json_num(reply, "lag_ms");
+			dirty = json_num(reply, "dirty_pages_last") * 4096.0 / 1048576.0 /
 				       (epoch_ms / 1e3);
 
 			/* total: what left so far plus what is still to go (before
@@ -402,6 +413,12 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			break;
 		if (!strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced")) {
 			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, st);
+			return 1;
+		}
+		if (!strcmp(state, "in-doubt")) {
+			fprintf(stderr, "\nunderstudy migrate: in doubt (%s): the guest stays paused at the "
+				"source; if the destination does not run it, `understudy takeover --control "
+				"%s` resumes it there\n", st, control);
 			return 1;
 		}
 		usleep(100000);

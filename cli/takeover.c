@@ -16,7 +16,10 @@ static const char takeover_help[] =
 	"Refused (exit 1) when it holds no complete checkpoint or is not a standby. With a\n"
 	"witness it first wins the witness key (waits up to 30 s for the old lease to end).\n"
 	"The primary must be fenced first: a live primary is told to stop, but one that\n"
-	"cannot be reached (partition) would run on beside the new copy.\n";
+	"cannot be reached (partition) would run on beside the new copy.\n"
+	"On the source of a migration in doubt (state in-doubt: the link failed after the\n"
+	"hand-over order left) it resumes the paused guest there, unprotected: only once\n"
+	"the destination surely does not run it.\n";
 
 /* With a witness the standby first has to win the key (once the old
  * primary's lease ran out): wait for the outcome, at most 30 s. */

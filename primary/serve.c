@@ -217,7 +217,11 @@ static char *cancel_request(struct run_ctx *r)
 static char *on_control(void *ctx, const char *request)
 {
 	struct run_ctx *r = ctx;
+	char *reply;
 
+	if (!strcmp(request, "takeover") && r->engine &&
+	    (reply = repl_primary_resume_request(r->engine)))
+		return reply;
 	if ((!strncmp(request, "protect", 7) || !strncmp(request, "migrate", 7)) &&
 	    (!request[7] || request[7] == ' '))
 		return protect_request(r, request);

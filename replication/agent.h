@@ -55,6 +55,10 @@ struct repl_primary {
 	unsigned throttle_pct;         /* the guest stays paused this share of each epoch */
 	unsigned converge_misses;      /* ACKs since the last throttle step */
 	ev_timer throttle_w;           /* ends the throttle pause of this epoch */
+	uint64_t sync_bytes0;          /* link bytes when the initial sync began */
+	double link_bytes_per_ms;      /* ...what it carried per ms (0: not measured) */
+	double rtt_ms;                 /* the smallest round trip an epoch showed (<0: none) */
+	double predicted_ms;           /* migration: the last predicted downtime (status) */
 	uint64_t switch_t0_ns;         /* migration: the guest paused for the final epoch */
 	bool migrated;                 /* ...and the destination runs it */
 	bool migrated_told;            /* ...and status said so for a while */
@@ -63,6 +67,10 @@ struct repl_primary {
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
 	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (postcopy.c) */
+	void *handover_tx;             /* migration: the hand-over Fence while the link holds it */
+	bool handover_out;             /* ...it reached the kernel: the destination may have it */
+	bool resigned;                 /* the witness key was given up for the destination */
+	bool in_doubt;                 /* the link failed after the hand-over left: paused */
 	bool switching_over;           /* switchover asked: hand over at the next ACK */
 	bool switched;                 /* ...done: the VM becomes the standby */
 	char switch_listen[128];       /* ...where it waits for the new primary */

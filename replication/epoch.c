@@ -407,6 +407,7 @@ static int send_epoch(struct repl_epochs *q, struct repl_epoch *e)
 	if (r < 0)
 		return r;
 	e->state = REPL_EPOCH_SENDING;
+	e->bytes = e->buf.len;
 	e->on_wire++;
 	q->out_mark_prev = e->out_mark;
 	q->open = NULL;              /* the epoch is whole on the link */
@@ -519,6 +520,7 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 			e->state = REPL_EPOCH_ACKED;
 			if (e->epoch == epoch) {
 				q->st.lag_ns = now_ns() - e->capture_ns;
+				q->st.lag_bytes = e->bytes;
 				repl_drill_pri_acked(q);
 			}
 			repl_hist_add(&q->st.commit_h, now_ns() - e->capture_ns);

@@ -6,6 +6,7 @@
 #include "kmod/log.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,4 +98,16 @@ char *repl_fault_test_wedge(const char *req)
 	if (asprintf(&out, "ok wedged %lu ms\n", ms) < 0)
 		out = NULL;
 	return out;
+}
+
+/* The destination stopped right after it read the hand-over order
+ * (sys_migrate_doubt kills it there: the order left the source). */
+void repl_fault_test_stop(const char *where)
+{
+	const char *hooks = getenv("UNDERSTUDY_TEST_HOOKS"), *at = getenv("UNDERSTUDY_TEST_STOP");
+
+	if (!hooks || strcmp(hooks, "1") || !at || strcmp(at, where))
+		return;
+	log_warn("fault", "test hook: stopping at %s (SIGSTOP)", where);
+	raise(SIGSTOP);
 }

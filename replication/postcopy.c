@@ -89,12 +89,6 @@ void repl_rate_charge(struct repl_rate *r, size_t bytes)
 		return;
 	refill(r);
 	r->tokens -= (double)bytes;
-	r->last_bytes = bytes;
-}
-
-double repl_rate_epoch_ms(const struct repl_rate *r)
-{
-	return r->bytes_per_s > 0 ? r->last_bytes / r->bytes_per_s * 1e3 : 0;
 }
 
 /* ---- shared ------------------------------------------------------------------------ */
@@ -199,9 +193,9 @@ bool repl_pc_src_ready(struct repl_primary *p)
 	return pc && pc->pending && !pc->announced && !repl_rate_wait_ns(&pc->rate);
 }
 
-double repl_pc_src_rate_ms(const struct repl_primary *p)
+double repl_pc_src_cap_bytes_per_ms(const struct repl_primary *p)
 {
-	return p->pc ? repl_rate_epoch_ms(&p->pc->rate) : 0;
+	return p->pc ? p->pc->rate.bytes_per_s / 1e3 : 0;
 }
 
 bool repl_pc_src_switched(const struct repl_primary *p)

@@ -30,15 +30,12 @@ struct repl_rate {
 	double bytes_per_s;        /* 0: unlimited */
 	double tokens;
 	uint64_t last_ns;
-	uint64_t last_bytes;       /* the last charge (an epoch): predicted downtime */
 };
 
 void repl_rate_init(struct repl_rate *r, unsigned mib_per_s);
 /* 0 when a send may go now, else the nanoseconds until it may. */
 uint64_t repl_rate_wait_ns(struct repl_rate *r);
 void repl_rate_charge(struct repl_rate *r, size_t bytes);
-/* Milliseconds the last epoch's bytes take at the limit (0: unlimited). */
-double repl_rate_epoch_ms(const struct repl_rate *r);
 
 /* ---- the source --------------------------------------------------------------------- */
 
@@ -47,9 +44,8 @@ double repl_rate_epoch_ms(const struct repl_rate *r);
  * into the sync and the epochs. */
 int repl_pc_src_new(struct repl_primary *p, unsigned bandwidth_mib, unsigned postcopy_after) US_MUST_CHECK;
 void repl_pc_src_free(struct repl_primary *p);
-/* What the limit adds to the predicted downtime: the last epoch's bytes at
- * the limited bandwidth (ms; 0 without a limit). */
-double repl_pc_src_rate_ms(const struct repl_primary *p);
+/* The bandwidth limit in bytes per ms (0: none), for the predicted downtime. */
+double repl_pc_src_cap_bytes_per_ms(const struct repl_primary *p);
 /* A round (an ACK) whose predicted downtime did not fit: true when post-copy
  * is due (once). It starts in place of the next epoch the bandwidth limit
  * lets go (repl_pc_src_ready): what that epoch would carry is what the

@@ -43,6 +43,7 @@
  * it gave up is withdrawn at the witness before held output leaves, and a
  * lease that lapses fences this copy for good (state fenced). */
 #include "replication/postcopy.h"
+#include "replication/converge.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -286,6 +287,55 @@ static bool maybe_replaced(struct repl_primary *p, const struct repl_fault *f)
 	return true;
 }
 
+/* A migration whose link fails once the guest is paused for the hand-over
+ * (the destination died, or the link): the VM must not be lost with it.
+ * The destination runs the guest only on the hand-over order (Fence
+ * PRIMARY_MIGRATES) or, as any secondary, after its failover timeout of
+ * silence. The guest resumes here when the order provably never reached it
+ * (never sent, or dropped before the kernel had all of it, and nothing of
+ * it is still queued on a live link) and this process did not stall past
+ * that timeout; with a witness also whenever the key is still ours (the
+ * destination cannot run without it; the vouch is withdrawn first). Else
+ * the guest stays paused here (in doubt) until an operator who made sure
+ * the destination does not run it says `understudy takeover`. */
+static void handover_failed(struct repl_primary *p, const struct repl_fault *f)
+{
+	struct repl_fault what;
+	bool queued = p->handover_tx && p->link.conn;
+	bool stalled = !p->peer_timing.timeout_ms || repl_link_stalled_ns(&p->link, stall_ms(p)) >=
+		       (uint64_t)p->peer_timing.timeout_ms * 1000000ull;
+	bool safe = p->wit ? !p->resigned : !p->handover_out && !queued && !stalled;
+
+	p->handover_tx = NULL;       /* the link's sends are dropped from here on */
+
+	if (safe) {
+		log_warn(TAG, "%s: the destination %s: the guest resumes here, UNPROTECTED",
+			 f->what, p->wit ? "cannot run the guest without the witness key, which is "
+			 "still ours" : "never got the hand-over order");
+		p->finishing = p->final_pending = false;
+		p->keep_standby = false;
+		p->state = P_PROTECTED;
+		drop_protection(p, f);
+		machine_resume(p->vm->m);
+		return;
+	}
+	what = *f;
+	repl_fault_set(&p->fault, f->kind, f->err, "in doubt: %s after the hand-over %s", what.what,
+		       p->handover_out ? "left" : queued ? "was queued" : "(a stall)");
+	log_error(TAG, "MIGRATION IN DOUBT: %s: the destination may run the guest from epoch %llu. "
+		  "The guest stays paused here; once the destination surely does not run it, "
+		  "`understudy takeover --control` on this side resumes it here",
+		  p->fault.what, (unsigned long long)p->final_epoch);
+	net_notify(NET_NOTIFY_STATUS, "MIGRATION IN DOUBT: %s", p->fault.what);
+	repl_event_log("in-doubt");
+	p->in_doubt = true;
+	p->state = P_FENCED;
+	p->keep_standby = true;
+	ev_timer_stop(p->loop, &p->epoch_w);
+	repl_pri_link_gone(p);
+	repl_pri_event(p, REPL_EV_FENCED, p->fault.what);
+}
+
 static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 {
 	struct repl_fault fatal;
@@ -304,9 +354,14 @@ static void on_fault(struct repl_primary *p, const struct repl_fault *f)
 			       (unsigned long long)((now_ns() - p->transient_since_ns) / 1000000));
 		f = &fatal;
 	}
-	/* A migration that fails once the guest is paused for the hand-over:
-	 * the secondary may take over (it has the epochs, maybe the final one),
-	 * so this side never resumes: as for a local fatal failure. */
+	if (p->state == P_SWITCHING && !p->switching_over &&
+	    (f->kind == REPL_FAULT_PEER_LOST || f->kind == REPL_FAULT_PEER_PROTOCOL)) {
+		handover_failed(p, f);
+		return;
+	}
+	/* A switchover (or a local failure) once the guest is paused for the
+	 * hand-over: the secondary may take over (it has the epochs, maybe the
+	 * final one), so this side never resumes: as for a local fatal failure. */
 	if (p->state == P_SWITCHING || (f->kind == REPL_FAULT_LOCAL_FATAL && p->state == P_PROTECTED &&
 					p->ep.acked && !p->finishing) || maybe_replaced(p, f))
 		stop_for_takeover(p, f);
@@ -489,6 +544,8 @@ static void send_handover(struct repl_primary *p)
 		repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
 				p->final_epoch, "migration: the guest is handed over");
 
+	if (r == 0 && !p->switching_over)
+		p->handover_tx = p->link.owned;   /* the newest of the link's sends */
 	if (r < 0)
 		fault(p, repl_fault_send(r), r, "cannot send the hand-over");
 	else
@@ -497,26 +554,64 @@ static void send_handover(struct repl_primary *p)
 			 (now_ns() - p->switch_t0_ns) / 1e6);
 }
 
-/* Predicted downtime: an epoch's pause plus its capture-to-ACK time. */
-static void maybe_switch(struct repl_primary *p)
+/* The decision's inputs (converge.h): the pause, the link's round trip (the
+ * smallest an epoch showed), the last epoch's bytes at the link's bandwidth
+ * (measured by the initial sync, capped by --bandwidth). Without a measured
+ * bandwidth the whole capture-to-ACK time counts, as a transfer. */
+static void converge_inputs(const struct repl_primary *p, struct repl_converge *c)
 {
 	uint64_t p50, p99;
-	double predicted_ms;
+	double cap = repl_pc_src_cap_bytes_per_ms(p), lag_ms = p->ep.st.lag_ns / 1e6;
+
+	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
+	c->pause_ms = p50 / 1e6;
+	c->bytes = (double)p->ep.st.lag_bytes;
+	c->target_ms = p->migrate_ms;
+	c->bytes_per_ms = p->link_bytes_per_ms;
+	if (cap > 0 && (c->bytes_per_ms <= 0 || cap < c->bytes_per_ms))
+		c->bytes_per_ms = cap;
+	c->rtt_ms = p->rtt_ms >= 0 ? p->rtt_ms : 0;
+	if (p->link_bytes_per_ms <= 0) {
+		c->rtt_ms = 0;
+		c->bytes_per_ms = lag_ms > 0 && c->bytes > 0 ? c->bytes / lag_ms : 0;
+		if (c->bytes_per_ms <= 0)
+			c->rtt_ms = lag_ms;
+	}
+}
+
+/* An ACK: the round trip this epoch shows, the smallest kept. */
+static void note_rtt(struct repl_primary *p)
+{
+	double cap = repl_pc_src_cap_bytes_per_ms(p), bw = p->link_bytes_per_ms, rtt;
+
+	if (cap > 0 && (bw <= 0 || cap < bw))
+		bw = cap;
+	rtt = repl_converge_rtt_sample(p->ep.st.lag_ns / 1e6, (double)p->ep.st.lag_bytes, bw);
+	if (p->rtt_ms < 0 || rtt < p->rtt_ms)
+		p->rtt_ms = rtt;
+}
+
+static void maybe_switch(struct repl_primary *p)
+{
+	struct repl_converge c;
+	double predicted_ms, goal_ms;
+	enum repl_converge_step step;
 
 	if (p->wit && !p->vouched)
 		return;                  /* the destination could not win the key yet */
-	repl_stats_pause_pct(&p->ep.st, &p50, &p99);
-	predicted_ms = (p50 + p->ep.st.lag_ns) / 1e6 + repl_pc_src_rate_ms(p);
+	converge_inputs(p, &c);
+	step = repl_converge_decide(&c, &predicted_ms, &goal_ms);
+	p->predicted_ms = predicted_ms;
 	if (p->switching_over) {
 		log_info(TAG, "switchover: pausing the guest for the final epoch after epoch %llu "
 			 "(predicted downtime %.2f ms); the secondary takes over and this VM becomes "
 			 "its standby at %s", (unsigned long long)p->ep.epoch, predicted_ms,
 			 p->switch_listen);
-	} else if (predicted_ms > p->migrate_ms) {
+	} else if (step == REPL_CONVERGE_THROTTLE) {
 		if (repl_pc_src_due(p)) {
-			log_info(TAG, "migration: predicted downtime %.2f ms > %u ms after %llu epochs: "
+			log_info(TAG, "migration: predicted downtime %.2f ms > %.2f ms after %llu epochs: "
 				 "post-copy at the next epoch the link has room for", predicted_ms,
-				 p->migrate_ms, (unsigned long long)p->ep.epoch);
+				 goal_ms, (unsigned long long)p->ep.epoch);
 			return;
 		}
 		if (!p->auto_converge || ++p->converge_misses < 8 || p->throttle_pct >= 99)
@@ -525,13 +620,21 @@ static void maybe_switch(struct repl_primary *p)
 		p->throttle_pct = p->throttle_pct ? p->throttle_pct + 10 : 20;
 		if (p->throttle_pct > 99)
 			p->throttle_pct = 99;
-		log_info(TAG, "auto-converge: predicted downtime %.2f ms > %u ms: throttle %u %%",
-			 predicted_ms, p->migrate_ms, p->throttle_pct);
+		log_info(TAG, "auto-converge: predicted downtime %.2f ms > %.2f ms (pause %.2f + round "
+			 "trip %.2f + %.0f bytes of the last epoch %.2f ms): throttle %u %%", predicted_ms,
+			 goal_ms, c.pause_ms, c.rtt_ms, c.bytes, predicted_ms - c.pause_ms - c.rtt_ms,
+			 p->throttle_pct);
 		return;
 	} else {
-		log_info(TAG, "migration: predicted downtime %.2f ms <= %u ms after %llu epochs: "
-			 "pausing the guest for the final epoch (from here on it cannot be "
-			 "cancelled)", predicted_ms, p->migrate_ms, (unsigned long long)p->ep.epoch);
+		if (goal_ms > p->migrate_ms)
+			log_info(TAG, "migration: the pause and one round trip alone take %.2f ms, more "
+				 "than half of the %u ms asked for: the hand-over waits only for the guest's "
+				 "writes to fit in half of it", c.pause_ms + c.rtt_ms, p->migrate_ms);
+		log_info(TAG, "migration: predicted downtime %.2f ms <= %.2f ms after %llu epochs "
+			 "(pause %.2f + round trip %.2f + last epoch %.2f ms): pausing the guest for "
+			 "the final epoch (from here on it cannot be cancelled)", predicted_ms, goal_ms,
+			 (unsigned long long)p->ep.epoch, c.pause_ms, c.rtt_ms,
+			 predicted_ms - c.pause_ms - c.rtt_ms);
 	}
 	pause_for_handover(p, false);
 }
@@ -585,6 +688,7 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 	hold_after_stall(p, epoch);
 	if (!repl_epoch_ack(&p->ep, epoch))
 		return;
+	note_rtt(p);
 	if (p->state == P_PROTECTING) {
 		p->state = P_PROTECTED;
 		log_info(TAG, "protected: secondary holds epoch %llu, %.1f ms after sync began",
@@ -603,6 +707,7 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 			/* The destination may win the key: give it up without waiting
 			 * (nothing leaves here from now on: the lease gate is shut). */
 			ev_timer_stop(p->loop, &p->lease_w);
+			p->resigned = true;
 			repl_witness_resign(p->wit);
 		}
 		return;
@@ -618,7 +723,11 @@ static void on_ack(struct repl_primary *p, uint64_t epoch)
 static void on_sync_done(void *ctx)
 {
 	struct repl_primary *p = ctx;
+	double ms = (now_ns() - p->sync.t0_ns) / 1e6;
 
+	/* What the link carried while the sync filled it: its bandwidth. */
+	if (!p->o->resume_epoch && ms > 0)
+		p->link_bytes_per_ms = (double)(p->link.bytes_sent - p->sync_bytes0) / ms;
 	p->state = P_PROTECTING;
 	p->transient_since_ns = 0;
 	(void)run_epoch(p);
@@ -635,6 +744,7 @@ static void start_sync(struct repl_primary *p)
 {
 	struct repl_fault f;
 
+	p->sync_bytes0 = p->link.bytes_sent;
 	if (repl_sync_start(&p->sync, &f) < 0) {
 		on_fault(p, &f);
 		return;
@@ -848,8 +958,15 @@ static void on_sent(struct net_conn *c, void *cookie, int status, void *ctx)
 	int kind = cookie ? *(int *)cookie : 0;
 
 	(void)c;
-	(void)status;
 	p->ep.st.bytes_sent = p->link.bytes_sent;
+	if (cookie && cookie == p->handover_tx) {
+		/* Whole in the kernel (0), or dropped with the connection: then
+		 * the destination never got the order to run the guest. */
+		p->handover_tx = NULL;
+		p->handover_out = status == 0;
+		log_info(TAG, "migration: the hand-over %s", status == 0 ? "left for the destination" :
+			 "never left this host (the connection died first)");
+	}
 	if (repl_link_sent_owned(cookie)) {
 		if (p->state == P_SYNC)
 			repl_sync_room(&p->sync);
@@ -1001,6 +1118,8 @@ static void finish(struct repl_primary *p, int status)
 {
 	if (p->state == P_DONE)
 		return;
+	if (p->in_doubt)
+		status = REPL_EXIT_REPLACED;   /* the destination may run the guest */
 	if (p->link.conn && p->state >= P_SYNC && p->state != P_UNPROTECTED &&
 	    p->state != P_SWITCHING) {
 		if (repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
@@ -1085,6 +1204,7 @@ static int engine_init(struct repl_primary *p)
 	p->vm->on_output = on_vm_output;
 	p->vm->cb_ctx = p;
 	p->min_epoch_ms = p->o->min_epoch_ms ? p->o->min_epoch_ms : REPL_MIN_EPOCH_MS;
+	p->rtt_ms = -1;
 	repl_vm_set_gated(p->vm, true);
 	repl_link_init(&p->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	if ((r = repl_epochs_init(&p->ep, p->vm, &p->link, getenv("UNDERSTUDY_VERIFY") != NULL)) < 0 ||
@@ -1165,6 +1285,10 @@ char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
 
 static char *control_text(void *ctx, const char *req)
 {
+	char *reply;
+
+	if (!strcmp(req, "takeover") && (reply = repl_primary_resume_request(ctx)))
+		return reply;
 	if (!strncmp(req, "migrate ", 8))
 		return repl_primary_migrate_request(ctx, req);
 	if (!strcmp(req, "cancel"))
@@ -1433,6 +1557,25 @@ void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool aut
 	p->auto_converge = auto_converge;
 	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
 		 "is at most %u ms", downtime_ms);
+}
+
+char *repl_primary_resume_request(struct repl_primary *p)
+{
+	if (!p->in_doubt)
+		return NULL;
+	if (p->wit && p->resigned)
+		return strdup("error the witness key was given up for the destination: it may win "
+			      "it; restart this VM from a copy instead\n");
+	log_warn(TAG, "takeover asked: the destination does not run the guest (the operator says "
+		 "so); the guest resumes here from epoch %llu, UNPROTECTED",
+		 (unsigned long long)p->final_epoch);
+	p->in_doubt = p->finishing = p->keep_standby = false;
+	p->state = P_UNPROTECTED;
+	repl_pri_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
+	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: resumed after a migration in doubt");
+	repl_vm_set_gated(p->vm, false);
+	machine_resume(p->vm->m);
+	return strdup("ok took over: the guest runs here, unprotected\n");
 }
 
 bool repl_primary_replaceable(const struct repl_primary *p)

@@ -273,6 +273,7 @@ struct repl_stats {
 	uint64_t bytes_sent;
 	uint64_t pre_passes, pre_pages, pre_resent;   /* pre-copies; their pages; ...sent again at the pause */
 	uint64_t lag_ns;          /* capture of the last acked epoch -> its ACK */
+	uint64_t lag_bytes;       /* ...and what it sent after its pause */
 	struct repl_hist pause_h; /* every pause (primary) or apply (secondary) */
 	struct repl_hist commit_h;   /* capture -> ACK of each acked epoch (primary) */
 	struct proto_page_stats pages;   /* pages of the epochs, by encoding */
@@ -316,6 +317,9 @@ void repl_fault_reason(const struct repl_fault *f, char *out, size_t len);
  * the calling loop blocks MS ms while the agent's other threads (vCPUs,
  * beats) run on: a hung, not stopped, agent. The reply (malloc'd). */
 char *repl_fault_test_wedge(const char *req);
+/* Tests (UNDERSTUDY_TEST_HOOKS=1 and UNDERSTUDY_TEST_STOP=where): the agent
+ * says so and stops itself (SIGSTOP) at that point, for a kill there. */
+void repl_fault_test_stop(const char *where);
 
 /* ---- the primary's epochs (epoch.c) ---------------------------------------- */
 
@@ -343,6 +347,7 @@ struct repl_epoch {
 	uint64_t out_mark;         /* guest output produced up to the pause */
 	uint64_t net_mark;         /* frames the guest sent up to the pause */
 	uint64_t capture_ns;
+	uint64_t bytes;            /* sent after the pause (buf; the pre-copy is not in it) */
 	struct proto_buf buf;
 	struct proto_buf pre;      /* the pre-copy's part, sent before the pause */
 };
@@ -713,6 +718,11 @@ const char *repl_primary_state(const struct repl_primary *p);
 /* Stops a protection or migration not yet handing over: the secondary is
  * told to stand down, the VM runs on unprotected. */
 void repl_primary_cancel(struct repl_primary *p);
+/* "takeover" to an engine whose migration is in doubt (the link failed
+ * after the hand-over left; the guest is paused): the operator made sure
+ * the destination does not run the guest, so it resumes here unprotected.
+ * The reply (malloc'd); NULL when the engine is not in doubt. */
+char *repl_primary_resume_request(struct repl_primary *p);
 /* Hands the guest over to the engine's own secondary as soon as the
  * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
 void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);

@@ -493,6 +493,7 @@ static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 			 "taking over now", (unsigned long long)f->epoch,
 			 (unsigned long long)s->stage.applied);
 		s->migrate_now = true;   /* after_feed: not inside the decoder */
+		repl_fault_test_stop("handover");
 		return 0;
 	}
 	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES) {
@@ -946,7 +947,10 @@ static char *switchback_request(struct repl_secondary *s)
 static char *control_text(void *ctx, const char *req)
 {
 	struct repl_secondary *s = ctx;
+	char *reply;
 
+	if (!strcmp(req, "takeover") && s->engine && (reply = repl_primary_resume_request(s->engine)))
+		return reply;
 	if (!strcmp(req, "takeover"))
 		return repl_sec_takeover_request(ctx);
 	if (!strncmp(req, "drill", 5))

@@ -66,7 +66,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"\"migration_downtime_ms\":%.3f,\"migration_total_ms\":%.3f,"
 			"\"throttle_pct\":%u,\"resumed_epoch\":%llu,\"switch_in_ms\":%.3f,"
 			"\"precopy_passes\":%llu,\"precopy_pages\":%llu,\"precopy_resent\":%llu,"
-			"\"left_bytes\":%llu%s}\n" :
+			"\"left_bytes\":%llu,\"predicted_downtime_ms\":%.3f%s}\n" :
 			"role primary\nstate %s\npeer %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
@@ -75,7 +75,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n"
 			"resumed from epoch %llu (switchover, downtime about %.3f ms)\n"
 			"pre-copy %llu passes, %llu pages, %llu sent again at the pause\n"
-			"left to send about %llu bytes\n%s",
+			"left to send about %llu bytes\npredicted downtime %.3f ms\n%s",
 			repl_primary_state(p), p->o->peer ? p->o->peer : "", (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
@@ -87,7 +87,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			json || reason[0] ? reason : "none", fencing, p->downtime_ms, p->migration_ms,
 			p->throttle_pct, (unsigned long long)p->o->resume_epoch, p->o->switch_downtime_ms,
 			(unsigned long long)q->st.pre_passes, (unsigned long long)q->st.pre_pages,
-			(unsigned long long)q->st.pre_resent, (unsigned long long)left_bytes(p), tail);
+			(unsigned long long)q->st.pre_resent, (unsigned long long)left_bytes(p), p->predicted_ms, tail);
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)
@@ -152,6 +152,8 @@ const char *repl_primary_state(const struct repl_primary *p)
 {
 	if (p->migrated)
 		return "migrated";
+	if (p->in_doubt)
+		return "in-doubt";
 	if (repl_pc_src_state(p))
 		return repl_pc_src_state(p);
 	return pstate_names[p->state];
