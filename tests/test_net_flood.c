@@ -256,11 +256,86 @@ static void test_flood_tcp_candidates(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ---- 8: /metrics ------------------------------------------------------------------ */
+
+static char *render(void *ctx, size_t *len)
+{
+	(void)ctx;
+	*len = strlen("understudy_up 1\n");
+	return strdup("understudy_up 1\n");
+}
+
+/* A scrape of 127.0.0.1:port while the loop runs: ms until the whole
+ * answer, or -1 if it was not a 200 with the page within GET_IN_MS. */
+static double scrape(struct ev_loop *loop, int port, struct flood *f, int during)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	char buf[4096];
+	size_t got = 0;
+	uint64_t t0 = now_ns();
+	bool eof = false, sent = false;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS);
+	/* A scraper asks as soon as it is connected, then the flood goes on. */
+	for (int i = 0; i < 1000 && !sent; i++) {
+		sent = write(fd, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1;
+		if (!sent)
+			usleep(100);
+	}
+	flood_more(f, loop, port, during);
+	while (!eof && ms_since(t0) < GET_IN_MS) {
+		ssize_t n;
+
+		ev_run(loop, EVRUN_NOWAIT);
+		n = read(fd, buf + got, sizeof(buf) - 1 - got);
+		if (n > 0)
+			got += (size_t)n;
+		eof = n == 0 || (n < 0 && errno != EAGAIN && errno != ENOTCONN);
+		if (!eof)
+			usleep(100);
+	}
+	close(fd);
+	buf[got] = 0;
+	if (!eof || strncmp(buf, "HTTP/1.1 200", 12) || !strstr(buf, "understudy_up 1\n"))
+		return -1;
+	return ms_since(t0);
+}
+
+static void test_flood_metrics(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_metrics *m;
+	struct flood f = { .n = 0 };
+	double quiet, held, during;
+	int port;
+
+	(void)state;
+	assert_int_equal(net_metrics_start(loop, "127.0.0.1:0", render, NULL, &m), 0);
+	port = net_metrics_port(m);
+	quiet = scrape(loop, port, &f, 0);
+	flood_more(&f, loop, port, FLOOD);
+	nt_run_for(loop, 50);
+	held = scrape(loop, port, &f, 0);
+	during = scrape(loop, port, &f, FLOOD);
+	printf("scrape: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms while %d more "
+	       "came\n", quiet, held, FLOOD, during, FLOOD);
+	assert_true(quiet >= 0);
+	assert_true(held >= 0);
+	assert_true(during >= 0);
+	flood_end(&f);
+	net_metrics_stop(m);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flood_tls_listener),
 		cmocka_unit_test(test_flood_tcp_candidates),
+		cmocka_unit_test(test_flood_metrics),
 	};
 
 	return cmocka_run_group_tests(tests, nt_setup, nt_teardown);
