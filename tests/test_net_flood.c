@@ -330,12 +330,88 @@ static void test_flood_metrics(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ---- 8: the console --------------------------------------------------------------- */
+
+struct typed {
+	char buf[64];
+	size_t len;
+	int lines;
+};
+
+static size_t con_input(void *ctx, const uint8_t *buf, size_t len)
+{
+	struct typed *t = ctx;
+
+	for (size_t i = 0; i < len && t->len < sizeof(t->buf) - 1; i++) {
+		t->buf[t->len++] = (char)buf[i];
+		t->lines += buf[i] == '\n';
+	}
+	return len;
+}
+
+/* A user types line on fd (connected or still connecting): ms until the
+ * guest's side has it, or -1. */
+static double type_line(struct ev_loop *loop, int fd, struct typed *t, const char *line)
+{
+	uint64_t t0 = now_ns();
+	int want = t->lines + 1;
+	bool sent = false;
+
+	while (t->lines < want && ms_since(t0) < GET_IN_MS) {
+		if (!sent)
+			sent = write(fd, line, strlen(line)) == (ssize_t)strlen(line);
+		ev_run(loop, EVRUN_NOWAIT);
+		usleep(100);
+	}
+	return t->lines == want ? ms_since(t0) : -1;
+}
+
+static void test_flood_console(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct typed t = { .len = 0 };
+	struct console_ops ops = { .input = con_input, .ctx = &t };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct console *con;
+	struct flood f = { .n = 0 };
+	double first, again;
+	char buf[16];
+	int fd, port;
+
+	(void)state;
+	assert_int_equal(console_open(loop, "tcp:127.0.0.1:0", &ops, &con), 0);
+	port = console_port(con);
+	flood_more(&f, loop, port, FLOOD);
+	nt_run_for(loop, 50);
+	/* A user after 200 idle clients: its line reaches the guest. */
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	assert_true(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS);
+	first = type_line(loop, fd, &t, "hello\n");
+	/* Typing, it keeps the console when more idle ones come. */
+	flood_more(&f, loop, port, 20);
+	nt_run_for(loop, 100);
+	again = type_line(loop, fd, &t, "again\n");
+	printf("console: a line typed after %d idle clients arrived in %.1f ms, the next one "
+	       "after %d more in %.1f ms\n", FLOOD, first, 20, again);
+	assert_true(first >= 0);
+	assert_true(again >= 0);
+	assert_string_equal(t.buf, "hello\nagain\n");
+	assert_true(read(fd, buf, sizeof(buf)) < 0 && errno == EAGAIN); /* still connected */
+	close(fd);
+	flood_end(&f);
+	console_free(con);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flood_tls_listener),
 		cmocka_unit_test(test_flood_tcp_candidates),
 		cmocka_unit_test(test_flood_metrics),
+		cmocka_unit_test(test_flood_console),
 	};
 
 	return cmocka_run_group_tests(tests, nt_setup, nt_teardown);
