@@ -124,6 +124,8 @@ struct net_conn_acceptor {
 	unsigned setup_ms;            /* deadline of each one's setup */
 	unsigned silent_ms;           /* ... until its first byte (<= setup_ms) */
 	unsigned max_setups, per_source;
+	uint64_t silent_log_ns;       /* silent ones dropped: one line per 10 s */
+	unsigned silent_unlogged;
 };
 
 /* A connection on socket fd with transport t; ep and host as for

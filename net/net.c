@@ -552,6 +552,27 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- starting a connection, for net/open.c ------------------------------------ */
 
+static uint64_t ms_since(uint64_t ns)
+{
+	return (now_ns() - ns) / 1000000;
+}
+
+/* Connections that never said anything are what a flood is made of: one
+ * line per 10 s about them, saying how many went unsaid. */
+static void setup_log_silent(struct net_conn *c)
+{
+	struct net_conn_acceptor *a = c->acceptor;
+
+	if (a->silent_log_ns && ms_since(a->silent_log_ns) < 10000) {
+		a->silent_unlogged++;
+		return;
+	}
+	log_warn(TAG, "accepted %s: sent nothing within %u ms: closed (%u more like it unsaid)",
+		 c->peer, c->setup_ms, a->silent_unlogged);
+	a->silent_log_ns = now_ns();
+	a->silent_unlogged = 0;
+}
+
 /* Not up in time: a peer that takes the TCP connection but never completes
  * the setup (a silent TLS peer) is handled as a lost one. */
 static void on_setup_timeout(struct ev_loop *loop, ev_timer *w, int revents)
@@ -561,7 +582,7 @@ static void on_setup_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	if (c->acceptor && !c->heard)
-		log_error(TAG, "accepted %s: sent nothing within %u ms", c->peer, c->setup_ms);
+		setup_log_silent(c);
 	else
 		log_error(TAG, "%s %s: no %s within %u ms", c->acceptor ? "accepted" : "connection to",
 			  c->peer, c->connecting ? "connection" : "handshake", c->setup_ms);
@@ -576,11 +597,6 @@ static void setup_deadline(struct net_conn *c, unsigned setup_ms)
 	ev_timer_stop(c->loop, &c->setup_w);
 	ev_timer_set(&c->setup_w, setup_ms / 1e3, 0);
 	ev_timer_start(c->loop, &c->setup_w);
-}
-
-static uint64_t ms_since(uint64_t ns)
-{
-	return (now_ns() - ns) / 1000000;
 }
 
 /* An accepted connection's first bytes: the rest of the full deadline. */
