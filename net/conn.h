@@ -110,7 +110,11 @@ bool net_queue_unissued(const struct net_conn *c);
 
 /* What a listener hands the connections it accepts: fn(l, c, ctx) once one
  * is up (in place of connected()), and the list of those still in their
- * setup, which a connection leaves when it comes up or is freed. */
+ * setup, which a connection leaves when it comes up or is freed. The setup
+ * slots are shared fairly (net_acceptor_admit): at most max_setups at once,
+ * per_source of them from one address; one that has sent nothing yet
+ * (silent) must send within silent_ms, and is the first to go for a
+ * newcomer when the slots are full. */
 struct net_conn_acceptor {
 	struct net_listener *l;
 	net_accept_fn fn;
@@ -118,6 +122,10 @@ struct net_conn_acceptor {
 	struct net_conn *hs_head;
 	unsigned hs_count;            /* on that list */
 	unsigned setup_ms;            /* deadline of each one's setup */
+	unsigned silent_ms;           /* ... until its first byte (<= setup_ms) */
+	unsigned max_setups, per_source;
+	uint64_t silent_log_ns;       /* silent ones dropped: one line per 10 s */
+	unsigned silent_unlogged;
 };
 
 /* A connection on socket fd with transport t; ep and host as for
@@ -131,7 +139,17 @@ int net_conn_new(struct ev_loop *loop, int fd, const struct net_transport_ops *t
 int net_conn_dial(struct net_conn *c, const struct sockaddr_storage *ss, socklen_t sslen,
 		  unsigned setup_ms) US_MUST_CHECK;
 /* Server: c was accepted for a: it joins a's list and its setup starts,
- * dropped if not up within a->setup_ms. c may be gone on return. */
+ * dropped if it sends nothing within a->silent_ms or is not up within
+ * a->setup_ms. c may be gone on return. */
 void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a);
+/* Before accepting one more from peer ("ADDR:PORT"): room for it. When its
+ * address already has per_source setups, the oldest of them that has sent
+ * nothing (else the oldest) is closed; when all max_setups are taken, the
+ * oldest silent one, else the oldest if it has been at it longer than
+ * silent_ms. 0 when there is room now (*evicted: "" or whom it closed,
+ * for a log line), -EBUSY when every setup is young and talking: the
+ * newcomer must go. */
+int net_acceptor_admit(struct net_conn_acceptor *a, const char *peer, char *evicted,
+		       size_t len) US_MUST_CHECK;
 
 #endif

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +31,8 @@ struct console {
 	int port;
 	ev_io in_w, out_w, accept_w;
 	ev_timer eof_w;             /* a half-closed client: when to close it */
+	ev_timer idle_w;            /* a client that typed: when it gives way */
+	bool yields;                /* the client gives way to a newcomer */
 	bool in_eof;                /* the client sent its last byte */
 	bool in_any;                /* it sent at least one */
 	uint64_t eof_ns, moved_ns;  /* its EOF; the last byte in or out since */
@@ -91,7 +95,8 @@ static int listen_tcp(const char *host, int port, int *port_out)
 		goto out;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 4) < 0) {
+	/* Room for a burst: a SYN dropped on a full backlog waits a second. */
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
 		r = -errno;
 		log_error(TAG, "listening on %s:%d: %s", host, port, strerror(errno));
 		close(fd);
@@ -113,7 +118,8 @@ static void drop_client(struct console *c)
 	ev_io_stop(c->loop, &c->in_w);
 	ev_io_stop(c->loop, &c->out_w);
 	ev_timer_stop(c->loop, &c->eof_w);
-	c->in_eof = c->in_any = false;
+	ev_timer_stop(c->loop, &c->idle_w);
+	c->in_eof = c->in_any = c->yields = false;
 	close(c->in_fd);
 	c->in_fd = c->out_fd = -1;
 	if (c->listen_fd >= 0)
@@ -277,6 +283,32 @@ static void on_eof_check(struct ev_loop *loop, ev_timer *w, int revents)
 		c->ops.hangup(c->ops.ctx);
 }
 
+/* The client keeps the console: newcomers wait in the backlog. */
+static void hold(struct console *c)
+{
+	c->yields = false;
+	ev_io_stop(c->loop, &c->accept_w);
+}
+
+/* The client gives way to the next one that connects. */
+static void yield(struct console *c)
+{
+	c->yields = true;
+	if (c->listen_fd >= 0)
+		ev_io_start(c->loop, &c->accept_w);
+}
+
+static void on_idle(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct console *c = w->data;
+
+	(void)loop;
+	(void)revents;
+	ev_timer_stop(c->loop, &c->idle_w);
+	if (c->in_fd >= 0 && !c->in_eof)
+		yield(c);
+}
+
 static void on_in(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct console *c = w->data;
@@ -293,6 +325,7 @@ static void on_in(struct ev_loop *loop, ev_io *w, int revents)
 	}
 	if (n == 0 && c->tcp) {
 		ev_io_stop(c->loop, &c->in_w);
+		hold(c);                 /* until its replies are out */
 		c->in_eof = true;
 		c->eof_ns = c->moved_ns = now_ns();
 		ev_timer_again(c->loop, &c->eof_w);
@@ -308,6 +341,10 @@ static void on_in(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	c->in_any = true;
+	if (c->tcp) {
+		hold(c);
+		ev_timer_again(c->loop, &c->idle_w);
+	}
 	c->pending_in_len = (size_t)n;
 	c->pending_in_off = 0;
 	deliver_input(c);
@@ -323,17 +360,32 @@ static void on_out(struct ev_loop *loop, ev_io *w, int revents)
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct console *c = w->data;
-	int fd, one = 1;
+	int fd, one = 1, inq = 0;
 
 	(void)revents;
+	/* Bytes it sent and the console has not read yet (input paused)
+	 * count as typing. */
+	if (c->in_fd >= 0 && c->yields && ioctl(c->in_fd, SIOCINQ, &inq) == 0 && inq > 0)
+		hold(c);
+	if (c->in_fd >= 0 && !c->yields) {
+		ev_io_stop(loop, &c->accept_w); /* the client holds it: wait */
+		return;
+	}
 	fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (fd < 0) {
 		net_accept_failed(&c->guard, errno);
 		return;
 	}
+	if (c->in_fd >= 0) {
+		net_accept_log(&c->guard, c->in_any ? "an idle client gave way to a new one"
+						    : "a client that sent nothing gave way to a new one");
+		drop_client(c);
+		if (c->ops.hangup)
+			c->ops.hangup(c->ops.ctx);
+	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->in_fd = c->out_fd = fd;
-	ev_io_stop(loop, &c->accept_w);
+	yield(c);                        /* until it sends something */
 	ev_io_set(&c->in_w, fd, EV_READ);
 	ev_io_set(&c->out_w, fd, EV_WRITE);
 	if (!c->input_paused)
@@ -364,7 +416,8 @@ int console_open(struct ev_loop *loop, const char *spec, const struct console_op
 	ev_io_init(&c->in_w, on_in, 0, EV_READ);
 	ev_io_init(&c->out_w, on_out, 1, EV_WRITE);
 	ev_timer_init(&c->eof_w, on_eof_check, 0., CONSOLE_EOF_CHECK_MS / 1000.);
-	c->in_w.data = c->out_w.data = c->accept_w.data = c->eof_w.data = c;
+	ev_timer_init(&c->idle_w, on_idle, 0., CONSOLE_IDLE_MS / 1000.);
+	c->in_w.data = c->out_w.data = c->accept_w.data = c->eof_w.data = c->idle_w.data = c;
 	if (!strcmp(spec, "stdio")) {
 		c->in_fd = 0;
 		c->out_fd = 1;
@@ -481,6 +534,7 @@ void console_free(struct console *c)
 	ev_io_stop(c->loop, &c->in_w);
 	ev_io_stop(c->loop, &c->out_w);
 	ev_timer_stop(c->loop, &c->eof_w);
+	ev_timer_stop(c->loop, &c->idle_w);
 	console_close_endpoint(c);
 	if (!c->tcp && c->in_fd == 0) {
 		int fl = fcntl(0, F_GETFL);

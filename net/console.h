@@ -16,7 +16,14 @@
  * a port probe, as soon as nothing is waiting), and at the latest
  * CONSOLE_EOF_MAX_MS after the EOF. Output not yet written when a client
  * goes (or is closed) stays in the backlog for the next client; bytes the
- * kernel took for a peer that had already closed its socket go with it. */
+ * kernel took for a peer that had already closed its socket go with it.
+ *
+ * One client at a time, but nobody idle keeps the console from the next
+ * user: a TCP client that has sent nothing yet, or nothing for
+ * CONSOLE_IDLE_MS, gives way to the next one that connects (it is closed,
+ * logged, and the newcomer gets the console). A client typing, or one that
+ * half-closed and waits for its replies, keeps it; a newcomer waits in the
+ * backlog meanwhile. */
 #ifndef US_NET_CONSOLE_H
 #define US_NET_CONSOLE_H
 
@@ -29,6 +36,7 @@
 #define CONSOLE_CLIENT_MAX (4u << 20)
 #define CONSOLE_EOF_QUIET_MS 1000
 #define CONSOLE_EOF_MAX_MS 10000
+#define CONSOLE_IDLE_MS 60000
 
 struct console;
 

@@ -22,14 +22,20 @@
 #include "net/socket.h"
 
 #define TAG "control"
-/* Clients that have not had their reply yet: a new one beyond is closed. */
+/* Clients that have not had their reply yet. A new one beyond takes the
+ * place of the oldest (one still to send its request first): idle clients
+ * cannot lock the next user out. */
 #define CONTROL_MAX_CLIENTS 16
+/* From its connection to its reply written, or the client is closed. */
+#define CONTROL_DEADLINE_MS 2000
 
 struct conn {
 	struct control *ctl;
 	struct conn *next;
 	int fd;
 	ev_io w;
+	ev_timer deadline_w;
+	uint64_t since_ns;              /* accepted */
 	char *out;
 	size_t out_len, out_off;
 	struct control_line in;
@@ -58,9 +64,35 @@ static void conn_free(struct conn *k)
 		k->ctl->nconns--;
 	}
 	ev_io_stop(k->ctl->loop, &k->w);
+	ev_timer_stop(k->ctl->loop, &k->deadline_w);
 	close(k->fd);
 	free(k->out);
 	free(k);
+}
+
+static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct conn *k = w->data;
+
+	(void)loop;
+	(void)revents;
+	net_accept_log(&k->ctl->guard, k->out ? "client closed: reply not taken within 2 s"
+					      : "client closed: no request within 2 s");
+	conn_free(k);
+}
+
+/* Room for one more client: the oldest still to send its request (else the
+ * oldest) is closed. */
+static void make_room(struct control *c)
+{
+	struct conn *v = NULL;
+
+	for (struct conn *k = c->conns; k; k = k->next)
+		if (!v || (!k->out && v->out) || (!k->out == !v->out && k->since_ns < v->since_ns))
+			v = k;
+	net_accept_log(&c->guard, v->out ? "client closed to make room: reply not taken"
+					 : "client closed to make room: no request yet");
+	conn_free(v);
 }
 
 static void on_conn_write(struct ev_loop *loop, ev_io *w, int revents)
@@ -100,6 +132,11 @@ static void reply(struct conn *k, char *text)
 	}
 	k->out = text;
 	k->out_len = text ? len : 0;
+	/* The handler may have taken long (a takeover): 2 s from now. */
+	ev_now_update(k->ctl->loop);
+	ev_timer_stop(k->ctl->loop, &k->deadline_w);
+	ev_timer_set(&k->deadline_w, CONTROL_DEADLINE_MS / 1e3, 0);
+	ev_timer_start(k->ctl->loop, &k->deadline_w);
 	ev_io_stop(k->ctl->loop, &k->w);
 	ev_io_init(&k->w, on_conn_write, k->fd, EV_WRITE);
 	k->w.data = k;
@@ -195,11 +232,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	}
 	if (check_peer(fd))
 		return;
-	if (c->nconns >= CONTROL_MAX_CLIENTS) {
-		net_accept_log(&c->guard, "client closed: too many clients waiting for a reply");
-		close(fd);
-		return;
-	}
+	if (c->nconns >= CONTROL_MAX_CLIENTS)
+		make_room(c);
 	k = calloc(1, sizeof(*k));
 	if (!k) {
 		close(fd);
@@ -207,12 +241,18 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	}
 	k->ctl = c;
 	k->fd = fd;
+	k->since_ns = now_ns();
 	k->next = c->conns;
 	c->conns = k;
 	c->nconns++;
 	ev_io_init(&k->w, on_conn_read, fd, EV_READ);
 	k->w.data = k;
+	ev_timer_init(&k->deadline_w, on_deadline, CONTROL_DEADLINE_MS / 1e3, 0);
+	k->deadline_w.data = k;
+	ev_timer_start(loop, &k->deadline_w);
 	ev_io_start(loop, &k->w);
+	/* The request may be there already: served now, in accept order. */
+	on_conn_read(loop, &k->w, EV_READ);
 }
 
 /* A socket file left by an agent that died is replaced; anything else at
@@ -269,7 +309,7 @@ int control_open(struct ev_loop *loop, const char *path, control_handler handler
 		log_error(TAG, "control socket %s is not private to its user", path);
 		goto err_file;
 	}
-	if (listen(c->fd, 8) < 0) {
+	if (listen(c->fd, 64) < 0) {
 		r = -errno;
 		goto err_file;
 	}

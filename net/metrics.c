@@ -2,7 +2,15 @@
  * mode. MHD_USE_EPOLL gives one epoll fd that becomes readable whenever any
  * of MHD's sockets (the listener, the connections) has something to do;
  * an ev_io on it calls MHD_run(), and an ev_timer set from MHD_get_timeout()
- * lets MHD close idle connections. Nothing runs outside the loop thread. */
+ * lets MHD close idle connections. Nothing runs outside the loop thread.
+ *
+ * Idle connections cannot starve a scrape: MHD refuses a connection beyond
+ * its limit, so 32 that sent nothing made every scrape fail until MHD's
+ * timeout (issue 25). This file keeps its own count of the connections
+ * (MHD's notifications) and, past CONN_LIMIT, shuts down the socket of the
+ * one idle longest (no request under way, no bytes waiting); MHD then sees
+ * it end and closes it. A per-address limit would not do: a scraper on the
+ * same host shares 127.0.0.1 with local flooders. */
 #include "net/metrics.h"
 
 #include <errno.h>
@@ -11,14 +19,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "net/net.h"
 
 #define TAG "metrics"
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
-#define CONN_LIMIT 32            /* scrapers at once */
+#define CONN_LIMIT 32            /* scrapers at once; a new one replaces an idle one */
+#define CONN_SLACK 16            /* MHD's own limit is above: connections shut, not yet closed */
 #define CONN_TIMEOUT_S 10        /* an idle connection is closed after this */
+
+/* A connection MHD serves, as far as making room goes. */
+struct mconn {
+	struct MHD_Connection *c;
+	int fd;
+	uint64_t idle_ns;            /* since when it is idle, or busy */
+	bool busy;                   /* a request under way */
+	bool shut;                   /* shut down to make room: MHD closes it */
+	struct mconn *next;
+};
 
 struct net_metrics {
 	struct ev_loop *loop;
@@ -28,7 +49,120 @@ struct net_metrics {
 	int port;
 	ev_io io_w;
 	ev_timer timeout_w;
+	struct mconn *conns;
+	unsigned live;               /* conns not shut */
+	uint64_t log_ns;             /* one line per 10 s about room made */
+	unsigned unlogged;
 };
+
+static struct mconn *mconn_find(struct net_metrics *m, struct MHD_Connection *c)
+{
+	struct mconn *k = m->conns;
+
+	while (k && k->c != c)
+		k = k->next;
+	return k;
+}
+
+/* Idle: nothing under way and no bytes waiting to be read. */
+static bool mconn_idle(const struct mconn *k)
+{
+	int inq = 0;
+
+	return !k->busy && !(ioctl(k->fd, SIOCINQ, &inq) == 0 && inq > 0);
+}
+
+/* Past CONN_LIMIT: the connection idle longest (not the newcomer) is shut;
+ * if none is idle, the one whose request has been under way longest, past
+ * STALLED_MS (a scrape is answered at once: its headers are stalling). */
+#define STALLED_MS 1000
+
+static void make_room(struct net_metrics *m, const struct mconn *newcomer)
+{
+	struct mconn *v = NULL, *slow = NULL;
+
+	for (struct mconn *k = m->conns; k; k = k->next) {
+		if (k == newcomer || k->shut)
+			continue;
+		if (mconn_idle(k) && (!v || k->idle_ns < v->idle_ns))
+			v = k;
+		if (k->busy && (!slow || k->idle_ns < slow->idle_ns))
+			slow = k;
+	}
+	if (!v && slow && now_ns() - slow->idle_ns > STALLED_MS * 1000000ull)
+		v = slow;
+	if (!v)
+		return;          /* all young and busy: MHD's own limit is the bound */
+	shutdown(v->fd, SHUT_RDWR);
+	v->shut = true;
+	m->live--;
+	if (!m->log_ns || now_ns() - m->log_ns >= 10000000000ull) {
+		log_warn(TAG, "%u connections: one %s for %llu ms closed to make room (%u more like "
+			 "it unsaid)", CONN_LIMIT, v->busy ? "stalled" : "idle",
+			 (unsigned long long)((now_ns() - v->idle_ns) / 1000000), m->unlogged);
+		m->log_ns = now_ns();
+		m->unlogged = 0;
+	} else {
+		m->unlogged++;
+	}
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct net_metrics *m = cls;
+	const union MHD_ConnectionInfo *info;
+	struct mconn *k, **p;
+
+	(void)socket_ctx;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (!info || !(k = calloc(1, sizeof(*k))))
+			return;
+		k->c = c;
+		k->fd = info->connect_fd;
+		k->idle_ns = now_ns();
+		k->next = m->conns;
+		m->conns = k;
+		if (++m->live > CONN_LIMIT)
+			make_room(m, k);
+		return;
+	}
+	for (p = &m->conns; *p && (*p)->c != c; p = &(*p)->next)
+		;
+	if (!(k = *p))
+		return;
+	*p = k->next;
+	if (!k->shut)
+		m->live--;
+	free(k);
+}
+
+/* The request line is in: the connection is busy until its reply is done. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	struct mconn *k = mconn_find(cls, c);
+
+	(void)uri;
+	if (k) {
+		k->busy = true;
+		k->idle_ns = now_ns();
+	}
+	return NULL;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_ctx,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct mconn *k = mconn_find(cls, c);
+
+	(void)req_ctx;
+	(void)toe;
+	if (k) {
+		k->busy = false;
+		k->idle_ns = now_ns();
+	}
+}
 
 static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned code, const char *text)
 {
@@ -154,7 +288,10 @@ int net_metrics_start(struct ev_loop *loop, const char *host_port, net_metrics_r
 	m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, m,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first: MHD says so */
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-				MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)(CONN_LIMIT + CONN_SLACK),
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
+				MHD_OPTION_URI_LOG_CALLBACK, on_uri, m,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, m,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
 				MHD_OPTION_END);
 	freeaddrinfo(ai);
@@ -193,6 +330,12 @@ void net_metrics_stop(struct net_metrics *m)
 		return;
 	ev_io_stop(m->loop, &m->io_w);
 	ev_timer_stop(m->loop, &m->timeout_w);
-	MHD_stop_daemon(m->d);
+	MHD_stop_daemon(m->d);          /* notifies every connection closed */
+	while (m->conns) {
+		struct mconn *k = m->conns;
+
+		m->conns = k->next;
+		free(k);
+	}
 	free(m);
 }

@@ -37,6 +37,8 @@ struct net_conn {
 	ev_io rio, wio;
 	ev_timer setup_w;             /* deadline of connect + setup */
 	unsigned setup_ms;
+	uint64_t accept_ns;           /* accepted: when */
+	bool heard;                   /* accepted: bytes came before it was up */
 	int fd;                       /* TCP; for RDMA the bootstrap and liveness socket */
 	const struct net_transport_ops *t;
 	void *tp;                     /* the transport's state (t->attach) */
@@ -525,12 +527,16 @@ static void conn_connecting(struct net_conn *c)
 	conn_start(c);
 }
 
+static void setup_heard(struct net_conn *c);
+
 static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct net_conn *c = w->data;
 
 	(void)loop;
 	c->busy++;
+	if (c->acceptor && !c->heard && (revents & EV_READ))
+		setup_heard(c);
 	if (c->connecting) {
 		conn_connecting(c);
 	} else if (c->handshaking && c->t->handshake) {
@@ -546,6 +552,27 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- starting a connection, for net/open.c ------------------------------------ */
 
+static uint64_t ms_since(uint64_t ns)
+{
+	return (now_ns() - ns) / 1000000;
+}
+
+/* Connections that never said anything are what a flood is made of: one
+ * line per 10 s about them, saying how many went unsaid. */
+static void setup_log_silent(struct net_conn *c)
+{
+	struct net_conn_acceptor *a = c->acceptor;
+
+	if (a->silent_log_ns && ms_since(a->silent_log_ns) < 10000) {
+		a->silent_unlogged++;
+		return;
+	}
+	log_warn(TAG, "accepted %s: sent nothing within %u ms: closed (%u more like it unsaid)",
+		 c->peer, c->setup_ms, a->silent_unlogged);
+	a->silent_log_ns = now_ns();
+	a->silent_unlogged = 0;
+}
+
 /* Not up in time: a peer that takes the TCP connection but never completes
  * the setup (a silent TLS peer) is handled as a lost one. */
 static void on_setup_timeout(struct ev_loop *loop, ev_timer *w, int revents)
@@ -554,8 +581,11 @@ static void on_setup_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	log_error(TAG, "%s %s: no %s within %u ms", c->acceptor ? "accepted" : "connection to",
-		  c->peer, c->connecting ? "connection" : "handshake", c->setup_ms);
+	if (c->acceptor && !c->heard)
+		setup_log_silent(c);
+	else
+		log_error(TAG, "%s %s: no %s within %u ms", c->acceptor ? "accepted" : "connection to",
+			  c->peer, c->connecting ? "connection" : "handshake", c->setup_ms);
 	net_conn_enter(c);
 	net_conn_fail(c, -ETIMEDOUT);
 	net_conn_leave(c);
@@ -564,8 +594,84 @@ static void on_setup_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 static void setup_deadline(struct net_conn *c, unsigned setup_ms)
 {
 	c->setup_ms = setup_ms;
+	ev_timer_stop(c->loop, &c->setup_w);
 	ev_timer_set(&c->setup_w, setup_ms / 1e3, 0);
 	ev_timer_start(c->loop, &c->setup_w);
+}
+
+/* An accepted connection's first bytes: the rest of the full deadline. */
+static void setup_heard(struct net_conn *c)
+{
+	uint64_t spent = ms_since(c->accept_ns);
+	unsigned full = c->acceptor->setup_ms;
+
+	c->heard = true;
+	setup_deadline(c, spent < full ? full - (unsigned)spent : 1);
+	c->setup_ms = full;
+}
+
+/* Has it sent anything, read or not yet read? */
+static bool setup_silent(struct net_conn *c)
+{
+	if (!c->heard && net_rx_pending(c))
+		setup_heard(c);
+	return !c->heard;
+}
+
+/* The length of peer's address in "ADDR:PORT". */
+static size_t source_len(const char *peer)
+{
+	const char *colon = strrchr(peer, ':');
+
+	return colon ? (size_t)(colon - peer) : strlen(peer);
+}
+
+bool net_same_host(const char *a, const char *b)
+{
+	size_t n = source_len(a);
+
+	return n == source_len(b) && !memcmp(a, b, n);
+}
+
+/* The oldest setup of a, from source src (NULL: any), silent ones only when
+ * asked; NULL if none. */
+static struct net_conn *oldest_setup(const struct net_conn_acceptor *a, const char *src,
+				     bool silent)
+{
+	struct net_conn *best = NULL;
+
+	for (struct net_conn *c = a->hs_head; c; c = c->hs_next) {
+		if ((src && !net_same_host(c->peer, src)) || (silent && !setup_silent(c)))
+			continue;
+		if (!best || c->accept_ns < best->accept_ns)
+			best = c;
+	}
+	return best;
+}
+
+int net_acceptor_admit(struct net_conn_acceptor *a, const char *peer, char *evicted, size_t len)
+{
+	struct net_conn *v = NULL;
+	unsigned mine = 0;
+
+	evicted[0] = 0;
+	for (struct net_conn *c = a->hs_head; c; c = c->hs_next)
+		mine += net_same_host(c->peer, peer);
+	if (mine >= a->per_source) {
+		v = oldest_setup(a, peer, true);
+		if (!v)
+			v = oldest_setup(a, peer, false);
+	} else if (a->hs_count >= a->max_setups) {
+		v = oldest_setup(a, NULL, true);
+		if (!v && (v = oldest_setup(a, NULL, false)) && ms_since(v->accept_ns) <= a->silent_ms)
+			return -EBUSY;
+	}
+	if (!v)
+		return 0;
+	snprintf(evicted, len, "%s (%s for %llu ms)", v->peer,
+		 v->heard ? "in its setup" : "silent", (unsigned long long)ms_since(v->accept_ns));
+	net_close(v);
+	return 0;
 }
 
 /* Writable = connect finished. */
@@ -593,8 +699,9 @@ void net_conn_accept(struct net_conn *c, struct net_conn_acceptor *a)
 		a->hs_head->hs_prev = c;
 	a->hs_head = c;
 	a->hs_count++;
+	c->accept_ns = now_ns();
 	ev_io_start(c->loop, &c->rio);
-	setup_deadline(c, a->setup_ms);
+	setup_deadline(c, a->silent_ms < a->setup_ms ? a->silent_ms : a->setup_ms);
 	net_conn_enter(c); /* the accept callback may close it */
 	conn_start(c);
 	net_conn_leave(c);

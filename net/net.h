@@ -164,6 +164,8 @@ size_t net_unsent_bytes(const struct net_conn *c);
 size_t net_rx_pending(const struct net_conn *c);
 /* "HOST:PORT" of the peer, for log lines. */
 const char *net_peer_name(const struct net_conn *c);
+/* Two such names with the same HOST (the same source, whatever its port). */
+bool net_same_host(const char *a, const char *b);
 /* What protects the bytes, for log lines and tests: "tcp", "rdma", or for
  * TLS the suite and whose record layer runs ("TLS 1.3
  * TLS_AES_128_GCM_SHA256, records by net"; "... by OpenSSL"). */

@@ -16,10 +16,17 @@
 
 #define TAG "net"
 #define SETUP_MS_DEFAULT 5000
-/* Connections of a listener still in their setup (TLS handshake): beyond
- * this many a new one is closed at once, so a flood of silent clients
- * cannot take every file descriptor. */
+/* Connections of a listener still in their setup (TLS handshake, RDMA
+ * setup): at most this many, so a flood of silent clients cannot take every
+ * file descriptor, and at most LISTEN_PER_SOURCE from one address. A
+ * connection must send its first bytes within LISTEN_SILENT_MS (a real peer
+ * speaks first at once: TLS ClientHello, RDMA setup) and is the first to
+ * make room for a newcomer while it has not: anyone who can reach the port
+ * could otherwise hold every slot with plain connects and keep the real
+ * peer out (see net_acceptor_admit). */
 #define LISTEN_MAX_SETUPS 16
+#define LISTEN_PER_SOURCE 4
+#define LISTEN_SILENT_MS 1000
 
 struct net_listener {
 	struct ev_loop *loop;
@@ -140,7 +147,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	struct sockaddr_storage ss;
 	socklen_t sslen = sizeof(ss);
 	struct net_conn *c;
-	char peer[64];
+	char peer[64], evicted[96], what[192];
 	int fd, r;
 
 	(void)revents;
@@ -150,14 +157,16 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	net_sock_peer_name(&ss, peer, sizeof(peer));
-	if (l->acc.hs_count >= LISTEN_MAX_SETUPS) {
-		char what[128];
-
-		snprintf(what, sizeof(what), "%s closed: %d connections already in their setup",
-			 peer, LISTEN_MAX_SETUPS);
+	if (net_acceptor_admit(&l->acc, peer, evicted, sizeof(evicted))) {
+		snprintf(what, sizeof(what), "%s closed: %d connections already in their setup, "
+			 "none silent or stalled", peer, LISTEN_MAX_SETUPS);
 		net_accept_log(&l->guard, what);
 		close(fd);
 		return;
+	}
+	if (evicted[0]) {
+		snprintf(what, sizeof(what), "%s closed to make room for %s", evicted, peer);
+		net_accept_log(&l->guard, what);
 	}
 	net_sock_set_options(fd, &l->cfg);
 	r = net_conn_new(loop, fd, l->t, l->ep, NULL, peer, &c);
@@ -188,7 +197,9 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	l->loop = loop;
 	l->cfg = *cfg;
 	l->acc = (struct net_conn_acceptor){ .l = l, .fn = fn, .ctx = ctx,
-					     .setup_ms = setup_ms(cfg) };
+					     .setup_ms = setup_ms(cfg), .silent_ms = LISTEN_SILENT_MS,
+					     .max_setups = LISTEN_MAX_SETUPS,
+					     .per_source = LISTEN_PER_SOURCE };
 	l->t = transport_of(cfg);
 	r = endpoint_new(l->t, cfg, true, &l->ep);
 	if (r)

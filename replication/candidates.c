@@ -16,6 +16,7 @@ struct repl_candidate {
 	int slot;
 	struct repl_link link;
 	uint64_t since_ns;               /* accepted */
+	bool heard;                      /* sent something */
 	bool refusing;                   /* an Error is on its way, then we close */
 	bool promoted;                   /* said Hello: it is the primary's link now */
 };
@@ -98,6 +99,7 @@ static void candidate_recv(struct net_conn *c, const void *data, size_t len, voi
 	struct repl_candidates *cs = pd->cs;
 	int r;
 
+	pd->heard = true;
 	if (pd->refusing)
 		return;
 	r = repl_link_feed(&pd->link, data, len, candidate_frame, pd);
@@ -143,14 +145,82 @@ static const struct net_conn_ops candidate_ops = {
 	.recv = candidate_recv, .sent = candidate_sent, .closed = candidate_closed,
 };
 
+static uint64_t ms_since(uint64_t ns)
+{
+	return (now_ns() - ns) / 1000000;
+}
+
+/* Has it sent anything, read or not yet read? */
+static bool silent(struct repl_candidate *pd)
+{
+	if (!pd->heard && net_rx_pending(pd->link.conn))
+		pd->heard = true;
+	return !pd->heard;
+}
+
+/* The oldest candidate from host (NULL: any), a silent one if want_silent;
+ * NULL if none. */
+static struct repl_candidate *oldest(struct repl_candidates *cs, const char *host,
+				     bool want_silent)
+{
+	struct repl_candidate *best = NULL;
+
+	for (int i = 0; i < REPL_CANDIDATES_MAX; i++) {
+		struct repl_candidate *pd = cs->slot[i];
+
+		if (!pd || (host && !net_same_host(net_peer_name(pd->link.conn), host)) ||
+		    (want_silent && !silent(pd)))
+			continue;
+		if (!best || pd->since_ns < best->since_ns)
+			best = pd;
+	}
+	return best;
+}
+
+/* A free slot for a newcomer from peer, made by closing the candidate it
+ * replaces if need be (see replication.h); -1 when none may go. */
+static int free_slot(struct repl_candidates *cs, const char *peer)
+{
+	struct repl_candidate *v = NULL;
+	int mine = 0, free_i = -1;
+
+	for (int i = REPL_CANDIDATES_MAX - 1; i >= 0; i--) {
+		if (!cs->slot[i])
+			free_i = i;
+		else
+			mine += net_same_host(net_peer_name(cs->slot[i]->link.conn), peer);
+	}
+	if (mine >= REPL_CANDIDATES_PER_SOURCE) {
+		if (!(v = oldest(cs, peer, true)))
+			v = oldest(cs, peer, false);
+	} else if (free_i < 0) {
+		v = oldest(cs, NULL, true);
+		if (!v && (v = oldest(cs, NULL, false)) &&
+		    ms_since(v->since_ns) <= REPL_CANDIDATES_SILENT_MS)
+			return -1;
+	}
+	if (!v)
+		return free_i;
+	if (!cs->log_ns || ms_since(cs->log_ns) >= 10000) {
+		log_warn(TAG, "closing %s (%s for %llu ms) to make room for %s (%u more like it "
+			 "unsaid)", net_peer_name(v->link.conn), v->heard ? "no Hello" : "silent",
+			 (unsigned long long)ms_since(v->since_ns), peer, cs->unlogged);
+		cs->log_ns = now_ns();
+		cs->unlogged = 0;
+	} else {
+		cs->unlogged++;
+	}
+	free_i = v->slot;
+	candidate_free(v);
+	return free_i;
+}
+
 void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c)
 {
 	struct repl_candidate *pd;
-	int i;
+	int i = free_slot(cs, net_peer_name(c));
 
-	for (i = 0; i < REPL_CANDIDATES_MAX && cs->slot[i]; i++)
-		;
-	if (i == REPL_CANDIDATES_MAX || !(pd = calloc(1, sizeof(*pd)))) {
+	if (i < 0 || !(pd = calloc(1, sizeof(*pd)))) {
 		log_warn(TAG, "refusing %s: %d connections are still to say Hello", net_peer_name(c),
 			 REPL_CANDIDATES_MAX);
 		net_close(c);
@@ -169,15 +239,24 @@ void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c)
 
 void repl_candidates_expire(struct repl_candidates *cs)
 {
-	uint64_t now = now_ns(), limit = (uint64_t)cs->handshake_timeout_ms * 1000000ull;
+	uint64_t limit = cs->handshake_timeout_ms;
 
 	for (int i = 0; i < REPL_CANDIDATES_MAX; i++) {
 		struct repl_candidate *pd = cs->slot[i];
+		uint64_t age;
 
-		if (!pd || now - pd->since_ns <= limit)
+		if (!pd)
 			continue;
-		log_warn(TAG, "no Hello from %s within %u ms: closing it (a lost peer)",
-			 net_peer_name(pd->link.conn), cs->handshake_timeout_ms);
+		age = ms_since(pd->since_ns);
+		if (age > limit) {
+			log_warn(TAG, "no Hello from %s within %u ms: closing it (a lost peer)",
+				 net_peer_name(pd->link.conn), cs->handshake_timeout_ms);
+		} else if (age > REPL_CANDIDATES_SILENT_MS && silent(pd)) {
+			log_warn(TAG, "%s sent nothing within %u ms: closing it",
+				 net_peer_name(pd->link.conn), REPL_CANDIDATES_SILENT_MS);
+		} else {
+			continue;
+		}
 		candidate_free(pd);
 	}
 }

@@ -551,9 +551,17 @@ void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 /* A connection to the secondary is a candidate until it says a valid Hello:
  * candidates do not block each other or a real primary. Each must say it
  * within handshake_timeout_ms of its connection, or is closed as a lost
- * peer. The agent decides on the Hello; a candidate it accepts is handed
- * over (promote), and so is the decoder that read the Hello (adopt). */
+ * peer; one that has sent nothing at all goes after REPL_CANDIDATES_SILENT_MS
+ * (a primary speaks first, at once). The slots are shared fairly: a
+ * newcomer from an address that has REPL_CANDIDATES_PER_SOURCE of them
+ * takes the place of its oldest, and when all are taken, the place of the
+ * oldest silent one (else of the oldest one past REPL_CANDIDATES_SILENT_MS),
+ * so idle connections cannot keep a real primary out. The agent decides on
+ * the Hello; a candidate it accepts is handed over (promote), and so is the
+ * decoder that read the Hello (adopt). */
 #define REPL_CANDIDATES_MAX 8        /* connections still to say Hello */
+#define REPL_CANDIDATES_PER_SOURCE 4
+#define REPL_CANDIDATES_SILENT_MS 1000
 
 struct repl_candidate;
 
@@ -577,14 +585,16 @@ struct repl_candidates {
 	unsigned handshake_timeout_ms;
 	struct repl_fault *fault;        /* the agent's: why a candidate was closed */
 	struct repl_candidate *slot[REPL_CANDIDATES_MAX];
+	uint64_t log_ns;                 /* lines about room made: one per 10 s */
+	unsigned unlogged;
 };
 
 void repl_candidates_init(struct repl_candidates *cs, const struct repl_candidates_ops *ops,
 			  void *ctx, unsigned handshake_timeout_ms, struct repl_fault *fault);
 /* Takes ownership of c: it waits for its Hello, or is closed when all
- * slots are taken. */
+ * slots are taken by candidates that are talking and young. */
 void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c);
-/* Closes the candidates silent past the deadline. */
+/* Closes the candidates past their deadline (see above). */
 void repl_candidates_expire(struct repl_candidates *cs);
 void repl_candidates_close_all(struct repl_candidates *cs, const char *why);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -142,6 +143,46 @@ static void bad_clients(void **state)
 	assert_int_equal(control_request("/tmp/us-control-nobody", "x", 1000, &reply), -ENOENT);
 }
 
+/* Idle clients cannot lock the next user out (issue 25, item 8): 200 that
+ * connect and send nothing, then a real request is answered at once; a
+ * client that sends nothing is closed after its 2 s deadline. */
+static void idle_clients(void **state)
+{
+	struct server *s = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct pollfd p = { .events = POLLIN };
+	int fds[200], fd;
+	char *reply = NULL, buf[16];
+	uint64_t t0;
+	double ms;
+
+	strcpy(sa.sun_path, s->path);
+	for (int i = 0; i < 200; i++) {
+		fds[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	}
+	t0 = now_ns();
+	assert_int_equal(control_request(s->path, "status", 5000, &reply), 0);
+	ms = (double)(now_ns() - t0) / 1e6;
+	printf("status answered in %.1f ms with 200 idle clients connected\n", ms);
+	assert_string_equal(reply, "got [status]\n");
+	free(reply);
+	assert_true(ms < 1500);
+	for (int i = 0; i < 200; i++)
+		close(fds[i]);
+	/* One idle client: closed at its deadline, not before, not never. */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	t0 = now_ns();
+	p.fd = fd;
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	ms = (double)(now_ns() - t0) / 1e6;
+	assert_int_equal(read(fd, buf, sizeof(buf)), 0);
+	printf("an idle client was closed after %.0f ms\n", ms);
+	assert_true(ms > 1500 && ms < 4000);
+	close(fd);
+}
+
 /* Created private even with umask 0, and with no chmod() to fix it later. */
 static void private_socket(void **state)
 {
@@ -220,6 +261,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(request_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_clients, setup, teardown),
+		cmocka_unit_test_setup_teardown(idle_clients, setup, teardown),
 		cmocka_unit_test_setup_teardown(private_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(foreign_peer, setup, teardown),
 	};

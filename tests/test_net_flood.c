@@ -1,0 +1,418 @@
+/* Idle connections cannot keep a real peer out (issue 25, items 7 and 8):
+ * floods of plain connects that send nothing, from several addresses, at
+ * the replication listener (TLS: setup slots in net/; plain TCP: the
+ * secondary's candidates before their Hello), the console and /metrics,
+ * each followed by a real client that must get in. The bounds asserted are
+ * generous (other work runs on this machine); the times are printed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <cmocka.h>
+
+#include "net/console.h"
+#include "net/metrics.h"
+#include "net/net.h"
+#include "replication/replication.h"
+#include "net_harness.h"
+
+#define FLOOD 200
+#define SOURCES 8          /* flooders come from 127.0.0.1 .. 127.0.0.8 */
+#define GET_IN_MS 3000     /* generous: the aim is well under 100 ms */
+
+struct flood {
+	int fd[2 * FLOOD];
+	int n;
+};
+
+/* n more idle connections to 127.0.0.1:port, non-blocking (a full backlog
+ * must not stop the flood), from SOURCES addresses, the loop running
+ * between them as it would under a real flood. */
+static void flood_more(struct flood *f, struct ev_loop *loop, int port, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+		struct sockaddr_in src = { .sin_family = AF_INET };
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+		assert_true(fd >= 0 && f->n < 2 * FLOOD);
+		src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)(f->n % SOURCES));
+		assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		assert_true(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
+			    errno == EINPROGRESS);
+		f->fd[f->n++] = fd;
+		ev_run(loop, EVRUN_NOWAIT);
+	}
+}
+
+static void flood_end(struct flood *f)
+{
+	for (int i = 0; i < f->n; i++)
+		close(f->fd[i]);
+	f->n = 0;
+}
+
+static double ms_since(uint64_t t0)
+{
+	return (double)(now_ns() - t0) / 1e6;
+}
+
+/* ---- 7: the replication listener, TLS: setup slots ------------------------------ */
+
+/* How long a real TLS client takes to be accepted, with the flooders of f
+ * (and `during` more arriving meanwhile): ms, or -1 if it never was. */
+static double tls_get_in(struct ev_loop *loop, struct net_listener *l, struct nt_peer *srv,
+			 struct flood *f, int during)
+{
+	struct net_config ccfg = nt_tls_cfg("client.pem", "client.key", "ca.pem");
+	struct nt_peer cli = { 0 };
+	char addr[64];
+	uint64_t t0;
+	double ms;
+
+	srv->accepted = 0;
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+	t0 = now_ns();
+	assert_int_equal(net_connect(loop, &ccfg, addr, &nt_peer_ops, &cli, &cli.conn), 0);
+	flood_more(f, loop, net_listener_port(l), during);
+	nt_run_until(loop, &srv->accepted, GET_IN_MS);
+	ms = srv->accepted ? ms_since(t0) : -1;
+	nt_run_until(loop, &cli.connected, 1000);
+	if (cli.conn)
+		net_close(cli.conn);
+	if (srv->conn)
+		net_close(srv->conn);
+	srv->conn = NULL;
+	return ms;
+}
+
+static void test_flood_tls_listener(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_config scfg = nt_tls_cfg("server.pem", "server.key", "ca.pem");
+	struct net_listener *l;
+	struct nt_peer srv = { 0 };
+	struct flood f = { .n = 0 };
+	double quiet, held, during;
+
+	(void)state;
+	proto_buf_init(&srv.rx);
+	assert_int_equal(net_listen(loop, &scfg, "127.0.0.1:0", nt_on_accept, &srv, &l), 0);
+	quiet = tls_get_in(loop, l, &srv, &f, 0);
+	flood_more(&f, loop, net_listener_port(l), FLOOD);
+	nt_run_for(loop, 50);
+	held = tls_get_in(loop, l, &srv, &f, 0);               /* 200 idle ones held */
+	during = tls_get_in(loop, l, &srv, &f, FLOOD);         /* 200 more meanwhile */
+	printf("TLS handshake: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms "
+	       "while %d more came\n", quiet, held, FLOOD, during, FLOOD);
+	assert_true(quiet >= 0);
+	assert_true(held >= 0);
+	assert_true(during >= 0);
+	flood_end(&f);
+	net_listener_close(l);
+	proto_buf_fini(&srv.rx);
+	ev_loop_destroy(loop);
+}
+
+/* ---- 7: plain TCP: the secondary's candidates before their Hello ----------------- */
+
+struct cands {
+	struct repl_candidates cs;
+	struct repl_fault fault;
+	int hellos;
+	struct net_conn *primary;
+};
+
+static int k_hello(void *ctx, struct repl_link *l, const struct proto_frame *f)
+{
+	(void)l;
+	(void)f;
+	((struct cands *)ctx)->hellos++;
+	return 0;
+}
+
+static void k_promote(void *ctx, struct net_conn *c)
+{
+	((struct cands *)ctx)->primary = c;
+}
+
+static int k_frame(void *ctx, const struct proto_frame *f)
+{
+	(void)ctx;
+	(void)f;
+	return 0;
+}
+
+static void k_adopt(void *ctx, struct repl_link *l)
+{
+	(void)ctx;
+	(void)l;
+}
+
+static void k_fed(void *ctx, int r)
+{
+	(void)ctx;
+	(void)r;
+}
+
+static const struct repl_candidates_ops k_ops = {
+	.hello = k_hello, .promote = k_promote, .frame = k_frame, .adopt = k_adopt, .fed = k_fed,
+};
+
+static void k_accept(struct net_listener *l, struct net_conn *c, void *ctx)
+{
+	(void)l;
+	repl_candidates_add(&((struct cands *)ctx)->cs, c);
+}
+
+/* A primary that says Hello as soon as it is connected. */
+struct hello_client {
+	struct nt_peer p;
+	struct proto_buf out;
+};
+
+static void h_connected(struct net_conn *c, void *ctx)
+{
+	struct hello_client *h = ctx;
+	struct iovec iov;
+
+	h->p.connected++;
+	assert_int_equal(proto_frame_append(&h->out, PROTO_T_HELLO, "", 0), 0);
+	iov = (struct iovec){ h->out.data, h->out.len };
+	assert_int_equal(net_send(c, &iov, 1, NULL), 0);
+}
+
+static void h_closed(struct net_conn *c, int reason, void *ctx)
+{
+	struct hello_client *h = ctx;
+
+	(void)c;
+	h->p.closed++;
+	h->p.close_reason = reason;
+	h->p.conn = NULL;
+}
+
+static const struct net_conn_ops hello_ops = { .connected = h_connected, .closed = h_closed };
+
+static double tcp_get_in(struct ev_loop *loop, struct net_listener *l, struct cands *k,
+			 struct flood *f, int during)
+{
+	struct hello_client h = { .p = { 0 } };
+	char addr[64];
+	uint64_t t0;
+	double ms;
+
+	proto_buf_init(&h.out);
+	k->hellos = 0;
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+	t0 = now_ns();
+	assert_int_equal(net_connect(loop, &nt_tcp_cfg, addr, &hello_ops, &h, &h.p.conn), 0);
+	flood_more(f, loop, net_listener_port(l), during);
+	nt_run_until(loop, &k->hellos, GET_IN_MS);
+	ms = k->hellos ? ms_since(t0) : -1;
+	if (h.p.conn)
+		net_close(h.p.conn);
+	if (k->primary)
+		net_close(k->primary);
+	k->primary = NULL;
+	proto_buf_fini(&h.out);
+	return ms;
+}
+
+static void test_flood_tcp_candidates(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_listener *l;
+	struct cands k = { .hellos = 0 };
+	struct flood f = { .n = 0 };
+	double quiet, held, during;
+
+	(void)state;
+	repl_candidates_init(&k.cs, &k_ops, &k, REPL_HANDSHAKE_TIMEOUT_MS, &k.fault);
+	assert_int_equal(net_listen(loop, &nt_tcp_cfg, "127.0.0.1:0", k_accept, &k, &l), 0);
+	quiet = tcp_get_in(loop, l, &k, &f, 0);
+	flood_more(&f, loop, net_listener_port(l), FLOOD);
+	nt_run_for(loop, 50);
+	held = tcp_get_in(loop, l, &k, &f, 0);
+	during = tcp_get_in(loop, l, &k, &f, FLOOD);
+	printf("TCP Hello: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms while %d "
+	       "more came\n", quiet, held, FLOOD, during, FLOOD);
+	assert_true(quiet >= 0);
+	assert_true(held >= 0);
+	assert_true(during >= 0);
+	flood_end(&f);
+	repl_candidates_close_all(&k.cs, "test over");
+	net_listener_close(l);
+	ev_loop_destroy(loop);
+}
+
+/* ---- 8: /metrics ------------------------------------------------------------------ */
+
+static char *render(void *ctx, size_t *len)
+{
+	(void)ctx;
+	*len = strlen("understudy_up 1\n");
+	return strdup("understudy_up 1\n");
+}
+
+/* A scrape of 127.0.0.1:port while the loop runs: ms until the whole
+ * answer, or -1 if it was not a 200 with the page within GET_IN_MS. */
+static double scrape(struct ev_loop *loop, int port, struct flood *f, int during)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	char buf[4096];
+	size_t got = 0;
+	uint64_t t0 = now_ns();
+	bool eof = false, sent = false;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS);
+	/* A scraper asks as soon as it is connected, then the flood goes on. */
+	for (int i = 0; i < 1000 && !sent; i++) {
+		sent = write(fd, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1;
+		if (!sent)
+			usleep(100);
+	}
+	flood_more(f, loop, port, during);
+	while (!eof && ms_since(t0) < GET_IN_MS) {
+		ssize_t n;
+
+		ev_run(loop, EVRUN_NOWAIT);
+		n = read(fd, buf + got, sizeof(buf) - 1 - got);
+		if (n > 0)
+			got += (size_t)n;
+		eof = n == 0 || (n < 0 && errno != EAGAIN && errno != ENOTCONN);
+		if (!eof)
+			usleep(100);
+	}
+	close(fd);
+	buf[got] = 0;
+	if (!eof || strncmp(buf, "HTTP/1.1 200", 12) || !strstr(buf, "understudy_up 1\n"))
+		return -1;
+	return ms_since(t0);
+}
+
+static void test_flood_metrics(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct net_metrics *m;
+	struct flood f = { .n = 0 };
+	double quiet, held, during;
+	int port;
+
+	(void)state;
+	assert_int_equal(net_metrics_start(loop, "127.0.0.1:0", render, NULL, &m), 0);
+	port = net_metrics_port(m);
+	quiet = scrape(loop, port, &f, 0);
+	flood_more(&f, loop, port, FLOOD);
+	nt_run_for(loop, 50);
+	held = scrape(loop, port, &f, 0);
+	during = scrape(loop, port, &f, FLOOD);
+	printf("scrape: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms while %d more "
+	       "came\n", quiet, held, FLOOD, during, FLOOD);
+	assert_true(quiet >= 0);
+	assert_true(held >= 0);
+	assert_true(during >= 0);
+	flood_end(&f);
+	net_metrics_stop(m);
+	ev_loop_destroy(loop);
+}
+
+/* ---- 8: the console --------------------------------------------------------------- */
+
+struct typed {
+	char buf[64];
+	size_t len;
+	int lines;
+};
+
+static size_t con_input(void *ctx, const uint8_t *buf, size_t len)
+{
+	struct typed *t = ctx;
+
+	for (size_t i = 0; i < len && t->len < sizeof(t->buf) - 1; i++) {
+		t->buf[t->len++] = (char)buf[i];
+		t->lines += buf[i] == '\n';
+	}
+	return len;
+}
+
+/* A user types line on fd (connected or still connecting): ms until the
+ * guest's side has it, or -1. */
+static double type_line(struct ev_loop *loop, int fd, struct typed *t, const char *line)
+{
+	uint64_t t0 = now_ns();
+	int want = t->lines + 1;
+	bool sent = false;
+
+	while (t->lines < want && ms_since(t0) < GET_IN_MS) {
+		if (!sent)
+			sent = write(fd, line, strlen(line)) == (ssize_t)strlen(line);
+		ev_run(loop, EVRUN_NOWAIT);
+		usleep(100);
+	}
+	return t->lines == want ? ms_since(t0) : -1;
+}
+
+static void test_flood_console(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct typed t = { .len = 0 };
+	struct console_ops ops = { .input = con_input, .ctx = &t };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct console *con;
+	struct flood f = { .n = 0 };
+	double first, again;
+	char buf[16];
+	int fd, port;
+
+	(void)state;
+	assert_int_equal(console_open(loop, "tcp:127.0.0.1:0", &ops, &con), 0);
+	port = console_port(con);
+	flood_more(&f, loop, port, FLOOD);
+	nt_run_for(loop, 50);
+	/* A user after 200 idle clients: its line reaches the guest. */
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	assert_true(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS);
+	first = type_line(loop, fd, &t, "hello\n");
+	/* Typing, it keeps the console when more idle ones come. */
+	flood_more(&f, loop, port, 20);
+	nt_run_for(loop, 100);
+	again = type_line(loop, fd, &t, "again\n");
+	printf("console: a line typed after %d idle clients arrived in %.1f ms, the next one "
+	       "after %d more in %.1f ms\n", FLOOD, first, 20, again);
+	assert_true(first >= 0);
+	assert_true(again >= 0);
+	assert_string_equal(t.buf, "hello\nagain\n");
+	assert_true(read(fd, buf, sizeof(buf)) < 0 && errno == EAGAIN); /* still connected */
+	close(fd);
+	flood_end(&f);
+	console_free(con);
+	ev_loop_destroy(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_flood_tls_listener),
+		cmocka_unit_test(test_flood_tcp_candidates),
+		cmocka_unit_test(test_flood_metrics),
+		cmocka_unit_test(test_flood_console),
+	};
+
+	return cmocka_run_group_tests(tests, nt_setup, nt_teardown);
+}
