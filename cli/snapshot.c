@@ -43,7 +43,11 @@ int cli_cmd_snapshot(int argc, char **argv)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'c': control = optarg; break;
+		case 'c':
+			control = optarg;
+			if (cli_check_control("--control", optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'o': out = optarg; break;
 		case 'i': incremental = true; break;
 		case 'D': with_disk = true; break;

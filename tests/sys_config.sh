@@ -87,7 +87,7 @@ expect2 "bad port" "$tmp/vm5.conf:1: bad value for 'listen'" secondary --config 
 printf 'guest = counter\ninsecure = yes\n' >"$tmp/vm6.conf"
 expect2 "flag not true/false" "$tmp/vm6.conf:2: 'insecure' is a flag" primary --config "$tmp/vm6.conf"
 printf '[vm7]\nguest = counter\n' >"$tmp/vm7.conf"
-expect2 "section" "$tmp/vm7.conf:2: \[vm7\] sections are not used" run --config "$tmp/vm7.conf"
+expect2 "section" "$tmp/vm7.conf:1: \[vm7\] sections are not used" run --config "$tmp/vm7.conf"
 printf 'guest = counter\ncounter\n' >"$tmp/vm8.conf"
 expect2 "no '='" "$tmp/vm8.conf:2: expected 'key = value'" run --config "$tmp/vm8.conf"
 printf 'guest = counter\ncontrol =\n' >"$tmp/vm9.conf"
