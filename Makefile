@@ -27,7 +27,7 @@ endif
 
 CC       ?= gcc
 MODULES  := kmod machine checkpoint replication net proto primary secondary cli guest
-PKGS     := libprotobuf-c openssl liblz4 libfabric libcurl json-c inih libmicrohttpd libsystemd
+PKGS     := libprotobuf-c openssl liblz4 libfabric libcurl json-c libmicrohttpd libsystemd
 VERSION  := 0.4.0
 
 CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-missing-field-initializers \
@@ -82,7 +82,7 @@ DEB := libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev liblz4-dev \
        libfabric-dev libibverbs-dev librdmacm-dev libcmocka-dev pkg-config openssl \
        iproute2 nftables clang libcurl4-openssl-dev libjson-c-dev etcd-server \
        resource-agents libxml2-utils curl \
-       libinih-dev libmicrohttpd-dev libsystemd-dev prometheus mandoc gnuplot-nox \
+       libmicrohttpd-dev libsystemd-dev prometheus mandoc gnuplot-nox \
        lintian debhelper netcat-openbsd iputils-ping
 deps:
 	@missing=$$(for p in $(DEB); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \

@@ -293,15 +293,24 @@ static int fsync_dir(const char *path)
 }
 
 /* A snapshot holds guest RAM: it is private to its owner (0600) and written
- * where nobody else can have planted anything. The destination must not be
- * a symbolic link (refused before anything is written). */
-static int refuse_symlink(const char *path)
+ * where nobody else can have planted anything. The destination is a new
+ * name or a regular file (replaced): never a symbolic link, a device, a
+ * FIFO, a socket or a directory, which the final rename() would replace by
+ * a regular file (/dev/full would become one). Checked before anything is
+ * written and again just before the rename. */
+static int refuse_special(const char *path)
 {
 	struct stat st;
 
-	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (S_ISLNK(st.st_mode)) {
 		log_error(TAG, "%s is a symbolic link: refusing to write a snapshot through it", path);
 		return -ELOOP;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		log_error(TAG, "%s is not a regular file: refusing to replace it by a snapshot", path);
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EEXIST;
 	}
 	return 0;
 }
@@ -368,7 +377,7 @@ int ckpt_file_write_disk(const char *path, const struct ckpt *c, const struct ma
 
 	if (d && !c->full)
 		return -EINVAL;
-	if ((r = refuse_symlink(path)) < 0)
+	if ((r = refuse_special(path)) < 0)
 		return r;
 	header_fill(&h, c, cfg, info, d);
 	fd = open_private(path, tmp, sizeof(tmp), &named);
@@ -391,6 +400,8 @@ int ckpt_file_write_disk(const char *path, const struct ckpt *c, const struct ma
 		goto err_tmp;
 	}
 	/* rename() replaces a link planted at path since, never its target. */
+	if ((r = refuse_special(path)) < 0)
+		goto err_tmp;
 	if (rename(tmp, path) < 0) {
 		r = -errno;
 		goto err_tmp;

@@ -113,6 +113,17 @@ int cli_check_no_more_args(const char *cmd, int argc, char **argv);
 int cli_parse_net(struct machine_config *cfg, const char *arg);
 /* Parses "--flag N" milliseconds; 0 or 2 after printing why. */
 int cli_parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out);
+/* Parses "--flag N", N in min..max of unit (named in the complaint: "MiB/s",
+ * "seconds"); 0 or 2 after printing why. */
+int cli_parse_count(const char *flag, const char *arg, const char *unit, unsigned min,
+		    unsigned max, unsigned *out);
+/* 2, with a message naming flag, when path cannot be opened for reading
+ * (--tls-cert, --witness-ca...): found at parsing, not once a VM runs. */
+int cli_check_readable(const char *flag, const char *path);
+/* 2, with a message, when arg is not a --console spec (stdio, tcp:HOST:PORT). */
+int cli_check_console(const char *arg);
+/* 2, with a message naming flag, when path cannot name a unix socket. */
+int cli_check_control(const char *flag, const char *path);
 void cli_print_guests(FILE *f);
 
 /* ---- --config FILE (config.c) ------------------------------------------- */

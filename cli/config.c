@@ -1,6 +1,6 @@
 /* --config FILE: options from a file, for every subcommand.
  *
- * One "key = value" per line (libinih reads it), the keys being the long
+ * One "key = value" per line, of any length, the keys being the long
  * options of the command without the dashes. Rather than a second way of
  * setting each option, the file is turned back into command-line words: the
  * command then parses
@@ -20,21 +20,20 @@
  * command rejects the value, cli_config_blame() can say where it came from. */
 #include "cli/cli.h"
 
+#include <ctype.h>
 #include <errno.h>
-#include <ini.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* What the inih callbacks need while one file is read. */
+/* What parsing one file needs. */
 struct config_reader {
 	struct cli_config *cf;
 	const char *cmd;
 	const struct option *longopts;
 	FILE *f;
 	const char *file;
-	unsigned line;          /* of the line inih was last given */
-	bool truncated;         /* that line did not fit inih's buffer */
+	unsigned line;          /* the line being read */
 	int status;             /* 0, or 2 once an error was printed */
 };
 
@@ -71,27 +70,6 @@ static int add_word(struct cli_config *cf, char *text, const char *file, unsigne
 	return 0;
 }
 
-/* inih's line source: fgets that counts lines, and strips the indentation
- * so that inih never takes an indented line for the continuation of the
- * previous value (a feature this format does not have). */
-static char *read_line(char *buf, int size, void *stream)
-{
-	struct config_reader *rd = stream;
-	size_t n, skip;
-
-	if (rd->status || !fgets(buf, size, rd->f))
-		return NULL;
-	rd->line++;
-	n = strlen(buf);
-	if (n == (size_t)size - 1 && buf[n - 1] != '\n' && !feof(rd->f)) {
-		rd->truncated = true;
-		return NULL;
-	}
-	skip = strspn(buf, " \t");
-	memmove(buf, buf + skip, n - skip + 1);
-	return buf;
-}
-
 static int config_error(struct config_reader *rd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
@@ -105,20 +83,14 @@ static int config_error(struct config_reader *rd, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	rd->status = 2;
-	return 0;   /* to inih: this line was bad */
+	return 0;
 }
 
-static int on_key(void *user, const char *section, const char *name, const char *value)
+static int on_key(struct config_reader *rd, const char *name, const char *value)
 {
-	struct config_reader *rd = user;
 	const struct option *o;
 	char *word;
 
-	if (rd->status)
-		return 0;
-	if (section[0])
-		return config_error(rd, "[%s] sections are not used: one key = value per line",
-				    section);
 	o = find_option(rd->longopts, name);
 	/* --help and --config make no sense from a file. */
 	if (!o || !strcmp(name, "help") || !strcmp(name, "config"))
@@ -148,35 +120,95 @@ static int on_key(void *user, const char *section, const char *name, const char 
 	return 1;
 }
 
+/* The first of chars in s, or an inline comment (';' after a space),
+ * or the end of s. */
+static char *find_sep(char *s, const char *chars)
+{
+	bool was_space = false;
+
+	for (; *s; s++) {
+		if ((chars && strchr(chars, *s)) || (was_space && *s == ';'))
+			break;
+		was_space = isspace((unsigned char)*s);
+	}
+	return s;
+}
+
+static void strip_right(char *s)
+{
+	size_t n = strlen(s);
+
+	while (n && isspace((unsigned char)s[n - 1]))
+		s[--n] = 0;
+}
+
+/* One line (no indentation: this format has no continuation lines):
+ * blank, a comment (';' or '#'), "key = value" or "key: value" with an
+ * optional " ; comment" after the value, or a [section], which is refused. */
+static void parse_line(struct config_reader *rd, char *line)
+{
+	char *start = line + strspn(line, " \t"), *sep, *value;
+
+	strip_right(start);
+	if (!*start || *start == ';' || *start == '#')
+		return;
+	if (*start == '[') {
+		sep = find_sep(start + 1, "]");
+		if (*sep != ']') {
+			config_error(rd, "expected 'key = value'");
+			return;
+		}
+		*sep = 0;
+		config_error(rd, "[%s] sections are not used: one key = value per line", start + 1);
+		return;
+	}
+	sep = find_sep(start, "=:");
+	if (*sep != '=' && *sep != ':') {
+		config_error(rd, "expected 'key = value'");
+		return;
+	}
+	*sep = 0;
+	strip_right(start);
+	value = sep + 1 + strspn(sep + 1, " \t");
+	*find_sep(value, NULL) = 0;
+	strip_right(value);
+	on_key(rd, start, value);
+}
+
+/* Lines of any length (getline): a long --fence-cmd or --on-event command
+ * fits on one. */
 static int read_file(struct cli_config *cf, const char *cmd, const char *file,
 		     const struct option *longopts)
 {
 	struct config_reader rd = { .cf = cf, .cmd = cmd, .longopts = longopts, .file = file };
-	int r;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
 
 	rd.f = fopen(file, "r");
 	if (!rd.f) {
 		fprintf(stderr, "understudy %s: --config %s: %s\n", cmd, file, strerror(errno));
 		return 2;
 	}
-	r = ini_parse_stream(read_line, &rd, on_key, &rd);
+	while (!rd.status && (n = getline(&line, &cap, rd.f)) >= 0) {
+		char *text = line;
+
+		rd.line++;
+		if ((size_t)n != strlen(line)) {
+			config_error(&rd, "a NUL byte: not a text file");
+			break;
+		}
+		if (rd.line == 1 && !strncmp(text, "\xef\xbb\xbf", 3))   /* a UTF-8 BOM */
+			text += 3;
+		parse_line(&rd, text);
+	}
 	if (!rd.status && ferror(rd.f)) {
 		fprintf(stderr, "understudy %s: --config %s: read error\n", cmd, file);
 		rd.status = 2;
 	}
+	free(line);
 	fclose(rd.f);
-	if (rd.status)
-		return rd.status;
-	if (rd.truncated) {
-		fprintf(stderr, "understudy: %s:%u: line too long (at most %d characters)\n", file,
-			rd.line, INI_MAX_LINE - 3);
-		return 2;
-	}
-	if (r > 0) {   /* a line inih could not read, the handler never saw it */
-		fprintf(stderr, "understudy: %s:%d: expected 'key = value'\n", file, r);
-		return 2;
-	}
-	return r < 0 ? 2 : 0;
+	return rd.status;
 }
 
 /* Whether a later file gives the option of word i too: then that file's

@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "guest/guest.h"
 #include "net/console.h"
+#include "net/etcd.h"
 #include "net/tap.h"
 
 void cli_vm_options_init(struct vm_options *o)
@@ -67,6 +69,20 @@ int cli_parse_net(struct machine_config *cfg, const char *arg)
 	return 0;
 }
 
+int cli_check_console(const char *arg)
+{
+	switch (console_check_spec(arg)) {
+	case 0:
+		return 0;
+	case -ERANGE:
+		fprintf(stderr, "understudy: --console '%s': bad port, need 1..65535\n", arg);
+		return 2;
+	default:
+		fprintf(stderr, "understudy: --console '%s': use stdio or tcp:HOST:PORT\n", arg);
+		return 2;
+	}
+}
+
 static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 {
 	char err[256];
@@ -96,16 +112,8 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		o->cfg.ncpus = (int)n;
 		return 0;
 	case 1003:
-		switch (console_check_spec(arg)) {
-		case 0:
-			break;
-		case -ERANGE:
-			fprintf(stderr, "understudy: --console '%s': bad port, need 1..65535\n", arg);
+		if (cli_check_console(arg))
 			return 2;
-		default:
-			fprintf(stderr, "understudy: --console '%s': use stdio or tcp:HOST:PORT\n", arg);
-			return 2;
-		}
 		o->console = arg;
 		return 0;
 	case 1007:
@@ -116,7 +124,7 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		}
 		snprintf(o->cfg.disk, sizeof(o->cfg.disk), "%s", arg);
 		o->cfg.ndisks = 1;
-		return 0;
+		return cli_disk_check("--disk", arg);
 	case 1008:
 		return cli_parse_net(&o->cfg, arg);
 	case 1004:
@@ -135,8 +143,8 @@ int cli_disk_check(const char *cmd, const char *path)
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 
 	if (fd < 0) {
-		fprintf(stderr, "understudy %s: --disk %s: %s (an existing image, writable)\n", cmd,
-			path, strerror(errno));
+		fprintf(stderr, "understudy: %s %s: %s (an existing image, writable)\n", cmd, path,
+			strerror(errno));
 		return 2;
 	}
 	close(fd);
@@ -155,12 +163,34 @@ int cli_vm_options_check(const struct vm_options *o)
 	return 0;
 }
 
+int cli_check_readable(const char *flag, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "understudy: %s '%s': %s\n", flag, path, strerror(errno));
+		return 2;
+	}
+	close(fd);
+	return 0;
+}
+
+int cli_check_control(const char *flag, const char *path)
+{
+	if (!path[0] || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		fprintf(stderr, "understudy: %s '%s': need a socket path of 1..%zu bytes\n", flag,
+			path, sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		return 2;
+	}
+	return 0;
+}
+
 static int parse_net_option(struct net_config *n, int opt, const char *arg)
 {
 	switch (opt) {
-	case 1100: n->cert = arg; return 0;
-	case 1101: n->key = arg; return 0;
-	case 1102: n->ca = arg; return 0;
+	case 1100: n->cert = arg; return cli_check_readable("--tls-cert", arg);
+	case 1101: n->key = arg; return cli_check_readable("--tls-key", arg);
+	case 1102: n->ca = arg; return cli_check_readable("--tls-ca", arg);
 	case 1103: n->insecure = true; return 0;
 	case 1104:
 		if (!strcmp(arg, "tls"))
@@ -206,17 +236,25 @@ int cli_net_options_check(struct net_config *n)
 	return 0;
 }
 
-int cli_parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out)
+int cli_parse_count(const char *flag, const char *arg, const char *unit, unsigned min,
+		    unsigned max, unsigned *out)
 {
 	char *end;
-	unsigned long v = strtoul(arg, &end, 10);
+	unsigned long v;
 
-	if (*end || end == arg || v < min || v > 3600000) {
-		fprintf(stderr, "understudy: %s '%s': need milliseconds, at least %u\n", flag, arg, min);
+	errno = 0;
+	v = strtoul(arg, &end, 10);
+	if (*end || end == arg || arg[0] == '-' || errno || v < min || v > max) {
+		fprintf(stderr, "understudy: %s '%s': need %s, %u..%u\n", flag, arg, unit, min, max);
 		return 2;
 	}
 	*out = (unsigned)v;
 	return 0;
+}
+
+int cli_parse_ms(const char *flag, const char *arg, unsigned min, unsigned *out)
+{
+	return cli_parse_count(flag, arg, "milliseconds", min, 3600000, out);
 }
 
 int cli_parse_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net)
@@ -263,7 +301,7 @@ int cli_parse_witness_option(struct witness_options *w, int opt, const char *arg
 {
 	switch (opt) {
 	case 1200:
-		if (strncmp(arg, "etcd:", 5) || !arg[5]) {
+		if (strncmp(arg, "etcd:", 5) || !arg[5] || etcd_check_endpoints(arg + 5) < 0) {
 			fprintf(stderr, "understudy: --witness '%s': use etcd:HOST:PORT[,HOST:PORT...]\n",
 				arg);
 			return 2;
@@ -284,7 +322,7 @@ int cli_parse_witness_option(struct witness_options *w, int opt, const char *arg
 		return cli_parse_ms("--lease-ms", arg, 1000, &w->o.lease_ms);
 	case 1203:
 		w->o.ca_file = arg;
-		return 0;
+		return cli_check_readable("--witness-ca", arg);
 	default:
 		return 2;
 	}

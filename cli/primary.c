@@ -68,7 +68,7 @@ int cli_cmd_primary(int argc, char **argv)
 		case 'H':
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
 			break;
-		case 'c': o.control = optarg; break;
+		case 'c': o.control = optarg; r = cli_check_control("--control", optarg); break;
 		default:
 			r = cli_is_ops_option(opt) ? cli_parse_ops_option("primary", &ops, opt, optarg) :
 			    opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :

@@ -132,7 +132,7 @@ int cli_cmd_protect(int argc, char **argv)
 		r = 0;
 		switch (opt) {
 		case 'h': fputs(protect_help, stdout); return 0;
-		case 'c': control = optarg; break;
+		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
 		case 'p': peer = optarg; r = cli_check_host_port("--peer", optarg); break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &timeout_ms); break;
@@ -477,20 +477,26 @@ int cli_cmd_migrate(int argc, char **argv)
 		r = 0;
 		switch (opt) {
 		case 'h': fputs(migrate_help, stdout); return 0;
-		case 'c': control = optarg; break;
+		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
 		case 'p': peer = optarg; r = cli_check_host_port("--to", optarg); break;
 		case 'd': r = cli_parse_ms("--downtime-ms", optarg, 1, &downtime_ms); break;
-		case 'm': r = cli_parse_ms("--max-time (seconds)", optarg, 1, &max_ms); max_ms *= 1000; break;
+		case 'm':
+			r = cli_parse_count("--max-time", optarg, "seconds", 1, 86400, &max_ms);
+			max_ms *= 1000;
+			break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
 		case 'j': json = true; break;
 		case 'A': converge = false; break;
 		case 'D': with_disk = true; break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &link_timeout_ms); break;
-		case 'b': r = cli_parse_ms("--bandwidth (MiB/s)", optarg, 1, &bandwidth); break;
+		case 'b':
+			r = cli_parse_count("--bandwidth", optarg, "MiB/s", 1, 1048576, &bandwidth);
+			break;
 		case 'P':
 			pc_after = 0;
-			r = strcmp(optarg, "never") ? cli_parse_ms("--postcopy-after (rounds)", optarg, 1,
-								      &pc_after) : 0;
+			r = strcmp(optarg, "never") ?
+			    cli_parse_count("--postcopy-after", optarg, "rounds (or never)", 1, 1000000,
+					    &pc_after) : 0;
 			break;
 		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
 		}

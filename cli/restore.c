@@ -103,9 +103,11 @@ int cli_cmd_restore(int argc, char **argv)
 		return 2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		int bad = 0;
+
 		switch (opt) {
-		case 'C': console = optarg; break;
-		case 'c': control = optarg; break;
+		case 'C': console = optarg; bad = cli_check_console(optarg); break;
+		case 'c': control = optarg; bad = cli_check_control("--control", optarg); break;
 		case 'D': disk = optarg; break;
 		case 'N': net = optarg; break;
 		case 'h': fputs(restore_help, stdout); return 0;
@@ -114,10 +116,11 @@ int cli_cmd_restore(int argc, char **argv)
 				fputs(restore_help, stderr);
 				return 2;
 			}
-			if (cli_parse_ops_option("restore", &ops, opt, optarg))
-				return 2;
+			bad = cli_parse_ops_option("restore", &ops, opt, optarg);
 			break;
 		}
+		if (bad)
+			return cli_config_blame(&cf, argv, optind);
 	}
 	if (optind >= argc) {
 		fputs(restore_help, stderr);

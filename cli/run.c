@@ -41,7 +41,7 @@ int cli_cmd_run(int argc, char **argv)
 		r = 0;
 		switch (opt) {
 		case 'h': fputs(run_help, stdout); return 0;
-		case 'c': control = optarg; break;
+		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
 		default:
 			r = cli_is_ops_option(opt) ? cli_parse_ops_option("run", &ops, opt, optarg) :
 			    cli_parse_option(opt, optarg, &vo, NULL);

@@ -79,7 +79,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		case 'H':
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
 			break;
-		case 'c': o.control = optarg; break;
+		case 'c': o.control = optarg; r = cli_check_control("--control", optarg); break;
 		case 'T':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "manual")) {
 				fprintf(stderr, "understudy secondary: --takeover auto|manual, not '%s'\n",
@@ -124,8 +124,7 @@ int cli_cmd_secondary(int argc, char **argv)
 				"are required\n");
 		return 2;
 	}
-	if ((vo.cfg.ndisks && cli_disk_check("secondary", vo.cfg.disk)) ||
-	    cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
+	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
 	    cli_ops_options_check("secondary", &ops))
 		return 2;
 	if (fence_timeout_given && !o.fence_cmd) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -17,6 +18,7 @@ static const char snapshot_help[] =
 	"A snapshot holds the disk's device state, not its contents; with --with-disk a\n"
 	"full snapshot also carries the disk's non-zero blocks, read in the same pause\n"
 	"(the pause grows with the data on the disk), and restore writes them to its --disk.\n"
+	"FILE is a new name or a regular file (replaced); anything else is refused.\n"
 	"Restore with: understudy restore FULL [DIFF...]\n";
 
 int cli_cmd_snapshot(int argc, char **argv)
@@ -33,6 +35,7 @@ int cli_cmd_snapshot(int argc, char **argv)
 	const char *control = NULL, *out = NULL;
 	char abs[PATH_MAX], req[PATH_MAX + 64], *reply = NULL;
 	bool incremental = false, with_disk = false;
+	struct stat st;
 	int opt, r;
 
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
@@ -40,7 +43,11 @@ int cli_cmd_snapshot(int argc, char **argv)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'c': control = optarg; break;
+		case 'c':
+			control = optarg;
+			if (cli_check_control("--control", optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'o': out = optarg; break;
 		case 'i': incremental = true; break;
 		case 'D': with_disk = true; break;
@@ -55,6 +62,13 @@ int cli_cmd_snapshot(int argc, char **argv)
 	if (incremental && with_disk) {
 		fprintf(stderr, "understudy snapshot: --with-disk takes a full snapshot: not with "
 			"--incremental\n");
+		return 2;
+	}
+	/* A new name or a regular file, which the snapshot replaces: never a
+	 * device, a FIFO, a directory or a link (the VM checks again). */
+	if (lstat(out, &st) == 0 && !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "understudy snapshot: --out %s: %s: give a new name or a regular file "
+			"to replace\n", out, S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file");
 		return 2;
 	}
 	/* The VM resolves the name in its own working directory: send it absolute. */

@@ -85,7 +85,11 @@ int cli_cmd_status(int argc, char **argv)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'c': path = optarg; break;
+		case 'c':
+			path = optarg;
+			if (cli_check_control("--control", optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'j': json = 1; break;
 		case 'w': watch = 1; break;
 		case 'i':   /* implies --watch */

@@ -113,7 +113,11 @@ int cli_cmd_switchover(int argc, char **argv)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'c': control = optarg; break;
+		case 'c':
+			control = optarg;
+			if (cli_check_control("--control", optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'l': listen = optarg; break;
 		case 't':
 			timeout_ms = (unsigned)strtoul(optarg, &end, 10);

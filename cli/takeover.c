@@ -68,7 +68,11 @@ int cli_cmd_takeover(int argc, char **argv)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'c': control = optarg; break;
+		case 'c':
+			control = optarg;
+			if (cli_check_control("--control", optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'h': fputs(takeover_help, stdout); return 0;
 		default: fputs(takeover_help, stderr); return 2;
 		}

@@ -163,6 +163,16 @@ static int endpoints_parse(struct etcd *e, const char *list)
 	}
 }
 
+int etcd_check_endpoints(const char *list)
+{
+	struct etcd e = { 0 };
+	int r = endpoints_parse(&e, list);
+
+	for (size_t i = 0; i < e.nurls; i++)
+		free(e.urls[i]);
+	return r;
+}
+
 static size_t on_answer(char *data, size_t size, size_t nmemb, void *ctx)
 {
 	struct etcd *e = ctx;

@@ -36,6 +36,9 @@ struct etcd_config {
 /* Checks the endpoint list (-EINVAL, with a logged reason); connects lazily. */
 int etcd_new(const struct etcd_config *cfg, struct etcd **out) __attribute__((warn_unused_result));
 void etcd_free(struct etcd *e);
+/* Checks an endpoint list as etcd_new() does, without a client: 0, or
+ * -EINVAL with the reason logged (the command line checks --witness so). */
+int etcd_check_endpoints(const char *list);
 
 /* Every call returns 0 (or 1 where said) on an answer from etcd, and
  * -ETIMEDOUT / -ECONNREFUSED / -EHOSTUNREACH when no endpoint answered in

@@ -100,6 +100,9 @@ static char *snapshot_request(struct snapshots *s, const char *request)
 	if (r < 0) {
 		/* The next diff is against the last good file: keep its pages. */
 		ckpt_requeue(s->m, s->ckpt);
+		if (r == -ELOOP || r == -EEXIST || r == -EISDIR)
+			return fmt("error usage: --out %s: not a regular file (the previous snapshot "
+				   "is unchanged)", path);
 		return fmt("error writing %s: %s (the previous snapshot is unchanged)", path,
 			   strerror(-r));
 	}

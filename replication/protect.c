@@ -11,18 +11,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int parse_ms(const char *key, const char *v, unsigned min, unsigned *out, char *err,
-		    size_t errlen)
+static int parse_count(const char *key, const char *v, const char *unit, unsigned min,
+		       unsigned max, unsigned *out, char *err, size_t errlen)
 {
 	char *end;
-	unsigned long x = strtoul(v, &end, 10);
+	unsigned long x;
 
-	if (*end || end == v || x < min || x > 3600000) {
-		snprintf(err, errlen, "%s '%s': need milliseconds, at least %u", key, v, min);
+	errno = 0;
+	x = strtoul(v, &end, 10);
+	if (*end || end == v || v[0] == '-' || errno || x < min || x > max) {
+		snprintf(err, errlen, "%s '%s': need %s, %u..%u", key, v, unit, min, max);
 		return -EINVAL;
 	}
 	*out = (unsigned)x;
 	return 0;
+}
+
+static int parse_ms(const char *key, const char *v, unsigned min, unsigned *out, char *err,
+		    size_t errlen)
+{
+	return parse_count(key, v, "milliseconds", min, 3600000, out, err, errlen);
 }
 
 static int set_option(struct repl_primary_opts *o, const char *key, char *v, char *err,
@@ -44,13 +52,14 @@ static int set_option(struct repl_primary_opts *o, const char *key, char *v, cha
 		return 0;
 	}
 	if (!strcmp(key, "bandwidth") && o->migrate_downtime_ms)
-		return parse_ms(key, v, 1, &o->bandwidth_mib, err, errlen);
+		return parse_count(key, v, "MiB/s", 1, 1048576, &o->bandwidth_mib, err, errlen);
 	if (!strcmp(key, "postcopy-after") && o->migrate_downtime_ms) {
 		if (!strcmp(v, "never")) {
 			o->postcopy_after = 0;
 			return 0;
 		}
-		return parse_ms(key, v, 1, &o->postcopy_after, err, errlen);
+		return parse_count(key, v, "rounds (or never)", 1, 1000000, &o->postcopy_after, err,
+				   errlen);
 	}
 	if (!strcmp(key, "with-disk") && o->migrate_downtime_ms && !strcmp(v, "true")) {
 		o->with_disk = true;

@@ -15,7 +15,7 @@ mkdir -p "$logs"
 # name | invariant | guarding tests
 table="release_early|1 output leaves only after ACK(N)|sys_commit_order
 clear_after_copy|3 dirty bit cleared before the copy|test_capture_race test_checkpoint test_snapshot
-apply_partial|2 an epoch applies whole or not at all|sys_commit_order
+apply_partial|2 an epoch applies whole or not at all|test_staging sys_commit_order
 drop_state_section|4 standby = primary, every piece of state|test_digest sys_commit_order
 ack_before_staged|4 standby = last acknowledged checkpoint|sys_commit_order
 takeover_while_alive|5 one live copy (no takeover after goodbye)|sys_commit_order sys_protect

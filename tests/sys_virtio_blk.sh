@@ -126,8 +126,8 @@ expect_error() {   # status pattern options...
 	[ $rc = "$want" ] || fail "$*: exit $rc, want $want: $(cat "$T/e.err")"
 	grep -q "$pat" "$T/e.err" || fail "$*: no '$pat' in: $(cat "$T/e.err")"
 }
-expect_error 1 "No such file or directory" --disk "$T/missing.img"
-expect_error 1 "Is a directory" --disk "$T"
+expect_error 2 "No such file or directory" --disk "$T/missing.img"   # judged at parsing
+expect_error 2 "Is a directory" --disk "$T"
 truncate -s 100 "$T/tiny.img"
 expect_error 1 "not a raw image" --disk "$T/tiny.img"
 expect_error 2 "need a file name" --disk ""

@@ -21,6 +21,9 @@
 #     back, replies resume, the new primary sends a gratuitous ARP and the
 #     bridge moves the MAC to the secondary's tap, no frame of epoch N left
 #     before ACK(N) (event log; the mutant net_release_early fails here).
+#     The last trial cuts the replication link 400 ms before the kill: a reply
+#     released before its ACK is then lost with its epoch, so reply numbers go
+#     back every time (the same mutant fails check 1 too, not by luck).
 # NET_TRIALS (default 3) trials, NET_SEED to replay one.
 set -u
 cd "$(dirname "$0")/.." || exit 1
