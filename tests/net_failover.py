@@ -104,8 +104,8 @@ class Client(threading.Thread):
 def link_cut(port, on):
     """Drops (on) or lets through again the replication link's TCP port in VM_NS."""
     if on:
-        rules = ("table inet usnetcut { chain o { type filter hook output priority 0; "
-                 "tcp dport %d drop; tcp sport %d drop; } }" % (port, port))
+        rules = ("table inet usnetcut {\n chain o { type filter hook output priority 0; "
+                 "tcp dport %d drop; tcp sport %d drop; }\n}\n" % (port, port))
         r = subprocess.run(ns(["nft", "-f", "-"]), input=rules, text=True, capture_output=True)
         if r.returncode:
             raise RuntimeError("nft: " + r.stderr.strip())
