@@ -156,11 +156,11 @@ def trial(t, rng, sniffer, cut=False):
             time.sleep(0.4)
         t_kill = time.time()
         seen_before = len(c.replies)
+        asked = c.sent - sent_at_cut if cut else 0
         pri.kill()
         pri.wait()
         if cut:
             link_cut(sport, False)
-            asked = c.sent - sent_at_cut
             if asked < 2:
                 errors.append("trial %d (cut): the client asked %d times while the link was cut: "
                               "nothing to lose" % (t, asked))
