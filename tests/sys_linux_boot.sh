@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.." || exit 1
 BIN=${UNDERSTUDY_BIN:-build/understudy}
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
-need_kvm
+need_linux_kvm
 need_linux_loader
 
 T=$(mktemp -d /tmp/sys_linux_boot.XXXXXX)
