@@ -361,6 +361,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct console *c = w->data;
 	int fd, one = 1, inq = 0;
+	bool replaced;
 
 	(void)revents;
 	/* Bytes it sent and the console has not read yet (input paused)
@@ -376,7 +377,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 		net_accept_failed(&c->guard, errno);
 		return;
 	}
-	if (c->in_fd >= 0) {
+	replaced = c->in_fd >= 0;
+	if (replaced) {
 		net_accept_log(&c->guard, c->in_any ? "an idle client gave way to a new one"
 						    : "a client that sent nothing gave way to a new one");
 		drop_client(c);
@@ -390,7 +392,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	ev_io_set(&c->out_w, fd, EV_WRITE);
 	if (!c->input_paused)
 		ev_io_start(loop, &c->in_w);
-	log_info(TAG, "console client connected");
+	if (!replaced)                   /* else the line above (limited) */
+		log_info(TAG, "console client connected");
 	try_write(c);
 }
 

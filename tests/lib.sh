@@ -14,6 +14,15 @@ need_host_kvm() {
 		{ echo "SKIP: needs a host's own KVM, not the nested one under QEMU's emulator: $*"; exit 77; }
 	return 0
 }
+# need_linux_kvm: need_kvm, and a KVM that can boot Linux: one with
+# hardware virtualisation (vmx/svm). The PVM of these hosts emulates CPL0
+# code and lacks instructions Linux needs (../shared/PLATFORM.md); there
+# tests/run.sh sends the tests that call this to the nested VM.
+need_linux_kvm() {
+	need_kvm
+	grep -qwE 'vmx|svm' /proc/cpuinfo ||
+		{ echo "SKIP: this host's KVM cannot boot Linux (no vmx/svm: PVM); make check runs it in the nested VM"; exit 77; }
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # need_taps: skips (77) unless network namespaces, taps and bridges can be made.
 need_taps() {

@@ -5,6 +5,8 @@
  * each followed by a real client that must get in. The bounds asserted are
  * generous (other work runs on this machine); the times are printed. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,25 +36,49 @@ struct flood {
 	int n;
 };
 
-/* n more idle connections to 127.0.0.1:port, non-blocking (a full backlog
- * must not stop the flood), from SOURCES addresses, the loop running
- * between them as it would under a real flood. */
+/* One more idle connection to 127.0.0.1:port, non-blocking (a full backlog
+ * must not stop the flood), from one of SOURCES addresses. */
+static void flood_one(struct flood *f, int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in src = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0 && f->n < 2 * FLOOD);
+	src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)(f->n % SOURCES));
+	assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS);
+	f->fd[f->n++] = fd;
+}
+
+/* n more, the loop running between them as it would under a real flood. */
 static void flood_more(struct flood *f, struct ev_loop *loop, int port, int n)
 {
 	for (int i = 0; i < n; i++) {
-		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-		struct sockaddr_in src = { .sin_family = AF_INET };
-		int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-		assert_true(fd >= 0 && f->n < 2 * FLOOD);
-		src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)(f->n % SOURCES));
-		assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		assert_true(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
-			    errno == EINPROGRESS);
-		f->fd[f->n++] = fd;
+		flood_one(f, port);
 		ev_run(loop, EVRUN_NOWAIT);
 	}
+}
+
+/* A flood from a thread of its own, as fast as it goes, while the loop's
+ * thread serves and times a real client. */
+struct flooder {
+	pthread_t thread;
+	int port;
+	struct flood f;
+	atomic_int opened;
+};
+
+static void *flooder_run(void *arg)
+{
+	struct flooder *fl = arg;
+
+	for (int i = 0; i < FLOOD; i++) {
+		flood_one(&fl->f, fl->port);
+		atomic_fetch_add(&fl->opened, 1);
+	}
+	return NULL;
 }
 
 static void flood_end(struct flood *f)
@@ -67,13 +93,49 @@ static double ms_since(uint64_t t0)
 	return (double)(now_ns() - t0) / 1e6;
 }
 
+/* A service under a flood, and how a real client gets in: get_in() returns
+ * the ms it took, or -1 if it never did. */
+struct target {
+	struct ev_loop *loop;
+	int port;
+	void *ctx;
+	double (*get_in)(struct target *t);
+};
+
+/* A real client: alone, after FLOOD idle connections, and while FLOOD more
+ * come from another thread; it must get in each time. */
+static void flood_and_time(struct target *t, const char *what)
+{
+	struct flooder fl = { .port = t->port };
+	struct flood f = { .n = 0 };
+	double quiet, held, during;
+
+	quiet = t->get_in(t);
+	flood_more(&f, t->loop, t->port, FLOOD);
+	nt_run_for(t->loop, 50);
+	held = t->get_in(t);
+	assert_int_equal(pthread_create(&fl.thread, NULL, flooder_run, &fl), 0);
+	while (atomic_load(&fl.opened) < FLOOD / 4)
+		ev_run(t->loop, EVRUN_NOWAIT);
+	during = t->get_in(t);
+	printf("%s: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms while %d more "
+	       "came (%d of them by then)\n", what, quiet, held, FLOOD, during, FLOOD,
+	       atomic_load(&fl.opened));
+	pthread_join(fl.thread, NULL);
+	assert_true(quiet >= 0);
+	assert_true(held >= 0);
+	assert_true(during >= 0);
+	flood_end(&fl.f);
+	flood_end(&f);
+}
+
 /* ---- 7: the replication listener, TLS: setup slots ------------------------------ */
 
-/* How long a real TLS client takes to be accepted, with the flooders of f
- * (and `during` more arriving meanwhile): ms, or -1 if it never was. */
-static double tls_get_in(struct ev_loop *loop, struct net_listener *l, struct nt_peer *srv,
-			 struct flood *f, int during)
+/* How long a real TLS client takes to be accepted: ms, or -1 if never. */
+static double tls_get_in(struct target *t)
 {
+	struct ev_loop *loop = t->loop;
+	struct nt_peer *srv = t->ctx;
 	struct net_config ccfg = nt_tls_cfg("client.pem", "client.key", "ca.pem");
 	struct nt_peer cli = { 0 };
 	char addr[64];
@@ -81,10 +143,9 @@ static double tls_get_in(struct ev_loop *loop, struct net_listener *l, struct nt
 	double ms;
 
 	srv->accepted = 0;
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", t->port);
 	t0 = now_ns();
 	assert_int_equal(net_connect(loop, &ccfg, addr, &nt_peer_ops, &cli, &cli.conn), 0);
-	flood_more(f, loop, net_listener_port(l), during);
 	nt_run_until(loop, &srv->accepted, GET_IN_MS);
 	ms = srv->accepted ? ms_since(t0) : -1;
 	nt_run_until(loop, &cli.connected, 1000);
@@ -102,23 +163,13 @@ static void test_flood_tls_listener(void **state)
 	struct net_config scfg = nt_tls_cfg("server.pem", "server.key", "ca.pem");
 	struct net_listener *l;
 	struct nt_peer srv = { 0 };
-	struct flood f = { .n = 0 };
-	double quiet, held, during;
+	struct target t = { .loop = loop, .ctx = &srv, .get_in = tls_get_in };
 
 	(void)state;
 	proto_buf_init(&srv.rx);
 	assert_int_equal(net_listen(loop, &scfg, "127.0.0.1:0", nt_on_accept, &srv, &l), 0);
-	quiet = tls_get_in(loop, l, &srv, &f, 0);
-	flood_more(&f, loop, net_listener_port(l), FLOOD);
-	nt_run_for(loop, 50);
-	held = tls_get_in(loop, l, &srv, &f, 0);               /* 200 idle ones held */
-	during = tls_get_in(loop, l, &srv, &f, FLOOD);         /* 200 more meanwhile */
-	printf("TLS handshake: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms "
-	       "while %d more came\n", quiet, held, FLOOD, during, FLOOD);
-	assert_true(quiet >= 0);
-	assert_true(held >= 0);
-	assert_true(during >= 0);
-	flood_end(&f);
+	t.port = net_listener_port(l);
+	flood_and_time(&t, "TLS handshake");
 	net_listener_close(l);
 	proto_buf_fini(&srv.rx);
 	ev_loop_destroy(loop);
@@ -204,9 +255,10 @@ static void h_closed(struct net_conn *c, int reason, void *ctx)
 
 static const struct net_conn_ops hello_ops = { .connected = h_connected, .closed = h_closed };
 
-static double tcp_get_in(struct ev_loop *loop, struct net_listener *l, struct cands *k,
-			 struct flood *f, int during)
+static double tcp_get_in(struct target *t)
 {
+	struct ev_loop *loop = t->loop;
+	struct cands *k = t->ctx;
 	struct hello_client h = { .p = { 0 } };
 	char addr[64];
 	uint64_t t0;
@@ -214,10 +266,9 @@ static double tcp_get_in(struct ev_loop *loop, struct net_listener *l, struct ca
 
 	proto_buf_init(&h.out);
 	k->hellos = 0;
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", net_listener_port(l));
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", t->port);
 	t0 = now_ns();
 	assert_int_equal(net_connect(loop, &nt_tcp_cfg, addr, &hello_ops, &h, &h.p.conn), 0);
-	flood_more(f, loop, net_listener_port(l), during);
 	nt_run_until(loop, &k->hellos, GET_IN_MS);
 	ms = k->hellos ? ms_since(t0) : -1;
 	if (h.p.conn)
@@ -234,23 +285,13 @@ static void test_flood_tcp_candidates(void **state)
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct net_listener *l;
 	struct cands k = { .hellos = 0 };
-	struct flood f = { .n = 0 };
-	double quiet, held, during;
+	struct target t = { .loop = loop, .ctx = &k, .get_in = tcp_get_in };
 
 	(void)state;
 	repl_candidates_init(&k.cs, &k_ops, &k, REPL_HANDSHAKE_TIMEOUT_MS, &k.fault);
 	assert_int_equal(net_listen(loop, &nt_tcp_cfg, "127.0.0.1:0", k_accept, &k, &l), 0);
-	quiet = tcp_get_in(loop, l, &k, &f, 0);
-	flood_more(&f, loop, net_listener_port(l), FLOOD);
-	nt_run_for(loop, 50);
-	held = tcp_get_in(loop, l, &k, &f, 0);
-	during = tcp_get_in(loop, l, &k, &f, FLOOD);
-	printf("TCP Hello: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms while %d "
-	       "more came\n", quiet, held, FLOOD, during, FLOOD);
-	assert_true(quiet >= 0);
-	assert_true(held >= 0);
-	assert_true(during >= 0);
-	flood_end(&f);
+	t.port = net_listener_port(l);
+	flood_and_time(&t, "TCP Hello");
 	repl_candidates_close_all(&k.cs, "test over");
 	net_listener_close(l);
 	ev_loop_destroy(loop);
@@ -267,8 +308,10 @@ static char *render(void *ctx, size_t *len)
 
 /* A scrape of 127.0.0.1:port while the loop runs: ms until the whole
  * answer, or -1 if it was not a 200 with the page within GET_IN_MS. */
-static double scrape(struct ev_loop *loop, int port, struct flood *f, int during)
+static double scrape(struct target *t)
 {
+	struct ev_loop *loop = t->loop;
+	int port = t->port;
 	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	char buf[4096];
@@ -285,7 +328,6 @@ static double scrape(struct ev_loop *loop, int port, struct flood *f, int during
 		if (!sent)
 			usleep(100);
 	}
-	flood_more(f, loop, port, during);
 	while (!eof && ms_since(t0) < GET_IN_MS) {
 		ssize_t n;
 
@@ -308,24 +350,12 @@ static void test_flood_metrics(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct net_metrics *m;
-	struct flood f = { .n = 0 };
-	double quiet, held, during;
-	int port;
+	struct target t = { .loop = loop, .get_in = scrape };
 
 	(void)state;
 	assert_int_equal(net_metrics_start(loop, "127.0.0.1:0", render, NULL, &m), 0);
-	port = net_metrics_port(m);
-	quiet = scrape(loop, port, &f, 0);
-	flood_more(&f, loop, port, FLOOD);
-	nt_run_for(loop, 50);
-	held = scrape(loop, port, &f, 0);
-	during = scrape(loop, port, &f, FLOOD);
-	printf("scrape: %.1f ms quiet, %.1f ms after %d idle connections, %.1f ms while %d more "
-	       "came\n", quiet, held, FLOOD, during, FLOOD);
-	assert_true(quiet >= 0);
-	assert_true(held >= 0);
-	assert_true(during >= 0);
-	flood_end(&f);
+	t.port = net_metrics_port(m);
+	flood_and_time(&t, "scrape");
 	net_metrics_stop(m);
 	ev_loop_destroy(loop);
 }

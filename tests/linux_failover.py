@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""A Linux guest's TCP connection across kill -9 of its primary (the
+headline test of issue 26; tests/sys_linux_failover.sh and `make
+demo-linux` run it).
+
+Runs inside the client's network namespace; the agents run in VM_NS, where
+a bridge holds the client's veth and the two taps (the guest has one MAC).
+The guest is Debian's kernel with the initramfs of tests/linux_initramfs.sh
+in ut.mode=server: for each request line it appends "SEQ LINE" to a file on
+its virtio disk, fsyncs it, then replies "SEQ LINE".
+  - a secondary (--disk on an empty image, --net tap:TAP_B) and a primary
+    (--kernel, --disk on a blank image the guest formats, --net tap:TAP_A)
+    are started; once the secondary holds the first checkpoint and the
+    guest's server answers, ONE TCP connection is opened and a client sends
+    requests on it one after the other, all through the test;
+  - per trial, at a seeded random moment the primary is SIGKILLed; the
+    secondary takes over; the client's connection must carry on (no reset,
+    no reconnect: it is never reopened) and get 10 more replies; then a
+    fresh secondary (on the dead primary's tap, with an empty image) is
+    attached to the survivor with `protect` for the next trial. One boot
+    of Linux serves every trial.
+Checked: every reply echoes its request and numbers one more than the
+previous (no gap, no repeat the client could see); every frame release of
+a killed primary followed the ACK of its epoch (event log); at the end the
+guest is asked to power off (it unmounts its disk) and the last
+survivor's image, read on the host, holds every reply the client received
+with its number, the numbers running 1..N.
+Usage: linux_failover.py BIN VM_NS TRIALS SEED TMPDIR TAP_A TAP_B KERNEL INITRD APPEND
+Knobs (environment): LINUX_BOOT_S (600) for the boot and first sync,
+LINUX_MEM (256M), LINUX_CPUS (1), LINUX_EPOCH_MS (25), LINUX_FAILOVER_MS
+(1000, the secondary's --failover-timeout-ms; the primary's --timeout-ms is
+three times it). Exit 0 pass, 1 fail."""
+import functools
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import guestnet
+import linuxguest
+from guestnet import wait_text
+
+BIN, VM_NS = sys.argv[1], sys.argv[2]
+TRIALS, SEED, TMP = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+TAP_A, TAP_B = sys.argv[6], sys.argv[7]
+KERNEL, INITRD, APPEND = sys.argv[8], sys.argv[9], sys.argv[10]
+GUEST_IP, PORT = "10.79.0.2", 7000
+BOOT_S = float(os.environ.get("LINUX_BOOT_S", "600"))
+MEM = os.environ.get("LINUX_MEM", "256M")
+CPUS = os.environ.get("LINUX_CPUS", "1")
+EPOCH_MS = os.environ.get("LINUX_EPOCH_MS", "25")
+FAILOVER_MS = int(os.environ.get("LINUX_FAILOVER_MS", "1000"))
+AFTER = 10          # replies wanted after each takeover
+ns = functools.partial(guestnet.in_ns, VM_NS)
+free_port = functools.partial(guestnet.free_port_in, VM_NS)
+# Reads an agent's console (tcp, in VM_NS) into a file, for the record:
+# connects when the port takes it, to EOF.
+CONSOLE_READER = r"""
+import socket, sys, time
+end = time.time() + float(sys.argv[3])
+while True:
+    try:
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        break
+    except OSError:
+        if time.time() > end:
+            sys.exit(1)
+        time.sleep(0.2)
+with open(sys.argv[2], "ab", buffering=0) as f:
+    while True:
+        d = s.recv(4096)
+        if not d:
+            break
+        f.write(d)
+"""
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+class Agent:
+    """An understudy process in VM_NS, with its log, event log, control
+    socket, console port (read into a file) and disk image."""
+
+    def __init__(self, name, tap, img):
+        self.name, self.tap, self.img = name, tap, img
+        self.log = os.path.join(TMP, name + ".log")
+        self.events = os.path.join(TMP, name + ".events")
+        self.ctl = os.path.join(TMP, name + ".ctl")
+        self.console = os.path.join(TMP, name + ".console")
+        self.con_port = free_port()
+        self.p = self.reader = None
+
+    def start(self, args):
+        self.p = subprocess.Popen(ns([BIN] + args + ["--control", self.ctl, "--console",
+                                                     "tcp:127.0.0.1:%d" % self.con_port]),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=open(self.log, "w"),
+                                  env=dict(os.environ, UNDERSTUDY_EVENT_LOG=self.events))
+        self.reader = subprocess.Popen(ns([sys.executable, "-c", CONSOLE_READER, str(self.con_port),
+                                           self.console, str(BOOT_S)]),
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def gist(self):
+        con = ""
+        try:
+            with open(self.console, errors="replace") as f:
+                ut = [ln.strip() for ln in f if ln.startswith("ut: ") or "panic" in ln]
+            con = "; console: " + " | ".join(ut[-4:])
+        except FileNotFoundError:
+            pass
+        return "%s: %s%s" % (self.name, guestnet.log_gist(self.log), con)
+
+    def stop(self):
+        for p in (self.p, self.reader):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def secondary(name, tap, sync):
+    img = os.path.join(TMP, name + ".img")
+    open(img, "w").close()
+    a = Agent(name, tap, img)
+    a.port = free_port()
+    a.start(["secondary", "--listen", "127.0.0.1:%d" % a.port, "--failover-timeout-ms",
+             str(FAILOVER_MS), "--insecure", "--net", "tap:" + tap, "--disk", img,
+             "--disk-sync", sync])
+    if not wait_text(a.log, "waiting for a primary", 20):
+        raise RuntimeError("secondary %s never listened: %s" % (name, a.gist()))
+    return a
+
+
+class Client(threading.Thread):
+    """Requests "c<k>" on one connection, one after the other, until told
+    to stop or the connection fails (then self.problem says why)."""
+
+    def __init__(self, conn):
+        super().__init__(daemon=True)
+        self.conn = conn
+        self.replies = []      # (time, reply line)
+        self.problem = None
+        self.stop = False
+
+    def run(self):
+        k = 0
+        while not self.stop:
+            try:
+                _, r = self.conn.request("c%d" % k)
+            except (OSError, ValueError) as e:
+                self.problem = "request c%d after %d replies: %s: %s" % (
+                    k, len(self.replies), type(e).__name__, e)
+                return
+            self.replies.append((time.time(), r))
+            k += 1
+
+    def count_after(self, t):
+        return sum(1 for r in self.replies if r[0] > t)
+
+
+def wait_until(cond, secs):
+    end = time.time() + secs
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def main():
+    rng = random.Random(SEED)
+    say("seed %d" % SEED)
+    agents = []
+    t0 = time.time()
+    try:
+        sec = secondary("sec0", TAP_B, rng.choice(("commit", "ack")))
+        agents.append(sec)
+        img = os.path.join(TMP, "pri.img")
+        with open(img, "wb") as f:
+            f.truncate(64 << 20)
+        pri = Agent("pri", TAP_A, img)
+        agents.append(pri)
+        pri.start(["primary", "--kernel", KERNEL, "--initrd", INITRD,
+                   "--append", "%s ut.mode=server ut.ip=%s/24" % (APPEND, GUEST_IP),
+                   "--mem", MEM, "--cpus", CPUS, "--disk", img, "--net", "tap:" + TAP_A,
+                   "--peer", "127.0.0.1:%d" % sec.port, "--epoch-ms", EPOCH_MS,
+                   "--timeout-ms", str(3 * FAILOVER_MS), "--insecure"])
+        say("primary: understudy primary --kernel %s --initrd (busybox) --mem %s --cpus %s "
+            "--disk (blank 64 MiB) --net tap:%s; secondary on tap:%s" % (KERNEL, MEM, CPUS, TAP_A, TAP_B))
+        if not wait_text(sec.log, "first checkpoint applied", BOOT_S):
+            say("FAIL: never protected: %s; %s" % (pri.gist(), sec.gist()))
+            return 1
+        try:
+            conn = linuxguest.Conn(GUEST_IP, PORT, connect_s=BOOT_S)
+        except OSError as e:
+            say("FAIL: the guest's server never answered %s:%d (%s): %s" % (GUEST_IP, PORT, e, pri.gist()))
+            return 1
+        say("protected; the guest's server answers on %s:%d after %.0f s; one TCP connection opened"
+            % (GUEST_IP, PORT, time.time() - t0))
+        c = Client(conn)
+        c.start()
+        for t in range(TRIALS):
+            n0 = len(c.replies)
+            if not wait_until(lambda: c.problem or len(c.replies) >= n0 + 5, 120) or c.problem:
+                say("FAIL: trial %d: before the kill: %s" % (t, c.problem or "fewer than 5 replies in 120 s"))
+                return 1
+            time.sleep(rng.uniform(0.2, 2.5))
+            before = len(c.replies)
+            t_kill = time.time()
+            pri.p.kill()
+            pri.p.wait()
+            if not wait_text(sec.log, "TOOK OVER", 120):
+                say("FAIL: trial %d: no takeover: %s" % (t, sec.gist()))
+                return 1
+            t_took = time.time()
+            if not wait_until(lambda: c.problem or c.count_after(t_took) >= AFTER, 300) or c.problem:
+                say("FAIL: trial %d: after the takeover: %s; %s" %
+                    (t, c.problem or "fewer than %d replies in 300 s" % AFTER, sec.gist()))
+                return 1
+            first = next(r for r in c.replies if r[0] > t_kill)
+            errs = guestnet.release_order_errors(pri.events, t)
+            if errs:
+                say("FAIL: " + "; ".join(errs))
+                return 1
+            say("trial %d: kill -9 of %s after %d replies (the last \"%s\"); %s TOOK OVER %.1f s later; "
+                "the same connection carried on: \"%s\" %.1f s after the kill, %d replies since"
+                % (t, pri.name, before, c.replies[before - 1][1], sec.name, t_took - t_kill, first[1],
+                   first[0] - t_kill, c.count_after(t_kill)))
+            pri.stop()
+            if t + 1 < TRIALS:
+                nxt = secondary("sec%d" % (t + 1), pri.tap, rng.choice(("commit", "ack")))
+                agents.append(nxt)
+                out = subprocess.run(ns([BIN, "protect", "--control", sec.ctl, "--peer",
+                                         "127.0.0.1:%d" % nxt.port, "--insecure"]),
+                                     capture_output=True, text=True, timeout=BOOT_S)
+                if out.returncode != 0:
+                    say("FAIL: protect of the survivor: exit %d: %s" % (out.returncode, out.stderr.strip()))
+                    return 1
+                if not wait_text(nxt.log, "first checkpoint applied", BOOT_S):
+                    say("FAIL: trial %d: the survivor never protected again: %s; %s" %
+                        (t, sec.gist(), nxt.gist()))
+                    return 1
+                pri, sec = sec, nxt
+            else:
+                pri = sec
+        c.stop = True
+        c.join(120)
+        if c.problem:
+            say("FAIL: at the end: %s" % c.problem)
+            return 1
+        replies = [r[1] for r in c.replies]
+        bye = conn.poweroff()
+        try:
+            rc = pri.p.wait(timeout=120)
+            how = "powered off, exit %d" % rc
+        except subprocess.TimeoutExpired:
+            pri.p.kill()
+            pri.p.wait()
+            how = "still running 120 s after ut-poweroff (\"%s\"): killed" % bye
+        try:
+            lines = linuxguest.read_log(pri.img)
+        except RuntimeError as e:
+            say("FAIL: the survivor's image: %s" % e)
+            return 1
+        errs = linuxguest.log_errors(lines, replies)
+        for e in errs:
+            say("FAIL: " + e)
+        if errs:
+            return 1
+        say("ok - %d kill -9 of the primary; one TCP connection carried %d replies numbered %s..%s "
+            "without a gap or a reset; the survivor (%s) has all of them in its disk's log "
+            "(%d lines, 1..%d) (%.0f s in all)" % (TRIALS, len(replies), replies[0].split()[0],
+                                                  replies[-1].split()[0], how, len(lines), len(lines),
+                                                  time.time() - t0))
+        return 0
+    finally:
+        for a in agents:
+            a.stop()
+
+
+sys.exit(main())

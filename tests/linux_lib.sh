@@ -1,0 +1,51 @@
+# Helpers of the Linux guest tests (sourced after tests/lib.sh).
+# The guest's command line: the serial console, and what makes Debian's
+# kernel boot fast enough in the nested VM (tests/nested/run.sh; measured
+# there with QEMU: init at 15.6 s of guest time, ../shared/PLATFORM.md).
+LINUX_APPEND="console=ttyS0 earlyprintk=serial,ttyS0 nokaslr no_timer_check tsc=reliable lpj=4000000"
+# need_linux_loader: skips (77) unless `understudy run` boots a kernel.
+need_linux_loader() {
+	"$BIN" run --help 2>&1 | grep -q -- '--kernel' ||
+		{ echo "SKIP: $BIN run has no --kernel (the Linux loader of issue 26 is not in this build)"; exit 77; }
+}
+# linux_guest DIR: builds the guest (tests/linux_initramfs.sh) in DIR; sets
+# LINUX_KERNEL and LINUX_INITRD. Skips (77) when a package is missing.
+linux_guest() {
+	local out rc
+	out=$(bash tests/linux_initramfs.sh "$1")
+	rc=$?
+	[ $rc = 77 ] && { echo "$out"; exit 77; }
+	[ $rc = 0 ] || fail "tests/linux_initramfs.sh $1: exit $rc"
+	read -r LINUX_KERNEL LINUX_INITRD <<<"$out"
+}
+# console_has FILE PATTERN: a line of the serial console output in FILE
+# (carriage returns dropped) matches the extended regular expression.
+console_has() { tr -d '\r' <"$1" | grep -qE "$2"; }
+# wait_console FILE PATTERN SECONDS [COUNT]: until COUNT (1) lines match,
+# or the process $VMPID (if set) ended.
+wait_console() {
+	local i
+	for i in $(seq 1 $(($3 * 10))); do
+		[ "$(tr -d '\r' <"$1" | grep -cE "$2")" -ge "${4:-1}" ] && return 0
+		[ -n "${VMPID:-}" ] && ! kill -0 "$VMPID" 2>/dev/null && break
+		sleep 0.1
+	done
+	[ "$(tr -d '\r' <"$1" | grep -cE "$2")" -ge "${4:-1}" ]
+}
+# wait_exit PID SECONDS: the exit status of PID (a child), or 124 after
+# SECONDS (PID is then killed).
+wait_exit() {
+	local i
+	for i in $(seq 1 $(($2 * 10))); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$1" 2>/dev/null && { kill -9 "$1"; wait "$1" 2>/dev/null; return 124; }
+	wait "$1"
+}
+# console_gist FILE: the guest's own lines and the kernel's last ones, for
+# a failure message.
+console_gist() {
+	tr -d '\r' <"$1" | grep -E '^ut: |panic|Oops|BUG' | tail -6 | tr '\n' '|'
+	echo " last: $(tr -d '\r' <"$1" | tail -3 | tr '\n' '|')"
+}
