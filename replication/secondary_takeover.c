@@ -209,9 +209,9 @@ static void fence_failed(struct repl_secondary *s, int r, const char *why)
 	s->state = S_FENCE_FAILED;
 	if (s->fence_failures <= tries) {
 		ms = repl_fence_retry_ms(s->fence_failures);
-		repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "fence command failed (%s): no "
-			       "takeover yet, retry %u of %u in %u ms; the standby stays at epoch %llu",
-			       why, s->fence_failures, tries, ms, (unsigned long long)s->stage.applied);
+		repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "no takeover yet at epoch %llu: "
+			       "retry %u of %u in %u ms; the fence command failed: %s",
+			       (unsigned long long)s->stage.applied, s->fence_failures, tries, ms, why);
 		log_warn(TAG, "NO TAKEOVER yet: %s", s->fault.what);
 		ev_timer_init(&s->fence_w, on_fence_retry, ms / 1e3, 0);
 		s->fence_w.data = s;
@@ -219,10 +219,11 @@ static void fence_failed(struct repl_secondary *s, int r, const char *why)
 		net_notify(NET_NOTIFY_STATUS, "NO TAKEOVER yet: fence command failed: %s", why);
 		return;
 	}
-	repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "fence command failed %u times (last: "
-		       "%s): no takeover, the standby stays at epoch %llu; once the old primary is "
-		       "known to be off: understudy takeover --fenced-by-operator", s->fence_failures,
-		       why, (unsigned long long)s->stage.applied);
+	/* (what to do first: the fault's text is cut at 160 bytes) */
+	repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "no takeover at epoch %llu after %u "
+		       "failed fence run%s (takeover --fenced-by-operator once the old primary is "
+		       "off): %s", (unsigned long long)s->stage.applied, s->fence_failures,
+		       s->fence_failures == 1 ? "" : "s", why);
 	log_error(TAG, "NO TAKEOVER: %s; the old primary may still run", s->fault.what);
 	net_notify(NET_NOTIFY_STATUS, "NO TAKEOVER: fence command failed: %s", why);
 }

@@ -130,7 +130,7 @@ stop_pair
 #    fence-failed for good; a person resumes it.
 start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 1
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/$n.sec.log" "fence command failed 2 times" 30 || fail "no final refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "after 2 failed fence runs" 30 || fail "no final refusal: $(tail -5 "$tmp/$n.sec.log")"
 [ "$(state_of "$tmp/$n.sec.ctl")" = fence-failed ] || fail "state: $(state_of "$tmp/$n.sec.ctl")"
 out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" 2>&1)
 rc=$?
