@@ -315,6 +315,7 @@ static void on_won(void *ctx)
 
 	if (s->state != S_CONTENDING)
 		return;
+	s->self_vouched = false;         /* the winning transaction wrote K/standby = none */
 	log_info(TAG, "won the witness key %.1f ms after the takeover decision",
 		 (now_ns() - s->contend_t0_ns) / 1e6);
 	fence_and_take_over(s, s->migrating ? "the primary handed the guest over" :
