@@ -34,7 +34,8 @@ start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
 	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
 		--insecure --timeout-ms 300 ${PRI_EXTRA:-} 2>"$tmp/$n.pri.log" &
 	pp=$!
-	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 20 || fail "never protected"
+	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 90 ||
+		fail "never protected: $(tail -3 "$tmp/$n.pri.log"; tail -3 "$tmp/$n.sec.log")"
 	out=$(python3 tests/counter_client.py $pcon incr incr) || fail "client of the primary"
 }
 stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; return 0; }
@@ -57,7 +58,7 @@ export FENCE_OUT=$tmp/fence.env FENCE_PID=$tmp/primary.pid
 start_pair --fence-cmd "$tmp/fence.sh"
 echo $pp >"$FENCE_PID"
 kill -STOP $pp
-wait_log "$tmp/$n.sec.log" "TOOK OVER" 20 || fail "no takeover: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "TOOK OVER" 60 || fail "no takeover: $(tail -5 "$tmp/$n.sec.log")"
 wait $pp 2>/dev/null
 kill -0 $pp 2>/dev/null && fail "the old primary still runs after the fence"
 grep -q "^UNDERSTUDY_PEER_HOST=127.0.0.1$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
@@ -72,7 +73,7 @@ stop_pair
 # 2. The command fails: no takeover.
 start_pair --fence-cmd 'echo "bmc 10.0.0.9 unreachable"; exit 3' --fence-retries 0
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 20 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 60 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
 [ "$(state_of "$tmp/$n.sec.ctl")" = fence-failed ] || fail "state: $(state_of "$tmp/$n.sec.ctl")"
 "$BIN" status --control "$tmp/$n.sec.ctl" | grep -q "^reason .*exit 3: bmc 10.0.0.9 unreachable" ||
 	fail "status reason: $("$BIN" status --control "$tmp/$n.sec.ctl" | grep reason)"
@@ -94,7 +95,7 @@ stop_pair
 # 3. The command hangs: killed at its deadline, no takeover.
 start_pair --fence-cmd 'sleep 30' --fence-timeout-ms 500 --fence-retries 0
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 20 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 60 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
 grep -q "no exit within 500 ms" "$tmp/$n.sec.log" || fail "deadline not named: $(tail -3 "$tmp/$n.sec.log")"
 pgrep -f "^sleep 30$" >/dev/null && fail "the hung fence command is still running"
 ok "3. hanging fence command: killed at 500 ms, no takeover"
@@ -115,7 +116,7 @@ export FENCE_RUNS=$tmp/flaky.runs
 start_pair --fence-cmd "$tmp/flaky.sh"
 echo $pp >"$FENCE_PID"
 kill -STOP $pp
-wait_log "$tmp/$n.sec.log" "TOOK OVER" 30 || fail "no takeover after retries: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "TOOK OVER" 60 || fail "no takeover after retries: $(tail -5 "$tmp/$n.sec.log")"
 grep -q "NO TAKEOVER yet: .*retry 1 of 4 in 1000 ms" "$tmp/$n.sec.log" || fail "first retry not logged: $(grep fence "$tmp/$n.sec.log")"
 grep -q "NO TAKEOVER yet: .*retry 2 of 4 in 2000 ms" "$tmp/$n.sec.log" || fail "second retry not logged: $(grep fence "$tmp/$n.sec.log")"
 [ "$(wc -l <"$FENCE_RUNS")" = 3 ] || fail "the fence command ran $(wc -l <"$FENCE_RUNS") times, want 3"
@@ -130,7 +131,7 @@ stop_pair
 #    fence-failed for good; a person resumes it.
 start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 1
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/$n.sec.log" "after 2 failed fence runs" 30 || fail "no final refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "after 2 failed fence runs" 60 || fail "no final refusal: $(tail -5 "$tmp/$n.sec.log")"
 [ "$(state_of "$tmp/$n.sec.ctl")" = fence-failed ] || fail "state: $(state_of "$tmp/$n.sec.ctl")"
 out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" 2>&1)
 rc=$?
@@ -150,8 +151,8 @@ start_etcd "$tmp/etcd"
 PRI_EXTRA="--witness etcd:$ETCD_EP --witness-key f6 --lease-ms 1000"
 start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 0 $PRI_EXTRA
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 30 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
-wait_log "$tmp/$n.sec.log" "the witness names this standby again" 10 ||
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 60 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "the witness names this standby again" 30 ||
 	fail "the standby is not named again: $(tail -5 "$tmp/$n.sec.log")"
 case $(etcd_get "$ETCD_EP" f6/standby) in standby-*) ;; *) fail "f6/standby: '$(etcd_get "$ETCD_EP" f6/standby)'";; esac
 case $(etcd_get "$ETCD_EP" f6/owner) in secondary*) ;; *) fail "f6/owner: '$(etcd_get "$ETCD_EP" f6/owner)'";; esac
