@@ -4,7 +4,8 @@
 #   1. an unknown control request gets an error from the one-step primary
 #      and from the secondary, never the status with success;
 #   2. "switchover listen=127.0.0.1:0" is refused as --listen 127.0.0.1:0 is
-#      (exit 2), on the control socket too, and the pair stays protected;
+#      (exit 2, drill switchover too), on the control socket too, and the
+#      pair stays protected;
 #   3. understudy switchover returns once the new primary is protected;
 #   4. a switchover whose new primary cannot reach this side's standby (its
 #      port is taken by another process): the command does not say success
@@ -61,6 +62,9 @@ ok "1. unknown requests: $(ctl "$tmp/a.ctl" "bogus" | head -1)"
 "$BIN" switchover --control "$tmp/a.ctl" --listen 127.0.0.1:0 >/dev/null 2>"$tmp/sw0.err"
 rc=$?
 check "2. switchover --listen 127.0.0.1:0: exit $rc, want 2" [ $rc = 2 ]
+"$BIN" drill switchover --control "$tmp/a.ctl" --listen 127.0.0.1:0 >/dev/null 2>&1
+rc=$?
+check "2. drill switchover --listen 127.0.0.1:0: exit $rc, want 2" [ $rc = 2 ]
 r=$(ctl "$tmp/a.ctl" "switchover listen=127.0.0.1:0")
 check "2. 'switchover listen=127.0.0.1:0' answered: $(echo "$r" | head -1)" starts "$r" "error"
 check "2. the pair is not protected any more after listen=127.0.0.1:0" state_is "$tmp/a.ctl" protected 2
