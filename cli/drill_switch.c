@@ -229,7 +229,11 @@ int cli_drill_switchover(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c': control = optarg; break;
-		case 'l': listen = optarg; break;
+		case 'l':
+			listen = optarg;
+			if (cli_check_host_port("--listen", optarg))
+				return 2;
+			break;
 		case 'b': back = true; break;
 		case 't':
 			timeout_ms = (unsigned)strtoul(optarg, &e, 10);

@@ -4,13 +4,15 @@
 
 #include "cli/cli.h"
 #include "cli/ops.h"
+#include "replication/fence.h"
 #include "secondary/secondary.h"
 
 static const char secondary_help[] =
 	"usage: understudy secondary --listen HOST:PORT --console tcp:HOST:PORT\n"
 	"                            [--failover-timeout-ms N] [--handshake-timeout-ms N]\n"
 	"                            [--control PATH] [--takeover auto|manual] [link options]\n"
-	"                            [--fence-cmd CMD [--fence-timeout-ms N]] [witness options]\n"
+	"                            [--fence-cmd CMD [--fence-timeout-ms N] [--fence-retries N]]\n"
+	"                            [witness options]\n"
 	"                            [--guest NAME --mem SIZE --cpus N]\n"
 	"                            [--disk FILE [--disk-sync commit|ack]]\n"
 	"Waits for a primary, keeps a standby VM at its last complete checkpoint, and when\n"
@@ -26,12 +28,29 @@ static const char secondary_help[] =
 	"the primary's identity in UNDERSTUDY_PEER, UNDERSTUDY_PEER_HOST, UNDERSTUDY_PEER_PORT,\n"
 	"UNDERSTUDY_VM, UNDERSTUDY_EPOCH, UNDERSTUDY_REASON, UNDERSTUDY_ACTION=off) must exit 0\n"
 	"within --fence-timeout-ms (default 10000) before a takeover; otherwise there is no\n"
-	"takeover (state fence-failed) and the standby stays. With --disk, FILE (an existing\n"
+	"takeover (state fence-failed) and the standby stays: the command is run again up to\n"
+	"--fence-retries times (default 4, 0: never), after 1 s, 2 s, 4 s... (at most 30 s),\n"
+	"then it waits for a person (understudy takeover --fenced-by-operator). With --disk, FILE (an existing\n"
 	"writable file, emptied and sized to the primary's image when a standby is built) is\n"
 	"the standby's own copy of the VM's disk: the blocks of epoch N are written to it when\n"
 	"N commits; with --disk-sync ack (default commit) ACK(N) waits until they are durable\n"
 	"(fdatasync). A VM with a disk needs --disk here, and the sizes must match.\n\n" NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
 	OPS_OPTIONS_HELP;
+
+/* --fence-retries N: 0..REPL_FENCE_RETRIES_MAX. */
+static int parse_fence_retries(const char *arg, unsigned *out)
+{
+	char *end;
+	unsigned long v = strtoul(arg, &end, 10);
+
+	if (end == arg || *end || arg[0] == '-' || v > REPL_FENCE_RETRIES_MAX) {
+		fprintf(stderr, "understudy secondary: --fence-retries '%s': need 0..%d\n", arg,
+			REPL_FENCE_RETRIES_MAX);
+		return 2;
+	}
+	*out = (unsigned)v;
+	return 0;
+}
 
 int cli_cmd_secondary(int argc, char **argv)
 {
@@ -47,6 +66,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		{ "takeover", required_argument, NULL, 'T' },
 		{ "fence-cmd", required_argument, NULL, 'F' },
 		{ "fence-timeout-ms", required_argument, NULL, 'f' },
+		{ "fence-retries", required_argument, NULL, 'R' },
 		{ "disk-sync", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -55,8 +75,9 @@ int cli_cmd_secondary(int argc, char **argv)
 	struct vm_options vo;
 	struct repl_secondary_opts o = { .timeout_ms = 500,
 					 .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS,
-					 .fence_timeout_ms = 10000 };
-	bool fence_timeout_given = false, disk_sync_given = false;
+					 .fence_timeout_ms = 10000,
+					 .fence_retries = REPL_FENCE_RETRIES_DEFAULT };
+	bool fence_timeout_given = false, fence_retries_given = false, disk_sync_given = false;
 	struct witness_options wo;
 	struct ops_options ops;
 	struct cli_ops co;
@@ -108,6 +129,10 @@ int cli_cmd_secondary(int argc, char **argv)
 			r = cli_parse_ms("--fence-timeout-ms", optarg, 100, &o.fence_timeout_ms);
 			fence_timeout_given = true;
 			break;
+		case 'R':
+			r = parse_fence_retries(optarg, &o.fence_retries);
+			fence_retries_given = true;
+			break;
 		default:
 			r = cli_is_ops_option(opt) ? cli_parse_ops_option("secondary", &ops, opt, optarg) :
 			    opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
@@ -127,8 +152,9 @@ int cli_cmd_secondary(int argc, char **argv)
 	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
 	    cli_ops_options_check("secondary", &ops))
 		return 2;
-	if (fence_timeout_given && !o.fence_cmd) {
-		fprintf(stderr, "understudy secondary: --fence-timeout-ms needs --fence-cmd\n");
+	if ((fence_timeout_given || fence_retries_given) && !o.fence_cmd) {
+		fprintf(stderr, "understudy secondary: --fence-%s needs --fence-cmd\n",
+			fence_timeout_given ? "timeout-ms" : "retries");
 		return 2;
 	}
 	if (disk_sync_given && !vo.cfg.ndisks) {

@@ -15,17 +15,25 @@
 #include "net/control.h"
 
 static const char switchover_help[] =
-	"usage: understudy switchover --control PATH --listen HOST:PORT [--timeout-ms N] [--json]\n"
+	"usage: understudy switchover --control PATH --listen HOST:PORT [--timeout-ms N]\n"
+	"                             [--no-wait] [--json]\n"
 	"Swaps the roles of a protected pair with nothing lost: the primary at PATH stops at\n"
 	"an epoch boundary, its secondary resumes the guest from that epoch and protects it\n"
 	"onto HOST:PORT, where this host's VM waits as the new standby (the same control\n"
 	"socket then answers as the secondary). Only pages written after the switch are\n"
 	"sent. Run it again on the other side's control socket to swap back.\n"
-	"  --listen HOST:PORT  where this host's standby listens for the new primary\n"
-	"                      (with TLS, both certificates need serverAuth and clientAuth)\n"
+	"  --listen HOST:PORT  where this host's standby listens for the new primary (port\n"
+	"                      1..65535; with TLS, both certificates need serverAuth and\n"
+	"                      clientAuth)\n"
 	"  --timeout-ms N      give up waiting for the outcome after N ms (default 30000)\n"
+	"  --no-wait           return once the roles are swapped, before the new primary is\n"
+	"                      protected (by default it waits until this host's standby\n"
+	"                      holds an epoch of the new primary)\n"
 	"  --json              print the new standby's status as JSON at the end\n"
-	"Exit status: 0 switched over, 1 refused or failed (the primary runs on), 2 bad usage.\n"
+	"Exit status: 0 switched over and the new primary is protected (with --no-wait: only\n"
+	"switched over), 1 refused or failed (the primary runs on), 2 bad usage, 3 switched\n"
+	"over but the new primary is not protected within --timeout-ms (it runs the guest\n"
+	"unprotected; this host's standby waits for it at HOST:PORT).\n"
 	"With a witness the key moves with the role (the new primary wins it before the\n"
 	"guest resumes there).\n";
 
@@ -64,11 +72,66 @@ int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **stat
 	}
 }
 
-static int wait_outcome(const char *control, unsigned timeout_ms, bool json)
+/* Milliseconds since t0. */
+static unsigned long ms_since(const struct timespec *t0)
 {
-	char *st;
-	int r = cli_switchover_outcome(control, timeout_ms, &st);
+	struct timespec t;
 
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (unsigned long)((t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000);
+}
+
+static unsigned long long field_u64(const char *json, const char *key)
+{
+	char pat[64];
+	const char *at;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	at = strstr(json, pat);
+	return at ? strtoull(at + strlen(pat), NULL, 10) : 0;
+}
+
+/* The new primary is protected once this host's standby holds an epoch of
+ * it, one after the switch epoch (it was acknowledged as it was applied).
+ * 0 with the standby's status in *status, or -ETIMEDOUT (*status: the last
+ * one seen, or NULL). */
+static int wait_protected(const char *control, unsigned long left_ms, char **status)
+{
+	struct timespec t0;
+
+	*status = NULL;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		char *st = NULL;
+
+		if (control_request(control, "status json", 2000, &st) == 0 &&
+		    field_is(st, "role", "secondary") && field_is(st, "state", "standby") &&
+		    field_u64(st, "epoch") > field_u64(st, "switch_epoch")) {
+			free(*status);
+			*status = st;
+			return 0;
+		}
+		if (st && strchr(st, '{')) {
+			free(*status);
+			*status = st;
+		} else {
+			free(st);
+		}
+		if (ms_since(&t0) > left_ms)
+			return -ETIMEDOUT;
+		usleep(20000);
+	}
+}
+
+static int wait_outcome(const char *control, unsigned timeout_ms, bool wait, bool json)
+{
+	struct timespec t0;
+	unsigned long spent;
+	char *st, *last;
+	int r;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = cli_switchover_outcome(control, timeout_ms, &st);
 	if (r == -ETIMEDOUT) {
 		fprintf(stderr, "understudy switchover: no outcome within %u ms\n", timeout_ms);
 		return 1;
@@ -78,14 +141,31 @@ static int wait_outcome(const char *control, unsigned timeout_ms, bool json)
 		free(st);
 		return 1;
 	}
+	spent = ms_since(&t0);
+	if (wait && wait_protected(control, spent < timeout_ms ? timeout_ms - spent : 0, &last) < 0) {
+		fprintf(stderr, "understudy switchover: switched over at epoch %llu, but the new "
+			"primary is not protected within %u ms: it runs the guest UNPROTECTED; this "
+			"host's standby still waits for it (status --control %s)\n",
+			field_u64(st, "switch_epoch"), timeout_ms, control);
+		if (json)
+			fputs(last ? last : st, stdout);
+		free(last);
+		free(st);
+		return 3;
+	}
+	if (wait) {
+		free(st);
+		st = last;
+	}
 	if (json) {
 		fputs(st, stdout);
 	} else {
 		const char *d = strstr(st, "\"switch_downtime_ms\":");
-		const char *e = strstr(st, "\"switch_epoch\":");
 
 		printf("ok switched over at epoch %llu: downtime %.3f ms; this host now keeps the "
-		       "standby\n", e ? strtoull(e + 15, NULL, 10) : 0ull, d ? strtod(d + 21, NULL) : 0.0);
+		       "standby%s\n", field_u64(st, "switch_epoch"), d ? strtod(d + 21, NULL) : 0.0,
+		       wait ? " and the new primary is protected" :
+		       " (--no-wait: the new primary may not be protected yet)");
 	}
 	free(st);
 	return 0;
@@ -98,12 +178,13 @@ int cli_cmd_switchover(int argc, char **argv)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "no-wait", no_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *control = NULL, *listen = NULL;
 	unsigned timeout_ms = 30000;
-	bool json = false;
+	bool json = false, wait = true;
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	char req[256], *reply = NULL, *end;
 	int opt, r;
@@ -127,13 +208,20 @@ int cli_cmd_switchover(int argc, char **argv)
 			}
 			break;
 		case 'j': json = true; break;
+		case 'n': wait = false; break;
 		case 'h': fputs(switchover_help, stdout); return 0;
 		default: fputs(switchover_help, stderr); return 2;
 		}
 	}
-	if (!control || !listen || optind < argc || strchr(listen, ' ') ||
-	    strlen(listen) > 127) {
+	if (!control || !listen || optind < argc) {
 		fputs(switchover_help, stderr);
+		return 2;
+	}
+	if (cli_check_host_port("--listen", listen))
+		return 2;
+	if (strlen(listen) > 127 || strchr(listen, ' ')) {
+		fprintf(stderr, "understudy switchover: --listen '%.40s': %s\n", listen,
+			strchr(listen, ' ') ? "no spaces" : "longer than 127 bytes");
 		return 2;
 	}
 	snprintf(req, sizeof(req), "switchover listen=%s", listen);
@@ -148,5 +236,5 @@ int cli_cmd_switchover(int argc, char **argv)
 		return 1;
 	}
 	free(reply);
-	return wait_outcome(control, timeout_ms, json);
+	return wait_outcome(control, timeout_ms, wait, json);
 }

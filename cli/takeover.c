@@ -2,6 +2,7 @@
  * manual, or any secondary) through its control socket to resume the guest
  * now. Whoever asks has made sure the primary is gone (fenced). */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,16 +11,27 @@
 #include "cli/cli.h"
 #include "net/control.h"
 
+/* A takeover request waits for the fence command (default deadline 10 s,
+ * plus the grace of its kill). */
+#define TAKEOVER_REPLY_MS 120000
+
 static const char takeover_help[] =
-	"usage: understudy takeover --control PATH\n"
+	"usage: understudy takeover --control PATH [--fenced-by-operator]\n"
 	"Makes the secondary at PATH resume the guest from its last complete checkpoint.\n"
 	"Refused (exit 1) when it holds no complete checkpoint or is not a standby. With a\n"
 	"witness it first wins the witness key (waits up to 30 s for the old lease to end).\n"
-	"The primary must be fenced first: a live primary is told to stop, but one that\n"
-	"cannot be reached (partition) would run on beside the new copy.\n"
+	"With --fence-cmd the secondary runs it first. The primary must be fenced first: a\n"
+	"live primary is told to stop, but one that cannot be reached (partition) would run\n"
+	"on beside the new copy.\n"
 	"On the source of a migration in doubt (state in-doubt: the link failed after the\n"
 	"hand-over order left) it resumes the paused guest there, unprotected: only once\n"
-	"the destination surely does not run it.\n";
+	"the destination surely does not run it.\n"
+	"  --fenced-by-operator  you made sure the old primary is off (powered down, its\n"
+	"                        process gone): the fence command is skipped, and a standby\n"
+	"                        whose fence command failed (state fence-failed), or one that\n"
+	"                        handed the guest over by a switchover to a successor that\n"
+	"                        never connected back, resumes. With a witness the key is\n"
+	"                        still won first.\n";
 
 /* With a witness the standby first has to win the key (once the old
  * primary's lease ran out): wait for the outcome, at most 30 s. */
@@ -55,11 +67,13 @@ int cli_cmd_takeover(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
+		{ "fenced-by-operator", no_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	const char *control = NULL;
+	bool by_operator = false;
 	char *reply = NULL;
 	int opt, r;
 
@@ -73,6 +87,7 @@ int cli_cmd_takeover(int argc, char **argv)
 			if (cli_check_control("--control", optarg))
 				return cli_config_blame(&cf, argv, optind);
 			break;
+		case 'o': by_operator = true; break;
 		case 'h': fputs(takeover_help, stdout); return 0;
 		default: fputs(takeover_help, stderr); return 2;
 		}
@@ -81,7 +96,9 @@ int cli_cmd_takeover(int argc, char **argv)
 		fputs(takeover_help, stderr);
 		return 2;
 	}
-	r = control_request(control, "takeover", 10000, &reply);
+	/* The agent answers once its fence command ran (--fence-timeout-ms). */
+	r = control_request(control, by_operator ? "takeover fenced-by-operator" : "takeover",
+			    TAKEOVER_REPLY_MS, &reply);
 	if (r < 0) {
 		fprintf(stderr, "understudy takeover: %s: %s\n", control, strerror(-r));
 		return 1;

@@ -143,6 +143,21 @@ static void reply(struct conn *k, char *text)
 	ev_io_start(k->ctl->loop, &k->w);
 }
 
+char *control_reply_unknown(const char *request, const char *known)
+{
+	char shown[CONTROL_SHOWN_MAX + 4];
+	size_t i;
+	char *reply = NULL;
+
+	for (i = 0; request[i] && i < CONTROL_SHOWN_MAX; i++)
+		shown[i] = request[i] >= 0x20 && request[i] < 0x7f ? request[i] : '?';
+	snprintf(shown + i, sizeof(shown) - i, "%s", request[i] ? "..." : "");
+	if (asprintf(&reply, "error unknown request '%s' (this agent knows: %s)\n", shown,
+		     known) < 0)
+		return NULL;
+	return reply;
+}
+
 int control_feed(struct control_line *l, const void *data, size_t n, const char **request)
 {
 	size_t room = sizeof(l->buf) - 1 - l->len;

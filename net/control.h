@@ -30,6 +30,15 @@ int control_feed(struct control_line *l, const void *data, size_t n, const char 
 
 struct control;
 
+/* Requests are quoted in a reply up to this many bytes. */
+#define CONTROL_SHOWN_MAX 64
+
+/* The reply to a request the handler does not know (malloc'd, or NULL):
+ * "error unknown request 'REQ' (this agent knows: KNOWN)\n", REQ cut at
+ * CONTROL_SHOWN_MAX bytes, bytes outside printable ASCII shown as '?'. An
+ * unknown request never gets a status or any other success. */
+char *control_reply_unknown(const char *request, const char *known);
+
 /* Called on the loop thread with the request line (no '\n'). Returns the
  * reply, malloc'd (the control socket frees it), or NULL for "error". */
 typedef char *(*control_handler)(void *ctx, const char *request);

@@ -241,6 +241,9 @@ static char *on_control(void *ctx, const char *request)
 		return fmt(strstr(request, "json") ? "{\"role\":\"primary\",\"state\":\"unprotected\"}\n" :
 			   "role primary\nstate unprotected\nfencing: none (no secondary)\n");
 	}
+	if (strncmp(request, "snapshot", 8) || (request[8] && request[8] != ' '))
+		return control_reply_unknown(request, "status, snapshot, protect, migrate, cancel, "
+					     "switchover");
 	if (r->engine && repl_primary_protecting(r->engine))
 		return fmt("error the VM is %s: snapshots are not taken while a secondary is "
 			   "attached (it owns the dirty log)", repl_primary_state(r->engine));

@@ -158,6 +158,11 @@ struct repl_secondary {
 	double switch_in_ms;             /* ...so the guest was down about this long here */
 	struct repl_drill *drill;        /* drills (drill.c), from the first applied epoch */
 	uint64_t peer_caps;              /* the primary's Hello.capabilities */
+	unsigned fence_failures;         /* fence command runs that failed for this takeover */
+	ev_timer fence_w;                /* ...the next run (bounded backoff, fence.h) */
+	const char *fence_reason;        /* ...why the takeover is wanted */
+	bool operator_fenced;            /* takeover --fenced-by-operator: no fence command */
+	bool self_vouched;               /* K/standby names this standby again (fence failed) */
 };
 
 /* secondary_takeover.c */
@@ -171,7 +176,10 @@ int repl_sec_witness_setup(struct repl_secondary *s);
 /* A primary that switched over becomes this standby: its witness (resigned,
  * its thread running) is the standby's from now on. */
 void repl_sec_witness_adopt(struct repl_secondary *s, struct repl_witness *w);
-char *repl_sec_takeover_request(struct repl_secondary *s);
+/* "takeover" or "takeover fenced-by-operator". */
+char *repl_sec_takeover_request(struct repl_secondary *s, const char *req);
+/* Stops the fence command's retry timer (at the end of the agent). */
+void repl_sec_fence_retry_stop(struct repl_secondary *s);
 
 /* status.c */
 const char *repl_sec_state_name(const struct repl_secondary *s);

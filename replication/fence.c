@@ -205,6 +205,15 @@ static void end_exited(struct run *r)
 			  "(uninterruptible sleep?)", (int)r->pid);
 }
 
+unsigned repl_fence_retry_ms(unsigned retry)
+{
+	unsigned ms = REPL_FENCE_RETRY_FIRST_MS;
+
+	while (retry-- > 1 && ms < REPL_FENCE_RETRY_MAX_MS)
+		ms *= 2;
+	return ms < REPL_FENCE_RETRY_MAX_MS ? ms : REPL_FENCE_RETRY_MAX_MS;
+}
+
 /* ---- the run ------------------------------------------------------------------- */
 
 #define WHY_MAX 400

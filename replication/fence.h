@@ -4,7 +4,8 @@
  * only when it exits 0 within its deadline; anything else means the
  * primary may still run, so no takeover (the caller stays a standby).
  *
- * Kept apart from replication.h: the secondary includes it, nothing else. */
+ * Kept apart from replication.h: the secondary includes it (and the command
+ * line, for the bounds of --fence-retries), nothing else. */
 #ifndef US_REPL_FENCE_H
 #define US_REPL_FENCE_H
 
@@ -21,6 +22,20 @@
 /* After the deadline the command's process group gets SIGTERM, then SIGKILL
  * this much later if anything of it is still there. */
 #define REPL_FENCE_KILL_GRACE_MS 1000
+
+/* A fence command that failed is run again after a pause that doubles
+ * from REPL_FENCE_RETRY_FIRST_MS up to REPL_FENCE_RETRY_MAX_MS, at most
+ * --fence-retries times (default REPL_FENCE_RETRIES_DEFAULT): a BMC that
+ * did not answer once does not strand the standby, and a dead one does not
+ * keep it busy for ever (then a person decides: takeover
+ * --fenced-by-operator). */
+#define REPL_FENCE_RETRIES_DEFAULT 4
+#define REPL_FENCE_RETRIES_MAX 20
+#define REPL_FENCE_RETRY_FIRST_MS 1000
+#define REPL_FENCE_RETRY_MAX_MS 30000
+
+/* The pause before retry number `retry` (1 for the first retry). */
+unsigned repl_fence_retry_ms(unsigned retry);
 
 /* Who is to be fenced. NULL strings count as "". The strings reach the
  * command's environment as they are, except that bytes outside printable

@@ -1299,7 +1299,9 @@ static char *control_text(void *ctx, const char *req)
 		return repl_switchover_request(ctx, req);
 	if (!strncmp(req, "test wedge ", 11))
 		return repl_fault_test_wedge(req + 11);
-	return repl_primary_status_text(ctx, req);
+	if (!strncmp(req, "status", 6))
+		return repl_primary_status_text(ctx, req);
+	return control_reply_unknown(req, "status, migrate, cancel, switchover");
 }
 
 /* repl_primary_run: the VM, its witness and control socket are the engine's. */
@@ -1597,13 +1599,21 @@ bool repl_primary_keeps_standby(const struct repl_primary *p)
 int repl_primary_switchover(struct repl_primary *p, const char *listen, char *err, size_t errlen)
 {
 	const char *why = NULL;
+	char host[256];
+	int port;
 
-	if (p->state != P_PROTECTED)
+	/* As the command line's --listen: the new primary connects there, so a
+	 * port 0 (a port nobody knows) would leave it unprotected for good. */
+	if (!listen || !listen[0] || strlen(listen) >= sizeof(p->switch_listen))
+		why = "listen=HOST:PORT is needed: where this VM waits as the new standby";
+	else if (net_parse_host_port(listen, false, host, sizeof(host), &port) == -ERANGE)
+		why = "listen=HOST:PORT: bad port, need 1..65535";
+	else if (net_parse_host_port(listen, false, host, sizeof(host), &port) < 0)
+		why = "listen=HOST:PORT: need HOST:PORT";
+	else if (p->state != P_PROTECTED)
 		why = "the VM is not protected (a switchover needs a standby that holds an epoch)";
 	else if (p->migrate_ms || p->switching_over || p->finishing)
 		why = "a migration or switchover is already under way";
-	else if (!listen || !listen[0] || strlen(listen) >= sizeof(p->switch_listen))
-		why = "listen=HOST:PORT is needed: where this VM waits as the new standby";
 	if (why) {
 		snprintf(err, errlen, "%s", why);
 		return -EINVAL;
@@ -1620,9 +1630,9 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 char *repl_switchover_request(struct repl_primary *p, const char *req)
 {
 	char listen[128] = "", err[256], *reply = NULL;
-	int r = -EINVAL;
+	int r = -EINVAL, end = 0;
 
-	if (sscanf(req, "switchover listen=%127s", listen) != 1)
+	if (sscanf(req, "switchover listen=%127s%n", listen, &end) != 1 || req[end])
 		snprintf(err, sizeof(err), "usage: switchover listen=HOST:PORT");
 	else
 		r = repl_primary_switchover(p, listen, err, sizeof(err));

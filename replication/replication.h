@@ -670,6 +670,7 @@ struct repl_secondary_opts {
 	bool manual_takeover;      /* take over only on the control request "takeover" */
 	const char *fence_cmd;     /* run before a takeover; must exit 0 (fence.h), or NULL */
 	unsigned fence_timeout_ms; /* ...within this */
+	unsigned fence_retries;    /* ...run again at most this often after a failure (fence.h) */
 	struct repl_witness_opts witness;   /* witness.endpoints NULL: heartbeat only */
 	struct repl_ops ops;       /* metrics and event hooks of the agent (may be empty) */
 };

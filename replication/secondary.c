@@ -949,10 +949,11 @@ static char *control_text(void *ctx, const char *req)
 	struct repl_secondary *s = ctx;
 	char *reply;
 
-	if (!strcmp(req, "takeover") && s->engine && (reply = repl_primary_resume_request(s->engine)))
-		return reply;
-	if (!strcmp(req, "takeover"))
-		return repl_sec_takeover_request(ctx);
+	if (!strncmp(req, "takeover", 8) && (!req[8] || req[8] == ' ')) {
+		if (s->engine && (reply = repl_primary_resume_request(s->engine)))
+			return reply;
+		return repl_sec_takeover_request(ctx, req);
+	}
 	if (!strncmp(req, "drill", 5))
 		return repl_drill_request(s, req);
 	if (!strcmp(req, "switchback"))
@@ -968,7 +969,10 @@ static char *control_text(void *ctx, const char *req)
 		return repl_switchover_request(s->engine, req);
 	if (s->engine && !strncmp(req, "status", 6))
 		return repl_primary_status_text(s->engine, req);
-	return repl_sec_status_text(ctx, req);
+	if (!strncmp(req, "status", 6))
+		return repl_sec_status_text(ctx, req);
+	return control_reply_unknown(req, "status, takeover, switchback, drill, protect, migrate, "
+				     "cancel, switchover");
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
@@ -1075,6 +1079,7 @@ out:
 	ev_timer_stop(s->loop, &s->watch_w);
 	ev_timer_stop(s->loop, &s->hb_w);
 	ev_timer_stop(s->loop, &s->switch_w);
+	repl_sec_fence_retry_stop(s);
 	ev_signal_stop(s->loop, &s->sigint_w);
 	ev_signal_stop(s->loop, &s->sigterm_w);
 	control_free(s->ctl);

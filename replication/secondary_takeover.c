@@ -164,9 +164,75 @@ static void take_over(struct repl_secondary *s)
 	repl_sec_event(s, REPL_EV_UNPROTECTED, "took over: no standby until protected again");
 }
 
+/* The contend transaction that won the key wrote K/standby = none. While
+ * the fence command fails nothing runs, so this standby is still the newest
+ * copy: the witness names it again (vouched by itself, the owner), so that
+ * it can win the key back later should the lease lapse meanwhile (an etcd
+ * outage, a takeover only days later). Undone before the guest resumes. */
+static void vouch_self(struct repl_secondary *s)
+{
+	if (!s->wit || !repl_witness_valid(s->wit) || s->self_vouched)
+		return;
+	s->self_vouched = true;
+	repl_witness_vouch(s->wit, s->token);
+}
+
+static void on_vouched(void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	if (s->self_vouched)
+		log_info(TAG, "the witness names this standby again (%s/standby): it can win the key "
+			 "back for a later takeover", repl_witness_key(s->wit));
+}
+
+static void on_lost(void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	if (s->self_vouched && s->state == S_FENCE_FAILED)
+		log_error(TAG, "the witness key lapsed before this standby was named again: a later "
+			  "takeover cannot win it");
+}
+
+static void on_fence_retry(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* The fence command failed: run it again after a pause (bounded, fence.h),
+ * or, the retries spent, stay fence-failed until a person decides. The
+ * link is closed either way: nothing more of the old primary counts. */
+static void fence_failed(struct repl_secondary *s, int r, const char *why)
+{
+	unsigned tries = s->o->fence_retries, ms;
+
+	repl_link_close(&s->link);
+	vouch_self(s);
+	s->state = S_FENCE_FAILED;
+	if (s->fence_failures <= tries) {
+		ms = repl_fence_retry_ms(s->fence_failures);
+		repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "no takeover yet at epoch %llu: "
+			       "retry %u of %u in %u ms; the fence command failed: %s",
+			       (unsigned long long)s->stage.applied, s->fence_failures, tries, ms, why);
+		log_warn(TAG, "NO TAKEOVER yet: %s", s->fault.what);
+		ev_timer_init(&s->fence_w, on_fence_retry, ms / 1e3, 0);
+		s->fence_w.data = s;
+		ev_timer_start(s->loop, &s->fence_w);
+		net_notify(NET_NOTIFY_STATUS, "NO TAKEOVER yet: fence command failed: %s", why);
+		return;
+	}
+	/* (what to do first: the fault's text is cut at 160 bytes) */
+	repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "no takeover at epoch %llu after %u "
+		       "failed fence run%s (takeover --fenced-by-operator once the old primary is "
+		       "off): %s", (unsigned long long)s->stage.applied, s->fence_failures,
+		       s->fence_failures == 1 ? "" : "s", why);
+	log_error(TAG, "NO TAKEOVER: %s; the old primary may still run", s->fault.what);
+	net_notify(NET_NOTIFY_STATUS, "NO TAKEOVER: fence command failed: %s", why);
+}
+
 /* With --fence-cmd, the old primary is powered off before the guest
  * resumes here; a command that fails or overruns its deadline means no
- * takeover, loudly: the standby stays (state fence-failed), nothing runs. */
+ * takeover, loudly: the standby stays (state fence-failed), nothing runs,
+ * and the command is tried again a few times (fence_failed). A person who
+ * made sure the old primary is off skips it (takeover --fenced-by-operator). */
 static void fence_and_take_over(struct repl_secondary *s, const char *reason)
 {
 	struct repl_fence_peer peer = { .peer_addr = s->peer_addr, .vm_name = s->cfg.guest,
@@ -174,22 +240,47 @@ static void fence_and_take_over(struct repl_secondary *s, const char *reason)
 	char why[256];
 	int r;
 
-	if (s->o->fence_cmd && !s->migrating) {   /* a migrating primary hands over */
+	s->fence_reason = reason;
+	if (s->o->fence_cmd && !s->migrating && !s->operator_fenced) {   /* a migrating primary hands over */
 		r = repl_fence_run(s->o->fence_cmd, s->o->fence_timeout_ms, &peer, why, sizeof(why));
 		if (r < 0) {
-			repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, r, "fence command failed (%s): "
-				       "no takeover, the standby stays at epoch %llu", why,
-				       (unsigned long long)s->stage.applied);
-			log_error(TAG, "NO TAKEOVER: %s; the old primary may still run", s->fault.what);
-			repl_link_close(&s->link);
-			if (s->wit)
-				repl_witness_stop(s->wit);   /* the key we won lapses: nobody runs it */
-			s->state = S_FENCE_FAILED;
-			net_notify(NET_NOTIFY_STATUS, "NO TAKEOVER: fence command failed: %s", why);
+			s->fence_failures++;
+			fence_failed(s, r, why);
 			return;
 		}
 	}
+	if (s->self_vouched) {
+		s->self_vouched = false;
+		repl_witness_withdraw(s->wit);   /* as a takeover leaves it: nobody stands by */
+	}
 	take_over(s);
+}
+
+/* The fence command's next run. A lease that lapsed meanwhile is won back
+ * first (this standby is named in K/standby, vouch_self). */
+static void on_fence_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct repl_secondary *s = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (s->state != S_FENCE_FAILED)
+		return;
+	log_warn(TAG, "fence command: retry %u of %u", s->fence_failures, s->o->fence_retries);
+	if (s->wit && !repl_witness_valid(s->wit)) {
+		log_warn(TAG, "the witness lease lapsed while the fence command failed: contending "
+			 "for the key again");
+		s->state = S_CONTENDING;
+		s->contend_t0_ns = now_ns();
+		repl_witness_contend(s->wit, s->token, s->switching ? s->switch_token : NULL);
+		return;
+	}
+	fence_and_take_over(s, s->fence_reason ? s->fence_reason : "the primary is silent");
+}
+
+void repl_sec_fence_retry_stop(struct repl_secondary *s)
+{
+	ev_timer_stop(s->loop, &s->fence_w);
 }
 
 
@@ -202,6 +293,7 @@ void repl_sec_begin_takeover(struct repl_secondary *s)
 	fence_and_take_over(s, "the primary is silent");
 	return;
 #endif
+	s->fence_failures = 0;
 	if (!s->wit) {
 		fence_and_take_over(s, "the primary is silent");
 		return;
@@ -225,6 +317,7 @@ static void on_won(void *ctx)
 
 	if (s->state != S_CONTENDING)
 		return;
+	s->self_vouched = false;         /* the winning transaction wrote K/standby = none */
 	log_info(TAG, "won the witness key %.1f ms after the takeover decision",
 		 (now_ns() - s->contend_t0_ns) / 1e6);
 	fence_and_take_over(s, s->migrating ? "the primary handed the guest over" :
@@ -237,6 +330,8 @@ static void on_revoked(void *ctx)
 
 	if (s->state != S_CONTENDING)
 		return;
+	s->operator_fenced = false;
+	s->fence_failures = 0;
 	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "stood down: the witness no longer "
 		       "vouches for this standby (the primary went on without it)");
 	log_warn(TAG, "%s; no takeover, waiting for a new primary", s->fault.what);
@@ -325,7 +420,7 @@ int repl_sec_witness_setup(struct repl_secondary *s)
 		return r;
 	}
 	repl_witness_set_cbs(s->wit, &(struct repl_witness_cbs){
-		.won = on_won, .revoked = on_revoked, .ctx = s });
+		.won = on_won, .revoked = on_revoked, .vouched = on_vouched, .lost = on_lost, .ctx = s });
 	return repl_witness_start(s->wit);
 }
 
@@ -334,41 +429,104 @@ void repl_sec_witness_adopt(struct repl_secondary *s, struct repl_witness *w)
 {
 	s->wit = w;
 	repl_witness_set_cbs(w, &(struct repl_witness_cbs){
-		.won = on_won, .revoked = on_revoked, .ctx = s });
+		.won = on_won, .revoked = on_revoked, .vouched = on_vouched, .lost = on_lost, .ctx = s });
 }
 
-/* Control request "takeover": a standby that holds a complete checkpoint
- * resumes the guest now (a cluster manager decided, e.g. Pacemaker's
- * promote); anything else is refused and nothing changes. */
-char *repl_sec_takeover_request(struct repl_secondary *s)
+/* The reply to a takeover request, from the state it left. */
+static char *takeover_reply(struct repl_secondary *s)
 {
 	char *reply = NULL;
+	int n;
 
-	if (s->state == S_CONTENDING) {
-		if (asprintf(&reply, "ok contending for the witness key at epoch %llu\n",
+	if (s->state == S_CONTENDING)
+		n = asprintf(&reply, "ok contending for the witness key at epoch %llu\n",
+			     (unsigned long long)s->stage.applied);
+	else if (s->state == S_ACTIVE)
+		n = asprintf(&reply, "ok took over at epoch %llu\n", (unsigned long long)s->stage.applied);
+	else
+		n = asprintf(&reply, "error no takeover: this secondary is %s: %s\n",
+			     repl_sec_state_name(s), s->fault.what);
+	return n < 0 ? NULL : reply;
+}
+
+/* Why a takeover is refused now, or NULL. A side that handed the guest
+ * over (switchover) while its successor has never connected since may
+ * have a live successor, which it cannot see: without a witness (the key
+ * would arbitrate) or a fence command (it powers the successor off), only
+ * a person who made sure that it is off resumes it. */
+static const char *takeover_refusal(const struct repl_secondary *s, bool by_operator)
+{
+	if (s->state == S_FENCE_FAILED && !by_operator)
+		return "the fence command failed, so the old primary may still run; once it is "
+		       "known to be off: understudy takeover --fenced-by-operator";
+	if (s->state == S_STANDBY && s->await_resume && !s->wit && !s->o->fence_cmd && !by_operator)
+		return "this side handed the guest over (switchover) and its successor has not "
+		       "connected since: it may run the guest. Once it is known to be off: "
+		       "understudy takeover --fenced-by-operator";
+	return NULL;
+}
+
+/* Control request "takeover [fenced-by-operator]": a standby that holds a
+ * complete checkpoint resumes the guest now (a cluster manager decided,
+ * e.g. Pacemaker's promote); anything else is refused and nothing changes.
+ * fenced-by-operator: a person made sure the old primary is off, so the
+ * fence command is skipped (a fence-failed standby resumes); with a witness
+ * the key is still won first. */
+char *repl_sec_takeover_request(struct repl_secondary *s, const char *req)
+{
+	const char *arg = req + strlen("takeover"), *why;
+	char *reply = NULL;
+	bool by_operator;
+
+	while (*arg == ' ')
+		arg++;
+	by_operator = !strcmp(arg, "fenced-by-operator");
+	if (*arg && !by_operator)
+		return strdup("error usage: takeover [fenced-by-operator]\n");
+	if (s->state == S_CONTENDING || s->state == S_ACTIVE) {
+		s->operator_fenced |= by_operator && s->state == S_CONTENDING;
+		if (asprintf(&reply, s->state == S_ACTIVE ? "ok already active (took over at epoch "
+			     "%llu)\n" : "ok contending for the witness key at epoch %llu\n",
 			     (unsigned long long)s->stage.applied) < 0)
 			return NULL;
 		return reply;
 	}
-	if (s->state == S_ACTIVE) {
-		if (asprintf(&reply, "ok already active (took over at epoch %llu)\n",
-			     (unsigned long long)s->stage.applied) < 0)
-			return NULL;
-		return reply;
-	}
-	if (s->state != S_STANDBY || !s->stage.have_ckpt || !s->con) {
-		if (asprintf(&reply, "error no takeover: this secondary is %s and %s\n", repl_sec_state_name(s),
-			     s->stage.have_ckpt ? "holds a checkpoint" :
+	if ((s->state != S_STANDBY && s->state != S_FENCE_FAILED) || !s->stage.have_ckpt ||
+	    !s->con || !s->vm) {
+		if (asprintf(&reply, "error no takeover: this secondary is %s and %s\n",
+			     repl_sec_state_name(s), s->stage.have_ckpt ? "holds a checkpoint" :
 			     "holds no complete checkpoint") < 0)
 			return NULL;
 		return reply;
 	}
-	log_warn(TAG, "takeover requested on the control socket (standby at epoch %llu)",
-		 (unsigned long long)s->stage.applied);
+	if ((why = takeover_refusal(s, by_operator))) {
+		log_warn(TAG, "takeover refused: %s", why);
+		if (asprintf(&reply, "error no takeover: %s\n", why) < 0)
+			return NULL;
+		return reply;
+	}
+	if (by_operator) {
+		log_warn(TAG, "takeover on the operator's word that the old primary is off (standby "
+			 "at epoch %llu, %s): no fence command", (unsigned long long)s->stage.applied,
+			 repl_sec_state_name(s));
+		repl_event_log("fenced-by-operator");
+	} else {
+		log_warn(TAG, "takeover requested on the control socket (standby at epoch %llu)",
+			 (unsigned long long)s->stage.applied);
+	}
+	s->operator_fenced = by_operator;
+	if (s->state == S_FENCE_FAILED) {
+		/* The key won before the fence may have lapsed since: win it back. */
+		ev_timer_stop(s->loop, &s->fence_w);
+		if (s->wit && !repl_witness_valid(s->wit)) {
+			s->state = S_CONTENDING;
+			s->contend_t0_ns = now_ns();
+			repl_witness_contend(s->wit, s->token, s->switching ? s->switch_token : NULL);
+		} else {
+			fence_and_take_over(s, s->fence_reason ? s->fence_reason : "takeover requested");
+		}
+		return takeover_reply(s);
+	}
 	repl_sec_begin_takeover(s);
-	if (asprintf(&reply, s->state == S_CONTENDING ? "ok contending for the witness key at "
-		     "epoch %llu\n" : "ok took over at epoch %llu\n",
-		     (unsigned long long)s->stage.applied) < 0)
-		return NULL;
-	return reply;
+	return takeover_reply(s);
 }

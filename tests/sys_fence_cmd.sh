@@ -8,6 +8,15 @@
 #   2. the command fails: no takeover (state fence-failed, the reason names
 #      the command's last line), nothing serves the console;
 #   3. the command hangs past its deadline: killed, no takeover.
+#   4. the command fails twice, then works: retried after 1 s and 2 s
+#      (logged), then takeover; the counter holds;
+#   5. the command always fails: retried --fence-retries times, then
+#      fence-failed for good; plain takeover is refused and names
+#      --fenced-by-operator, which resumes the guest (counter holds);
+#   6. with a witness: while the fence fails the standby keeps the key it
+#      won and the witness names it again (K/standby); after its lease
+#      lapsed (the secondary stopped past it), takeover --fenced-by-operator
+#      wins the key back and resumes the guest.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -23,9 +32,10 @@ start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
 	sp=$!
 	wait_port $sport || fail "secondary did not listen: $(cat "$tmp/$n.sec.log")"
 	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
-		--insecure --timeout-ms 300 2>"$tmp/$n.pri.log" &
+		--insecure --timeout-ms 300 ${PRI_EXTRA:-} 2>"$tmp/$n.pri.log" &
 	pp=$!
-	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 20 || fail "never protected"
+	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 90 ||
+		fail "never protected: $(tail -3 "$tmp/$n.pri.log"; tail -3 "$tmp/$n.sec.log")"
 	out=$(python3 tests/counter_client.py $pcon incr incr) || fail "client of the primary"
 }
 stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; return 0; }
@@ -48,7 +58,7 @@ export FENCE_OUT=$tmp/fence.env FENCE_PID=$tmp/primary.pid
 start_pair --fence-cmd "$tmp/fence.sh"
 echo $pp >"$FENCE_PID"
 kill -STOP $pp
-wait_log "$tmp/$n.sec.log" "TOOK OVER" 20 || fail "no takeover: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "TOOK OVER" 60 || fail "no takeover: $(tail -5 "$tmp/$n.sec.log")"
 wait $pp 2>/dev/null
 kill -0 $pp 2>/dev/null && fail "the old primary still runs after the fence"
 grep -q "^UNDERSTUDY_PEER_HOST=127.0.0.1$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
@@ -61,9 +71,9 @@ ok "1. stopped primary fenced by the command ($(grep -o 'powered off.*' "$tmp/$n
 stop_pair
 
 # 2. The command fails: no takeover.
-start_pair --fence-cmd 'echo "bmc 10.0.0.9 unreachable"; exit 3'
+start_pair --fence-cmd 'echo "bmc 10.0.0.9 unreachable"; exit 3' --fence-retries 0
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 20 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 60 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
 [ "$(state_of "$tmp/$n.sec.ctl")" = fence-failed ] || fail "state: $(state_of "$tmp/$n.sec.ctl")"
 "$BIN" status --control "$tmp/$n.sec.ctl" | grep -q "^reason .*exit 3: bmc 10.0.0.9 unreachable" ||
 	fail "status reason: $("$BIN" status --control "$tmp/$n.sec.ctl" | grep reason)"
@@ -83,10 +93,80 @@ ok "2. failing fence command: no takeover, state fence-failed, reason: $(sed -n 
 stop_pair
 
 # 3. The command hangs: killed at its deadline, no takeover.
-start_pair --fence-cmd 'sleep 30' --fence-timeout-ms 500
+start_pair --fence-cmd 'sleep 30' --fence-timeout-ms 500 --fence-retries 0
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 20 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 60 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
 grep -q "no exit within 500 ms" "$tmp/$n.sec.log" || fail "deadline not named: $(tail -3 "$tmp/$n.sec.log")"
 pgrep -f "^sleep 30$" >/dev/null && fail "the hung fence command is still running"
 ok "3. hanging fence command: killed at 500 ms, no takeover"
 stop_pair
+
+# 4. The command fails twice (a BMC that did not answer), then powers the
+#    stopped primary off: retried, logged, then takeover.
+cat >"$tmp/flaky.sh" <<'SH'
+#!/bin/sh
+echo x >>"$FENCE_RUNS"
+[ "$(wc -l <"$FENCE_RUNS")" -le 2 ] && { echo "bmc busy"; exit 1; }
+kill -9 "$(cat "$FENCE_PID")" || exit 1
+echo "powered off"
+SH
+chmod +x "$tmp/flaky.sh"
+export FENCE_RUNS=$tmp/flaky.runs
+: >"$FENCE_RUNS"
+start_pair --fence-cmd "$tmp/flaky.sh"
+echo $pp >"$FENCE_PID"
+kill -STOP $pp
+wait_log "$tmp/$n.sec.log" "TOOK OVER" 60 || fail "no takeover after retries: $(tail -5 "$tmp/$n.sec.log")"
+grep -q "NO TAKEOVER yet: .*retry 1 of 4 in 1000 ms" "$tmp/$n.sec.log" || fail "first retry not logged: $(grep fence "$tmp/$n.sec.log")"
+grep -q "NO TAKEOVER yet: .*retry 2 of 4 in 2000 ms" "$tmp/$n.sec.log" || fail "second retry not logged: $(grep fence "$tmp/$n.sec.log")"
+[ "$(wc -l <"$FENCE_RUNS")" = 3 ] || fail "the fence command ran $(wc -l <"$FENCE_RUNS") times, want 3"
+wait $pp 2>/dev/null
+kill -0 $pp 2>/dev/null && fail "the old primary still runs after the fence"
+v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
+[ "$v" = 2 ] || fail "the new copy says $v, want 2"
+ok "4. fence command failed twice, retried after 1 s and 2 s, then takeover; counter kept 2"
+stop_pair
+
+# 5. The command always fails: one retry (--fence-retries 1), then
+#    fence-failed for good; a person resumes it.
+start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 1
+kill -9 $pp; wait $pp 2>/dev/null
+wait_log "$tmp/$n.sec.log" "after 2 failed fence runs" 60 || fail "no final refusal: $(tail -5 "$tmp/$n.sec.log")"
+[ "$(state_of "$tmp/$n.sec.ctl")" = fence-failed ] || fail "state: $(state_of "$tmp/$n.sec.ctl")"
+out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" 2>&1)
+rc=$?
+[ $rc = 1 ] || fail "takeover of a fence-failed standby: exit $rc ($out)"
+echo "$out" | grep -q -- "--fenced-by-operator" || fail "the refusal does not say what to do: $out"
+grep -q "TOOK OVER" "$tmp/$n.sec.log" && fail "took over without a fence"
+out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" --fenced-by-operator 2>&1) ||
+	fail "takeover --fenced-by-operator: $out; $(tail -3 "$tmp/$n.sec.log")"
+grep -q "TOOK OVER" "$tmp/$n.sec.log" || fail "no takeover: $(tail -3 "$tmp/$n.sec.log")"
+v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
+[ "$v" = 2 ] || fail "the resumed copy says $v, want 2"
+ok "5. fence command failed twice (1 retry), fence-failed; takeover refused ($(echo "$out" | head -1)); --fenced-by-operator resumed it, counter kept 2"
+stop_pair
+
+# 6. With a witness: the key won for the takeover stays within reach.
+start_etcd "$tmp/etcd"
+PRI_EXTRA="--witness etcd:$ETCD_EP --witness-key f6 --lease-ms 1000"
+start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 0 $PRI_EXTRA
+kill -9 $pp; wait $pp 2>/dev/null
+wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 60 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "the witness names this standby again" 30 ||
+	fail "the standby is not named again: $(tail -5 "$tmp/$n.sec.log")"
+case $(etcd_get "$ETCD_EP" f6/standby) in standby-*) ;; *) fail "f6/standby: '$(etcd_get "$ETCD_EP" f6/standby)'";; esac
+case $(etcd_get "$ETCD_EP" f6/owner) in secondary*) ;; *) fail "f6/owner: '$(etcd_get "$ETCD_EP" f6/owner)'";; esac
+kill -STOP $sp                  # past its lease: the key lapses at etcd
+for _ in $(seq 100); do [ -z "$(etcd_get "$ETCD_EP" f6/owner)" ] && break; sleep 0.1; done
+kill -CONT $sp
+[ -z "$(etcd_get "$ETCD_EP" f6/owner)" ] || fail "the key did not lapse"
+out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" --fenced-by-operator 2>&1) ||
+	fail "takeover --fenced-by-operator: $out; $(tail -3 "$tmp/$n.sec.log")"
+[ "$(grep -c "won the witness key" "$tmp/$n.sec.log")" -ge 2 ] ||
+	fail "the key was not won back: $(tail -3 "$tmp/$n.sec.log")"
+case $(etcd_get "$ETCD_EP" f6/owner) in secondary*) ;; *) fail "f6/owner after: '$(etcd_get "$ETCD_EP" f6/owner)'";; esac
+v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
+[ "$v" = 2 ] || fail "the resumed copy says $v, want 2"
+ok "6. witness: fence failed, the standby stayed named in f6/standby; after its lease lapsed, --fenced-by-operator won the key back ($out)"
+stop_pair
+kill $ETCD_PID 2>/dev/null
