@@ -35,6 +35,11 @@ struct machine_config {
 	char net_tap[16];      /* its tap device (not part of the digest: each host has its own) */
 	uint64_t disk_bytes;   /* the image's size, set when it is opened (not part of the
 				* digest: the secondary compares it, with a clear refusal) */
+	/* A Linux guest (guest is then MACHINE_LINUX_GUEST): its bzImage, initrd
+	 * ("" for none) and command line, read at machine_boot. */
+	char kernel[256];
+	char initrd[256];
+	char append[2048];
 };
 
 /* Parses "--guest NAME[:ARGS]" and "--mem SIZE" style values into cfg;
@@ -203,8 +208,42 @@ int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
 int machine_new_clone(const struct machine *src, const struct machine_ops *ops,
 		      struct machine **out) US_MUST_CHECK;
 void machine_free(struct machine *m);
-/* Loads cfg->guest into RAM and sets the boot state of every vCPU. */
+/* Loads cfg->guest (or cfg->kernel) into RAM and sets the boot state of
+ * every vCPU. */
 int machine_boot(struct machine *m) US_MUST_CHECK;
+
+/* ---- Linux guests (linux.c, linux_tables.c) ------------------------------ */
+
+#define MACHINE_LINUX_GUEST "linux"   /* cfg->guest of a --kernel machine */
+
+/* What the loader needs from a bzImage's setup header (x86 boot protocol). */
+struct linux_image {
+	uint16_t version;             /* boot protocol, 0x20a = 2.10 */
+	uint8_t loadflags;
+	uint8_t relocatable;
+	uint16_t xloadflags;
+	uint32_t initrd_addr_max;     /* highest byte address the initrd may reach */
+	uint32_t cmdline_size;        /* longest command line, without its NUL */
+	uint32_t kernel_alignment;
+	uint32_t init_size;           /* bytes the kernel needs from its load address */
+	uint64_t pref_address;
+	uint64_t setup_bytes;         /* real-mode part: the protected-mode kernel starts here */
+	uint64_t kernel_bytes;        /* protected-mode kernel */
+	uint32_t header_end;          /* the setup header is [0x1f1, header_end) of the file */
+};
+
+/* Reads a bzImage's header from buf (the first len bytes of a file of
+ * file_bytes): 0, or -ENOEXEC with the reason in err. */
+int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
+			struct linux_image *img, char *err, size_t errlen) US_MUST_CHECK;
+/* Everything a --kernel machine needs before it is built: the kernel is a
+ * bzImage of boot protocol 2.10 or later with a 64-bit entry, the command
+ * line fits cmdline_size, the initrd fits below initrd_addr_max and RAM
+ * holds kernel and initrd. 0, or -errno with a message naming the option
+ * and file in err. */
+int machine_linux_check(const struct machine_config *cfg, char *err, size_t errlen) US_MUST_CHECK;
+/* The loader for cfg->kernel (called by machine_boot). */
+int machine_boot_linux(struct machine *m) US_MUST_CHECK;
 
 /* Lets the vCPUs run (they start parked). */
 void machine_resume(struct machine *m);
