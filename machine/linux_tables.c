@@ -133,8 +133,12 @@ static int build_mptable(struct machine *m)
 
 int linux_tables_build(struct machine *m, uint64_t *rsdp)
 {
+	int r;
+
 	*rsdp = 0;
-	return build_mptable(m);
+	if ((r = build_mptable(m)) < 0)
+		return r;
+	return linux_acpi_build(m, rsdp);
 }
 
 /* ---- CPUID -------------------------------------------------------------- */

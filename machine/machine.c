@@ -289,6 +289,20 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	struct machine *m = vc->m;
 	uint32_t value = 0;
 
+	if (m->cfg.kernel[0]) {
+		bool done, stop;
+
+		pthread_mutex_lock(&m->lock);
+		done = platform_io(m, port, size, out, data);
+		stop = m->platform.stop_req;
+		pthread_mutex_unlock(&m->lock);
+		if (stop) {
+			machine_stop(m, 0);
+			return 1;
+		}
+		if (done)
+			return 0;
+	}
 	if (port >= PCI_PORT_ADDR && port < PCI_PORT_DATA + 4) {
 		pthread_mutex_lock(&m->lock);
 		pci_io(m, port, size, out, data);
@@ -305,6 +319,8 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 		memset(data, 0xff, (size_t)size);
 		return 0;
 	}
+	if (m->cfg.kernel[0])
+		return 0;             /* the built-in guests' ports are not a kernel's */
 	memcpy(&value, data, (size_t)(size < 4 ? size : 4));
 	switch (port) {
 	case GUEST_PORT_IDLE:
@@ -547,6 +563,7 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 	m->ncpus = cfg->ncpus;
 	m->pause_req = true;             /* vCPUs start parked */
 	uart_reset(&m->uart);
+	platform_reset(&m->platform);
 	if ((r = init_sync(m)) < 0)
 		goto err;
 	if ((r = virtio_blk_open(m)) < 0 || (r = virtio_net_open(m)) < 0)

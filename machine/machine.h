@@ -64,6 +64,21 @@ struct uart_state {
 	uint8_t rx[UART_RX_SIZE];
 };
 
+/* The PC platform devices (platform.c): CMOS RTC, reset. Not part of the
+ * checkpoint yet: the clock is the host's, CMOS RAM and the index are lost
+ * on a takeover (Linux reads the clock at boot only). */
+#define LINUX_ACPI_PM1_EVT 0x600   /* ACPI PM1a status (2 bytes) and enable (2 bytes) */
+#define LINUX_ACPI_PM1_CNT 0x604   /* ACPI PM1a control (2 bytes) */
+#define LINUX_RESET_PORT   0xcf9   /* reset control register */
+struct platform_state {
+	uint8_t cmos_index;
+	uint8_t reset_ctl;            /* 0xCF9 */
+	uint8_t stop_req;             /* the guest asked for a reset or a power-off */
+	uint8_t pad;
+	uint16_t pm1_en, pm1_cnt;     /* ACPI PM1a enable and control (status stays 0) */
+	uint8_t cmos[128];
+};
+
 /* ---- PCI and virtio: checkpointed state (machine/pci.c, virtio_pci.c) --- */
 
 /* Bus 0: 00:00.0 host bridge, 00:01.0 virtio-blk (with --disk), 00:02.0
@@ -175,6 +190,7 @@ struct machine {
 	bool stopping;
 	int stop_status;
 	struct uart_state uart;
+	struct platform_state platform;
 	struct pci_state pci;        /* PCI config spaces and virtio transports */
 	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
 	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
@@ -364,6 +380,10 @@ bool uart_rx_ready(const struct uart_state *u);
 void uart_reset(struct uart_state *u);
 /* Re-drives the IRQ line from restored state. */
 void uart_post_load(struct machine *m);
+
+/* platform.c: true when port is one of the platform devices' (then done). */
+bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
+void platform_reset(struct platform_state *p);
 
 /* pci.c: configuration mechanism #1 and BAR decoding, used by machine.c.
  * Called with machine.lock held. */
