@@ -289,7 +289,7 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	struct machine *m = vc->m;
 	uint32_t value = 0;
 
-	if (m->cfg.kernel[0]) {
+	if (m->linux_guest) {
 		bool done, stop;
 
 		pthread_mutex_lock(&m->lock);
@@ -319,7 +319,7 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 		memset(data, 0xff, (size_t)size);
 		return 0;
 	}
-	if (m->cfg.kernel[0])
+	if (m->linux_guest)
 		return 0;             /* the built-in guests' ports are not a kernel's */
 	memcpy(&value, data, (size_t)(size < 4 ? size : 4));
 	switch (port) {
@@ -561,6 +561,9 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 		m->ops = *ops;
 	m->memfd = -1;
 	m->ncpus = cfg->ncpus;
+	/* By name, not by cfg->kernel: a standby built from the primary's
+	 * configuration has no kernel file, yet the same devices. */
+	m->linux_guest = !strcmp(cfg->guest, MACHINE_LINUX_GUEST);
 	m->pause_req = true;             /* vCPUs start parked */
 	uart_reset(&m->uart);
 	platform_reset(&m->platform);

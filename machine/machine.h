@@ -174,6 +174,7 @@ struct machine {
 	uint64_t low_pages;          /* pages mapped below 4 GiB */
 
 	int ncpus;
+	bool linux_guest;            /* a --kernel machine: the PC platform devices */
 	struct machine_vcpu vcpus[KVM_MAX_VCPUS];
 
 	/* Pause handshake and device state, under lock. */
