@@ -290,14 +290,15 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	uint32_t value = 0;
 
 	if (m->linux_guest) {
-		bool done, stop;
+		bool done;
+		int stop;
 
 		pthread_mutex_lock(&m->lock);
 		done = platform_io(m, port, size, out, data);
 		stop = m->platform.stop_req;
 		pthread_mutex_unlock(&m->lock);
 		if (stop) {
-			machine_stop(m, 0);
+			machine_stop(m, stop == 2 ? MACHINE_STATUS_REBOOT : 0);
 			return 1;
 		}
 		if (done)

@@ -73,7 +73,7 @@ struct uart_state {
 struct platform_state {
 	uint8_t cmos_index;
 	uint8_t reset_ctl;            /* 0xCF9 */
-	uint8_t stop_req;             /* the guest asked for a reset or a power-off */
+	uint8_t stop_req;             /* the guest asked for: 1 a power-off, 2 a reset */
 	uint8_t pad;
 	uint16_t pm1_en, pm1_cnt;     /* ACPI PM1a enable and control (status stays 0) */
 	uint8_t cmos[128];
@@ -124,6 +124,10 @@ struct pci_state {
 	struct virtio_state blk;
 	struct virtio_state net;
 };
+
+/* The stop status of a guest that asked for a reset (a reboot): not a
+ * power-off status (those are 0..255), not a failure (those are < 0). */
+#define MACHINE_STATUS_REBOOT 0x10000
 
 /* What the owner of the machine hears from it. Called on vCPU threads. */
 struct machine_ops {

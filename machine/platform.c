@@ -3,9 +3,9 @@
  * from the host's clock in BCD, 24-hour mode; the rest of CMOS is plain
  * RAM), the i8042's status and reset command at 0x64, and the reset
  * control register at 0xCF9, the ACPI PM1a registers (linux_acpi.c's
- * FADT names them). A reset or an ACPI power-off ends the VM with status 0
- * (a reboot does not start the guest again yet). Called with machine.lock
- * held. */
+ * FADT names them). An ACPI power-off stops the machine with status 0, a
+ * reset with MACHINE_STATUS_REBOOT (`run` then boots a fresh machine).
+ * Called with machine.lock held. */
 #include "machine/machine.h"
 
 #include <string.h>
@@ -67,8 +67,8 @@ static uint8_t rtc_read(struct platform_state *p, uint8_t reg)
 
 static void reset(struct machine *m, const char *how)
 {
-	log_info(TAG, "guest reset (%s): the VM ends", how);
-	m->platform.stop_req = 1;
+	log_info(TAG, "guest reset (%s)", how);
+	m->platform.stop_req = 2;
 }
 
 /* PM1a status (write 1 to clear: nothing is ever set), enable, control.
