@@ -464,12 +464,7 @@ int machine_boot_linux(struct machine *m)
 	build_page_tables(m);
 	build_gdt(m);
 
-	machine_snap_drop(m);   /* vCPU state is about to change */
-	for (int i = 0; i < m->ncpus; i++)
-		if ((r = linux_cpuid_set(m, i)) < 0) {
-			log_error(TAG, "CPUID of vCPU %d: %s", i, strerror(-r));
-			goto out;
-		}
+	machine_snap_drop(m);   /* vCPU state is about to change (CPUID was set at creation) */
 	if ((r = boot_bsp(m)) < 0) {
 		log_error(TAG, "boot state of vCPU 0: %s", strerror(-r));
 		goto out;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "guest/guest.h"
+#include "machine/linux.h"
 
 #define TAG "machine"
 #define KICK_SIGNAL SIGUSR1
@@ -534,6 +535,12 @@ static int start_vcpus(struct machine *m)
 		vc->m = m;
 		if ((r = kvm_vcpu_create(&vc->kvm, &m->vm, i)) < 0)
 			return r;
+		/* A Linux guest's CPUID names its vCPU and the topology: set at
+		 * creation, so that a standby or a restored machine has it too. */
+		if (m->linux_guest && (r = linux_cpuid_set(m, i)) < 0) {
+			log_error(TAG, "CPUID of vCPU %d: %s", i, strerror(-r));
+			return r;
+		}
 		vc->kvm.run->immediate_exit = 1;   /* first KVM_RUN parks at once */
 	}
 	for (int i = 0; i < m->ncpus; i++) {
