@@ -75,6 +75,9 @@ static int build_mptable(struct machine *m)
 	uint8_t *p = (uint8_t *)(c + 1);
 	uint8_t ioapic_id = (uint8_t)m->ncpus;
 	uint16_t count = 0;
+	struct mpc_bus bus = { .type = MP_BUS, .busid = 0, .bustype = { 'I', 'S', 'A', ' ', ' ', ' ' } };
+	struct mpc_ioapic io = { .type = MP_IOAPIC, .apicid = ioapic_id, .apicver = 0x11,
+				 .flags = 1, .apicaddr = MP_IOAPIC_GPA };
 
 	memset(base, 0, 0x400);
 	for (int i = 0; i < m->ncpus; i++, count++) {
@@ -87,12 +90,9 @@ static int build_mptable(struct machine *m)
 		memcpy(p, &cpu, sizeof(cpu));
 		p += sizeof(cpu);
 	}
-	struct mpc_bus bus = { .type = MP_BUS, .busid = 0, .bustype = { 'I', 'S', 'A', ' ', ' ', ' ' } };
 	memcpy(p, &bus, sizeof(bus));
 	p += sizeof(bus);
 	count++;
-	struct mpc_ioapic io = { .type = MP_IOAPIC, .apicid = ioapic_id, .apicver = 0x11,
-				 .flags = 1, .apicaddr = MP_IOAPIC_GPA };
 	memcpy(p, &io, sizeof(io));
 	p += sizeof(io);
 	count++;
