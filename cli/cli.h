@@ -35,6 +35,9 @@ struct vm_options {
 	"                        stress, blk, udpecho:ip=A.B.C.D/N,port=P, kv:ip=A.B.C.D/N,port=P;\n" \
 	"                        an unknown argument is an error)\n" \
 	"  --mem SIZE            guest RAM, e.g. 64M, 1G (default 64M)\n" \
+	"  --kernel FILE         a Linux bzImage (boot protocol 2.10+, 64-bit) instead of --guest\n" \
+	"  --initrd FILE         its initial RAM disk\n" \
+	"  --append CMDLINE      its command line (console=ttyS0 for the serial console)\n" \
 	"  --cpus N              vCPUs (default 1)\n" \
 	"  --console stdio|tcp:HOST:PORT   guest serial console (default stdio)\n" \
 	"  --disk FILE           raw image as a virtio-blk disk (PCI 00:01.0)\n" \
@@ -97,8 +100,9 @@ int cli_witness_options_check(struct witness_options *w, const char *guest);
 int cli_check_host_port(const char *flag, const char *arg);
 
 void cli_vm_options_init(struct vm_options *o);
-/* Checks the VM options are complete; 0 or 2 after printing why. */
-int cli_vm_options_check(const struct vm_options *o);
+/* Checks the VM options are complete (a --kernel's files too: the machine's
+ * guest becomes MACHINE_LINUX_GUEST); 0 or 2 after printing why. */
+int cli_vm_options_check(struct vm_options *o);
 /* 2, with a message, when path cannot be opened for reading and writing. */
 int cli_disk_check(const char *cmd, const char *path);
 /* Checks the link options fit together; 0 or 2 after printing why. */

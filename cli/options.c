@@ -129,10 +129,18 @@ static int parse_vm_option(struct vm_options *o, int opt, const char *arg)
 		return cli_parse_net(&o->cfg, arg);
 	case 1004:
 	case 1005:
-	case 1006:
-		fprintf(stderr, "understudy: Linux guests (--kernel/--initrd/--append) are not supported "
-				"by this build yet; use --guest\n");
-		return 2;
+	case 1006: {
+		static const char *const flag[] = { "--kernel", "--initrd", "--append" };
+		char *dst = opt == 1004 ? o->cfg.kernel : opt == 1005 ? o->cfg.initrd : o->cfg.append;
+		size_t cap = opt == 1006 ? sizeof(o->cfg.append) : sizeof(o->cfg.kernel);
+
+		if ((opt != 1006 && !*arg) || strlen(arg) >= cap) {
+			fprintf(stderr, "understudy: %s: need 1..%zu bytes\n", flag[opt - 1004], cap - 1);
+			return 2;
+		}
+		memcpy(dst, arg, strlen(arg) + 1);
+		return 0;
+	}
 	default:
 		return 2;
 	}
@@ -151,10 +159,29 @@ int cli_disk_check(const char *cmd, const char *path)
 	return 0;
 }
 
-int cli_vm_options_check(const struct vm_options *o)
+int cli_vm_options_check(struct vm_options *o)
 {
+	char err[512];
+
+	if (o->cfg.kernel[0] && o->cfg.guest[0]) {
+		fprintf(stderr, "understudy: --guest and --kernel exclude each other: a VM runs a "
+				"built-in guest or a Linux kernel\n");
+		return 2;
+	}
+	if (!o->cfg.kernel[0] && (o->cfg.initrd[0] || o->cfg.append[0])) {
+		fprintf(stderr, "understudy: --initrd and --append need --kernel\n");
+		return 2;
+	}
+	if (o->cfg.kernel[0]) {
+		if (machine_linux_check(&o->cfg, err, sizeof(err)) < 0) {
+			fprintf(stderr, "understudy: %s\n", err);
+			return 2;
+		}
+		snprintf(o->cfg.guest, sizeof(o->cfg.guest), "%s", MACHINE_LINUX_GUEST);
+		return 0;
+	}
 	if (!o->cfg.guest[0]) {
-		fprintf(stderr, "understudy: --guest is required (built-in guests:");
+		fprintf(stderr, "understudy: --guest or --kernel is required (built-in guests:");
 		for (const struct guest_image *g = guest_list(); g->name; g++)
 			fprintf(stderr, " %s", g->name);
 		fprintf(stderr, ")\n");

@@ -96,5 +96,11 @@ int cli_cmd_primary(int argc, char **argv)
 	o.ops = co.ops;
 	status = primary_run(ev_default_loop(0), &o);
 	cli_ops_stop(&co);
+	if (status == MACHINE_STATUS_REBOOT) {
+		/* Protected, the guest's reboot ends it cleanly (the standby was
+		 * told not to take over); it is not booted again. */
+		log_info("primary", "the guest rebooted: the VM ends");
+		return 0;
+	}
 	return status;
 }

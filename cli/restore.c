@@ -192,6 +192,10 @@ int cli_cmd_restore(int argc, char **argv)
 	}
 	r = primary_serve(loop, vm, control, &co.ops);
 	cli_ops_stop(&co);
+	if (r == MACHINE_STATUS_REBOOT) {
+		log_info("restore", "the guest rebooted: the VM ends");
+		return 0;
+	}
 	return r;
 err:
 	ckpt_fini(&c);

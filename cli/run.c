@@ -12,7 +12,8 @@ static const char run_help[] =
 	VM_OPTIONS_HELP
 	"  --control PATH        control socket (understudy snapshot --control PATH ...)\n"
 	OPS_OPTIONS_HELP
-	"\nexit status: the guest's power-off status; 1 on errors; 2 on bad options\n";
+	"\nexit status: the guest's power-off status; 1 on errors; 2 on bad options\n"
+	"(a guest's reboot boots the VM again)\n";
 
 int cli_cmd_run(int argc, char **argv)
 {
@@ -56,17 +57,23 @@ int cli_cmd_run(int argc, char **argv)
 	log_set_role("run");
 
 	loop = ev_default_loop(0);
-	if (repl_vm_new(loop, &vo.cfg, vo.console, &vm) < 0)
-		return 1;
-	if (machine_boot(vm->m) < 0) {
-		repl_vm_free(vm);
-		return 1;
+	/* A guest's reboot (a Linux guest's reset) boots a fresh machine of the
+	 * same configuration: RAM, vCPUs and devices as at power-on. */
+	for (;;) {
+		if (repl_vm_new(loop, &vo.cfg, vo.console, &vm) < 0)
+			return 1;
+		if (machine_boot(vm->m) < 0) {
+			repl_vm_free(vm);
+			return 1;
+		}
+		if (cli_ops_start(&ops, loop, "primary", &co)) {
+			repl_vm_free(vm);
+			return 1;
+		}
+		r = primary_serve(loop, vm, control, &co.ops);
+		cli_ops_stop(&co);
+		if (r != MACHINE_STATUS_REBOOT)
+			return r;
+		log_info("run", "the guest rebooted: booting it again");
 	}
-	if (cli_ops_start(&ops, loop, "primary", &co)) {
-		repl_vm_free(vm);
-		return 1;
-	}
-	r = primary_serve(loop, vm, control, &co.ops);
-	cli_ops_stop(&co);
-	return r;
 }

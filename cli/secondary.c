@@ -149,6 +149,10 @@ int cli_cmd_secondary(int argc, char **argv)
 				"are required\n");
 		return 2;
 	}
+	/* --kernel pins a Linux guest (checked like the primary's: the
+	 * standby takes over the same machine). */
+	if (vo.cfg.kernel[0] && cli_vm_options_check(&vo))
+		return 2;
 	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
 	    cli_ops_options_check("secondary", &ops))
 		return 2;

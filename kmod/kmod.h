@@ -139,5 +139,8 @@ int kvm_vcpu_get_sregs(struct kvm_vcpu *vcpu, struct kvm_sregs *sregs) US_MUST_C
 int kvm_vcpu_set_sregs(struct kvm_vcpu *vcpu, const struct kvm_sregs *sregs) US_MUST_CHECK;
 int kvm_vcpu_set_xcr0(struct kvm_vcpu *vcpu, uint64_t xcr0) US_MUST_CHECK;
 int kvm_vcpu_set_mp_state(struct kvm_vcpu *vcpu, uint32_t mp_state) US_MUST_CHECK;
+/* Replaces the CPUID table the vCPU was created with (sys->cpuid, as KVM
+ * supports it): before its first entry into the guest. */
+int kvm_vcpu_set_cpuid(struct kvm_vcpu *vcpu, const struct kvm_cpuid2 *cpuid) US_MUST_CHECK;
 
 #endif

@@ -180,6 +180,11 @@ int kvm_vcpu_set_xcr0(struct kvm_vcpu *vcpu, uint64_t xcr0)
 	return count_set(vcpu, kvm_ioctl(vcpu->fd, KVM_SET_XCRS, &x));
 }
 
+int kvm_vcpu_set_cpuid(struct kvm_vcpu *vcpu, const struct kvm_cpuid2 *cpuid)
+{
+	return count_set(vcpu, KVM_VCPU_IOCTL(vcpu, KVM_SET_CPUID2, cpuid));
+}
+
 int kvm_vcpu_set_mp_state(struct kvm_vcpu *vcpu, uint32_t mp_state)
 {
 	struct kvm_mp_state mp = { .mp_state = mp_state };

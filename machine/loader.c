@@ -195,6 +195,8 @@ int machine_boot(struct machine *m)
 	struct guest_bootinfo *bi;
 	int rc;
 
+	if (m->cfg.kernel[0])
+		return machine_boot_linux(m);
 	if (!img) {
 		log_error(TAG, "unknown guest '%s'", m->cfg.guest);
 		return -ENOENT;

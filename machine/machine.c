@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "guest/guest.h"
+#include "machine/linux.h"
 
 #define TAG "machine"
 #define KICK_SIGNAL SIGUSR1
@@ -289,6 +290,21 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	struct machine *m = vc->m;
 	uint32_t value = 0;
 
+	if (m->linux_guest) {
+		bool done;
+		int stop;
+
+		pthread_mutex_lock(&m->lock);
+		done = platform_io(m, port, size, out, data);
+		stop = m->platform.stop_req;
+		pthread_mutex_unlock(&m->lock);
+		if (stop) {
+			machine_stop(m, stop == 2 ? MACHINE_STATUS_REBOOT : 0);
+			return 1;
+		}
+		if (done)
+			return 0;
+	}
 	if (port >= PCI_PORT_ADDR && port < PCI_PORT_DATA + 4) {
 		pthread_mutex_lock(&m->lock);
 		pci_io(m, port, size, out, data);
@@ -305,6 +321,8 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 		memset(data, 0xff, (size_t)size);
 		return 0;
 	}
+	if (m->linux_guest)
+		return 0;             /* the built-in guests' ports are not a kernel's */
 	memcpy(&value, data, (size_t)(size < 4 ? size : 4));
 	switch (port) {
 	case GUEST_PORT_IDLE:
@@ -517,6 +535,12 @@ static int start_vcpus(struct machine *m)
 		vc->m = m;
 		if ((r = kvm_vcpu_create(&vc->kvm, &m->vm, i)) < 0)
 			return r;
+		/* A Linux guest's CPUID names its vCPU and the topology: set at
+		 * creation, so that a standby or a restored machine has it too. */
+		if (m->linux_guest && (r = linux_cpuid_set(m, i)) < 0) {
+			log_error(TAG, "CPUID of vCPU %d: %s", i, strerror(-r));
+			return r;
+		}
 		vc->kvm.run->immediate_exit = 1;   /* first KVM_RUN parks at once */
 	}
 	for (int i = 0; i < m->ncpus; i++) {
@@ -545,8 +569,12 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 		m->ops = *ops;
 	m->memfd = -1;
 	m->ncpus = cfg->ncpus;
+	/* By name, not by cfg->kernel: a standby built from the primary's
+	 * configuration has no kernel file, yet the same devices. */
+	m->linux_guest = !strcmp(cfg->guest, MACHINE_LINUX_GUEST);
 	m->pause_req = true;             /* vCPUs start parked */
 	uart_reset(&m->uart);
+	platform_reset(&m->platform);
 	if ((r = init_sync(m)) < 0)
 		goto err;
 	if ((r = virtio_blk_open(m)) < 0 || (r = virtio_net_open(m)) < 0)

@@ -35,6 +35,11 @@ struct machine_config {
 	char net_tap[16];      /* its tap device (not part of the digest: each host has its own) */
 	uint64_t disk_bytes;   /* the image's size, set when it is opened (not part of the
 				* digest: the secondary compares it, with a clear refusal) */
+	/* A Linux guest (guest is then MACHINE_LINUX_GUEST): its bzImage, initrd
+	 * ("" for none) and command line, read at machine_boot. */
+	char kernel[256];
+	char initrd[256];
+	char append[2048];
 };
 
 /* Parses "--guest NAME[:ARGS]" and "--mem SIZE" style values into cfg;
@@ -57,6 +62,21 @@ struct uart_state {
 	uint8_t pad;
 	uint32_t rx_head, rx_count;
 	uint8_t rx[UART_RX_SIZE];
+};
+
+/* The PC platform devices (platform.c): CMOS RTC, reset. Not part of the
+ * checkpoint yet: the clock is the host's, CMOS RAM and the index are lost
+ * on a takeover (Linux reads the clock at boot only). */
+#define LINUX_ACPI_PM1_EVT 0x600   /* ACPI PM1a status (2 bytes) and enable (2 bytes) */
+#define LINUX_ACPI_PM1_CNT 0x604   /* ACPI PM1a control (2 bytes) */
+#define LINUX_RESET_PORT   0xcf9   /* reset control register */
+struct platform_state {
+	uint8_t cmos_index;
+	uint8_t reset_ctl;            /* 0xCF9 */
+	uint8_t stop_req;             /* the guest asked for: 1 a power-off, 2 a reset */
+	uint8_t pad;
+	uint16_t pm1_en, pm1_cnt;     /* ACPI PM1a enable and control (status stays 0) */
+	uint8_t cmos[128];
 };
 
 /* ---- PCI and virtio: checkpointed state (machine/pci.c, virtio_pci.c) --- */
@@ -104,6 +124,10 @@ struct pci_state {
 	struct virtio_state blk;
 	struct virtio_state net;
 };
+
+/* The stop status of a guest that asked for a reset (a reboot): not a
+ * power-off status (those are 0..255), not a failure (those are < 0). */
+#define MACHINE_STATUS_REBOOT 0x10000
 
 /* What the owner of the machine hears from it. Called on vCPU threads. */
 struct machine_ops {
@@ -154,6 +178,7 @@ struct machine {
 	uint64_t low_pages;          /* pages mapped below 4 GiB */
 
 	int ncpus;
+	bool linux_guest;            /* a --kernel machine: the PC platform devices */
 	struct machine_vcpu vcpus[KVM_MAX_VCPUS];
 
 	/* Pause handshake and device state, under lock. */
@@ -170,6 +195,7 @@ struct machine {
 	bool stopping;
 	int stop_status;
 	struct uart_state uart;
+	struct platform_state platform;
 	struct pci_state pci;        /* PCI config spaces and virtio transports */
 	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
 	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
@@ -203,8 +229,42 @@ int machine_new(const struct machine_config *cfg, const struct machine_ops *ops,
 int machine_new_clone(const struct machine *src, const struct machine_ops *ops,
 		      struct machine **out) US_MUST_CHECK;
 void machine_free(struct machine *m);
-/* Loads cfg->guest into RAM and sets the boot state of every vCPU. */
+/* Loads cfg->guest (or cfg->kernel) into RAM and sets the boot state of
+ * every vCPU. */
 int machine_boot(struct machine *m) US_MUST_CHECK;
+
+/* ---- Linux guests (linux.c, linux_tables.c) ------------------------------ */
+
+#define MACHINE_LINUX_GUEST "linux"   /* cfg->guest of a --kernel machine */
+
+/* What the loader needs from a bzImage's setup header (x86 boot protocol). */
+struct linux_image {
+	uint16_t version;             /* boot protocol, 0x20a = 2.10 */
+	uint8_t loadflags;
+	uint8_t relocatable;
+	uint16_t xloadflags;
+	uint32_t initrd_addr_max;     /* highest byte address the initrd may reach */
+	uint32_t cmdline_size;        /* longest command line, without its NUL */
+	uint32_t kernel_alignment;
+	uint32_t init_size;           /* bytes the kernel needs from its load address */
+	uint64_t pref_address;
+	uint64_t setup_bytes;         /* real-mode part: the protected-mode kernel starts here */
+	uint64_t kernel_bytes;        /* protected-mode kernel */
+	uint32_t header_end;          /* the setup header is [0x1f1, header_end) of the file */
+};
+
+/* Reads a bzImage's header from buf (the first len bytes of a file of
+ * file_bytes): 0, or -ENOEXEC with the reason in err. */
+int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
+			struct linux_image *img, char *err, size_t errlen) US_MUST_CHECK;
+/* Everything a --kernel machine needs before it is built: the kernel is a
+ * bzImage of boot protocol 2.10 or later with a 64-bit entry, the command
+ * line fits cmdline_size, the initrd fits below initrd_addr_max and RAM
+ * holds kernel and initrd. 0, or -errno with a message naming the option
+ * and file in err. */
+int machine_linux_check(const struct machine_config *cfg, char *err, size_t errlen) US_MUST_CHECK;
+/* The loader for cfg->kernel (called by machine_boot). */
+int machine_boot_linux(struct machine *m) US_MUST_CHECK;
 
 /* Lets the vCPUs run (they start parked). */
 void machine_resume(struct machine *m);
@@ -325,6 +385,10 @@ bool uart_rx_ready(const struct uart_state *u);
 void uart_reset(struct uart_state *u);
 /* Re-drives the IRQ line from restored state. */
 void uart_post_load(struct machine *m);
+
+/* platform.c: true when port is one of the platform devices' (then done). */
+bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
+void platform_reset(struct platform_state *p);
 
 /* pci.c: configuration mechanism #1 and BAR decoding, used by machine.c.
  * Called with machine.lock held. */
