@@ -554,10 +554,12 @@ static void send_handover(struct repl_primary *p)
 			 (now_ns() - p->switch_t0_ns) / 1e6);
 }
 
+#define SYNC_BW_MIN_BYTES (16ull << 20)
+
 /* The decision's inputs (converge.h): the pause, the link's round trip (the
  * smallest an epoch showed), the last epoch's bytes at the link's bandwidth
- * (measured by the initial sync, capped by --bandwidth). Without a measured
- * bandwidth the whole capture-to-ACK time counts, as a transfer. */
+ * (measured by the initial sync, capped by --bandwidth). Without one, the
+ * last epoch's capture-to-ACK time beyond the smallest counts as its bytes. */
 static void converge_inputs(const struct repl_primary *p, struct repl_converge *c)
 {
 	uint64_t p50, p99;
@@ -570,12 +572,12 @@ static void converge_inputs(const struct repl_primary *p, struct repl_converge *
 	c->bytes_per_ms = p->link_bytes_per_ms;
 	if (cap > 0 && (c->bytes_per_ms <= 0 || cap < c->bytes_per_ms))
 		c->bytes_per_ms = cap;
-	c->rtt_ms = p->rtt_ms >= 0 ? p->rtt_ms : 0;
-	if (p->link_bytes_per_ms <= 0) {
-		c->rtt_ms = 0;
-		c->bytes_per_ms = lag_ms > 0 && c->bytes > 0 ? c->bytes / lag_ms : 0;
-		if (c->bytes_per_ms <= 0)
-			c->rtt_ms = lag_ms;
+	c->rtt_ms = p->rtt_ms >= 0 && p->rtt_ms < lag_ms ? p->rtt_ms : lag_ms;
+	if (c->bytes_per_ms <= 0) {
+		/* Bandwidth not known: the smallest capture-to-ACK time an epoch
+		 * showed is the floor, what the last one took beyond it its bytes. */
+		c->bytes_per_ms = lag_ms > c->rtt_ms && c->bytes > 0 ?
+				  c->bytes / (lag_ms - c->rtt_ms) : 0;
 	}
 }
 
@@ -725,8 +727,10 @@ static void on_sync_done(void *ctx)
 	struct repl_primary *p = ctx;
 	double ms = (now_ns() - p->sync.t0_ns) / 1e6;
 
-	/* What the link carried while the sync filled it: its bandwidth. */
-	if (!p->o->resume_epoch && ms > 0)
+	/* What the link carried while the sync filled it: its bandwidth, when
+	 * the sync was big enough to fill it (a guest of zero pages sends a few
+	 * bytes a page, and its sync is bound by the CPU, not the link). */
+	if (!p->o->resume_epoch && ms > 0 && p->link.bytes_sent - p->sync_bytes0 >= SYNC_BW_MIN_BYTES)
 		p->link_bytes_per_ms = (double)(p->link.bytes_sent - p->sync_bytes0) / ms;
 	p->state = P_PROTECTING;
 	p->transient_since_ns = 0;

@@ -289,6 +289,7 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 	struct etcd_put put[2] = { { .key = w->owner_key, .value = w->self },
 				   { .key = w->standby_key, .value = next } };
 	char standby[REPL_WITNESS_ID_MAX];
+	int64_t lease = 0;
 	int r;
 
 	if (!w->lease && (r = grant(w)) < 0) {
@@ -301,6 +302,11 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 		complain(w, "cannot contend for the key", r);
 		return REPL_WITNESS_UNREACHABLE;
 	}
+	/* A try that timed out may have been applied (etcd.h): the key on our
+	 * lease is ours, whatever K/standby says now. */
+	if (r == 0 && etcd_get(w->etcd, w->owner_key, w->holder, sizeof(w->holder), &lease) == 1 &&
+	    lease == w->lease)
+		r = 1;
 	if (r == 1) {
 		set_vouches_none(w, !strcmp(next, "none"));
 		atomic_store(&w->owner, true);

@@ -13,7 +13,7 @@
 #   3. a protected primary whose loop hangs (the agents' test hook "test
 #      wedge", threads running on): its lease is no longer renewed, the
 #      secondary wins the key and takes over while the primary still hangs.
-# Generous timings (a 2 s lease, 1.5 s failure timeouts): it runs in the
+# Generous timings (a 6 s lease, 3 s failure timeouts): it runs in the
 # nested VM under QEMU's emulator. WITNESS_CASES="2 3" runs some cases.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
@@ -24,6 +24,12 @@ cleanup() {
 	kill -CONT $(jobs -p) 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"
 }
 trap cleanup EXIT
+# A failure shows the end of every agent's log.
+fail() {
+	echo "FAIL: $*"
+	for f in "$tmp"/*.log; do echo "--- $f"; tail -15 "$f"; done
+	exit 1
+}
 want() { [ -z "${WITNESS_CASES:-}" ] || [[ " $WITNESS_CASES " == *" $1 "* ]]; }
 n=0
 # start_pair KEY "SECONDARY ARGS": sets sp pp sport scon pcon, logs in $tmp/$n.*
@@ -31,12 +37,12 @@ start_pair() {
 	n=$((n + 1))
 	sport=$(free_port); scon=$(free_port); pcon=$(free_port)
 	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
-		--control "$tmp/$n.sec.ctl" --failover-timeout-ms 1500 $W --witness-key $1 $2 \
+		--control "$tmp/$n.sec.ctl" --failover-timeout-ms 3000 $W --witness-key $1 $2 \
 		2>"$tmp/$n.sec.log" &
 	sp=$!
 	wait_port $sport 60 || fail "secondary did not listen: $(cat "$tmp/$n.sec.log")"
 	UNDERSTUDY_TEST_HOOKS=1 "$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon \
-		--peer 127.0.0.1:$sport --insecure --control "$tmp/$n.pri.ctl" --timeout-ms 1500 \
+		--peer 127.0.0.1:$sport --insecure --control "$tmp/$n.pri.ctl" --timeout-ms 3000 \
 		$W --witness-key $1 2>"$tmp/$n.pri.log" &
 	pp=$!
 	wait_log "$tmp/$n.pri.log" "the witness vouches for the standby" 120 ||
@@ -48,7 +54,7 @@ count() {   # count PORT REQUEST...: the last reply's number
 stop_pair() { kill -CONT $pp $sp 2>/dev/null; kill -9 $pp $sp 2>/dev/null; wait $pp $sp 2>/dev/null; return 0; }
 
 start_etcd "$tmp/etcd"
-W="--witness etcd:$ETCD_EP --lease-ms 2000"
+W="--witness etcd:$ETCD_EP --lease-ms 6000"
 
 if want 1; then
 	[ "$(id -u)" = 0 ] && command -v nft >/dev/null || { echo "SKIP: case 1 needs root and nft"; exit 77; }
@@ -103,10 +109,10 @@ fi
 if want 3; then
 	start_pair f3 ""
 	[ "$(count $pcon incr incr incr)" = 3 ] || fail "the primary's guest does not count"
-	ctl "$tmp/$n.pri.ctl" "test wedge 30000" >"$tmp/3.wedge" 2>&1 &
+	ctl "$tmp/$n.pri.ctl" "test wedge 60000" >"$tmp/3.wedge" 2>&1 &
 	wp=$!
 	wait_log "$tmp/$n.pri.log" "test hook: this agent's loop hangs" 30 || fail "no wedge"
-	wait_log "$tmp/$n.sec.log" "TOOK OVER" 25 ||
+	wait_log "$tmp/$n.sec.log" "TOOK OVER" 50 ||
 		fail "no takeover while the primary's loop hangs: $(tail -3 "$tmp/$n.sec.log")"
 	grep -q "won the witness key" "$tmp/$n.sec.log" || fail "took over without the key"
 	grep -q "the loop runs again" "$tmp/$n.pri.log" && fail "the takeover waited for the wedge to end"

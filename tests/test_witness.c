@@ -174,7 +174,7 @@ static void restart_refused_while_standby_vouched(void **state)
 	s = witness(v, "t1", "secondary s", &ss);  /* the standby still can win */
 	assert_int_equal(repl_witness_start(s), 0);
 	repl_witness_contend(s, "standby-1", NULL);
-	assert_true(run_until(v, &ss.won, 5000) >= 0);
+	assert_true(run_until(v, &ss.won, 15000) >= 0);
 	assert_int_equal(ss.revoked, 0);
 	assert_true(repl_witness_valid(s));
 	assert_string_equal(get(v, "t1/owner", buf, sizeof(buf)), "secondary s");
@@ -212,7 +212,7 @@ static void switch_vouches_old_primary(void **state)
 	assert_true(run_until(v, &sa.vouched, 5000) >= 0);
 	repl_witness_resign(a);                   /* the final epoch was acknowledged */
 	repl_witness_contend(b, "standby-b", "standby-a2");
-	assert_true(run_until(v, &sb.won, 5000) >= 0);
+	assert_true(run_until(v, &sb.won, 15000) >= 0);
 	assert_string_equal(get(v, "t2/owner", buf, sizeof(buf)), "secondary b");
 	assert_string_equal(get(v, "t2/standby", buf, sizeof(buf)), "standby-a2");
 	assert_false(repl_witness_retakes(b));    /* it vouches for a standby */
@@ -221,7 +221,7 @@ static void switch_vouches_old_primary(void **state)
 	a2 = witness(v, "t2", "secondary a", &sa2);
 	assert_int_equal(repl_witness_start(a2), 0);
 	repl_witness_contend(a2, "standby-a2", NULL);
-	assert_true(run_until(v, &sa2.won, 10000) >= 0);
+	assert_true(run_until(v, &sa2.won, 15000) >= 0);
 	assert_int_equal(sa2.revoked, 0);
 	assert_string_equal(get(v, "t2/owner", buf, sizeof(buf)), "secondary a");
 	repl_witness_release(a2, true);
@@ -335,7 +335,7 @@ static void hung_loop_loses_key(void **state)
 	s = witness(v, "t4", "secondary s", &ss);
 	assert_int_equal(repl_witness_start(s), 0);
 	repl_witness_contend(s, "standby-s", NULL);
-	assert_true(run_until(v, &ss.won, 5000) >= 0);
+	assert_true(run_until(v, &ss.won, 15000) >= 0);
 	run_for(v, 500);                          /* the old owner's loop is back: no key */
 	assert_false(repl_witness_valid(o));
 	assert_string_equal(get(v, "t4/owner", buf, sizeof(buf)), "secondary s");

@@ -26,7 +26,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build/nested}
-V=$BUILD/nested-vm
+V=${NESTED_VM:-$BUILD/nested-vm}   # its files (tests/run.sh runs a second VM beside)
 skip() { echo "SKIP: $*"; exit 77; }
 
 command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (make deps-nested)"
