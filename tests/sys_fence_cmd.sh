@@ -28,11 +28,11 @@ start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
 	n=$((n + 1))
 	sport=$(free_port); scon=$(free_port); pcon=$(free_port)
 	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
-		--control "$tmp/$n.sec.ctl" --failover-timeout-ms 300 "$@" 2>"$tmp/$n.sec.log" &
+		--control "$tmp/$n.sec.ctl" --failover-timeout-ms 1000 "$@" 2>"$tmp/$n.sec.log" &
 	sp=$!
 	wait_port $sport || fail "secondary did not listen: $(cat "$tmp/$n.sec.log")"
 	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
-		--insecure --timeout-ms 300 ${PRI_EXTRA:-} 2>"$tmp/$n.pri.log" &
+		--insecure --timeout-ms 1000 ${PRI_EXTRA:-} 2>"$tmp/$n.pri.log" &
 	pp=$!
 	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 90 ||
 		fail "never protected: $(tail -3 "$tmp/$n.pri.log"; tail -3 "$tmp/$n.sec.log")"
