@@ -161,6 +161,21 @@ class Client(threading.Thread):
         return sum(1 for r in self.replies if r[0] > t)
 
 
+def event_gist(path):
+    """How many events of each kind an event log holds, and its last lines."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return "none"
+    kinds = {}
+    for ln in lines:
+        w = ln.split()
+        if len(w) > 1:
+            kinds[w[1]] = kinds.get(w[1], 0) + 1
+    return "%s; last: %s" % (kinds, " | ".join(lines[-4:]))
+
+
 def wait_until(cond, secs):
     end = time.time() + secs
     while time.time() < end:
@@ -223,7 +238,7 @@ def main():
             first = next(r for r in c.replies if r[0] > t_kill)
             errs = guestnet.release_order_errors(pri.events, t)
             if errs:
-                say("FAIL: " + "; ".join(errs))
+                say("FAIL: %s (event log %s: %s)" % ("; ".join(errs), pri.events, event_gist(pri.events)))
                 return 1
             say("trial %d: kill -9 of %s after %d replies (the last \"%s\"); %s TOOK OVER %.1f s later; "
                 "the same connection carried on: \"%s\" %.1f s after the kill, %d replies since"
