@@ -28,7 +28,7 @@ with its number, the numbers running 1..N.
 Usage: linux_failover.py BIN VM_NS TRIALS SEED TMPDIR TAP_A TAP_B KERNEL INITRD APPEND
 Knobs (environment): LINUX_BOOT_S (600) for the boot and first sync,
 LINUX_MEM (256M), LINUX_CPUS (1), LINUX_EPOCH_MS (25), LINUX_FAILOVER_MS
-(1000, the secondary's --failover-timeout-ms; the primary's --timeout-ms is
+(2000, the secondary's --failover-timeout-ms; the primary's --timeout-ms is
 three times it). Exit 0 pass, 1 fail."""
 import functools
 import os
@@ -51,7 +51,7 @@ BOOT_S = float(os.environ.get("LINUX_BOOT_S", "600"))
 MEM = os.environ.get("LINUX_MEM", "256M")
 CPUS = os.environ.get("LINUX_CPUS", "1")
 EPOCH_MS = os.environ.get("LINUX_EPOCH_MS", "25")
-FAILOVER_MS = int(os.environ.get("LINUX_FAILOVER_MS", "1000"))
+FAILOVER_MS = int(os.environ.get("LINUX_FAILOVER_MS", "2000"))
 AFTER = 10          # replies wanted after each takeover
 ns = functools.partial(guestnet.in_ns, VM_NS)
 free_port = functools.partial(guestnet.free_port_in, VM_NS)
@@ -223,6 +223,15 @@ def main():
                 say("FAIL: trial %d: before the kill: %s" % (t, c.problem or "fewer than 5 replies in 120 s"))
                 return 1
             time.sleep(rng.uniform(0.2, 2.5))
+            with open(sec.log, errors="replace") as f:
+                early = "TOOK OVER" in f.read()
+            with open(pri.log, errors="replace") as f:
+                early = early or "UNPROTECTED" in f.read()
+            if early:
+                say("FAIL: trial %d: the pair split before the kill (a takeover or UNPROTECTED without "
+                    "a failure; LINUX_FAILOVER_MS=%d too short here?): %s; %s" %
+                    (t, FAILOVER_MS, pri.gist(), sec.gist()))
+                return 1
             before = len(c.replies)
             t_kill = time.time()
             pri.p.kill()
