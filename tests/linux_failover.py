@@ -52,6 +52,9 @@ MEM = os.environ.get("LINUX_MEM", "256M")
 CPUS = os.environ.get("LINUX_CPUS", "1")
 EPOCH_MS = os.environ.get("LINUX_EPOCH_MS", "25")
 FAILOVER_MS = int(os.environ.get("LINUX_FAILOVER_MS", "2000"))
+# The link's handshake: a nested VM shared by several runs took more than
+# the default 5 s to accept a connection on loopback.
+HANDSHAKE_MS = os.environ.get("LINUX_HANDSHAKE_MS", "60000")
 AFTER = 10          # replies wanted after each takeover
 ns = functools.partial(guestnet.in_ns, VM_NS)
 free_port = functools.partial(guestnet.free_port_in, VM_NS)
@@ -127,7 +130,8 @@ def secondary(name, tap, sync):
     a = Agent(name, tap, img)
     a.port = free_port()
     a.start(["secondary", "--listen", "127.0.0.1:%d" % a.port, "--failover-timeout-ms",
-             str(FAILOVER_MS), "--insecure", "--net", "tap:" + tap, "--disk", img,
+             str(FAILOVER_MS), "--handshake-timeout-ms", HANDSHAKE_MS, "--insecure", "--net", "tap:" + tap,
+             "--disk", img,
              "--disk-sync", sync])
     if not wait_text(a.log, "waiting for a primary", 20):
         raise RuntimeError("secondary %s never listened: %s" % (name, a.gist()))
@@ -202,11 +206,14 @@ def main():
                    "--append", "%s ut.mode=server ut.ip=%s/24" % (APPEND, GUEST_IP),
                    "--mem", MEM, "--cpus", CPUS, "--disk", img, "--net", "tap:" + TAP_A,
                    "--peer", "127.0.0.1:%d" % sec.port, "--epoch-ms", EPOCH_MS,
-                   "--timeout-ms", str(3 * FAILOVER_MS), "--insecure"])
+                   "--timeout-ms", str(3 * FAILOVER_MS), "--handshake-timeout-ms", HANDSHAKE_MS,
+                   "--insecure"])
         say("primary: understudy primary --kernel %s --initrd (busybox) --mem %s --cpus %s "
             "--disk (blank 64 MiB) --net tap:%s; secondary on tap:%s" % (KERNEL, MEM, CPUS, TAP_A, TAP_B))
-        if not wait_text(sec.log, "first checkpoint applied", BOOT_S):
-            say("FAIL: never protected: %s; %s" % (pri.gist(), sec.gist()))
+        if not wait_until(lambda: pri.p.poll() is not None or
+                          wait_text(sec.log, "first checkpoint applied", 0), BOOT_S) or \
+                pri.p.poll() is not None:
+            say("FAIL: never protected (primary exit %s): %s; %s" % (pri.p.poll(), pri.gist(), sec.gist()))
             return 1
         try:
             conn = linuxguest.Conn(GUEST_IP, PORT, connect_s=BOOT_S)
@@ -258,7 +265,8 @@ def main():
                 nxt = secondary("sec%d" % (t + 1), pri.tap, rng.choice(("commit", "ack")))
                 agents.append(nxt)
                 out = subprocess.run(ns([BIN, "protect", "--control", sec.ctl, "--peer",
-                                         "127.0.0.1:%d" % nxt.port, "--insecure"]),
+                                         "127.0.0.1:%d" % nxt.port, "--handshake-timeout-ms",
+                                         HANDSHAKE_MS, "--insecure"]),
                                      capture_output=True, text=True, timeout=BOOT_S)
                 if out.returncode != 0:
                     say("FAIL: protect of the survivor: exit %d: %s" % (out.returncode, out.stderr.strip()))
