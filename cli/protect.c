@@ -346,8 +346,15 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		r = control_request(control, "status json", 5000, &reply);
 		if (r < 0) {
 			/* The source exits after the hand-over; its last word was read. */
-			if (!strcmp(state, "switching") || !strcmp(state, "migrated"))
+			if (!strcmp(state, "migrated"))
 				break;
+			if (!strcmp(state, "switching")) {
+				/* A migrated source says so for a while before it exits. */
+				fprintf(stderr, "\nunderstudy migrate: the source ended during the "
+					"hand-over (see its log): the destination runs the guest only "
+					"if it took it over (see its status)\n");
+				return 1;
+			}
 			if (!strcmp(state, "postcopy")) {
 				fprintf(stderr, "\nunderstudy migrate: the source ended during post-copy: the "
 					"VM is lost (see the logs)\n");

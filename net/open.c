@@ -18,9 +18,9 @@
 #define SETUP_MS_DEFAULT 5000
 /* Connections of a listener still in their setup (TLS handshake, RDMA
  * setup): at most this many, so a flood of silent clients cannot take every
- * file descriptor, and at most LISTEN_PER_SOURCE from one address. A
- * connection must send its first bytes within LISTEN_SILENT_MS (a real peer
- * speaks first at once: TLS ClientHello, RDMA setup) and is the first to
+ * file descriptor, and at most LISTEN_PER_SOURCE from one address. A TLS
+ * connection must send its first bytes within LISTEN_SILENT_MS (a real
+ * client's ClientHello leaves at once), and one that has not is the first to
  * make room for a newcomer while it has not: anyone who can reach the port
  * could otherwise hold every slot with plain connects and keep the real
  * peer out (see net_acceptor_admit). */
@@ -81,6 +81,14 @@ static const struct net_transport_ops *transport_of(const struct net_config *cfg
 static unsigned setup_ms(const struct net_config *cfg)
 {
 	return cfg->setup_timeout_ms ? cfg->setup_timeout_ms : SETUP_MS_DEFAULT;
+}
+
+/* A TLS client's hello leaves as soon as it is connected; an RDMA peer
+ * opens its fabric endpoint first (seconds under load): it gets the whole
+ * setup deadline to speak, and only loses its place to newcomers sooner. */
+static unsigned silent_ms(const struct net_config *cfg)
+{
+	return cfg->transport == NET_TLS ? LISTEN_SILENT_MS : setup_ms(cfg);
 }
 
 static int endpoint_new(const struct net_transport_ops *t, const struct net_config *cfg,
@@ -197,7 +205,7 @@ int net_listen(struct ev_loop *loop, const struct net_config *cfg, const char *h
 	l->loop = loop;
 	l->cfg = *cfg;
 	l->acc = (struct net_conn_acceptor){ .l = l, .fn = fn, .ctx = ctx,
-					     .setup_ms = setup_ms(cfg), .silent_ms = LISTEN_SILENT_MS,
+					     .setup_ms = setup_ms(cfg), .silent_ms = silent_ms(cfg),
 					     .max_setups = LISTEN_MAX_SETUPS,
 					     .per_source = LISTEN_PER_SOURCE };
 	l->t = transport_of(cfg);

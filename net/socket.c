@@ -105,9 +105,7 @@ int net_sock_listen(const struct net_config *cfg, const char *host_port,
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	net_sock_set_options(fd, cfg); /* inherited by accepted sockets, before the handshake */
-	/* A backlog with room for a burst of connects: while it is full the
-	 * kernel drops SYNs, and a real peer's is retried only a second later. */
-	if (bind(fd, (struct sockaddr *)ss, sslen) < 0 || listen(fd, 128) < 0) {
+	if (bind(fd, (struct sockaddr *)ss, sslen) < 0 || listen(fd, 16) < 0) {
 		r = -errno;
 		log_error(TAG, "listen on %s: %s", host_port, strerror(-r));
 		close(fd);

@@ -1321,6 +1321,9 @@ static int setup(struct repl_primary *p)
 	repl_vm_set_gated(p->vm, true);
 	if ((r = machine_boot(p->vm->m)) < 0)
 		return r;
+	/* Loading a Linux kernel and initrd can take seconds: the loop's clock,
+	 * read before, would start the connect and handshake deadlines late. */
+	ev_now_update(p->loop);
 	if (p->o->control &&
 	    (r = control_open(p->loop, p->o->control, control_text, p, &p->ctl)) < 0)
 		return r;

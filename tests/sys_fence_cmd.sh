@@ -13,7 +13,7 @@
 #   5. the command always fails: retried --fence-retries times, then
 #      fence-failed for good; plain takeover is refused and names
 #      --fenced-by-operator, which resumes the guest (counter holds);
-#   6. with a witness: while the fence fails the standby keeps the key it
+#   6. (host KVM only) with a witness: while the fence fails the standby keeps the key it
 #      won and the witness names it again (K/standby); after its lease
 #      lapsed (the secondary stopped past it), takeover --fenced-by-operator
 #      wins the key back and resumes the guest.
@@ -28,11 +28,11 @@ start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
 	n=$((n + 1))
 	sport=$(free_port); scon=$(free_port); pcon=$(free_port)
 	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
-		--control "$tmp/$n.sec.ctl" --failover-timeout-ms 300 "$@" 2>"$tmp/$n.sec.log" &
+		--control "$tmp/$n.sec.ctl" --failover-timeout-ms 1000 "$@" 2>"$tmp/$n.sec.log" &
 	sp=$!
 	wait_port $sport || fail "secondary did not listen: $(cat "$tmp/$n.sec.log")"
 	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
-		--insecure --timeout-ms 300 ${PRI_EXTRA:-} 2>"$tmp/$n.pri.log" &
+		--insecure --timeout-ms 1000 ${PRI_EXTRA:-} 2>"$tmp/$n.pri.log" &
 	pp=$!
 	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 90 ||
 		fail "never protected: $(tail -3 "$tmp/$n.pri.log"; tail -3 "$tmp/$n.sec.log")"
@@ -133,22 +133,28 @@ start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 1
 kill -9 $pp; wait $pp 2>/dev/null
 wait_log "$tmp/$n.sec.log" "after 2 failed fence runs" 60 || fail "no final refusal: $(tail -5 "$tmp/$n.sec.log")"
 [ "$(state_of "$tmp/$n.sec.ctl")" = fence-failed ] || fail "state: $(state_of "$tmp/$n.sec.ctl")"
-out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" 2>&1)
+refusal=$("$BIN" takeover --control "$tmp/$n.sec.ctl" 2>&1)
 rc=$?
-[ $rc = 1 ] || fail "takeover of a fence-failed standby: exit $rc ($out)"
-echo "$out" | grep -q -- "--fenced-by-operator" || fail "the refusal does not say what to do: $out"
+[ $rc = 1 ] || fail "takeover of a fence-failed standby: exit $rc ($refusal)"
+echo "$refusal" | grep -q -- "--fenced-by-operator" || fail "the refusal does not say what to do: $refusal"
 grep -q "TOOK OVER" "$tmp/$n.sec.log" && fail "took over without a fence"
 out=$("$BIN" takeover --control "$tmp/$n.sec.ctl" --fenced-by-operator 2>&1) ||
 	fail "takeover --fenced-by-operator: $out; $(tail -3 "$tmp/$n.sec.log")"
 grep -q "TOOK OVER" "$tmp/$n.sec.log" || fail "no takeover: $(tail -3 "$tmp/$n.sec.log")"
 v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
 [ "$v" = 2 ] || fail "the resumed copy says $v, want 2"
-ok "5. fence command failed twice (1 retry), fence-failed; takeover refused ($(echo "$out" | head -1)); --fenced-by-operator resumed it, counter kept 2"
+ok "5. fence command failed twice (1 retry), fence-failed; takeover refused ($(echo "$refusal" | head -1)); --fenced-by-operator resumed it ($out), counter kept 2"
 stop_pair
 
 # 6. With a witness: the key won for the takeover stays within reach.
+#    (A lease of seconds and stalls of a second or more under QEMU's
+#    emulator lose the pair before it is protected: host KVM only.)
+if [ "${UNDERSTUDY_NESTED:-}" = 1 ] && [ "${NESTED_TIMED:-}" != 1 ]; then
+	echo "SKIP: 6. witness case: needs a host's own KVM (a witness lease against stalls of 1 s in the nested VM)"
+	exit 0
+fi
 start_etcd "$tmp/etcd"
-PRI_EXTRA="--witness etcd:$ETCD_EP --witness-key f6 --lease-ms 1000"
+PRI_EXTRA="--witness etcd:$ETCD_EP --witness-key f6 --lease-ms 2000"
 start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 0 $PRI_EXTRA
 kill -9 $pp; wait $pp 2>/dev/null
 wait_log "$tmp/$n.sec.log" "NO TAKEOVER" 60 || fail "no refusal: $(tail -5 "$tmp/$n.sec.log")"

@@ -38,6 +38,12 @@ cleanup() {
 	wait 2>/dev/null
 	ip netns del "$VNS" 2>/dev/null
 	ip netns del "$CNS" 2>/dev/null
+	# in the nested VM only the test-logs directory outlives it
+	if [ -n "$KEEP" ] && [ -d "$(dirname "$BIN")/test-logs" ]; then
+		mkdir -p "$(dirname "$BIN")/test-logs/sys_linux_failover" &&
+			cp "$T"/*.log "$T"/*.events "$T"/*.console "$(dirname "$BIN")/test-logs/sys_linux_failover/" 2>/dev/null
+		echo "agents' logs copied to $(dirname "$BIN")/test-logs/sys_linux_failover"
+	fi
 	if [ -n "$KEEP" ]; then echo "logs kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT
