@@ -37,19 +37,25 @@ linux_guest "$T/guest"
 BOOT_S=${LINUX_BOOT_S:-600}
 echo "kernel $LINUX_KERNEL, initrd $LINUX_INITRD ($(stat -c %s "$LINUX_INITRD") bytes)"
 
-# 1. poweroff, 1 vCPU
-t0=$(date +%s)
-"$BIN" run --kernel "$LINUX_KERNEL" --initrd "$LINUX_INITRD" --append "$LINUX_APPEND ut.mode=poweroff" \
-	--mem 512M --cpus 1 --console stdio </dev/null >"$T/a.out" 2>"$T/a.err" &
-VMPID=$!
-wait_exit "$VMPID" "$BOOT_S"
-rc=$?
-VMPID=
-console_has "$T/a.out" '^ut: ready mode=poweroff cpus=1 ' ||
-	fail "1 vCPU: no ready marker (exit $rc): $(console_gist "$T/a.out") err: $(tail -3 "$T/a.err")"
-console_has "$T/a.out" '^ut: nproc 1$' || fail "1 vCPU: nproc is not 1: $(console_gist "$T/a.out")"
-[ $rc = 0 ] || fail "1 vCPU: the guest powered off, run exited $rc: $(tail -3 "$T/a.err")"
-ok "run --kernel --cpus 1, ut.mode=poweroff: ready marker, nproc 1, power-off ends run with status 0 ($(( $(date +%s) - t0 )) s)"
+# 1. poweroff, 1 vCPU. make check leaves it out in the nested VM, where
+# one boot costs 2-3 minutes of CI time (case 2 boots with 2 vCPUs and
+# powers off too); LINUX_BOOT_FULL=1 runs it there.
+if [ "${UNDERSTUDY_NESTED:-}" = 1 ] && [ "${LINUX_BOOT_FULL:-}" != 1 ]; then
+	echo "SKIP: the 1-vCPU power-off boot in the nested VM (2-3 min of CI; case 2 powers off too; LINUX_BOOT_FULL=1 runs it)"
+else
+	t0=$(date +%s)
+	"$BIN" run --kernel "$LINUX_KERNEL" --initrd "$LINUX_INITRD" --append "$LINUX_APPEND ut.mode=poweroff" \
+		--mem 512M --cpus 1 --console stdio </dev/null >"$T/a.out" 2>"$T/a.err" &
+	VMPID=$!
+	wait_exit "$VMPID" "$BOOT_S"
+	rc=$?
+	VMPID=
+	console_has "$T/a.out" '^ut: ready mode=poweroff cpus=1 ' ||
+		fail "1 vCPU: no ready marker (exit $rc): $(console_gist "$T/a.out") err: $(tail -3 "$T/a.err")"
+	console_has "$T/a.out" '^ut: nproc 1$' || fail "1 vCPU: nproc is not 1: $(console_gist "$T/a.out")"
+	[ $rc = 0 ] || fail "1 vCPU: the guest powered off, run exited $rc: $(tail -3 "$T/a.err")"
+	ok "run --kernel --cpus 1, ut.mode=poweroff: ready marker, nproc 1, power-off ends run with status 0 ($(( $(date +%s) - t0 )) s)"
+fi
 
 # 2. a shell, 2 vCPUs, reboot, poweroff
 mkfifo "$T/in" && exec 3<>"$T/in" || fail "fifo"
