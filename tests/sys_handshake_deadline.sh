@@ -44,7 +44,7 @@ while True:
         try: d = k.fileobj.recv(4096)
         except OSError: d = b""
         if not d:
-            sel.unregister(k.fileobj); k.fileobj.close(); time.sleep(0.01); one()
+            sel.unregister(k.fileobj); k.fileobj.close(); time.sleep(1); one()
             print("reopened", n, flush=True)' $sport >"$tmp/flood1" 2>&1 &
 flood=$!
 wait_log "$tmp/flood1" connected 10 || fail "idle clients did not connect: $(cat "$tmp/flood1")"
