@@ -20,14 +20,16 @@ def free_port_in(vm_ns):
 
 
 def wait_text(path, pat, secs):
-    """True once the regular expression pat matches the file at path."""
+    """True once the regular expression pat matches the file at path,
+    looked at once at least (secs 0: now or never)."""
     end = time.time() + secs
-    while time.time() < end:
+    while True:
         with open(path, errors="replace") as f:
             if re.search(pat, f.read()):
                 return True
+        if time.time() >= end:
+            return False
         time.sleep(0.05)
-    return False
 
 
 def log_gist(path, tail=3):
