@@ -4,6 +4,9 @@
  * the image's setup header, an e820 map, the command line and the initrd,
  * identity page tables and a flat GDT; vCPU 0 starts in long mode at the
  * 64-bit entry (load address + 0x200) with RSI pointing at the zero page.
+ * An uncompressed ELF vmlinux (as Firecracker boots) is loaded segment by
+ * segment at its physical addresses and entered at its own entry point,
+ * with a setup header written by the loader (a vmlinux carries none).
  * The other vCPUs wait for the kernel's INIT/SIPI in the in-kernel LAPIC.
  * The platform tables that tell the kernel about them are linux_tables.c's.
  *
@@ -102,17 +105,112 @@ static void wr64(uint8_t *b, size_t off, uint64_t v)
 	wr32(b, off + 4, (uint32_t)(v >> 32));
 }
 
+/* ---- an ELF vmlinux --------------------------------------------------- */
+
+/* ELF64 header and program header fields (the System V ABI's layout). */
+#define ELF_CLASS       4      /* 2: 64-bit */
+#define ELF_DATA        5      /* 1: little-endian */
+#define ELF_TYPE        16     /* 2: ET_EXEC */
+#define ELF_MACHINE     18     /* 62: EM_X86_64 */
+#define ELF_ENTRY       24
+#define ELF_PHOFF       32
+#define ELF_PHENTSIZE   54
+#define ELF_PHNUM       56
+#define ELF_HDR_BYTES   64
+#define PH_TYPE         0      /* 1: PT_LOAD */
+#define PH_OFFSET       8
+#define PH_PADDR        24
+#define PH_FILESZ       32
+#define PH_MEMSZ        40
+#define PH_BYTES        56
+#define ELF_PT_LOAD     1
+/* What a vmlinux's own setup header would say; the loader writes it. */
+#define ELF_CMDLINE_SIZE    2047         /* COMMAND_LINE_SIZE - 1 */
+#define ELF_INITRD_ADDR_MAX 0x37ffffffu  /* the protocol's default */
+#define ELF_KERNEL_ALIGN    0x200000u
+
+/* The i-th program header of an image probe_elf accepted. */
+static const uint8_t *elf_phdr(const uint8_t *buf, unsigned i)
+{
+	return buf + rd64(buf, ELF_PHOFF) + (uint64_t)i * PH_BYTES;
+}
+
+/* An uncompressed vmlinux (the kernel build's vmlinux, or the ELF inside a
+ * bzImage): x86-64, executable, its PT_LOAD segments inside the file and
+ * at physical addresses from 1 MiB up, the program headers within the
+ * first len bytes read. */
+static int probe_elf(const uint8_t *buf, size_t len, uint64_t file_bytes,
+		     struct linux_image *img, char *err, size_t errlen)
+{
+	uint64_t phoff, lo = UINT64_MAX, end = 0, entry = rd64(buf, ELF_ENTRY);
+	unsigned phnum, held = 0;
+
+	if (len < ELF_HDR_BYTES || buf[ELF_CLASS] != 2 || buf[ELF_DATA] != 1 ||
+	    rd16(buf, ELF_MACHINE) != 62) {
+		snprintf(err, errlen, "an ELF file, but not a 64-bit x86 one (class %u, machine %u)",
+			 len > ELF_CLASS ? buf[ELF_CLASS] : 0,
+			 len >= ELF_HDR_BYTES ? rd16(buf, ELF_MACHINE) : 0);
+		return -ENOEXEC;
+	}
+	if (rd16(buf, ELF_TYPE) != 2) {
+		snprintf(err, errlen, "an ELF file but not an executable (e_type %u): give the "
+			 "kernel's vmlinux or its bzImage", rd16(buf, ELF_TYPE));
+		return -ENOEXEC;
+	}
+	phoff = rd64(buf, ELF_PHOFF);
+	phnum = rd16(buf, ELF_PHNUM);
+	if (rd16(buf, ELF_PHENTSIZE) != PH_BYTES || !phnum || phoff > len ||
+	    (uint64_t)phnum * PH_BYTES > len - phoff) {
+		snprintf(err, errlen, "truncated or malformed ELF (%u program headers of %u bytes "
+			 "at %llu)", phnum, rd16(buf, ELF_PHENTSIZE), (unsigned long long)phoff);
+		return -ENOEXEC;
+	}
+	for (unsigned i = 0; i < phnum; i++) {
+		const uint8_t *ph = elf_phdr(buf, i);
+		uint64_t off = rd64(ph, PH_OFFSET), pa = rd64(ph, PH_PADDR);
+		uint64_t filesz = rd64(ph, PH_FILESZ), memsz = rd64(ph, PH_MEMSZ);
+
+		if (rd32(ph, PH_TYPE) != ELF_PT_LOAD)
+			continue;
+		if (filesz > memsz || off > file_bytes || filesz > file_bytes - off ||
+		    pa < KERNEL_GPA || pa >= MACHINE_LOW_RAM_MAX || memsz > MACHINE_LOW_RAM_MAX - pa) {
+			snprintf(err, errlen, "ELF segment %u (%llu bytes of file at %llu, %llu in "
+				 "memory at 0x%llx) is outside the file or below 1 MiB", i,
+				 (unsigned long long)filesz, (unsigned long long)off,
+				 (unsigned long long)memsz, (unsigned long long)pa);
+			return -ENOEXEC;
+		}
+		lo = pa < lo ? pa : lo;
+		end = pa + memsz > end ? pa + memsz : end;
+		held |= entry >= pa && entry - pa < memsz;
+	}
+	if (!held) {
+		snprintf(err, errlen, "ELF without a loadable segment holding its entry 0x%llx",
+			 (unsigned long long)entry);
+		return -ENOEXEC;
+	}
+	img->elf = 1;
+	img->entry = entry;
+	img->load_lo = lo;
+	img->load_end = end;
+	img->pref_address = lo;
+	img->kernel_bytes = end - lo;
+	img->init_size = (uint32_t)(end - lo);
+	img->cmdline_size = ELF_CMDLINE_SIZE;
+	img->initrd_addr_max = ELF_INITRD_ADDR_MAX;
+	img->kernel_alignment = ELF_KERNEL_ALIGN;
+	img->xloadflags = XLF_KERNEL_64;
+	return 0;
+}
+
 int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
 			struct linux_image *img, char *err, size_t errlen)
 {
 	unsigned sects;
 
 	memset(img, 0, sizeof(*img));
-	if (len >= 4 && !memcmp(buf, "\177ELF", 4)) {
-		snprintf(err, errlen, "an ELF vmlinux is not supported: give the bzImage "
-			 "(arch/x86/boot/bzImage, /boot/vmlinuz-*)");
-		return -ENOEXEC;
-	}
+	if (len >= 4 && !memcmp(buf, "\177ELF", 4))
+		return probe_elf(buf, len, file_bytes, img, err, errlen);
 	if (len < HDR_MIN_BYTES || memcmp(buf + HDR_MAGIC, "HdrS", 4) ||
 	    rd16(buf, HDR_BOOT_FLAG) != 0xaa55) {
 		snprintf(err, errlen, "not a Linux kernel image (no \"HdrS\" setup header at 0x%x)",
@@ -313,6 +411,27 @@ static int load_file(struct machine *m, const char *path, uint64_t off, uint64_t
 	return r;
 }
 
+/* The PT_LOAD segments of an ELF vmlinux at their physical addresses, the
+ * part of each beyond the file (its .bss) zeroed. */
+static int load_elf(struct machine *m, const char *path, const uint8_t *head, unsigned phnum)
+{
+	int r;
+
+	for (unsigned i = 0; i < phnum; i++) {
+		const uint8_t *ph = elf_phdr(head, i);
+		uint64_t pa = rd64(ph, PH_PADDR), filesz = rd64(ph, PH_FILESZ);
+		uint64_t memsz = rd64(ph, PH_MEMSZ);
+
+		if (rd32(ph, PH_TYPE) != ELF_PT_LOAD)
+			continue;
+		if ((r = load_file(m, path, rd64(ph, PH_OFFSET), pa, filesz)) < 0)
+			return r;
+		memset(gpa_ptr(m, pa + filesz), 0, memsz - filesz);
+		machine_mark_dirty(m, pa + filesz, memsz - filesz);
+	}
+	return 0;
+}
+
 static void e820_add(uint8_t *zp, uint64_t addr, uint64_t size, uint32_t type)
 {
 	uint8_t n = zp[BP_E820_ENTRIES];
@@ -371,9 +490,9 @@ static void build_gdt(struct machine *m)
 	machine_mark_dirty(m, GDT_GPA, 6 * 8);
 }
 
-/* vCPU 0 at the 64-bit entry: long mode, paging on the identity map,
+/* vCPU 0 at the 64-bit entry rip: long mode, paging on the identity map,
  * flat __BOOT_CS/__BOOT_DS, interrupts off, RSI = zero page. */
-static int boot_bsp(struct machine *m)
+static int boot_bsp(struct machine *m, uint64_t rip)
 {
 	struct kvm_vcpu *v = &m->vcpus[0].kvm;
 	struct kvm_segment code = {
@@ -385,7 +504,7 @@ static int boot_bsp(struct machine *m)
 		.s = 1, .db = 1, .g = 1,
 	};
 	struct kvm_regs r = {
-		.rip = KERNEL_GPA + 0x200, .rsi = ZERO_PAGE_GPA, .rsp = STACK_TOP_GPA, .rflags = 2,
+		.rip = rip, .rsi = ZERO_PAGE_GPA, .rsp = STACK_TOP_GPA, .rflags = 2,
 	};
 	struct kvm_sregs s;
 	int rc;
@@ -442,12 +561,25 @@ int machine_boot_linux(struct machine *m)
 		}
 	}
 	file = cfg->kernel;
-	if ((r = read_head(cfg->kernel, head, LINUX_HEAD_BYTES, &len, &size)) < 0 ||
-	    (r = load_file(m, cfg->kernel, img.setup_bytes, KERNEL_GPA, img.kernel_bytes)) < 0)
+	if ((r = read_head(cfg->kernel, head, LINUX_HEAD_BYTES, &len, &size)) < 0)
+		goto err_file;
+	r = img.elf ? load_elf(m, cfg->kernel, head, rd16(head, ELF_PHNUM)) :
+		      load_file(m, cfg->kernel, img.setup_bytes, KERNEL_GPA, img.kernel_bytes);
+	if (r < 0)
 		goto err_file;
 
 	memset(zp, 0, KVM_PAGE_SIZE);
-	memcpy(zp + HDR_SETUP_SECTS, head + HDR_SETUP_SECTS, img.header_end - HDR_SETUP_SECTS);
+	if (img.elf) {
+		/* No setup header in a vmlinux: the fields the kernel reads. */
+		wr16(zp, HDR_BOOT_FLAG, 0xaa55);
+		memcpy(zp + HDR_MAGIC, "HdrS", 4);
+		zp[HDR_LOADFLAGS] = LOADED_HIGH;
+		wr32(zp, HDR_KERNEL_ALIGN, img.kernel_alignment);
+		wr32(zp, HDR_INITRD_ADDR_MAX, img.initrd_addr_max);
+		wr32(zp, HDR_CMDLINE_SIZE, img.cmdline_size);
+	} else {
+		memcpy(zp + HDR_SETUP_SECTS, head + HDR_SETUP_SECTS, img.header_end - HDR_SETUP_SECTS);
+	}
 	zp[HDR_TYPE_OF_LOADER] = 0xff;
 	zp[HDR_LOADFLAGS] = (uint8_t)(img.loadflags | CAN_USE_HEAP);
 	wr16(zp, HDR_HEAP_END_PTR, 0xe000 - 0x200);
@@ -465,13 +597,19 @@ int machine_boot_linux(struct machine *m)
 	build_gdt(m);
 
 	machine_snap_drop(m);   /* vCPU state is about to change (CPUID was set at creation) */
-	if ((r = boot_bsp(m)) < 0) {
+	if ((r = boot_bsp(m, img.elf ? img.entry : KERNEL_GPA + 0x200)) < 0) {
 		log_error(TAG, "boot state of vCPU 0: %s", strerror(-r));
 		goto out;
 	}
-	log_info(TAG, "kernel %s (boot protocol %u.%02u, %llu KiB) at 0x%llx, initrd %llu KiB at "
-		 "0x%llx, %d vCPU(s)", cfg->kernel, img.version >> 8, img.version & 0xff,
-		 (unsigned long long)(img.kernel_bytes >> 10), (unsigned long long)KERNEL_GPA,
+	if (img.elf)
+		log_info(TAG, "kernel %s (ELF vmlinux, %llu KiB) at 0x%llx, entry 0x%llx",
+			 cfg->kernel, (unsigned long long)(img.kernel_bytes >> 10),
+			 (unsigned long long)img.load_lo, (unsigned long long)img.entry);
+	else
+		log_info(TAG, "kernel %s (bzImage, boot protocol %u.%02u, %llu KiB) at 0x%llx",
+			 cfg->kernel, img.version >> 8, img.version & 0xff,
+			 (unsigned long long)(img.kernel_bytes >> 10), (unsigned long long)KERNEL_GPA);
+	log_info(TAG, "initrd %llu KiB at 0x%llx, %d vCPU(s)",
 		 (unsigned long long)(initrd_bytes >> 10), (unsigned long long)initrd_at, m->ncpus);
 	r = 0;
 	goto out;

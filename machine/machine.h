@@ -251,14 +251,21 @@ struct linux_image {
 	uint64_t setup_bytes;         /* real-mode part: the protected-mode kernel starts here */
 	uint64_t kernel_bytes;        /* protected-mode kernel */
 	uint32_t header_end;          /* the setup header is [0x1f1, header_end) of the file */
+	/* An ELF vmlinux instead of a bzImage: its PT_LOAD segments go to
+	 * their physical addresses [load_lo, load_end), vCPU 0 starts at entry
+	 * (the kernel's own startup_64) with a setup header the loader writes. */
+	uint8_t elf;
+	uint64_t entry, load_lo, load_end;
 };
 
-/* Reads a bzImage's header from buf (the first len bytes of a file of
- * file_bytes): 0, or -ENOEXEC with the reason in err. */
+/* Reads a bzImage's setup header, or an ELF vmlinux's header and program
+ * headers, from buf (the first len bytes of a file of file_bytes): 0, or
+ * -ENOEXEC with the reason in err. */
 int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
 			struct linux_image *img, char *err, size_t errlen) US_MUST_CHECK;
 /* Everything a --kernel machine needs before it is built: the kernel is a
- * bzImage of boot protocol 2.10 or later with a 64-bit entry, the command
+ * bzImage of boot protocol 2.10 or later with a 64-bit entry (or an x86-64
+ * ELF vmlinux whose segments load at 1 MiB or above), the command
  * line fits cmdline_size, the initrd fits below initrd_addr_max and RAM
  * holds kernel and initrd. 0, or -errno with a message naming the option
  * and file in err. */

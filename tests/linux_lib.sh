@@ -49,3 +49,37 @@ console_gist() {
 	tr -d '\r' <"$1" | grep -E '^ut: |panic|Oops|BUG' | tail -6 | tr '\n' '|'
 	echo " last: $(tr -d '\r' <"$1" | tail -3 | tr '\n' '|')"
 }
+# linux_vmlinux BZIMAGE OUT: the uncompressed ELF vmlinux inside a bzImage
+# (the setup header's payload_offset/payload_length name it; xz, gzip, zstd
+# or lz4 by its magic) written to OUT, as a kernel build's own vmlinux
+# would be. Skips (77) when the payload's decompressor is not installed.
+linux_vmlinux() {
+	local kind
+	kind=$(python3 - "$1" "$2.payload" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+setup = ((b[0x1f1] or 4) + 1) * 512
+off, length = struct.unpack_from("<II", b, 0x248)
+p = b[setup + off:setup + off + length]
+open(sys.argv[2], "wb").write(p)
+for magic, kind in ((b"\xfd7zXZ", "xz"), (b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"),
+                    (b"\x02\x21\x4c\x18", "lz4")):
+    if p.startswith(magic):
+        print(kind)
+        break
+else:
+    print("unknown")
+PY
+	) || fail "linux_vmlinux: cannot read the payload of $1"
+	case $kind in
+	unknown) echo "SKIP: $1: a payload in a compression this test does not know"; exit 77 ;;
+	lz4) command -v lz4 >/dev/null || { echo "SKIP: no lz4 to unpack $1"; exit 77; }
+		lz4 -dc "$2.payload" >"$2" 2>/dev/null ;;
+	*) command -v "$kind" >/dev/null || { echo "SKIP: no $kind to unpack $1"; exit 77; }
+		# the payload ends in the kernel's own size word: the tool warns
+		# about the trailing bytes but writes the whole ELF
+		"$kind" -dc "$2.payload" >"$2" 2>/dev/null ;;
+	esac
+	rm -f "$2.payload"
+	[ "$(head -c 4 "$2" | od -An -c | tr -d ' ')" = '177ELF' ] || fail "linux_vmlinux: $1's payload is not an ELF"
+}

@@ -3,8 +3,10 @@
 # initramfs built here from busybox-static and its virtio modules
 # (tests/linux_initramfs.sh), booted by `understudy run --kernel --initrd
 # --append`, the serial console on stdio:
-#  1. --cpus 1, ut.mode=poweroff: the guest's /init prints its ready
-#     marker, "ut: nproc 1", powers off; `run` exits with status 0.
+#  1. the same kernel as an uncompressed ELF vmlinux (the ELF inside the
+#     bzImage, tests/linux_lib.sh's linux_vmlinux), --cpus 1,
+#     ut.mode=poweroff: the guest's /init prints its ready marker, "ut:
+#     nproc 1", powers off; `run` exits with status 0.
 #  2. --cpus 2, ut.mode=shell: a shell prompt on the console; typed
 #     `nproc` says 2; typed `reboot -f` restarts the guest (its ready
 #     marker again, still 2 vCPUs); typed `poweroff -f` ends `run` with
@@ -37,25 +39,23 @@ linux_guest "$T/guest"
 BOOT_S=${LINUX_BOOT_S:-600}
 echo "kernel $LINUX_KERNEL, initrd $LINUX_INITRD ($(stat -c %s "$LINUX_INITRD") bytes)"
 
-# 1. poweroff, 1 vCPU. make check leaves it out in the nested VM, where
-# one boot costs 2-3 minutes of CI time (case 2 boots with 2 vCPUs and
-# powers off too); LINUX_BOOT_FULL=1 runs it there.
-if [ "${UNDERSTUDY_NESTED:-}" = 1 ] && [ "${LINUX_BOOT_FULL:-}" != 1 ]; then
-	echo "SKIP: the 1-vCPU power-off boot in the nested VM (2-3 min of CI; case 2 powers off too; LINUX_BOOT_FULL=1 runs it)"
-else
-	t0=$(date +%s)
-	"$BIN" run --kernel "$LINUX_KERNEL" --initrd "$LINUX_INITRD" --append "$LINUX_APPEND ut.mode=poweroff" \
-		--mem 512M --cpus 1 --console stdio </dev/null >"$T/a.out" 2>"$T/a.err" &
-	VMPID=$!
-	wait_exit "$VMPID" "$BOOT_S"
-	rc=$?
-	VMPID=
-	console_has "$T/a.out" '^ut: ready mode=poweroff cpus=1 ' ||
-		fail "1 vCPU: no ready marker (exit $rc): $(console_gist "$T/a.out") err: $(tail -3 "$T/a.err")"
-	console_has "$T/a.out" '^ut: nproc 1$' || fail "1 vCPU: nproc is not 1: $(console_gist "$T/a.out")"
-	[ $rc = 0 ] || fail "1 vCPU: the guest powered off, run exited $rc: $(tail -3 "$T/a.err")"
-	ok "run --kernel --cpus 1, ut.mode=poweroff: ready marker, nproc 1, power-off ends run with status 0 ($(( $(date +%s) - t0 )) s)"
-fi
+# 1. An ELF vmlinux (the ELF inside Debian's bzImage, as a kernel build's
+# vmlinux), 1 vCPU: its ready marker, nproc 1, power-off ends run with 0.
+linux_vmlinux "$LINUX_KERNEL" "$T/vmlinux"
+t0=$(date +%s)
+"$BIN" run --kernel "$T/vmlinux" --initrd "$LINUX_INITRD" --append "$LINUX_APPEND ut.mode=poweroff" \
+	--mem 512M --cpus 1 --console stdio </dev/null >"$T/a.out" 2>"$T/a.err" &
+VMPID=$!
+wait_exit "$VMPID" "$BOOT_S"
+rc=$?
+VMPID=
+grep -q "ELF vmlinux" "$T/a.err" || fail "vmlinux: not loaded as an ELF: $(head -5 "$T/a.err")"
+console_has "$T/a.out" '^ut: ready mode=poweroff cpus=1 ' ||
+	fail "vmlinux, 1 vCPU: no ready marker (exit $rc): $(console_gist "$T/a.out") err: $(tail -3 "$T/a.err")"
+console_has "$T/a.out" '^ut: nproc 1$' || fail "vmlinux, 1 vCPU: nproc is not 1: $(console_gist "$T/a.out")"
+[ $rc = 0 ] || fail "vmlinux, 1 vCPU: the guest powered off, run exited $rc: $(tail -3 "$T/a.err")"
+rm -f "$T/vmlinux"
+ok "run --kernel VMLINUX (ELF) --cpus 1, ut.mode=poweroff: ready marker, nproc 1, power-off ends run with status 0 ($(( $(date +%s) - t0 )) s)"
 
 # 2. a shell, 2 vCPUs, reboot, poweroff
 mkfifo "$T/in" && exec 3<>"$T/in" || fail "fifo"

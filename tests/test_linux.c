@@ -3,7 +3,11 @@
  *  - Debian's own kernel (/boot/vmlinuz-*) is accepted and its header read
  *    as the boot protocol says (2.10+, 64-bit entry, cmdline_size, ...);
  *  - crafted images are refused for the reason they are bad: no "HdrS",
- *    an old protocol, no 64-bit entry, a zImage, a truncated file, an ELF;
+ *    an old protocol, no 64-bit entry, a zImage, a truncated file;
+ *  - an ELF vmlinux: a well-formed one is accepted with its entry and the
+ *    span of its PT_LOAD segments; one of another machine, not an
+ *    executable, a segment beyond the file or below 1 MiB, program headers
+ *    past the end, an entry outside every segment are refused, each by name;
  *  - a command line longer than cmdline_size, an initrd that does not fit
  *    below initrd_addr_max, and --mem too small for kernel + initrd are
  *    refused, naming the option and the file;
@@ -173,16 +177,101 @@ static void bad_images_refused(void **state)
 	p = write_file("short", "HdrS", 4, 0);
 	assert_int_equal(check(p, NULL, NULL, 256ull << 20, err, sizeof(err)), -ENOEXEC);
 
-	memset(b, 0, sizeof(b));
-	memcpy(b, "\177ELF", 4);
-	p = write_file("vmlinux", b, sizeof(b), 0);
-	assert_int_equal(check(p, NULL, NULL, 256ull << 20, err, sizeof(err)), -ENOEXEC);
-	assert_non_null(strstr(err, "ELF"));
 
 	assert_int_equal(check(dir, NULL, NULL, 256ull << 20, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "not a regular file"));
 	p = good_image("good", 0x7fffffff, 2047);
 	assert_int_equal(check(p, NULL, NULL, 256ull << 20, err, sizeof(err)), 0);
+}
+
+/* A minimal x86-64 ELF executable: two PT_LOAD segments at 16 MiB (4 KiB
+ * of file, 8 KiB in memory) and 20 MiB (4 KiB), a PT_NOTE between them,
+ * entry at 16 MiB; 16 KiB of file. */
+static void make_elf(uint8_t *b, size_t len)
+{
+	static const struct { uint32_t type; uint64_t off, pa, filesz, memsz; } ph[3] = {
+		{ 1, 0x1000, 0x1000000, 0x1000, 0x2000 },
+		{ 4, 0x3000, 0, 0x10, 0x10 },
+		{ 1, 0x2000, 0x1400000, 0x1000, 0x1000 },
+	};
+	uint64_t entry = 0x1000000, phoff = 64;
+	uint16_t type = 2, machine = 62, phentsize = 56, phnum = 3;
+
+	memset(b, 0, len);
+	memcpy(b, "\177ELF", 4);
+	b[4] = 2;                          /* ELFCLASS64 */
+	b[5] = 1;                          /* little-endian */
+	b[6] = 1;
+	memcpy(b + 16, &type, 2);
+	memcpy(b + 18, &machine, 2);
+	memcpy(b + 24, &entry, 8);
+	memcpy(b + 32, &phoff, 8);
+	memcpy(b + 54, &phentsize, 2);
+	memcpy(b + 56, &phnum, 2);
+	for (int i = 0; i < 3; i++) {
+		uint8_t *p = b + phoff + 56 * i;
+
+		memcpy(p, &ph[i].type, 4);
+		memcpy(p + 8, &ph[i].off, 8);
+		memcpy(p + 16, &ph[i].pa, 8);   /* p_vaddr: not read */
+		memcpy(p + 24, &ph[i].pa, 8);
+		memcpy(p + 32, &ph[i].filesz, 8);
+		memcpy(p + 40, &ph[i].memsz, 8);
+	}
+}
+
+/* The ELF of make_elf with the 8 bytes at off set to v, probed. */
+static int probe_elf_with(size_t off, size_t width, uint64_t v, struct linux_image *img,
+			  char *err, size_t errlen)
+{
+	uint8_t b[16384];
+
+	make_elf(b, sizeof(b));
+	if (off)
+		memcpy(b + off, &v, width);
+	err[0] = 0;
+	return machine_linux_probe(b, sizeof(b), sizeof(b), img, err, errlen);
+}
+
+static void elf_vmlinux(void **state)
+{
+	struct linux_image img;
+	uint8_t b[16384];
+	char err[512];
+	const char *p;
+
+	(void)state;
+	assert_int_equal(probe_elf_with(0, 0, 0, &img, err, sizeof(err)), 0);
+	assert_true(img.elf);
+	assert_int_equal(img.entry, 0x1000000);
+	assert_int_equal(img.load_lo, 0x1000000);
+	assert_int_equal(img.load_end, 0x1401000);
+	assert_true(img.cmdline_size >= 255);
+	make_elf(b, sizeof(b));
+	p = write_file("vmlinux", b, sizeof(b), 0);
+	assert_int_equal(check(p, NULL, "console=ttyS0", 256ull << 20, err, sizeof(err)), 0);
+	/* 20 MiB of kernel and 16 MiB to run do not fit in 32 MiB */
+	assert_int_equal(check(p, NULL, NULL, 32ull << 20, err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "--mem"));
+
+	assert_int_equal(probe_elf_with(18, 2, 3, &img, err, sizeof(err)), -ENOEXEC);  /* i386 */
+	assert_non_null(strstr(err, "not a 64-bit x86"));
+	assert_int_equal(probe_elf_with(16, 2, 3, &img, err, sizeof(err)), -ENOEXEC);  /* ET_DYN */
+	assert_non_null(strstr(err, "not an executable"));
+	assert_int_equal(probe_elf_with(56, 2, 400, &img, err, sizeof(err)), -ENOEXEC); /* phnum */
+	assert_non_null(strstr(err, "malformed ELF"));
+	/* the last segment's file part past the end of the file */
+	assert_int_equal(probe_elf_with(64 + 112 + 8, 8, 0x3800, &img, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "segment 2"));
+	/* the first segment below 1 MiB */
+	assert_int_equal(probe_elf_with(64 + 24, 8, 0x8000, &img, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "segment 0"));
+	/* filesz beyond memsz */
+	assert_int_equal(probe_elf_with(64 + 40, 8, 0x800, &img, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "segment 0"));
+	/* the entry in the gap between the segments */
+	assert_int_equal(probe_elf_with(24, 8, 0x1200000, &img, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "entry"));
 }
 
 static void limits_refused(void **state)
@@ -432,6 +521,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(debian_kernel_accepted),
 		cmocka_unit_test(bad_images_refused),
+		cmocka_unit_test(elf_vmlinux),
 		cmocka_unit_test(limits_refused),
 		cmocka_unit_test(tables_checksummed),
 		cmocka_unit_test(platform_ports),
