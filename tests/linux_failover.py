@@ -19,8 +19,8 @@ its virtio disk, fsyncs it, then replies "SEQ LINE".
     fresh secondary (on the dead primary's tap, with an empty image) is
     attached to the survivor with `protect` for the next trial. One boot
     of Linux serves every trial.
-Checked: every reply echoes its request and numbers one more than the
-previous (no gap, no repeat the client could see); every frame release of
+Checked: the guest answers ping through the protected NIC; every reply
+echoes its request and numbers one more than the previous (no gap, no repeat the client could see); every frame release of
 a killed primary followed the ACK of its epoch (event log); at the end the
 guest is asked to power off (it unmounts its disk) and the last
 survivor's image, read on the host, holds every reply the client received
@@ -225,6 +225,14 @@ def main():
             return 1
         say("protected; the guest's server answers on %s:%d after %.0f s; one TCP connection opened"
             % (GUEST_IP, PORT, time.time() - t0))
+        # ICMP too: the guest's kernel answers ping through the protected NIC
+        # (each echo reply is a frame held until its epoch is acknowledged).
+        ping = subprocess.run(["ping", "-c", "3", "-i", "0.5", "-W", "10", GUEST_IP],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if ping.returncode != 0:
+            say("FAIL: the guest does not answer ping: %s" % ping.stdout.strip().splitlines()[-2:])
+            return 1
+        say("ping %s: %s" % (GUEST_IP, ping.stdout.strip().splitlines()[-1]))
         c = Client(conn)
         c.start()
         for t in range(TRIALS):
