@@ -96,7 +96,7 @@ static int listen_tcp(const char *host, int port, int *port_out)
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	/* Room for a burst: a SYN dropped on a full backlog waits a second. */
-	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, NET_LISTEN_BACKLOG) < 0) {
 		r = -errno;
 		log_error(TAG, "listening on %s:%d: %s", host, port, strerror(errno));
 		close(fd);

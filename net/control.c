@@ -324,7 +324,7 @@ int control_open(struct ev_loop *loop, const char *path, control_handler handler
 		log_error(TAG, "control socket %s is not private to its user", path);
 		goto err_file;
 	}
-	if (listen(c->fd, 64) < 0) {
+	if (listen(c->fd, NET_LISTEN_BACKLOG) < 0) {
 		r = -errno;
 		goto err_file;
 	}

@@ -63,6 +63,13 @@
 
 #include "kmod/log.h"
 
+/* Connections the kernel completes before a listener's loop accepts them
+ * (the replication listener, the console, the control socket). A burst of
+ * idle connects beyond it drops the SYNs that follow, and a real peer's
+ * SYN among them waits out TCP's 1 s retransmission: room for a flood of a
+ * few hundred, which the setup slots then evict (net/open.c). */
+#define NET_LISTEN_BACKLOG 1024
+
 enum net_transport {
 	NET_TLS = 0, /* default */
 	NET_TCP,     /* plaintext: requires insecure = true */

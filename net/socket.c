@@ -105,7 +105,7 @@ int net_sock_listen(const struct net_config *cfg, const char *host_port,
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	net_sock_set_options(fd, cfg); /* inherited by accepted sockets, before the handshake */
-	if (bind(fd, (struct sockaddr *)ss, sslen) < 0 || listen(fd, 16) < 0) {
+	if (bind(fd, (struct sockaddr *)ss, sslen) < 0 || listen(fd, NET_LISTEN_BACKLOG) < 0) {
 		r = -errno;
 		log_error(TAG, "listen on %s: %s", host_port, strerror(-r));
 		close(fd);
