@@ -434,4 +434,30 @@ int proto_digest_decode(const void *data, size_t len, uint32_t *crc) US_MUST_CHE
  * use Hello.config_digest64). */
 void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTES]);
 
+/* ---- JSON documents of the control socket and the command line (json.c) ----
+ *
+ * `status json`, the drill's state and the commands' --json lines are built
+ * with json-c and read with its tokener: any string (a peer's error text,
+ * a path) is escaped, and a reader finds fields, not substrings. Numbers
+ * keep the precision they are documented with: proto_json_add_fixed
+ * prints v with that many decimals (a JSON number; null when v is not
+ * finite). The adders do nothing when o is NULL; proto_json_line is then
+ * NULL (out of memory) and the caller answers without a document. */
+struct json_object;
+
+void proto_json_add_str(struct json_object *o, const char *key, const char *v);
+void proto_json_add_u64(struct json_object *o, const char *key, uint64_t v);
+void proto_json_add_bool(struct json_object *o, const char *key, bool v);
+void proto_json_add_fixed(struct json_object *o, const char *key, double v, int decimals);
+/* The document as one line ending in a newline (malloc'd, NULL: out of
+ * memory); drops the caller's reference to o. */
+char *proto_json_line(struct json_object *o);
+/* text holds exactly one JSON object (then at most whitespace): a new
+ * reference, or NULL with what is wrong in why (may be NULL). */
+struct json_object *proto_json_parse(const char *text, const char **why);
+/* A field of o: its string ("" when absent or not a string); its number
+ * (dflt when absent or not a number). */
+const char *proto_json_str(struct json_object *o, const char *key);
+double proto_json_num(struct json_object *o, const char *key, double dflt);
+
 #endif
