@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kmod/le.h"
 #include "machine/linux.h"
 
 #define TAG "linux"
@@ -69,39 +70,6 @@
 #define SEL_DATA 0x18   /* __BOOT_DS */
 #define SEL_TSS  0x20
 
-static uint16_t rd16(const uint8_t *b, size_t off)
-{
-	return (uint16_t)(b[off] | b[off + 1] << 8);
-}
-
-static uint32_t rd32(const uint8_t *b, size_t off)
-{
-	return rd16(b, off) | (uint32_t)rd16(b, off + 2) << 16;
-}
-
-static uint64_t rd64(const uint8_t *b, size_t off)
-{
-	return rd32(b, off) | (uint64_t)rd32(b, off + 4) << 32;
-}
-
-static void wr16(uint8_t *b, size_t off, uint16_t v)
-{
-	b[off] = (uint8_t)v;
-	b[off + 1] = (uint8_t)(v >> 8);
-}
-
-static void wr32(uint8_t *b, size_t off, uint32_t v)
-{
-	wr16(b, off, (uint16_t)v);
-	wr16(b, off + 2, (uint16_t)(v >> 16));
-}
-
-static void wr64(uint8_t *b, size_t off, uint64_t v)
-{
-	wr32(b, off, (uint32_t)v);
-	wr32(b, off + 4, (uint32_t)(v >> 32));
-}
-
 int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
 			struct linux_image *img, char *err, size_t errlen)
 {
@@ -114,25 +82,25 @@ int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
 		return -ENOEXEC;
 	}
 	if (len < HDR_MIN_BYTES || memcmp(buf + HDR_MAGIC, "HdrS", 4) ||
-	    rd16(buf, HDR_BOOT_FLAG) != 0xaa55) {
+	    le_get16(buf + HDR_BOOT_FLAG) != 0xaa55) {
 		snprintf(err, errlen, "not a Linux kernel image (no \"HdrS\" setup header at 0x%x)",
 			 HDR_MAGIC);
 		return -ENOEXEC;
 	}
-	img->version = rd16(buf, HDR_VERSION);
+	img->version = le_get16(buf + HDR_VERSION);
 	if (img->version < 0x20a) {
 		snprintf(err, errlen, "boot protocol %u.%02u is too old: need 2.10 or later",
 			 img->version >> 8, img->version & 0xff);
 		return -ENOEXEC;
 	}
 	img->loadflags = buf[HDR_LOADFLAGS];
-	img->xloadflags = rd16(buf, HDR_XLOADFLAGS);
+	img->xloadflags = le_get16(buf + HDR_XLOADFLAGS);
 	img->relocatable = buf[HDR_RELOCATABLE];
-	img->initrd_addr_max = rd32(buf, HDR_INITRD_ADDR_MAX);
-	img->kernel_alignment = rd32(buf, HDR_KERNEL_ALIGN);
-	img->cmdline_size = rd32(buf, HDR_CMDLINE_SIZE);
-	img->pref_address = rd64(buf, HDR_PREF_ADDRESS);
-	img->init_size = rd32(buf, HDR_INIT_SIZE);
+	img->initrd_addr_max = le_get32(buf + HDR_INITRD_ADDR_MAX);
+	img->kernel_alignment = le_get32(buf + HDR_KERNEL_ALIGN);
+	img->cmdline_size = le_get32(buf + HDR_CMDLINE_SIZE);
+	img->pref_address = le_get64(buf + HDR_PREF_ADDRESS);
+	img->init_size = le_get32(buf + HDR_INIT_SIZE);
 	img->header_end = HDR_MAGIC + buf[HDR_JUMP + 1];
 	if (!(img->loadflags & LOADED_HIGH)) {
 		snprintf(err, errlen, "not a bzImage (a zImage loads below 1 MiB)");
@@ -320,9 +288,9 @@ static void e820_add(uint8_t *zp, uint64_t addr, uint64_t size, uint32_t type)
 
 	if (n >= BP_E820_MAX || !size)
 		return;
-	wr64(e, 0, addr);
-	wr64(e, 8, size);
-	wr32(e, 16, type);
+	le_put64(e, addr);
+	le_put64(e + 8, size);
+	le_put32(e + 16, type);
 	zp[BP_E820_ENTRIES] = (uint8_t)(n + 1);
 }
 
@@ -450,16 +418,16 @@ int machine_boot_linux(struct machine *m)
 	memcpy(zp + HDR_SETUP_SECTS, head + HDR_SETUP_SECTS, img.header_end - HDR_SETUP_SECTS);
 	zp[HDR_TYPE_OF_LOADER] = 0xff;
 	zp[HDR_LOADFLAGS] = (uint8_t)(img.loadflags | CAN_USE_HEAP);
-	wr16(zp, HDR_HEAP_END_PTR, 0xe000 - 0x200);
-	wr32(zp, HDR_CMD_LINE_PTR, (uint32_t)CMDLINE_GPA);
-	wr32(zp, HDR_RAMDISK_IMAGE, (uint32_t)initrd_at);
-	wr32(zp, HDR_RAMDISK_SIZE, (uint32_t)initrd_bytes);
+	le_put16(zp + HDR_HEAP_END_PTR, 0xe000 - 0x200);
+	le_put32(zp + HDR_CMD_LINE_PTR, (uint32_t)CMDLINE_GPA);
+	le_put32(zp + HDR_RAMDISK_IMAGE, (uint32_t)initrd_at);
+	le_put32(zp + HDR_RAMDISK_SIZE, (uint32_t)initrd_bytes);
 	memcpy(gpa_ptr(m, CMDLINE_GPA), cfg->append, strlen(cfg->append) + 1);
 	machine_mark_dirty(m, CMDLINE_GPA, strlen(cfg->append) + 1);
 	build_e820(m, zp);
 	if ((r = linux_tables_build(m, &rsdp)) < 0)
 		goto out;
-	wr64(zp, BP_ACPI_RSDP_ADDR, rsdp);
+	le_put64(zp + BP_ACPI_RSDP_ADDR, rsdp);
 	machine_mark_dirty(m, ZERO_PAGE_GPA, KVM_PAGE_SIZE);
 	build_page_tables(m);
 	build_gdt(m);

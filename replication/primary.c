@@ -916,7 +916,7 @@ static void on_connected(struct net_conn *c, void *ctx)
 {
 	struct repl_primary *p = ctx;
 	char cfgtext[512];
-	int n = repl_config_encode(&p->vm->m->cfg, cfgtext, sizeof(cfgtext)), r = n;
+	int n = proto_config_encode(&p->vm->m->cfg, cfgtext, sizeof(cfgtext)), r = n;
 
 	(void)c;
 	p->state = P_HELLO;

@@ -321,7 +321,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	int r;
 
 	if (strcmp(sec->name, PROTO_SECTION_MACHINE_CONFIG) ||
-	    repl_config_decode(sec->data.data, sec->data.len, &s->cfg) < 0) {
+	    proto_config_decode(sec->data.data, sec->data.len, &s->cfg) < 0) {
 		log_error(TAG, "refusing primary: bad machine configuration section");
 		return -EBADMSG;
 	}
