@@ -2,6 +2,7 @@
  * pause-time cost), validation and the all-or-nothing apply. */
 #include "checkpoint/checkpoint.h"
 
+#include "kmod/mutant.h"
 #include "proto/proto.h"
 
 #include <errno.h>
@@ -200,11 +201,10 @@ int ckpt_capture(struct machine *m, struct ckpt *c, bool full)
 	}
 	t1 = now_ns();
 	copy_dirty(m, c, copy_bm, words);
-#ifdef UNDERSTUDY_MUTANT_clear_after_copy   /* make check-mutants: get, copy, then clear */
-	if (machine_harvest_dirty(m, c->harvest) == 0)   /* writes to copied pages meanwhile: lost */
+	/* make check-mutants: get, copy, then clear: writes to copied pages meanwhile are lost */
+	if (MUTANT(clear_after_copy) && machine_harvest_dirty(m, c->harvest) == 0)
 		for (size_t w = 0; w < words; w++)
 			atomic_fetch_or(&m->vmm_dirty[w], c->harvest[w] & ~copy_bm[w]);
-#endif
 	t2 = now_ns();
 	if ((r = ckpt_image_read(m, img)) < 0 || (r = ckpt_state_encode(c, img)) < 0) {
 		ckpt_requeue(m, c);

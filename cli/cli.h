@@ -186,6 +186,13 @@ int cli_cmd_migrate(int argc, char **argv);
 int cli_cmd_primary(int argc, char **argv);
 int cli_cmd_secondary(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
+/* The agent's `status json` at control, parsed (cli/status.c): 0 and a new
+ * reference in *st, or -errno (the socket's; -EPROTO: the answer is not one
+ * JSON object, e.g. "error ..." from an agent that is not up yet). */
+int cli_status_json(const char *control, int timeout_ms, struct json_object **st)
+	__attribute__((warn_unused_result));
+/* Prints the document o as one line on stdout, flushed; drops o. */
+void cli_print_json(struct json_object *o);
 int cli_cmd_snapshot(int argc, char **argv);
 int cli_cmd_restore(int argc, char **argv);
 int cli_cmd_drill(int argc, char **argv);

@@ -20,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "net/control.h"
+#include "proto/proto.h"
 
 static const char drill_help[] =
 	"usage: understudy drill KIND [options]\n"
@@ -278,10 +279,13 @@ static void event(const struct drill_cli *c, json_object *st)
 	const char *state = str(st, "state");
 
 	if (c->json) {
-		printf("{\"kind\":\"test-failover\",\"event\":\"%s\",\"rto_ms\":%.3f,"
-		       "\"standby_epoch\":%.0f}\n", state,
-		       num(st, "rto_ms"), num(st, "standby_epoch"));
-		fflush(stdout);
+		json_object *ev = json_object_new_object();
+
+		proto_json_add_str(ev, "kind", "test-failover");
+		proto_json_add_str(ev, "event", state);
+		proto_json_add_fixed(ev, "rto_ms", num(st, "rto_ms"), 3);
+		proto_json_add_fixed(ev, "standby_epoch", num(st, "standby_epoch"), 0);
+		cli_print_json(ev);
 	} else if (!strcmp(state, "running")) {
 		fprintf(stderr, "clone running at epoch %.0f (activation %.3f ms)\n",
 			num(st, "epoch_start"), num(st, "rto_ms"));

@@ -15,6 +15,7 @@
 
 #include "cli/drill_local.h"
 #include "net/control.h"
+#include "proto/proto.h"
 
 #define START_WAIT_S 15
 #define NFT_TABLE "usdrill"
@@ -275,15 +276,18 @@ int dl_etcd_start(const char *dir, pid_t *pid, char *ep, size_t len)
 	/* Up once it has elected itself leader. */
 	for (int i = 0; i < 200 && dl_pair_alive(&p); i++) {
 		char buf[4096] = "";
+		json_object *js;
+		bool leader;
 		FILE *f;
 
 		if (dl_run((char *[]){ "curl", "-s", "-m", "1", "-X", "POST", "-d", "{}", url, NULL },
 			   NULL, status) == 0 && (f = fopen(status, "r"))) {
-			size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-
-			buf[n] = 0;
+			buf[fread(buf, 1, sizeof(buf) - 1, f)] = 0;
 			fclose(f);
-			if (strstr(buf, "\"leader\""))
+			js = proto_json_parse(buf, NULL);
+			leader = json_object_object_get_ex(js, "leader", NULL);
+			json_object_put(js);
+			if (leader)
 				return 0;
 		}
 		usleep(100000);

@@ -2,6 +2,7 @@
  * `run`, `restore`, or a secondary that took over), through the VM's
  * control socket, and waits until the secondary holds its first checkpoint.
  * understudy migrate: the same, then the guest is handed over to it. */
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <time.h>
@@ -10,8 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "cli/cli.h"
 #include "net/control.h"
+#include "proto/proto.h"
 
 static const char protect_help[] =
 	"usage: understudy protect --control PATH --peer HOST:PORT [--epoch-ms N] [--timeout-ms N]\n"
@@ -78,27 +82,31 @@ static int link_request(char *req, size_t len, const char *verb, const char *pee
 static int wait_protected(const char *control, unsigned timeout_ms)
 {
 	for (unsigned waited = 0; waited <= timeout_ms; waited += 50) {
-		char *st = NULL, *line;
+		json_object *st;
+		const char *state;
 		int r;
 
 		usleep(50000);
-		if ((r = control_request(control, "status", 5000, &st)) < 0) {
+		r = cli_status_json(control, 5000, &st);
+		if (r == -EPROTO)
+			continue;        /* not a status yet: asked again */
+		if (r < 0) {
 			fprintf(stderr, "understudy protect: %s: %s\n", control, strerror(-r));
 			return 1;
 		}
-		line = strstr(st, "\nstate ");
-		if (line && !strncmp(line, "\nstate protected\n", 17)) {
+		state = proto_json_str(st, "state");
+		if (!strcmp(state, "protected")) {
 			printf("ok protected\n");
-			free(st);
+			json_object_put(st);
 			return 0;
 		}
-		if (line && (!strncmp(line, "\nstate unprotected\n", 19) ||
-			     !strncmp(line, "\nstate done\n", 12))) {
-			fprintf(stderr, "understudy protect: not protected:\n%s", st);
-			free(st);
+		if (!strcmp(state, "unprotected") || !strcmp(state, "done")) {
+			fprintf(stderr, "understudy protect: not protected: the VM is %s (%s)\n", state,
+				proto_json_str(st, "reason")[0] ? proto_json_str(st, "reason") : "no reason given");
+			json_object_put(st);
 			return 1;
 		}
-		free(st);
+		json_object_put(st);
 	}
 	fprintf(stderr, "understudy protect: not protected within %u ms\n", timeout_ms);
 	return 1;
@@ -221,34 +229,6 @@ static void on_sigint(int sig)
 	interrupted = 1;
 }
 
-/* The value of "key":N in a status JSON object, or -1. */
-static double json_num(const char *js, const char *key)
-{
-	char pat[64];
-	const char *at;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	at = strstr(js, pat);
-	return at ? strtod(at + strlen(pat), NULL) : -1;
-}
-
-static void json_str(const char *js, const char *key, char *out, size_t len)
-{
-	char pat[64];
-	const char *at;
-	size_t n = 0;
-
-	snprintf(pat, sizeof(pat), "\"%s\":\"", key);
-	out[0] = 0;
-	if (!(at = strstr(js, pat)))
-		return;
-	at += strlen(pat);
-	while (at[n] && at[n] != '"' && n + 1 < len)
-		n++;
-	memcpy(out, at, n);
-	out[n] = 0;
-}
-
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -267,15 +247,17 @@ static int send_migrate(const char *control, const char *req, const char *to, bo
 {
 	char *st = NULL, state[32] = "", peer[160] = "";
 	bool disk = false;
+	json_object *js;
 	int r;
 
 	*reply = NULL;
-	if (control_request(control, "status json", 5000, &st) == 0) {
-		json_str(st, "state", state, sizeof(state));
-		json_str(st, "peer", peer, sizeof(peer));
-		disk = strstr(st, "\"disk_blocks\"") != NULL;   /* a protected VM with a disk */
+	if (cli_status_json(control, 5000, &js) == 0) {
+		snprintf(state, sizeof(state), "%s", proto_json_str(js, "state"));
+		snprintf(peer, sizeof(peer), "%s", proto_json_str(js, "peer"));
+		/* a protected VM with a disk */
+		disk = json_object_object_get_ex(js, "disk_blocks", NULL);
+		json_object_put(js);
 	}
-	free(st);
 	/* Refused before its secondary is told to stand down: nothing changes. */
 	if (disk && !with_disk) {
 		fprintf(stderr, "understudy migrate: the VM has a disk and its image is not shared "
@@ -326,7 +308,8 @@ static int send_migrate(const char *control, const char *req, const char *to, bo
 static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
-	char state[32] = "", st[200], *reply = NULL;
+	char state[32] = "", why[200] = "", *reply = NULL;
+	json_object *js = NULL;
 	double bytes = 0, epoch = 0, downtime = -1, throttle = 0, total_ms = -1;
 	double pc_faults = -1, pc_p50 = -1, pc_p99 = -1, pc_ms = -1;
 	bool postcopy = false;
@@ -343,8 +326,9 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			free(reply);
 			return 1;
 		}
-		r = control_request(control, "status json", 5000, &reply);
-		if (r < 0) {
+		/* Not JSON (-EPROTO): an answer that says nothing yet. */
+		r = cli_status_json(control, 5000, &js);
+		if (r < 0 && r != -EPROTO) {
 			/* The source exits after the hand-over; its last word was read. */
 			if (!strcmp(state, "migrated"))
 				break;
@@ -363,40 +347,44 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
 			return 1;
 		}
-		json_str(reply, "state", st, sizeof(st));
-		snprintf(state, sizeof(state), "%.31s", st);
-		bytes = json_num(reply, "bytes_sent");
-		epoch = json_num(reply, "epoch");
-		downtime = json_num(reply, "migration_downtime_ms");
-		total_ms = json_num(reply, "migration_total_ms");
-		if (json_num(reply, "throttle_pct") > throttle)
-			throttle = json_num(reply, "throttle_pct");
-		if (strstr(reply, "\"postcopy\":true")) {
+		snprintf(state, sizeof(state), "%.31s", proto_json_str(js, "state"));
+		bytes = proto_json_num(js, "bytes_sent", -1);
+		epoch = proto_json_num(js, "epoch", -1);
+		downtime = proto_json_num(js, "migration_downtime_ms", -1);
+		total_ms = proto_json_num(js, "migration_total_ms", -1);
+		if (proto_json_num(js, "throttle_pct", -1) > throttle)
+			throttle = proto_json_num(js, "throttle_pct", -1);
+		if (json_object_get_boolean(json_object_object_get(js, "postcopy"))) {
 			postcopy = true;
-			pc_faults = json_num(reply, "postcopy_faults");
-			pc_p50 = json_num(reply, "fault_p50_us");
-			pc_p99 = json_num(reply, "fault_p99_us");
-			pc_ms = json_num(reply, "postcopy_ms");
+			pc_faults = proto_json_num(js, "postcopy_faults", -1);
+			pc_p50 = proto_json_num(js, "fault_p50_us", -1);
+			pc_p99 = proto_json_num(js, "fault_p99_us", -1);
+			pc_ms = proto_json_num(js, "postcopy_ms", -1);
 		}
 		if (json && now - last_print >= 1.0) {
-			/* one object a line: the status reply ends in a newline */
-			printf("{\"elapsed_s\":%.1f,\"status\":%.*s}\n", now - t0,
-			       (int)strcspn(reply, "\n"), reply);
+			json_object *line = json_object_new_object();
+
+			/* one object a line: the source's status as it answered */
+			proto_json_add_fixed(line, "elapsed_s", now - t0, 1);
+			if (line)
+				json_object_object_add(line, "status", json_object_get(js));
+			cli_print_json(line);
 			last_print = now;
 		} else if (!json && now - last_print >= 1.0) {
 			/* The prediction the source switches on (pause + round trip + the
 			 * last epoch at the link's bandwidth); before its first, pause + lag. */
-			double predicted = json_num(reply, "predicted_downtime_ms");
+			double predicted = proto_json_num(js, "predicted_downtime_ms", -1);
 			double dirty;
 
 			if (predicted <= 0)
-				predicted = json_num(reply, "pause_p50_us") / 1e3 + json_num(reply, "lag_ms");
-			dirty = json_num(reply, "dirty_pages_last") * 4096.0 / 1048576.0 /
+				predicted = proto_json_num(js, "pause_p50_us", -1) / 1e3 +
+					    proto_json_num(js, "lag_ms", -1);
+			dirty = proto_json_num(js, "dirty_pages_last", -1) * 4096.0 / 1048576.0 /
 				       (epoch_ms / 1e3);
 
 			/* total: what left so far plus what is still to go (before
 			 * encoding: zero pages and deltas send less) */
-			double total = bytes + json_num(reply, "left_bytes");
+			double total = bytes + proto_json_num(js, "left_bytes", -1);
 			double frac = total > 0 ? bytes / total : 0.0;
 			char bar[21];
 
@@ -410,34 +398,44 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 				isatty(STDERR_FILENO) ? "\r" : "\n", state, bar,
 				epoch, bytes / 1048576.0, total / 1048576.0, 100.0 * frac,
 				bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
-				json_num(reply, "throttle_pct"), now - t0);
+				proto_json_num(js, "throttle_pct", -1), now - t0);
 			last_print = now;
 		}
-		json_str(reply, "reason", st, sizeof(st));   /* why it failed, if it did */
-		free(reply);
-		reply = NULL;
+		/* why it failed, if it did */
+		snprintf(why, sizeof(why), "%s", proto_json_str(js, "reason"));
+		json_object_put(js);
+		js = NULL;
 		if (!strcmp(state, "migrated"))
 			break;
 		if (!strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced")) {
-			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, st);
+			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, why);
 			return 1;
 		}
 		if (!strcmp(state, "in-doubt")) {
 			fprintf(stderr, "\nunderstudy migrate: in doubt (%s): the guest stays paused at the "
 				"source; if the destination does not run it, `understudy takeover --control "
-				"%s` resumes it there\n", st, control);
+				"%s` resumes it there\n", why, control);
 			return 1;
 		}
 		usleep(100000);
 	}
-	if (json)
-		printf("{\"summary\":true,\"result\":\"%s\",\"total_s\":%.3f,\"downtime_ms\":%.3f,"
-		       "\"bytes\":%.0f,\"epochs\":%.0f,\"throttle_pct_max\":%.0f,\"postcopy\":%s,"
-		       "\"postcopy_faults\":%.0f,\"fault_p50_us\":%.0f,\"fault_p99_us\":%.0f,"
-		       "\"postcopy_ms\":%.3f}\n",
-		       strcmp(state, "migrated") ? "unknown" : "migrated",
-		       total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, downtime, bytes, epoch, throttle,
-		       postcopy ? "true" : "false", pc_faults, pc_p50, pc_p99, pc_ms);
+	if (json) {
+		json_object *sum = json_object_new_object();
+
+		proto_json_add_bool(sum, "summary", true);
+		proto_json_add_str(sum, "result", strcmp(state, "migrated") ? "unknown" : "migrated");
+		proto_json_add_fixed(sum, "total_s", total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, 3);
+		proto_json_add_fixed(sum, "downtime_ms", downtime, 3);
+		proto_json_add_fixed(sum, "bytes", bytes, 0);
+		proto_json_add_fixed(sum, "epochs", epoch, 0);
+		proto_json_add_fixed(sum, "throttle_pct_max", throttle, 0);
+		proto_json_add_bool(sum, "postcopy", postcopy);
+		proto_json_add_fixed(sum, "postcopy_faults", pc_faults, 0);
+		proto_json_add_fixed(sum, "fault_p50_us", pc_p50, 0);
+		proto_json_add_fixed(sum, "fault_p99_us", pc_p99, 0);
+		proto_json_add_fixed(sum, "postcopy_ms", pc_ms, 3);
+		cli_print_json(sum);
+	}
 	else
 		fprintf(stderr, "\nmigrated in %.3f s: downtime %.3f ms (pause to the destination's "
 			"word), %.1f MiB sent, %.0f epochs, throttle reached %.0f %%\n",

@@ -7,8 +7,35 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "cli/cli.h"
 #include "net/control.h"
+#include "proto/proto.h"
+
+int cli_status_json(const char *control, int timeout_ms, json_object **st)
+{
+	char *reply = NULL;
+	int r = control_request(control, "status json", timeout_ms, &reply);
+
+	*st = NULL;
+	if (r >= 0) {
+		*st = proto_json_parse(reply, NULL);
+		r = *st ? 0 : -EPROTO;
+	}
+	free(reply);
+	return r;
+}
+
+void cli_print_json(json_object *o)
+{
+	char *line = proto_json_line(o);
+
+	if (line)
+		fputs(line, stdout);
+	fflush(stdout);
+	free(line);
+}
 
 /* --watch: a refresh every interval, like watch(1): the screen cleared on
  * a terminal, else blocks one after the other (with --json, one object a

@@ -11,8 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "cli/cli.h"
 #include "net/control.h"
+#include "proto/proto.h"
 
 static const char switchover_help[] =
 	"usage: understudy switchover --control PATH --listen HOST:PORT [--timeout-ms N]\n"
@@ -37,12 +40,9 @@ static const char switchover_help[] =
 	"With a witness the key moves with the role (the new primary wins it before the\n"
 	"guest resumes there).\n";
 
-static bool field_is(const char *json, const char *key, const char *want)
+static bool field_is(json_object *st, const char *key, const char *want)
 {
-	char pat[64];
-
-	snprintf(pat, sizeof(pat), "\"%s\":\"%s\"", key, want);
-	return strstr(json, pat) != NULL;
+	return !strcmp(proto_json_str(st, key), want);
 }
 
 int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **status)
@@ -54,16 +54,20 @@ int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **stat
 	for (;;) {
 		char *st = NULL;
 		int r = control_request(control, "status json", 2000, &st);
+		json_object *js = r == 0 ? proto_json_parse(st, NULL) : NULL;
 
-		if (r == 0 && field_is(st, "role", "secondary") && field_is(st, "state", "standby")) {
+		if (js && field_is(js, "role", "secondary") && field_is(js, "state", "standby")) {
+			json_object_put(js);
 			*status = st;
 			return 0;
 		}
-		if (r == 0 && field_is(st, "role", "primary") && !field_is(st, "state", "protected") &&
-		    !field_is(st, "state", "switching")) {
+		if (js && field_is(js, "role", "primary") && !field_is(js, "state", "protected") &&
+		    !field_is(js, "state", "switching")) {
+			json_object_put(js);
 			*status = st;
 			return 1;
 		}
+		json_object_put(js);
 		free(st);
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms)
@@ -81,14 +85,27 @@ static unsigned long ms_since(const struct timespec *t0)
 	return (unsigned long)((t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000);
 }
 
-static unsigned long long field_u64(const char *json, const char *key)
+/* A count in a status JSON text (0 when absent or not JSON). */
+static unsigned long long field_u64(const char *status, const char *key)
 {
-	char pat[64];
-	const char *at;
+	json_object *js = proto_json_parse(status, NULL);
+	json_object *v;
+	unsigned long long n = 0;
 
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	at = strstr(json, pat);
-	return at ? strtoull(at + strlen(pat), NULL, 10) : 0;
+	if (json_object_object_get_ex(js, key, &v) && json_object_is_type(v, json_type_int))
+		n = (unsigned long long)json_object_get_uint64(v);
+	json_object_put(js);
+	return n;
+}
+
+/* A number in a status JSON text (0 when absent or not JSON). */
+static double field_num(const char *status, const char *key)
+{
+	json_object *js = proto_json_parse(status, NULL);
+	double v = proto_json_num(js, key, 0);
+
+	json_object_put(js);
+	return v;
 }
 
 /* The new primary is protected once this host's standby holds an epoch of
@@ -103,15 +120,18 @@ static int wait_protected(const char *control, unsigned long left_ms, char **sta
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		char *st = NULL;
+		json_object *js = control_request(control, "status json", 2000, &st) == 0 ?
+				  proto_json_parse(st, NULL) : NULL;
+		bool parsed = js != NULL;
+		bool standby = js && field_is(js, "role", "secondary") && field_is(js, "state", "standby");
 
-		if (control_request(control, "status json", 2000, &st) == 0 &&
-		    field_is(st, "role", "secondary") && field_is(st, "state", "standby") &&
-		    field_u64(st, "epoch") > field_u64(st, "switch_epoch")) {
+		json_object_put(js);
+		if (standby && field_u64(st, "epoch") > field_u64(st, "switch_epoch")) {
 			free(*status);
 			*status = st;
 			return 0;
 		}
-		if (st && strchr(st, '{')) {
+		if (parsed) {    /* a status: kept as the last one seen */
 			free(*status);
 			*status = st;
 		} else {
@@ -160,10 +180,8 @@ static int wait_outcome(const char *control, unsigned timeout_ms, bool wait, boo
 	if (json) {
 		fputs(st, stdout);
 	} else {
-		const char *d = strstr(st, "\"switch_downtime_ms\":");
-
 		printf("ok switched over at epoch %llu: downtime %.3f ms; this host now keeps the "
-		       "standby%s\n", field_u64(st, "switch_epoch"), d ? strtod(d + 21, NULL) : 0.0,
+		       "standby%s\n", field_u64(st, "switch_epoch"), field_num(st, "switch_downtime_ms"),
 		       wait ? " and the new primary is protected" :
 		       " (--no-wait: the new primary may not be protected yet)");
 	}

@@ -1,6 +1,7 @@
 /* understudy takeover: tells a standby (a secondary started with --takeover
  * manual, or any secondary) through its control socket to resume the guest
  * now. Whoever asks has made sure the primary is gone (fenced). */
+#include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -8,8 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "cli/cli.h"
 #include "net/control.h"
+#include "proto/proto.h"
 
 /* A takeover request waits for the fence command (default deadline 10 s,
  * plus the grace of its kill). */
@@ -38,26 +42,32 @@ static const char takeover_help[] =
 static int wait_for_key(const char *control)
 {
 	for (int i = 0; i < 600; i++) {
-		char *st = NULL, *line;
+		json_object *st;
+		const char *state;
 		int r;
 
 		usleep(50000);
-		if ((r = control_request(control, "status", 5000, &st)) < 0) {
+		r = cli_status_json(control, 5000, &st);
+		if (r == -EPROTO)
+			continue;        /* not a status yet: asked again */
+		if (r < 0) {
 			fprintf(stderr, "understudy takeover: %s: %s\n", control, strerror(-r));
 			return 1;
 		}
-		line = strstr(st, "\nstate ");
-		if (line && !strncmp(line, "\nstate unprotected\n", 19)) {
+		state = proto_json_str(st, "state");
+		if (!strcmp(state, "unprotected")) {
 			printf("ok took over: won the witness key\n");
-			free(st);
+			json_object_put(st);
 			return 0;
 		}
-		if (line && strncmp(line, "\nstate contending\n", 18)) {
-			fprintf(stderr, "no takeover:\n%s", st);
-			free(st);
+		if (state[0] && strcmp(state, "contending")) {
+			fprintf(stderr, "no takeover: the VM is %s (%s)\n", state,
+				proto_json_str(st, "reason")[0] ? proto_json_str(st, "reason") :
+				"no reason given");
+			json_object_put(st);
 			return 1;
 		}
-		free(st);
+		json_object_put(st);
 	}
 	fprintf(stderr, "understudy takeover: still contending for the witness key after 30 s\n");
 	return 1;

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kmod/le.h"
 #include "machine/linux.h"
 
 #define TAG "linux"
@@ -72,39 +73,6 @@
 #define SEL_DATA 0x18   /* __BOOT_DS */
 #define SEL_TSS  0x20
 
-static uint16_t rd16(const uint8_t *b, size_t off)
-{
-	return (uint16_t)(b[off] | b[off + 1] << 8);
-}
-
-static uint32_t rd32(const uint8_t *b, size_t off)
-{
-	return rd16(b, off) | (uint32_t)rd16(b, off + 2) << 16;
-}
-
-static uint64_t rd64(const uint8_t *b, size_t off)
-{
-	return rd32(b, off) | (uint64_t)rd32(b, off + 4) << 32;
-}
-
-static void wr16(uint8_t *b, size_t off, uint16_t v)
-{
-	b[off] = (uint8_t)v;
-	b[off + 1] = (uint8_t)(v >> 8);
-}
-
-static void wr32(uint8_t *b, size_t off, uint32_t v)
-{
-	wr16(b, off, (uint16_t)v);
-	wr16(b, off + 2, (uint16_t)(v >> 16));
-}
-
-static void wr64(uint8_t *b, size_t off, uint64_t v)
-{
-	wr32(b, off, (uint32_t)v);
-	wr32(b, off + 4, (uint32_t)(v >> 32));
-}
-
 /* ---- an ELF vmlinux --------------------------------------------------- */
 
 /* ELF64 header and program header fields (the System V ABI's layout). */
@@ -132,7 +100,7 @@ static void wr64(uint8_t *b, size_t off, uint64_t v)
 /* The i-th program header of an image probe_elf accepted. */
 static const uint8_t *elf_phdr(const uint8_t *buf, unsigned i)
 {
-	return buf + rd64(buf, ELF_PHOFF) + (uint64_t)i * PH_BYTES;
+	return buf + le_get64(buf + ELF_PHOFF) + (uint64_t)i * PH_BYTES;
 }
 
 /* An uncompressed vmlinux (the kernel build's vmlinux, or the ELF inside a
@@ -142,35 +110,35 @@ static const uint8_t *elf_phdr(const uint8_t *buf, unsigned i)
 static int probe_elf(const uint8_t *buf, size_t len, uint64_t file_bytes,
 		     struct linux_image *img, char *err, size_t errlen)
 {
-	uint64_t phoff, lo = UINT64_MAX, end = 0, entry = rd64(buf, ELF_ENTRY);
+	uint64_t phoff, lo = UINT64_MAX, end = 0, entry = le_get64(buf + ELF_ENTRY);
 	unsigned phnum, held = 0;
 
 	if (len < ELF_HDR_BYTES || buf[ELF_CLASS] != 2 || buf[ELF_DATA] != 1 ||
-	    rd16(buf, ELF_MACHINE) != 62) {
+	    le_get16(buf + ELF_MACHINE) != 62) {
 		snprintf(err, errlen, "an ELF file, but not a 64-bit x86 one (class %u, machine %u)",
 			 len > ELF_CLASS ? buf[ELF_CLASS] : 0,
-			 len >= ELF_HDR_BYTES ? rd16(buf, ELF_MACHINE) : 0);
+			 len >= ELF_HDR_BYTES ? le_get16(buf + ELF_MACHINE) : 0);
 		return -ENOEXEC;
 	}
-	if (rd16(buf, ELF_TYPE) != 2) {
+	if (le_get16(buf + ELF_TYPE) != 2) {
 		snprintf(err, errlen, "an ELF file but not an executable (e_type %u): give the "
-			 "kernel's vmlinux or its bzImage", rd16(buf, ELF_TYPE));
+			 "kernel's vmlinux or its bzImage", le_get16(buf + ELF_TYPE));
 		return -ENOEXEC;
 	}
-	phoff = rd64(buf, ELF_PHOFF);
-	phnum = rd16(buf, ELF_PHNUM);
-	if (rd16(buf, ELF_PHENTSIZE) != PH_BYTES || !phnum || phoff > len ||
+	phoff = le_get64(buf + ELF_PHOFF);
+	phnum = le_get16(buf + ELF_PHNUM);
+	if (le_get16(buf + ELF_PHENTSIZE) != PH_BYTES || !phnum || phoff > len ||
 	    (uint64_t)phnum * PH_BYTES > len - phoff) {
 		snprintf(err, errlen, "truncated or malformed ELF (%u program headers of %u bytes "
-			 "at %llu)", phnum, rd16(buf, ELF_PHENTSIZE), (unsigned long long)phoff);
+			 "at %llu)", phnum, le_get16(buf + ELF_PHENTSIZE), (unsigned long long)phoff);
 		return -ENOEXEC;
 	}
 	for (unsigned i = 0; i < phnum; i++) {
 		const uint8_t *ph = elf_phdr(buf, i);
-		uint64_t off = rd64(ph, PH_OFFSET), pa = rd64(ph, PH_PADDR);
-		uint64_t filesz = rd64(ph, PH_FILESZ), memsz = rd64(ph, PH_MEMSZ);
+		uint64_t off = le_get64(ph + PH_OFFSET), pa = le_get64(ph + PH_PADDR);
+		uint64_t filesz = le_get64(ph + PH_FILESZ), memsz = le_get64(ph + PH_MEMSZ);
 
-		if (rd32(ph, PH_TYPE) != ELF_PT_LOAD)
+		if (le_get32(ph + PH_TYPE) != ELF_PT_LOAD)
 			continue;
 		if (filesz > memsz || off > file_bytes || filesz > file_bytes - off ||
 		    pa < KERNEL_GPA || pa >= MACHINE_LOW_RAM_MAX || memsz > MACHINE_LOW_RAM_MAX - pa) {
@@ -212,25 +180,25 @@ int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
 	if (len >= 4 && !memcmp(buf, "\177ELF", 4))
 		return probe_elf(buf, len, file_bytes, img, err, errlen);
 	if (len < HDR_MIN_BYTES || memcmp(buf + HDR_MAGIC, "HdrS", 4) ||
-	    rd16(buf, HDR_BOOT_FLAG) != 0xaa55) {
+	    le_get16(buf + HDR_BOOT_FLAG) != 0xaa55) {
 		snprintf(err, errlen, "not a Linux kernel image (no \"HdrS\" setup header at 0x%x)",
 			 HDR_MAGIC);
 		return -ENOEXEC;
 	}
-	img->version = rd16(buf, HDR_VERSION);
+	img->version = le_get16(buf + HDR_VERSION);
 	if (img->version < 0x20a) {
 		snprintf(err, errlen, "boot protocol %u.%02u is too old: need 2.10 or later",
 			 img->version >> 8, img->version & 0xff);
 		return -ENOEXEC;
 	}
 	img->loadflags = buf[HDR_LOADFLAGS];
-	img->xloadflags = rd16(buf, HDR_XLOADFLAGS);
+	img->xloadflags = le_get16(buf + HDR_XLOADFLAGS);
 	img->relocatable = buf[HDR_RELOCATABLE];
-	img->initrd_addr_max = rd32(buf, HDR_INITRD_ADDR_MAX);
-	img->kernel_alignment = rd32(buf, HDR_KERNEL_ALIGN);
-	img->cmdline_size = rd32(buf, HDR_CMDLINE_SIZE);
-	img->pref_address = rd64(buf, HDR_PREF_ADDRESS);
-	img->init_size = rd32(buf, HDR_INIT_SIZE);
+	img->initrd_addr_max = le_get32(buf + HDR_INITRD_ADDR_MAX);
+	img->kernel_alignment = le_get32(buf + HDR_KERNEL_ALIGN);
+	img->cmdline_size = le_get32(buf + HDR_CMDLINE_SIZE);
+	img->pref_address = le_get64(buf + HDR_PREF_ADDRESS);
+	img->init_size = le_get32(buf + HDR_INIT_SIZE);
 	img->header_end = HDR_MAGIC + buf[HDR_JUMP + 1];
 	if (!(img->loadflags & LOADED_HIGH)) {
 		snprintf(err, errlen, "not a bzImage (a zImage loads below 1 MiB)");
@@ -419,12 +387,12 @@ static int load_elf(struct machine *m, const char *path, const uint8_t *head, un
 
 	for (unsigned i = 0; i < phnum; i++) {
 		const uint8_t *ph = elf_phdr(head, i);
-		uint64_t pa = rd64(ph, PH_PADDR), filesz = rd64(ph, PH_FILESZ);
-		uint64_t memsz = rd64(ph, PH_MEMSZ);
+		uint64_t pa = le_get64(ph + PH_PADDR), filesz = le_get64(ph + PH_FILESZ);
+		uint64_t memsz = le_get64(ph + PH_MEMSZ);
 
-		if (rd32(ph, PH_TYPE) != ELF_PT_LOAD)
+		if (le_get32(ph + PH_TYPE) != ELF_PT_LOAD)
 			continue;
-		if ((r = load_file(m, path, rd64(ph, PH_OFFSET), pa, filesz)) < 0)
+		if ((r = load_file(m, path, le_get64(ph + PH_OFFSET), pa, filesz)) < 0)
 			return r;
 		memset(gpa_ptr(m, pa + filesz), 0, memsz - filesz);
 		machine_mark_dirty(m, pa + filesz, memsz - filesz);
@@ -439,9 +407,9 @@ static void e820_add(uint8_t *zp, uint64_t addr, uint64_t size, uint32_t type)
 
 	if (n >= BP_E820_MAX || !size)
 		return;
-	wr64(e, 0, addr);
-	wr64(e, 8, size);
-	wr32(e, 16, type);
+	le_put64(e, addr);
+	le_put64(e + 8, size);
+	le_put32(e + 16, type);
 	zp[BP_E820_ENTRIES] = (uint8_t)(n + 1);
 }
 
@@ -563,7 +531,7 @@ int machine_boot_linux(struct machine *m)
 	file = cfg->kernel;
 	if ((r = read_head(cfg->kernel, head, LINUX_HEAD_BYTES, &len, &size)) < 0)
 		goto err_file;
-	r = img.elf ? load_elf(m, cfg->kernel, head, rd16(head, ELF_PHNUM)) :
+	r = img.elf ? load_elf(m, cfg->kernel, head, le_get16(head + ELF_PHNUM)) :
 		      load_file(m, cfg->kernel, img.setup_bytes, KERNEL_GPA, img.kernel_bytes);
 	if (r < 0)
 		goto err_file;
@@ -571,27 +539,27 @@ int machine_boot_linux(struct machine *m)
 	memset(zp, 0, KVM_PAGE_SIZE);
 	if (img.elf) {
 		/* No setup header in a vmlinux: the fields the kernel reads. */
-		wr16(zp, HDR_BOOT_FLAG, 0xaa55);
+		le_put16(zp + HDR_BOOT_FLAG, 0xaa55);
 		memcpy(zp + HDR_MAGIC, "HdrS", 4);
 		zp[HDR_LOADFLAGS] = LOADED_HIGH;
-		wr32(zp, HDR_KERNEL_ALIGN, img.kernel_alignment);
-		wr32(zp, HDR_INITRD_ADDR_MAX, img.initrd_addr_max);
-		wr32(zp, HDR_CMDLINE_SIZE, img.cmdline_size);
+		le_put32(zp + HDR_KERNEL_ALIGN, img.kernel_alignment);
+		le_put32(zp + HDR_INITRD_ADDR_MAX, img.initrd_addr_max);
+		le_put32(zp + HDR_CMDLINE_SIZE, img.cmdline_size);
 	} else {
 		memcpy(zp + HDR_SETUP_SECTS, head + HDR_SETUP_SECTS, img.header_end - HDR_SETUP_SECTS);
 	}
 	zp[HDR_TYPE_OF_LOADER] = 0xff;
 	zp[HDR_LOADFLAGS] = (uint8_t)(img.loadflags | CAN_USE_HEAP);
-	wr16(zp, HDR_HEAP_END_PTR, 0xe000 - 0x200);
-	wr32(zp, HDR_CMD_LINE_PTR, (uint32_t)CMDLINE_GPA);
-	wr32(zp, HDR_RAMDISK_IMAGE, (uint32_t)initrd_at);
-	wr32(zp, HDR_RAMDISK_SIZE, (uint32_t)initrd_bytes);
+	le_put16(zp + HDR_HEAP_END_PTR, 0xe000 - 0x200);
+	le_put32(zp + HDR_CMD_LINE_PTR, (uint32_t)CMDLINE_GPA);
+	le_put32(zp + HDR_RAMDISK_IMAGE, (uint32_t)initrd_at);
+	le_put32(zp + HDR_RAMDISK_SIZE, (uint32_t)initrd_bytes);
 	memcpy(gpa_ptr(m, CMDLINE_GPA), cfg->append, strlen(cfg->append) + 1);
 	machine_mark_dirty(m, CMDLINE_GPA, strlen(cfg->append) + 1);
 	build_e820(m, zp);
 	if ((r = linux_tables_build(m, &rsdp)) < 0)
 		goto out;
-	wr64(zp, BP_ACPI_RSDP_ADDR, rsdp);
+	le_put64(zp + BP_ACPI_RSDP_ADDR, rsdp);
 	machine_mark_dirty(m, ZERO_PAGE_GPA, KVM_PAGE_SIZE);
 	build_page_tables(m);
 	build_gdt(m);

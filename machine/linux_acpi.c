@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "kmod/le.h"
+
 #define ACPI_BASE_GPA   LINUX_BIOS_GPA
 #define ACPI_AREA_BYTES 0x10000
 #define SCI_IRQ         9
@@ -44,20 +46,26 @@ static void put8(struct aml *a, uint8_t v)
 
 static void put16(struct aml *a, uint16_t v)
 {
-	put8(a, (uint8_t)v);
-	put8(a, (uint8_t)(v >> 8));
+	uint8_t b[2];
+
+	le_put16(b, v);
+	put(a, b, sizeof(b));
 }
 
 static void put32(struct aml *a, uint32_t v)
 {
-	put16(a, (uint16_t)v);
-	put16(a, (uint16_t)(v >> 16));
+	uint8_t b[4];
+
+	le_put32(b, v);
+	put(a, b, sizeof(b));
 }
 
 static void put64(struct aml *a, uint64_t v)
 {
-	put32(a, (uint32_t)v);
-	put32(a, (uint32_t)(v >> 32));
+	uint8_t b[8];
+
+	le_put64(b, v);
+	put(a, b, sizeof(b));
 }
 
 /* ---- AML: a package (PkgLength) is opened, filled, then closed, which

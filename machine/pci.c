@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "kmod/le.h"
+
 #define TAG "pci"
 
 #define PCI_VENDOR_ID     0x00
@@ -36,23 +38,6 @@
 /* Where reset places the virtio BARs: the MMIO hole starts at 3 GiB
  * (MACHINE_LOW_RAM_MAX) and the IOAPIC sits at 0xFEC00000. */
 #define PCI_MMIO_BASE     0xe0000000ull
-
-static void put16(uint8_t *cfg, int off, uint16_t v)
-{
-	cfg[off] = (uint8_t)v;
-	cfg[off + 1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *cfg, int off, uint32_t v)
-{
-	put16(cfg, off, (uint16_t)v);
-	put16(cfg, off + 2, (uint16_t)(v >> 16));
-}
-
-static uint32_t get32(const uint8_t *cfg, int off)
-{
-	return cfg[off] | cfg[off + 1] << 8 | cfg[off + 2] << 16 | (uint32_t)cfg[off + 3] << 24;
-}
 
 static bool slot_present(const struct machine *m, int slot)
 {
@@ -175,7 +160,7 @@ static uint64_t bar0_base(const struct machine *m, int slot)
 
 	if (!(cfg[PCI_COMMAND] & PCI_COMMAND_MEM))
 		return 0;
-	return (get32(cfg, PCI_BAR0) & ~0xfull) | (uint64_t)get32(cfg, PCI_BAR1) << 32;
+	return (le_get32(cfg + PCI_BAR0) & ~0xfull) | (uint64_t)le_get32(cfg + PCI_BAR1) << 32;
 }
 
 int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool write)
@@ -198,9 +183,9 @@ int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool 
 static void bridge_init(uint8_t *cfg)
 {
 	/* QEMU's generic PCIe host bridge IDs: no driver binds anything to it. */
-	put16(cfg, PCI_VENDOR_ID, 0x1b36);
-	put16(cfg, PCI_DEVICE_ID, 0x0008);
-	put16(cfg, PCI_COMMAND, PCI_COMMAND_MEM);
+	le_put16(cfg + PCI_VENDOR_ID, 0x1b36);
+	le_put16(cfg + PCI_DEVICE_ID, 0x0008);
+	le_put16(cfg + PCI_COMMAND, PCI_COMMAND_MEM);
 	cfg[PCI_CLASS_PROG + 2] = 0x06;   /* class: bridge, subclass 0: host */
 	cfg[PCI_HEADER_TYPE] = 0;
 }
@@ -208,15 +193,15 @@ static void bridge_init(uint8_t *cfg)
 void virtio_pci_cfg_init(uint8_t *cfg, uint16_t type)
 {
 	memset(cfg, 0, PCI_CFG_BYTES);
-	put16(cfg, PCI_VENDOR_ID, VIRTIO_PCI_VENDOR);
-	put16(cfg, PCI_DEVICE_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
-	put16(cfg, PCI_STATUS, PCI_STATUS_CAPS);
+	le_put16(cfg + PCI_VENDOR_ID, VIRTIO_PCI_VENDOR);
+	le_put16(cfg + PCI_DEVICE_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
+	le_put16(cfg + PCI_STATUS, PCI_STATUS_CAPS);
 	cfg[PCI_REVISION] = 1;            /* modern-only device (4.1.2.1) */
 	/* class: mass storage, network */
 	cfg[PCI_CLASS_PROG + 2] = type == VIRTIO_TYPE_BLOCK ? 0x01 : type == VIRTIO_TYPE_NET ? 0x02 : 0xff;
-	put32(cfg, PCI_BAR0, PCI_BAR_MEM64);
-	put16(cfg, PCI_SUBSYS_VENDOR, VIRTIO_PCI_VENDOR);
-	put16(cfg, PCI_SUBSYS_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
+	le_put32(cfg + PCI_BAR0, PCI_BAR_MEM64);
+	le_put16(cfg + PCI_SUBSYS_VENDOR, VIRTIO_PCI_VENDOR);
+	le_put16(cfg + PCI_SUBSYS_ID, (uint16_t)(VIRTIO_PCI_DEVICE_BASE + type));
 	cfg[PCI_CAP_PTR] = VIRTIO_CAP_COMMON;
 
 	/* struct virtio_pci_cap: vndr 0x09, next, len, cfg_type, bar, id,
@@ -237,17 +222,17 @@ void virtio_pci_cfg_init(uint8_t *cfg, uint16_t type)
 		c[2] = caps[i].len;
 		c[3] = caps[i].type;
 		c[4] = 0;                 /* BAR0 */
-		put32(c, 8, caps[i].off);
-		put32(c, 12, caps[i].bytes);
+		le_put32(c + 8, caps[i].off);
+		le_put32(c + 12, caps[i].bytes);
 	}
-	put32(cfg + VIRTIO_CAP_NOTIFY, 16, VIRTIO_NOTIFY_MULT);
+	le_put32(cfg + VIRTIO_CAP_NOTIFY + 16, VIRTIO_NOTIFY_MULT);
 
 	/* MSI-X: table size - 1, table and PBA in BAR0. */
 	cfg[VIRTIO_CAP_MSIX] = 0x11;
 	cfg[VIRTIO_CAP_MSIX + 1] = 0;
-	put16(cfg, VIRTIO_CAP_MSIX + 2, VIRTIO_MSIX_VECTORS - 1);
-	put32(cfg, VIRTIO_CAP_MSIX + 4, VIRTIO_MSIX_TABLE_OFF);
-	put32(cfg, VIRTIO_CAP_MSIX + 8, VIRTIO_MSIX_PBA_OFF);
+	le_put16(cfg + VIRTIO_CAP_MSIX + 2, VIRTIO_MSIX_VECTORS - 1);
+	le_put32(cfg + VIRTIO_CAP_MSIX + 4, VIRTIO_MSIX_TABLE_OFF);
+	le_put32(cfg + VIRTIO_CAP_MSIX + 8, VIRTIO_MSIX_PBA_OFF);
 }
 
 /* A virtio function at power-on: BAR0 at base, memory decoding on, the
@@ -257,9 +242,9 @@ static void function_reset(struct machine *m, int slot, struct virtio_dev *d, ui
 	uint8_t *cfg = m->pci.cfg[slot];
 
 	virtio_pci_cfg_init(cfg, d->type);
-	put32(cfg, PCI_BAR0, (uint32_t)base | PCI_BAR_MEM64);
-	put32(cfg, PCI_BAR1, (uint32_t)(base >> 32));
-	put16(cfg, PCI_COMMAND, PCI_COMMAND_MEM);
+	le_put32(cfg + PCI_BAR0, (uint32_t)base | PCI_BAR_MEM64);
+	le_put32(cfg + PCI_BAR1, (uint32_t)(base >> 32));
+	le_put16(cfg + PCI_COMMAND, PCI_COMMAND_MEM);
 	virtio_reset(d);
 	for (int v = 0; v < VIRTIO_MSIX_VECTORS; v++)
 		d->st->msix[v].ctrl = 1;

@@ -20,6 +20,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "kmod/le.h"
 #include "net/socket.h"
 
 #define TAG "beat"
@@ -44,28 +45,6 @@ struct net_beat {
 	_Atomic uint64_t sent, heard, dropped, held;
 };
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-	return get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
-
 static bool mac(const struct net_beat *b, const uint8_t *msg, uint8_t out[BEAT_MAC])
 {
 	uint8_t full[EVP_MAX_MD_SIZE];
@@ -89,10 +68,10 @@ static void send_beat(struct net_beat *b)
 		atomic_fetch_add(&b->held, 1);   /* a wedged loop is not masked */
 		return;
 	}
-	put_u32(d, BEAT_MAGIC);
+	le_put32(d, BEAT_MAGIC);
 	d[4] = BEAT_VERSION;
 	d[5] = (uint8_t)b->role;
-	put_u64(d + 8, ++b->tx_seq);
+	le_put64(d + 8, ++b->tx_seq);
 	if (!mac(b, d, d + BEAT_SIGNED))
 		return;
 	/* Lost, refused (nothing listens yet) or full: the next beat may pass. */
@@ -107,11 +86,11 @@ static bool valid(struct net_beat *b, const uint8_t *d, ssize_t n)
 	uint8_t want[BEAT_MAC];
 	uint64_t seq;
 
-	if (n != BEAT_BYTES || get_u32(d) != BEAT_MAGIC || d[4] != BEAT_VERSION ||
+	if (n != BEAT_BYTES || le_get32(d) != BEAT_MAGIC || d[4] != BEAT_VERSION ||
 	    d[5] != (b->role == NET_BEAT_PRIMARY ? NET_BEAT_SECONDARY : NET_BEAT_PRIMARY) ||
 	    !mac(b, d, want) || CRYPTO_memcmp(want, d + BEAT_SIGNED, BEAT_MAC))
 		return false;
-	seq = get_u64(d + 8);
+	seq = le_get64(d + 8);
 	if (seq <= b->rx_seq)
 		return false;
 	b->rx_seq = seq;

@@ -41,20 +41,28 @@ struct etcd {
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-/* Writes s as base64 to f (a request body being built). */
-static void b64_write(FILE *f, const char *s)
+/* s as base64, a JSON string (NULL: out of memory). */
+static json_object *b64_string(const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
-	size_t n = strlen(s), i;
+	size_t n = strlen(s), i, o = 0;
+	char *out = malloc(4 * ((n + 2) / 3) + 1);
+	json_object *j;
 
+	if (!out)
+		return NULL;
 	for (i = 0; i < n; i += 3) {
 		uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
 			     (i + 2 < n ? p[i + 2] : 0);
-		char q[4] = { B64[v >> 18], B64[v >> 12 & 63], i + 1 < n ? B64[v >> 6 & 63] : '=',
-			      i + 2 < n ? B64[v & 63] : '=' };
 
-		fwrite(q, 1, 4, f);
+		out[o++] = B64[v >> 18];
+		out[o++] = B64[v >> 12 & 63];
+		out[o++] = i + 1 < n ? B64[v >> 6 & 63] : '=';
+		out[o++] = i + 2 < n ? B64[v & 63] : '=';
 	}
+	j = json_object_new_string_len(out, (int)o);
+	free(out);
+	return j;
 }
 
 static int b64_value(char c)
@@ -591,51 +599,110 @@ static int answer_check(const char *what, json_object *ans)
 
 /* ---- requests ------------------------------------------------------------ */
 
-/* Request bodies are written as text: every part that varies is base64 or
- * decimal digits, which JSON takes as they are. */
+/* Request bodies are built with json-c; keys and values travel as base64,
+ * int64s as decimal strings (what etcd's JSON gateway takes). */
 
-/* Ends a body written to f (open_memstream on *body): 0, or -ENOMEM. */
-static int body_end(FILE *f, char **body)
+/* Adds key: v to o; false when v is NULL (out of memory). */
+static bool put_member(json_object *o, const char *key, json_object *v)
 {
-	bool bad = ferror(f);
+	if (!v)
+		return false;
+	json_object_object_add(o, key, v);
+	return true;
+}
 
-	if (fclose(f) || bad) {
-		free(*body);
-		*body = NULL;
-		return -ENOMEM;
+/* Appends v to the array a; false when v is NULL or there is no room. */
+static bool push(json_object *a, json_object *v)
+{
+	if (!v)
+		return false;
+	if (json_object_array_add(a, v)) {
+		json_object_put(v);
+		return false;
 	}
-	return 0;
+	return true;
+}
+
+static bool put_int64(json_object *o, const char *key, int64_t v)
+{
+	char s[24];
+
+	snprintf(s, sizeof(s), "%lld", (long long)v);
+	return put_member(o, key, json_object_new_string(s));
+}
+
+/* The text of o in *body (malloc'd) and o dropped: 0, or -ENOMEM when a
+ * part of o could not be made (ok false) or the text could not be. */
+static int body_text(json_object *o, bool ok, char **body)
+{
+	const char *text = ok && o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+								    JSON_C_TO_STRING_NOSLASHESCAPE) : NULL;
+
+	*body = text ? strdup(text) : NULL;
+	json_object_put(o);
+	return *body ? 0 : -ENOMEM;
 }
 
 static int body_int64(const char *name, int64_t v, char **body)
 {
-	return asprintf(body, "{\"%s\":\"%lld\"}", name, (long long)v) < 0 ? -ENOMEM : 0;
+	json_object *o = json_object_new_object();
+
+	return body_text(o, o && put_int64(o, name, v), body);
 }
 
 static int body_key(const char *key, char **body)
 {
-	size_t n;
-	FILE *f;
+	json_object *o;
 
 	if (!key || !*key)
 		return -EINVAL;
-	*body = NULL;
-	f = open_memstream(body, &n);
-	if (!f)
-		return -ENOMEM;
-	fputs("{\"key\":\"", f);
-	b64_write(f, key);
-	fputs("\"}", f);
-	return body_end(f, body);
+	o = json_object_new_object();
+	return body_text(o, o && put_member(o, "key", b64_string(key)), body);
 }
 
-/* A transaction: compares (absent: created at revision 0, i.e. never or
- * deleted since; else the value), then the puts on success. */
+/* One compare: absent (created at revision 0, i.e. never or deleted
+ * since), else equal to the value. */
+static json_object *txn_compare(const struct etcd_cmp *c)
+{
+	json_object *o = json_object_new_object();
+	bool ok = o && put_member(o, "key", b64_string(c->key)) &&
+		  put_member(o, "result", json_object_new_string("EQUAL"));
+
+	if (ok && c->value)
+		ok = put_member(o, "target", json_object_new_string("VALUE")) &&
+		     put_member(o, "value", b64_string(c->value));
+	else if (ok)
+		ok = put_member(o, "target", json_object_new_string("CREATE")) &&
+		     put_member(o, "create_revision", json_object_new_string("0"));
+	if (!ok) {
+		json_object_put(o);
+		return NULL;
+	}
+	return o;
+}
+
+static json_object *txn_put(const struct etcd_put *p)
+{
+	json_object *o = json_object_new_object(), *req = json_object_new_object();
+	bool ok = o && req && put_member(req, "key", b64_string(p->key)) &&
+		  put_member(req, "value", b64_string(p->value)) && put_int64(req, "lease", p->lease);
+
+	if (!ok) {
+		json_object_put(req);
+		json_object_put(o);
+		return NULL;
+	}
+	json_object_object_add(o, "request_put", req);
+	return o;
+}
+
+/* A transaction: the compares, then the puts on success. */
 static int body_txn(const struct etcd_cmp *cmp, size_t ncmp, const struct etcd_put *put,
 		    size_t nput, char **body)
 {
-	size_t i, n;
-	FILE *f;
+	json_object *o, *cmps, *puts;
+	bool ok;
+	size_t i;
 
 	for (i = 0; i < ncmp; i++)
 		if (!cmp[i].key || !*cmp[i].key)
@@ -643,32 +710,14 @@ static int body_txn(const struct etcd_cmp *cmp, size_t ncmp, const struct etcd_p
 	for (i = 0; i < nput; i++)
 		if (!put[i].key || !*put[i].key || !put[i].value)
 			return -EINVAL;
-	*body = NULL;
-	f = open_memstream(body, &n);
-	if (!f)
-		return -ENOMEM;
-	fputs("{\"compare\":[", f);
-	for (i = 0; i < ncmp; i++) {
-		fputs(i ? ",{\"key\":\"" : "{\"key\":\"", f);
-		b64_write(f, cmp[i].key);
-		if (cmp[i].value) {
-			fputs("\",\"result\":\"EQUAL\",\"target\":\"VALUE\",\"value\":\"", f);
-			b64_write(f, cmp[i].value);
-			fputs("\"}", f);
-		} else {
-			fputs("\",\"result\":\"EQUAL\",\"target\":\"CREATE\",\"create_revision\":\"0\"}", f);
-		}
-	}
-	fputs("],\"success\":[", f);
-	for (i = 0; i < nput; i++) {
-		fputs(i ? ",{\"request_put\":{\"key\":\"" : "{\"request_put\":{\"key\":\"", f);
-		b64_write(f, put[i].key);
-		fputs("\",\"value\":\"", f);
-		b64_write(f, put[i].value);
-		fprintf(f, "\",\"lease\":\"%lld\"}}", (long long)put[i].lease);
-	}
-	fputs("]}", f);
-	return body_end(f, body);
+	o = json_object_new_object();
+	ok = o && put_member(o, "compare", cmps = json_object_new_array()) &&
+	     put_member(o, "success", puts = json_object_new_array());
+	for (i = 0; ok && i < ncmp; i++)
+		ok = push(cmps, txn_compare(&cmp[i]));
+	for (i = 0; ok && i < nput; i++)
+		ok = push(puts, txn_put(&put[i]));
+	return body_text(o, ok, body);
 }
 
 /* ---- the calls ------------------------------------------------------------ */

@@ -46,6 +46,7 @@
  *
  * No encryption and no authentication: RDMA links belong on a trusted
  * fabric; NET_RDMA needs insecure = true, like NET_TCP. */
+#include "kmod/le.h"
 #include "net/conn.h"
 #include "net/fabric.h"
 #include "net/rdma.h"
@@ -121,21 +122,6 @@ struct rdma_link {
 	size_t fin_have;
 	struct drain drain;
 };
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* ---- endpoint setup ----------------------------------------------------------- */
 
 static int post_recv(struct rdma_link *r, int i)
@@ -452,7 +438,7 @@ static void drain_begin(struct rdma_link *r)
 
 	d->on = true;
 	d->counted = r->fin_have == sizeof(r->fin);
-	d->expect = get_le64(r->fin);
+	d->expect = le_get64(r->fin);
 	/* The ring bounds what can still be on its way; more is nonsense. */
 	if (d->counted && d->expect > r->rx_done + RING_BYTES)
 		d->counted = false;
@@ -525,7 +511,7 @@ static void rdma_shutdown(void *priv)
 	struct rdma_link *r = priv;
 	uint8_t msg[8];
 
-	put_le64(msg, r->tx_done);
+	le_put64(msg, r->tx_done);
 	/* Best effort, like TLS close_notify; MSG_NOSIGNAL: the peer may be gone. */
 	(void)send(r->fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
@@ -534,10 +520,10 @@ static void rdma_shutdown(void *priv)
 
 size_t rdma_setup_encode(const struct rdma_setup *s, uint8_t *msg)
 {
-	put_le64(msg, RDMA_SETUP_MAGIC | (uint64_t)s->addr_len << 32);
-	put_le64(msg + 8, s->ring_base);
-	put_le64(msg + 16, s->ring_key);
-	put_le64(msg + 24, s->ring_bytes);
+	le_put64(msg, RDMA_SETUP_MAGIC | (uint64_t)s->addr_len << 32);
+	le_put64(msg + 8, s->ring_base);
+	le_put64(msg + 16, s->ring_key);
+	le_put64(msg + 24, s->ring_bytes);
 	memcpy(msg + RDMA_SETUP_HDR, s->addr, s->addr_len);
 	return RDMA_SETUP_HDR + s->addr_len;
 }
@@ -636,7 +622,7 @@ int rdma_setup_feed(struct rdma_setup_rx *rx, const uint8_t *data, size_t len,
 	while (len) {
 		need = RDMA_SETUP_HDR;
 		if (rx->have >= RDMA_SETUP_HDR)
-			need += get_le64(rx->buf) >> 32; /* checked when the header came */
+			need += le_get64(rx->buf) >> 32; /* checked when the header came */
 		take = need - rx->have;
 		if (take > len)
 			take = len;
@@ -645,7 +631,7 @@ int rdma_setup_feed(struct rdma_setup_rx *rx, const uint8_t *data, size_t len,
 		data += take;
 		len -= take;
 		if (rx->have == RDMA_SETUP_HDR) {
-			w = get_le64(rx->buf);
+			w = le_get64(rx->buf);
 			if ((uint32_t)w != RDMA_SETUP_MAGIC || w >> 32 == 0 || w >> 32 > RDMA_ADDR_MAX) {
 				*why = "bad setup message";
 				return -EPROTO;
@@ -655,15 +641,15 @@ int rdma_setup_feed(struct rdma_setup_rx *rx, const uint8_t *data, size_t len,
 		if (rx->have == need)
 			break;
 	}
-	if (rx->have < RDMA_SETUP_HDR || rx->have < RDMA_SETUP_HDR + (get_le64(rx->buf) >> 32))
+	if (rx->have < RDMA_SETUP_HDR || rx->have < RDMA_SETUP_HDR + (le_get64(rx->buf) >> 32))
 		return -EAGAIN;
 	if (len) {
 		*why = "bytes after setup";
 		return -EPROTO;
 	}
-	out->ring_base = get_le64(rx->buf + 8);
-	out->ring_key = get_le64(rx->buf + 16);
-	out->ring_bytes = get_le64(rx->buf + 24);
+	out->ring_base = le_get64(rx->buf + 8);
+	out->ring_key = le_get64(rx->buf + 16);
+	out->ring_bytes = le_get64(rx->buf + 24);
 	out->addr_len = rx->have - RDMA_SETUP_HDR;
 	memcpy(out->addr, rx->buf + RDMA_SETUP_HDR, out->addr_len);
 	if (out->ring_bytes < RDMA_RING_MIN || out->ring_bytes > RDMA_RING_MAX) {

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "checkpoint/checkpoint.h"
 #include "net/control.h"
 #include "net/notify.h"
@@ -54,6 +56,19 @@ static char *fmt(const char *f, ...)
 		s = NULL;
 	va_end(ap);
 	return s;
+}
+
+/* status of a VM no secondary protects: no engine to ask. */
+static char *unprotected_status(const char *request)
+{
+	json_object *o;
+
+	if (!strstr(request, "json"))
+		return fmt("role primary\nstate unprotected\nfencing: none (no secondary)\n");
+	o = json_object_new_object();
+	proto_json_add_str(o, "role", "primary");
+	proto_json_add_str(o, "state", "unprotected");
+	return proto_json_line(o);
 }
 
 /* Control request "snapshot full|full+disk|incremental FILE" -> reply text
@@ -238,8 +253,7 @@ static char *on_control(void *ctx, const char *request)
 	if (!strncmp(request, "status", 6)) {
 		if (r->engine)
 			return repl_primary_status_text(r->engine, request);
-		return fmt(strstr(request, "json") ? "{\"role\":\"primary\",\"state\":\"unprotected\"}\n" :
-			   "role primary\nstate unprotected\nfencing: none (no secondary)\n");
+		return unprotected_status(request);
 	}
 	if (strncmp(request, "snapshot", 8) || (request[8] && request[8] != ' '))
 		return control_reply_unknown(request, "status, snapshot, protect, migrate, cancel, "

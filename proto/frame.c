@@ -113,36 +113,14 @@ const char *proto_strerror(int err)
 
 /* ---- header ---------------------------------------------------------------- */
 
-static void put_le16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_le16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 void proto_frame_header(uint8_t hdr[PROTO_HDR_BYTES], uint16_t type, const void *payload,
 			uint32_t len)
 {
-	put_le32(hdr, PROTO_MAGIC);
-	put_le16(hdr + 4, PROTO_VERSION);
-	put_le16(hdr + 6, type);
-	put_le32(hdr + 8, len);
-	put_le32(hdr + 12, proto_crc32c(0, payload, len));
+	le_put32(hdr, PROTO_MAGIC);
+	le_put16(hdr + 4, PROTO_VERSION);
+	le_put16(hdr + 6, type);
+	le_put32(hdr + 8, len);
+	le_put32(hdr + 12, proto_crc32c(0, payload, len));
 }
 
 int proto_frame_begin(struct proto_buf *out, uint16_t type, size_t *hdr_off)
@@ -153,7 +131,7 @@ int proto_frame_begin(struct proto_buf *out, uint16_t type, size_t *hdr_off)
 		return r;
 	*hdr_off = out->len;
 	memset(out->data + out->len, 0, PROTO_HDR_BYTES);
-	put_le16(out->data + out->len + 6, type);
+	le_put16(out->data + out->len + 6, type);
 	out->len += PROTO_HDR_BYTES;
 	return 0;
 }
@@ -165,7 +143,7 @@ int proto_frame_end(struct proto_buf *out, size_t hdr_off)
 
 	if (len > UINT32_MAX)
 		return -EMSGSIZE;
-	proto_frame_header(hdr, get_le16(hdr + 6), hdr + PROTO_HDR_BYTES, (uint32_t)len);
+	proto_frame_header(hdr, le_get16(hdr + 6), hdr + PROTO_HDR_BYTES, (uint32_t)len);
 	return 0;
 }
 
@@ -252,8 +230,8 @@ bool proto_dec_partial(const struct proto_dec *d)
 
 static int check_header(struct proto_dec *d, const uint8_t *h)
 {
-	uint32_t magic = get_le32(h), len = get_le32(h + 8);
-	uint16_t version = get_le16(h + 4), type = get_le16(h + 6);
+	uint32_t magic = le_get32(h), len = le_get32(h + 8);
+	uint16_t version = le_get16(h + 4), type = le_get16(h + 6);
 
 	if (magic != PROTO_MAGIC) {
 		log_error(TAG, "bad magic 0x%08x", magic);
@@ -278,17 +256,17 @@ static int check_header(struct proto_dec *d, const uint8_t *h)
 static int deliver(struct proto_dec *d, const uint8_t *payload, proto_frame_fn fn, void *ctx)
 {
 	struct proto_frame f = {
-		.type = get_le16(d->hdr + 6),
-		.len = get_le32(d->hdr + 8),
+		.type = le_get16(d->hdr + 6),
+		.len = le_get32(d->hdr + 8),
 		.payload = payload,
 	};
 	uint32_t crc = proto_crc32c(0, payload, f.len);
 
 	d->hdr_have = 0;
 	d->payload_have = 0;
-	if (crc != get_le32(d->hdr + 12)) {
+	if (crc != le_get32(d->hdr + 12)) {
 		log_error(TAG, "%s frame: crc32c 0x%08x, header says 0x%08x", proto_type_name(f.type),
-			  crc, get_le32(d->hdr + 12));
+			  crc, le_get32(d->hdr + 12));
 		return -EBADMSG;
 	}
 	d->nframes++;
@@ -301,7 +279,7 @@ void *proto_dec_rbuf(struct proto_dec *d, size_t min_bytes, size_t *len)
 
 	if (d->err || d->hdr_have < PROTO_HDR_BYTES)
 		return NULL;
-	plen = get_le32(d->hdr + 8);
+	plen = le_get32(d->hdr + 8);
 	if (plen - d->payload_have < min_bytes || plen - d->payload_have == 0)
 		return NULL;
 	if (d->payload_cap < plen) {
@@ -340,7 +318,7 @@ int proto_dec_feed(struct proto_dec *d, const void *data, size_t len, proto_fram
 			if (r)
 				goto err;
 		}
-		plen = get_le32(d->hdr + 8);
+		plen = le_get32(d->hdr + 8);
 		/* Whole payload in this chunk and nothing buffered: no copy. */
 		if (d->payload_have == 0 && len >= plen) {
 			r = deliver(d, p, fn, ctx);

@@ -6,72 +6,58 @@
 #include <errno.h>
 #include <string.h>
 
-static void put_le(uint8_t *out, uint64_t v, size_t n)
+/* A field of exactly its size: -EBADMSG for any other length. */
+static int get_exact64(const void *data, size_t len, uint64_t *v)
 {
-	for (size_t i = 0; i < n; i++)
-		out[i] = (uint8_t)(v >> (8 * i));
-}
-
-static int get_le(const void *data, size_t len, size_t n, uint64_t *v)
-{
-	const uint8_t *b = data;
-
-	if (len != n)
+	if (len != PROTO_META_U64_BYTES)
 		return -EBADMSG;
-	*v = 0;
-	for (size_t i = 0; i < n; i++)
-		*v |= (uint64_t)b[i] << (8 * i);
+	*v = le_get64(data);
 	return 0;
 }
 
-static int get_le32(const void *data, size_t len, uint32_t *v)
+static int get_exact32(const void *data, size_t len, uint32_t *v)
 {
-	uint64_t x;
-	int r = get_le(data, len, PROTO_META_U32_BYTES, &x);
-
-	if (r == 0)
-		*v = (uint32_t)x;
-	return r;
+	if (len != PROTO_META_U32_BYTES)
+		return -EBADMSG;
+	*v = le_get32(data);
+	return 0;
 }
 
 void proto_released_encode(uint64_t released, uint8_t out[PROTO_META_U64_BYTES])
 {
-	put_le(out, released, PROTO_META_U64_BYTES);
+	le_put64(out, released);
 }
 
 int proto_released_decode(const void *data, size_t len, uint64_t *released)
 {
-	return get_le(data, len, PROTO_META_U64_BYTES, released);
+	return get_exact64(data, len, released);
 }
 
 /* ---- the "verify" section ---------------------------------------------------- */
 
+/* Cursors over the section; callers have checked that the bytes are there. */
 static uint8_t *put32(uint8_t *p, uint32_t v)
 {
-	put_le(p, v, PROTO_META_U32_BYTES);
-	return p + PROTO_META_U32_BYTES;
+	le_put32(p, v);
+	return p + 4;
 }
 
 static uint8_t *put64(uint8_t *p, uint64_t v)
 {
-	put_le(p, v, PROTO_META_U64_BYTES);
-	return p + PROTO_META_U64_BYTES;
+	le_put64(p, v);
+	return p + 8;
 }
 
-/* Callers have checked that the bytes are there. */
 static const uint8_t *get32(const uint8_t *p, uint32_t *v)
 {
-	*v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	*v = le_get32(p);
 	return p + 4;
 }
 
 static const uint8_t *get64(const uint8_t *p, uint64_t *v)
 {
-	uint32_t lo, hi;
-
-	p = get32(get32(p, &lo), &hi);
-	*v = (uint64_t)hi << 32 | lo;
-	return p;
+	*v = le_get64(p);
+	return p + 8;
 }
 
 /* version, ncpus, mem, vm parts, clock, then per vCPU: parts, tsc */
@@ -132,22 +118,22 @@ uint32_t proto_digest_page(uint32_t crc, uint64_t gfn, const void *page)
 {
 	uint8_t le[PROTO_META_U64_BYTES];
 
-	put_le(le, gfn, sizeof(le));
+	le_put64(le, gfn);
 	crc = proto_crc32c(crc, le, sizeof(le));
 	return proto_crc32c(crc, page, PROTO_PAGE_BYTES);
 }
 
 void proto_digest_encode(uint32_t crc, uint8_t out[PROTO_META_U32_BYTES])
 {
-	put_le(out, crc, PROTO_META_U32_BYTES);
+	le_put32(out, crc);
 }
 
 int proto_digest_decode(const void *data, size_t len, uint32_t *crc)
 {
-	return get_le32(data, len, crc);
+	return get_exact32(data, len, crc);
 }
 
 void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTES])
 {
-	put_le(out, digest, PROTO_META_U64_BYTES);
+	le_put64(out, digest);
 }

@@ -27,28 +27,6 @@ struct proto_page_enc {
 
 static const uint8_t zero_page[PROTO_PAGE_BYTES];
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
-
 static bool page_is_zero(const void *page)
 {
 	const uint64_t *w = page;
@@ -185,9 +163,9 @@ static size_t encode_page(struct proto_page_enc *e, uint64_t gfn, const uint8_t 
 	if (slot)
 		memcpy(slot, page, PROTO_PAGE_BYTES);
 	st->enc_bytes[enc] += ENTRY_BYTES + (size_t)n;
-	put_le64(dst, gfn);
+	le_put64(dst, gfn);
 	dst[8] = enc;
-	put_le32(dst + 9, (uint32_t)n);
+	le_put32(dst + 9, (uint32_t)n);
 	return ENTRY_BYTES + (size_t)n;
 }
 
@@ -239,8 +217,8 @@ static int batch_begin(struct proto_buf *out, size_t n, size_t *hdr_off)
 	if (r)
 		return r;
 	p = out->data + out->len;
-	put_le32(p, (uint32_t)n);
-	put_le32(p + 4, 0);
+	le_put32(p, (uint32_t)n);
+	le_put32(p + 4, 0);
 	out->len += BATCH_HDR_BYTES;
 	return 0;
 }
@@ -277,8 +255,8 @@ int proto_blocks_encode(struct proto_page_enc *e, const uint64_t *blocks, const 
 	r = proto_buf_reserve(out, BATCH_HDR_BYTES + n * (ENTRY_BYTES + PROTO_PAGE_BYTES));
 	if (r)
 		return r;
-	put_le32(out->data + out->len, (uint32_t)n);
-	put_le32(out->data + out->len + 4, 0);
+	le_put32(out->data + out->len, (uint32_t)n);
+	le_put32(out->data + out->len + 4, 0);
 	out->len += BATCH_HDR_BYTES;
 	for (size_t i = 0; i < n; i++)
 		out->len += encode_page(e, blocks[i], data[i], out->data + out->len, &local);
@@ -332,8 +310,8 @@ int proto_pages_encode_iov(struct proto_page_enc *e, const uint64_t *gfns,
 	if (total > UINT32_MAX)
 		return -EMSGSIZE;
 	proto_frame_header(out->data + off, PROTO_T_PAGES, NULL, 0);
-	put_le32(out->data + off + 8, (uint32_t)total);
-	put_le32(out->data + off + 12, crc);
+	le_put32(out->data + off + 8, (uint32_t)total);
+	le_put32(out->data + off + 12, crc);
 	*iovcnt = cnt;
 	stats_add(st, &local, n, PROTO_HDR_BYTES + total);
 	return 0;
@@ -350,16 +328,16 @@ static int check_batch(const uint8_t *p, size_t len, uint64_t max_gfn, uint32_t 
 		log_error(TAG, "page batch of %zu bytes: truncated header", len);
 		return -EBADMSG;
 	}
-	n = get_le32(p);
-	if (n > PROTO_PAGES_MAX_COUNT || get_le32(p + 4) != 0) {
-		log_error(TAG, "page batch: count %u or flags 0x%x invalid", n, get_le32(p + 4));
+	n = le_get32(p);
+	if (n > PROTO_PAGES_MAX_COUNT || le_get32(p + 4) != 0) {
+		log_error(TAG, "page batch: count %u or flags 0x%x invalid", n, le_get32(p + 4));
 		return -EBADMSG;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (len - off < ENTRY_BYTES)
 			goto err_trunc;
-		gfn = get_le64(p + off);
-		elen = get_le32(p + off + 9);
+		gfn = le_get64(p + off);
+		elen = le_get32(p + off + 9);
 		if (gfn >= max_gfn) {
 			log_error(TAG, "page batch entry %u: gfn 0x%llx beyond 0x%llx", i,
 				  (unsigned long long)gfn, (unsigned long long)max_gfn);
@@ -432,8 +410,8 @@ int proto_pages_decode(const void *payload, size_t len, uint64_t max_gfn,
 	if (npages)
 		*npages = n;
 	for (uint32_t i = 0; i < n; i++) {
-		gfn = get_le64(p + off);
-		elen = get_le32(p + off + 9);
+		gfn = le_get64(p + off);
+		elen = le_get32(p + off + 9);
 		data = p + off + ENTRY_BYTES;
 		switch (p[off + 8]) {
 		case PROTO_PAGE_ZERO:

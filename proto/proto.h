@@ -26,6 +26,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "kmod/kmod.h"
+#include "kmod/le.h"
 #include "kmod/log.h"
 #include "proto/understudy.pb-c.h"
 
@@ -433,5 +434,49 @@ int proto_digest_decode(const void *data, size_t len, uint32_t *crc) US_MUST_CHE
 /* Hello.config_digest: the machine configuration digest as bytes (readers
  * use Hello.config_digest64). */
 void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTES]);
+
+/* ---- messages carried as Section data (messages.c) ----
+ *
+ * The machine configuration ("machine-config" Section, and the digest in
+ * Hello) as a packed MachineConfig: encode returns its length or -ENOSPC;
+ * decode -EBADMSG for bytes that do not unpack or a configuration out of
+ * range (vCPUs, memory size and alignment, string lengths). */
+struct machine_config;
+int proto_config_encode(const struct machine_config *cfg, void *buf, size_t len);
+int proto_config_decode(const void *data, size_t len, struct machine_config *cfg) US_MUST_CHECK;
+/* The drill's Sections: DrillRequest (drill-begin, drill-end; a decoded
+ * id 0 is refused) and DrillReport (drill-digest, drill-stats, plain
+ * numbers). encode returns the bytes written or -ENOSPC. */
+int proto_drill_request_encode(uint64_t id, uint8_t *buf, size_t len);
+int proto_drill_request_decode(const void *data, size_t len, uint64_t *id) US_MUST_CHECK;
+int proto_drill_report_encode(const Understudy__DrillReport *m, uint8_t *buf, size_t len);
+int proto_drill_report_decode(const void *data, size_t len,
+			      Understudy__DrillReport *out) US_MUST_CHECK;
+
+/* ---- JSON documents of the control socket and the command line (json.c) ----
+ *
+ * `status json`, the drill's state and the commands' --json lines are built
+ * with json-c and read with its tokener: any string (a peer's error text,
+ * a path) is escaped, and a reader finds fields, not substrings. Numbers
+ * keep the precision they are documented with: proto_json_add_fixed
+ * prints v with that many decimals (a JSON number; null when v is not
+ * finite). The adders do nothing when o is NULL; proto_json_line is then
+ * NULL (out of memory) and the caller answers without a document. */
+struct json_object;
+
+void proto_json_add_str(struct json_object *o, const char *key, const char *v);
+void proto_json_add_u64(struct json_object *o, const char *key, uint64_t v);
+void proto_json_add_bool(struct json_object *o, const char *key, bool v);
+void proto_json_add_fixed(struct json_object *o, const char *key, double v, int decimals);
+/* The document as one line ending in a newline (malloc'd, NULL: out of
+ * memory); drops the caller's reference to o. */
+char *proto_json_line(struct json_object *o);
+/* text holds exactly one JSON object (then at most whitespace): a new
+ * reference, or NULL with what is wrong in why (may be NULL). */
+struct json_object *proto_json_parse(const char *text, const char **why);
+/* A field of o: its string ("" when absent or not a string); its number
+ * (dflt when absent or not a number). */
+const char *proto_json_str(struct json_object *o, const char *key);
+double proto_json_num(struct json_object *o, const char *key, double dflt);
 
 #endif

@@ -6,9 +6,9 @@
 #include "proto/proto.h"
 
 #include "kmod/kmod.h"
+#include "kmod/mutant.h"
 #include "machine/machine.h" /* struct uart_state, struct pci_state: plain device data */
 
-#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
@@ -21,22 +21,19 @@ static inline void put8(uint8_t **p, uint8_t v)
 
 static inline void put16(uint8_t **p, uint16_t v)
 {
-	v = htole16(v);
-	memcpy(*p, &v, 2);
+	le_put16(*p, v);
 	*p += 2;
 }
 
 static inline void put32(uint8_t **p, uint32_t v)
 {
-	v = htole32(v);
-	memcpy(*p, &v, 4);
+	le_put32(*p, v);
 	*p += 4;
 }
 
 static inline void put64(uint8_t **p, uint64_t v)
 {
-	v = htole64(v);
-	memcpy(*p, &v, 8);
+	le_put64(*p, v);
 	*p += 8;
 }
 
@@ -47,29 +44,20 @@ static inline uint8_t get8(const uint8_t **p)
 
 static inline uint16_t get16(const uint8_t **p)
 {
-	uint16_t v;
-
-	memcpy(&v, *p, 2);
 	*p += 2;
-	return le16toh(v);
+	return le_get16(*p - 2);
 }
 
 static inline uint32_t get32(const uint8_t **p)
 {
-	uint32_t v;
-
-	memcpy(&v, *p, 4);
 	*p += 4;
-	return le32toh(v);
+	return le_get32(*p - 4);
 }
 
 static inline uint64_t get64(const uint8_t **p)
 {
-	uint64_t v;
-
-	memcpy(&v, *p, 8);
 	*p += 8;
-	return le64toh(v);
+	return le_get64(*p - 8);
 }
 
 static void put_bytes(uint8_t **p, const void *src, size_t n)
@@ -263,12 +251,9 @@ size_t proto_vcpu_state_encode(const struct kvm_vcpu_state *v, uint8_t *out)
 	uint8_t *p = out;
 
 	VCPU_FIELDS(PUT, *v)
-#ifndef UNDERSTUDY_MUTANT_drop_state_section   /* make check-mutants: the LAPIC is not sent */
 	put_bytes(&p, v->lapic.regs, KVM_APIC_REG_SIZE);
-#else
-	memset(p, 0, KVM_APIC_REG_SIZE);
-	p += KVM_APIC_REG_SIZE;
-#endif
+	if (MUTANT(drop_state_section))   /* make check-mutants: the LAPIC is not sent */
+		memset(p - KVM_APIC_REG_SIZE, 0, KVM_APIC_REG_SIZE);
 	/* A count KVM never gives is written as it is (the decoder refuses
 	 * it); entries past the array go out as zeros, never read from beyond. */
 	for (uint32_t i = 0; i < v->xcrs.nr_xcrs; i++) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "kmod/mutant.h"
 #include "net/beat.h"
 
 #define TAG "beat"
@@ -109,35 +110,40 @@ static uint64_t link_heard_ns(const struct repl_link *l)
 /* Both below read when the peer was heard before the clock. */
 uint64_t repl_link_silent_ns(const struct repl_link *l)
 {
-#ifdef UNDERSTUDY_MUTANT_silence_wraps   /* make check-mutants: the clock first, a later beat wraps */
-	uint64_t now = now_ns();
+	uint64_t heard, now;
 
-	return now - link_heard_ns(l);
-#else
-	uint64_t heard = link_heard_ns(l);
-
+	if (MUTANT(silence_wraps)) {   /* make check-mutants: the clock first, a later beat wraps */
+		now = now_ns();
+		return now - link_heard_ns(l);
+	}
+	heard = link_heard_ns(l);
 	return ns_since(heard, now_ns());
-#endif
+}
+
+/* Stream bytes wait to be read: the peer is heard (they are read next, at
+ * a higher priority). */
+static bool rx_pending(struct repl_link *l, uint64_t now)
+{
+	if (l->conn && net_rx_pending(l->conn)) {
+		l->last_rx_ns = now;
+		return true;
+	}
+	return false;
 }
 
 bool repl_link_heard_late(struct repl_link *l, uint64_t timeout_ns)
 {
 	uint64_t beat, now;
 
-#ifdef UNDERSTUDY_MUTANT_silence_wraps
-	now = now_ns();
-	beat = l->beat ? net_beat_heard_now(l->beat) : 0;
-	if (l->beat && stream_alive(l, now) && now - beat <= timeout_ns)
-		return true;
-#else
+	if (MUTANT(silence_wraps)) {   /* make check-mutants: the clock first, a later beat wraps */
+		now = now_ns();
+		beat = l->beat ? net_beat_heard_now(l->beat) : 0;
+		return (l->beat && stream_alive(l, now) && now - beat <= timeout_ns) ||
+		       rx_pending(l, now);
+	}
 	beat = l->beat ? net_beat_heard_now(l->beat) : 0;
 	now = now_ns();
 	if (l->beat && stream_alive(l, now) && ns_since(beat, now) <= timeout_ns)
 		return true;
-#endif
-	if (l->conn && net_rx_pending(l->conn)) {
-		l->last_rx_ns = now;     /* read next, at a higher priority */
-		return true;
-	}
-	return false;
+	return rx_pending(l, now);
 }

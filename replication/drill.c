@@ -140,7 +140,7 @@ int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec
 
 	if (strcmp(sec->name, REPL_DRILL_BEGIN) && strcmp(sec->name, REPL_DRILL_END))
 		return -EPROTO;
-	if ((r = repl_drill_request_decode(sec, &id)) < 0)
+	if ((r = proto_drill_request_decode(sec->data.data, sec->data.len, &id)) < 0)
 		return r;
 	if (!strcmp(sec->name, REPL_DRILL_BEGIN)) {
 		memset(d, 0, sizeof(*d));
@@ -538,7 +538,7 @@ int repl_drill_section(struct repl_secondary *s, const Understudy__Section *sec)
 
 	if (strcmp(sec->name, REPL_DRILL_DIGEST) && strcmp(sec->name, REPL_DRILL_STATS))
 		return -EPROTO;
-	if ((e = repl_drill_report_decode(sec, &rep)) < 0)
+	if ((e = proto_drill_report_decode(sec->data.data, sec->data.len, &rep)) < 0)
 		return e;
 	if (!r || rep.id != r->id)
 		return 0;                        /* a drill given up on: ignored */

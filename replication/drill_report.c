@@ -327,22 +327,28 @@ static const char *state_name(enum drill_state st)
 char *drill_status_json(struct repl_secondary *s)
 {
 	struct drill_run *r = s->drill ? &s->drill->run : NULL;
-	char *out = NULL;
+	json_object *o = json_object_new_object();
+	char id[20];
 
-	if (!r || r->state == DRILL_IDLE)
-		return strdup("{\"state\":\"idle\"}\n");
-	if (r->state == DRILL_DONE && r->report) {
-		if (asprintf(&out, "{\"state\":\"done\",\"id\":\"%016" PRIx64 "\",\"report\":%s}\n", r->id,
-			     r->report) < 0)
-			return NULL;
-		return out;
+	if (!r || r->state == DRILL_IDLE) {
+		proto_json_add_str(o, "state", "idle");
+		return proto_json_line(o);
 	}
-	if (asprintf(&out, "{\"state\":\"%s\",\"id\":\"%016" PRIx64 "\",\"external\":%s,\"rto_ms\":%.3f,"
-		     "\"epoch_start\":%" PRIu64 ",\"standby_epoch\":%" PRIu64 "}\n",
-		     state_name(r->state), r->id, r->external ? "true" : "false", r->rto_ns / 1e6,
-		     r->epoch_start, s->stage.applied) < 0)
-		return NULL;
-	return out;
+	snprintf(id, sizeof(id), "%016" PRIx64, r->id);
+	if (r->state == DRILL_DONE && r->report) {
+		proto_json_add_str(o, "state", "done");
+		proto_json_add_str(o, "id", id);
+		if (o)
+			json_object_object_add(o, "report", proto_json_parse(r->report, NULL));
+		return proto_json_line(o);
+	}
+	proto_json_add_str(o, "state", state_name(r->state));
+	proto_json_add_str(o, "id", id);
+	proto_json_add_bool(o, "external", r->external);
+	proto_json_add_fixed(o, "rto_ms", r->rto_ns / 1e6, 3);
+	proto_json_add_u64(o, "epoch_start", r->epoch_start);
+	proto_json_add_u64(o, "standby_epoch", s->stage.applied);
+	return proto_json_line(o);
 }
 
 /* ---- the external probe's console relay ---------------------------------------- */

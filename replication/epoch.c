@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kmod/mutant.h"
+
 #define TAG "epoch"
 #define BATCH_PAGES 1024
 #define CONSOLE_SECTION_MAX (1u << 20)  /* frames stay under the peer's limit */
@@ -190,12 +192,10 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	e->capture_ns = t0;
 	e->state = REPL_EPOCH_CAPTURED;
 	repl_event_log("capture %llu", (unsigned long long)e->epoch);
-#ifdef UNDERSTUDY_MUTANT_release_early   /* make check-mutants: output leaves before ACK */
-	repl_release_epoch(q->vm, e->epoch, e->out_mark);
-#endif
-#ifdef UNDERSTUDY_MUTANT_net_release_early   /* make check-mutants: frames leave before ACK */
-	repl_vm_net_release(q->vm, e->epoch, e->net_mark);
-#endif
+	if (MUTANT(release_early))   /* make check-mutants: output leaves before ACK */
+		repl_release_epoch(q->vm, e->epoch, e->out_mark);
+	if (MUTANT(net_release_early))   /* make check-mutants: frames leave before ACK */
+		repl_vm_net_release(q->vm, e->epoch, e->net_mark);
 	count_pause(q, pause_ns);
 	hot_budget(q);
 	return 0;
@@ -269,12 +269,9 @@ static void forget_resent(struct repl_epochs *q)
 			uint64_t page = w * 64 + (uint64_t)__builtin_ctzll(both);
 
 			both &= both - 1;
-#ifndef UNDERSTUDY_MUTANT_precopy_keep_delta   /* make check-mutants: delta against the first copy */
-			proto_page_enc_forget(q->enc, machine_page_gfn(m, page));
-#else
-			(void)m;
-			(void)page;
-#endif
+			/* make check-mutants: precopy_keep_delta, delta against the first copy */
+			if (!MUTANT(precopy_keep_delta))
+				proto_page_enc_forget(q->enc, machine_page_gfn(m, page));
 			resent++;
 		}
 	}

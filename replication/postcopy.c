@@ -452,20 +452,34 @@ const char *repl_pc_src_state(const struct repl_primary *p)
 	return p->pc && p->pc->running && !p->pc->complete && !p->migrated ? "postcopy" : NULL;
 }
 
-void repl_pc_src_status(const struct repl_primary *p, bool json, char *out, size_t len)
+void repl_pc_src_status(const struct repl_primary *p, char *out, size_t len)
 {
 	const struct repl_pc_src *pc = p->pc;
 
 	out[0] = 0;
 	if (!pc)
 		return;
-	snprintf(out, len, json ? ",\"bandwidth_mib\":%.0f,\"postcopy\":%s,\"postcopy_pages\":%llu,"
-		 "\"postcopy_requested\":%llu,\"postcopy_faults\":%llu,\"fault_p50_us\":%llu,"
-		 "\"fault_p99_us\":%llu,\"postcopy_ms\":%.3f" :
+	snprintf(out, len,
 		 "bandwidth %.0f MiB/s\npost-copy %s\npost-copy pages %llu\npost-copy requested %llu\n"
 		 "post-copy faults %llu\nfault p50 %llu us\nfault p99 %llu us\npost-copy %.3f ms\n",
 		 pc->rate.bytes_per_s / 1048576.0, pc->announced ? "true" : "false",
 		 (unsigned long long)pc->nstale, (unsigned long long)pc->nrequested,
 		 (unsigned long long)pc->faults, (unsigned long long)pc->fault_p50_us,
 		 (unsigned long long)pc->fault_p99_us, pc->postcopy_ms);
+}
+
+void repl_pc_src_status_json(const struct repl_primary *p, struct json_object *o)
+{
+	const struct repl_pc_src *pc = p->pc;
+
+	if (!pc)
+		return;
+	proto_json_add_fixed(o, "bandwidth_mib", pc->rate.bytes_per_s / 1048576.0, 0);
+	proto_json_add_bool(o, "postcopy", pc->announced);
+	proto_json_add_u64(o, "postcopy_pages", pc->nstale);
+	proto_json_add_u64(o, "postcopy_requested", pc->nrequested);
+	proto_json_add_u64(o, "postcopy_faults", pc->faults);
+	proto_json_add_u64(o, "fault_p50_us", pc->fault_p50_us);
+	proto_json_add_u64(o, "fault_p99_us", pc->fault_p99_us);
+	proto_json_add_fixed(o, "postcopy_ms", pc->postcopy_ms, 3);
 }

@@ -67,8 +67,10 @@ void repl_pc_src_room(struct repl_primary *p);
 void repl_pc_src_lost(struct repl_primary *p, const struct repl_fault *f);
 /* "postcopy" while the pages stream, else NULL. */
 const char *repl_pc_src_state(const struct repl_primary *p);
-/* Status fields (JSON members with a leading comma, or text lines). */
-void repl_pc_src_status(const struct repl_primary *p, bool json, char *out, size_t len);
+/* Status fields: text lines, or members of the status JSON object. */
+void repl_pc_src_status(const struct repl_primary *p, char *out, size_t len);
+struct json_object;
+void repl_pc_src_status_json(const struct repl_primary *p, struct json_object *o);
 
 /* ---- the destination ------------------------------------------------------------- */
 

@@ -52,6 +52,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kmod/mutant.h"
 #include "net/control.h"
 #include "net/notify.h"
 
@@ -162,9 +163,8 @@ static void drop_protection(struct repl_primary *p, const struct repl_fault *f)
 	repl_sync_stop(&p->sync);
 	throttle_off(p);
 	say_goodbye(p, f->what);
-#ifdef UNDERSTUDY_MUTANT_keep_vouch   /* make check-mutants: the standby's vouch stays */
-	p->vouch_asked = false;
-#endif
+	if (MUTANT(keep_vouch))   /* make check-mutants: the standby's vouch stays */
+		p->vouch_asked = false;
 	if (p->wit && p->vouch_asked) {
 		/* The standby may hold a vouch: it must be withdrawn at the witness
 		 * before output it never saw leaves, or it could take over later
@@ -916,7 +916,7 @@ static void on_connected(struct net_conn *c, void *ctx)
 {
 	struct repl_primary *p = ctx;
 	char cfgtext[512];
-	int n = repl_config_encode(&p->vm->m->cfg, cfgtext, sizeof(cfgtext)), r = n;
+	int n = proto_config_encode(&p->vm->m->cfg, cfgtext, sizeof(cfgtext)), r = n;
 
 	(void)c;
 	p->state = P_HELLO;

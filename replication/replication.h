@@ -262,8 +262,6 @@ int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, co
 #define REPL_SWITCH_REQUEST "switch-request"   /* Section S -> P: switch back to me */
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch) US_MUST_CHECK;
-int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len);
-int repl_config_decode(const void *data, size_t len, struct machine_config *cfg) US_MUST_CHECK;
 
 #define REPL_STATS_WINDOW 1024
 struct repl_stats {
@@ -433,7 +431,8 @@ void repl_drill_pri_acked(struct repl_epochs *q);
  * index and bytes (holes skipped unread); what the drill compares on both
  * sides. m paused, or a clone not started. */
 uint32_t repl_drill_ram_crc(struct machine *m);
-/* wire.c: drill messages as Sections (understudy.proto, DrillRequest). */
+/* wire.c: drill messages as Sections (understudy.proto, DrillRequest;
+ * proto_drill_*_decode reads them). */
 #define REPL_DRILL_BEGIN "drill-begin"
 #define REPL_DRILL_DIGEST "drill-digest"
 #define REPL_DRILL_END "drill-end"
@@ -441,9 +440,6 @@ uint32_t repl_drill_ram_crc(struct machine *m);
 int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id) US_MUST_CHECK;
 int repl_send_drill_report(struct repl_link *l, const char *name,
 			   const Understudy__DrillReport *m) US_MUST_CHECK;
-int repl_drill_request_decode(const Understudy__Section *sec, uint64_t *id) US_MUST_CHECK;
-int repl_drill_report_decode(const Understudy__Section *sec,
-			     Understudy__DrillReport *out) US_MUST_CHECK;
 
 /* ---- the initial sync (sync.c) -------------------------------------------- */
 

@@ -55,6 +55,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "kmod/mutant.h"
 #include "net/control.h"
 #include "net/notify.h"
 #include "replication/fence.h"
@@ -321,7 +322,7 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	int r;
 
 	if (strcmp(sec->name, PROTO_SECTION_MACHINE_CONFIG) ||
-	    repl_config_decode(sec->data.data, sec->data.len, &s->cfg) < 0) {
+	    proto_config_decode(sec->data.data, sec->data.len, &s->cfg) < 0) {
 		log_error(TAG, "refusing primary: bad machine configuration section");
 		return -EBADMSG;
 	}
@@ -466,9 +467,8 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 /* A goodbye: whatever follows (close, silence), no takeover. */
 static int on_fence(struct repl_secondary *s, const Understudy__Fence *f)
 {
-#ifdef UNDERSTUDY_MUTANT_takeover_while_alive   /* make check-mutants: the goodbye is ignored */
-	return 0;
-#endif
+	if (MUTANT(takeover_while_alive))   /* make check-mutants: the goodbye is ignored */
+		return 0;
 	if (f->action == UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_SWITCHES) {
 		if (!f->listen || !f->listen[0] || strlen(f->listen) >= sizeof(s->switch_listen)) {
 			log_error(TAG, "a switchover without a usable standby address: refused");
@@ -536,11 +536,11 @@ static int on_message(struct repl_secondary *s, uint16_t type, ProtobufCMessage 
 		return type == PROTO_T_SECTION ? build_standby(s, (Understudy__Section *)msg) : -EPROTO;
 	switch (type) {
 	case PROTO_T_EPOCH_BEGIN:
-#ifdef UNDERSTUDY_MUTANT_ack_before_staged   /* make check-mutants: ACK(N) before N is staged */
-		if (repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch) < 0)
-			return -EPROTO;
-		return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.cur);
-#endif
+		if (MUTANT(ack_before_staged)) {   /* make check-mutants: ACK(N) before N is staged */
+			if (repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch) < 0)
+				return -EPROTO;
+			return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.cur);
+		}
 		return repl_staging_begin(&s->stage, ((Understudy__EpochBegin *)msg)->epoch);
 	case PROTO_T_SECTION:
 		if (!strcmp(((Understudy__Section *)msg)->name, REPL_BEAT_SECTION))

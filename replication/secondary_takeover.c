@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kmod/mutant.h"
 #include "net/notify.h"
 #include "replication/fence.h"
 
@@ -115,14 +116,13 @@ static void take_over(struct repl_secondary *s)
 		net_listener_close(s->lis);
 		s->lis = NULL;
 	}
-#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* as it was: a taken port fails the takeover */
-	if (console_bind(s->loop, s->o->console, &s->con) < 0) {
+	/* make check-mutants: bound here, as it was: a taken port fails the takeover */
+	if (MUTANT(console_at_takeover) && console_bind(s->loop, s->o->console, &s->con) < 0) {
 		s->exit_status = 1;
 		s->state = S_DONE;
 		ev_break(s->loop, EVBREAK_ALL);
 		return;
 	}
-#endif
 	repl_vm_serve_console(s->vm, s->con);
 	s->con = NULL;                   /* the VM owns it now */
 	if (g->held.len && (!s->wit || repl_witness_valid(s->wit))) {
@@ -289,10 +289,10 @@ void repl_sec_fence_retry_stop(struct repl_secondary *s)
  * contends for the key; only a win resumes the guest (on_witness_done). */
 void repl_sec_begin_takeover(struct repl_secondary *s)
 {
-#ifdef UNDERSTUDY_MUTANT_takeover_without_key   /* make check-mutants: the key is not won first */
-	fence_and_take_over(s, "the primary is silent");
-	return;
-#endif
+	if (MUTANT(takeover_without_key)) {   /* make check-mutants: the key is not won first */
+		fence_and_take_over(s, "the primary is silent");
+		return;
+	}
 	s->fence_failures = 0;
 	if (!s->wit) {
 		fence_and_take_over(s, "the primary is silent");
@@ -389,9 +389,8 @@ int repl_sec_acquire_resources(struct repl_secondary *s)
 {
 	int r;
 
-#ifdef UNDERSTUDY_MUTANT_console_at_takeover   /* make check-mutants: bound at takeover */
-	return 0;
-#endif
+	if (MUTANT(console_at_takeover))   /* make check-mutants: bound at takeover */
+		return 0;
 	r = console_bind(s->loop, s->o->console, &s->con);
 	if (r < 0) {
 		log_error(TAG, "cannot bind the console %s (%s): a takeover could not serve it; "

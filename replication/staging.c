@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kmod/mutant.h"
+
 #define TAG "staging"
 #define HELD_OUTPUT_MAX (16u << 20)
 
@@ -86,10 +88,9 @@ static int disk_section(struct repl_staging *g, const Understudy__Section *sec)
 	if (g->in_epoch) {
 		r = repl_disk_stage(&g->disk, machine_disk_blocks(m), sec->data.data, sec->data.len,
 				    &g->disk_crc);
-#ifdef UNDERSTUDY_MUTANT_disk_apply_early   /* make check-mutants: blocks written on receipt */
-		if (r == 0 && repl_disk_apply(m, &g->disk, false) < 0)
+		/* make check-mutants: blocks written on receipt */
+		if (MUTANT(disk_apply_early) && r == 0 && repl_disk_apply(m, &g->disk, false) < 0)
 			return -EIO;
-#endif
 		return r;
 	}
 	if (g->have_ckpt)
@@ -160,10 +161,9 @@ static int page_staged(void *ctx, uint64_t gfn, const void *data)
 	if (g->stage.npages >= 2 * g->vm->m->ram_pages)
 		return -EBADMSG;
 	g->crc = proto_digest_page(g->crc, gfn, data);
-#ifdef UNDERSTUDY_MUTANT_apply_partial   /* make check-mutants: applied as it arrives */
-	if (page_direct(ctx, gfn, data) < 0)
+	/* make check-mutants: applied as it arrives */
+	if (MUTANT(apply_partial) && page_direct(ctx, gfn, data) < 0)
 		return -EBADMSG;
-#endif
 	return ckpt_add_page(&g->stage, gfn, data);
 }
 

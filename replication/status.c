@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 static const char *const pstate_names[] = {
 	"connecting", "hello", "syncing", "first-checkpoint", "protected", "switching", "unprotected",
 	"fenced", "done",
@@ -25,48 +27,112 @@ static uint64_t left_bytes(const struct repl_primary *p)
 	return 0;
 }
 
+/* What status shows of the agent's last failure and of its fencing. */
+struct status_words {
+	char reason[200];
+	char fencing[200];
+};
+
+/* The text status has one field a line: a reason's control characters
+ * (a peer's text may hold any) are shown as spaces there; JSON carries
+ * the reason as it is. */
+static const char *one_line(char *s)
+{
+	for (char *c = s; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = ' ';
+	return s;
+}
+
+static void pri_words(const struct repl_primary *p, struct status_words *w)
+{
+	repl_fault_reason(&p->fault, w->reason, sizeof(w->reason));
+	if (p->wit)
+		snprintf(w->fencing, sizeof(w->fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms "
+			 "left, standby %s)", p->o->witness.key, (long long)repl_witness_left_ms(p->wit),
+			 p->vouched ? "vouched for" : "not vouched for");
+	else
+		snprintf(w->fencing, sizeof(w->fencing), "%s", REPL_FENCING);
+}
+
+static char *pri_status_json(const struct repl_primary *p)
+{
+	const struct repl_epochs *q = &p->ep;
+	const struct repl_disk_cap *d = &q->disk;
+	uint64_t p50, p99, de = d->epochs_with_blocks;
+	json_object *o = json_object_new_object();
+	struct status_words w;
+
+	pri_words(p, &w);
+	repl_stats_pause_pct(&q->st, &p50, &p99);
+	proto_json_add_str(o, "role", "primary");
+	proto_json_add_str(o, "state", repl_primary_state(p));
+	proto_json_add_str(o, "peer", p->o->peer);
+	proto_json_add_u64(o, "epoch", q->epoch);
+	proto_json_add_u64(o, "acked", q->acked);
+	proto_json_add_fixed(o, "pause_p50_us", p50 / 1e3, 1);
+	proto_json_add_fixed(o, "pause_p99_us", p99 / 1e3, 1);
+	proto_json_add_u64(o, "dirty_pages_last", q->st.last_dirty_pages);
+	proto_json_add_fixed(o, "dirty_pages_avg", q->st.epochs ? (double)q->st.dirty_pages_total /
+			     (double)q->st.epochs : 0.0, 1);
+	proto_json_add_u64(o, "bytes_sent", p->link.bytes_sent);
+	proto_json_add_fixed(o, "lag_ms", q->st.lag_ns / 1e6, 3);
+	proto_json_add_u64(o, "stretched", q->st.stretched);
+	proto_json_add_fixed(o, "since_heartbeat_ms", p->link.conn ?
+			     (now_ns() - p->link.last_rx_ns) / 1e6 : -1, 1);
+	proto_json_add_fixed(o, "pause_max_us", q->worst.pause_ns / 1e3, 1);
+	proto_json_add_u64(o, "pause_max_pages", q->worst_pages);
+	proto_json_add_fixed(o, "pause_max_harvest_us", q->worst.harvest_ns / 1e3, 1);
+	proto_json_add_fixed(o, "pause_max_copy_us", q->worst.copy_ns / 1e3, 1);
+	proto_json_add_fixed(o, "pause_max_state_us", q->worst.state_ns / 1e3, 1);
+	proto_json_add_str(o, "reason", w.reason);
+	proto_json_add_str(o, "fencing", w.fencing);
+	proto_json_add_fixed(o, "migration_downtime_ms", p->downtime_ms, 3);
+	proto_json_add_fixed(o, "migration_total_ms", p->migration_ms, 3);
+	proto_json_add_u64(o, "throttle_pct", p->throttle_pct);
+	proto_json_add_u64(o, "resumed_epoch", p->o->resume_epoch);
+	proto_json_add_fixed(o, "switch_in_ms", p->o->switch_downtime_ms, 3);
+	proto_json_add_u64(o, "precopy_passes", q->st.pre_passes);
+	proto_json_add_u64(o, "precopy_pages", q->st.pre_pages);
+	proto_json_add_u64(o, "precopy_resent", q->st.pre_resent);
+	proto_json_add_u64(o, "left_bytes", left_bytes(p));
+	proto_json_add_fixed(o, "predicted_downtime_ms", p->predicted_ms, 3);
+	repl_pc_src_status_json(p, o);
+	/* Disk replication: blocks per epoch that had any, and their copy in the pause. */
+	if (d->nblocks) {
+		proto_json_add_u64(o, "disk_epochs", de);
+		proto_json_add_u64(o, "disk_blocks", d->blocks_total);
+		proto_json_add_fixed(o, "disk_blocks_per_epoch",
+				     de ? (double)d->blocks_total / de : 0.0, 1);
+		proto_json_add_fixed(o, "disk_copy_us_per_epoch",
+				     de ? d->copy_ns_total / 1e3 / de : 0.0, 1);
+	}
+	return proto_json_line(o);
+}
+
 static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 {
 	struct repl_primary *p = ctx;
 	const struct repl_epochs *q = &p->ep;
 	uint64_t p50, p99;
-	bool json = strstr(req, "json") != NULL;
 	double hb_ms = p->link.conn ? (now_ns() - p->link.last_rx_ns) / 1e6 : -1;
-	char reason[200], fencing[200], pc[512], tail[800];
+	char pc[512], tail[800];
 	const struct repl_disk_cap *d = &q->disk;
 	uint64_t de = d->epochs_with_blocks;
+	struct status_words w;
 
-	repl_fault_reason(&p->fault, reason, sizeof(reason));
-	repl_pc_src_status(p, json, pc, sizeof(pc));
-	/* Disk replication: blocks per epoch that had any, and their copy in the pause. */
+	(void)req;
+	pri_words(p, &w);
+	repl_pc_src_status(p, pc, sizeof(pc));
 	if (!d->nblocks)
 		snprintf(tail, sizeof(tail), "%s", pc);
 	else
-		snprintf(tail, sizeof(tail), json ?
-			 "%s,\"disk_epochs\":%llu,\"disk_blocks\":%llu,\"disk_blocks_per_epoch\":%.1f,"
-			 "\"disk_copy_us_per_epoch\":%.1f" :
-			 "%sdisk: %llu epochs with blocks, %llu blocks, %.1f blocks and %.1f us of copy "
-			 "in the pause per such epoch\n", pc, (unsigned long long)de,
+		snprintf(tail, sizeof(tail), "%sdisk: %llu epochs with blocks, %llu blocks, %.1f blocks "
+			 "and %.1f us of copy in the pause per such epoch\n", pc, (unsigned long long)de,
 			 (unsigned long long)d->blocks_total, de ? (double)d->blocks_total / de : 0.0,
 			 de ? d->copy_ns_total / 1e3 / de : 0.0);
 	repl_stats_pause_pct(&q->st, &p50, &p99);
-	if (p->wit)
-		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, lease %lld ms left, "
-			 "standby %s)", p->o->witness.key, (long long)repl_witness_left_ms(p->wit),
-			 p->vouched ? "vouched for" : "not vouched for");
-	else
-		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
-	return snprintf(out, len, json ?
-			"{\"role\":\"primary\",\"state\":\"%s\",\"peer\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
-			"\"pause_p50_us\":%.1f,\"pause_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
-			"\"dirty_pages_avg\":%.1f,\"bytes_sent\":%llu,\"lag_ms\":%.3f,"
-			"\"stretched\":%llu,\"since_heartbeat_ms\":%.1f,\"pause_max_us\":%.1f,"
-			"\"pause_max_pages\":%llu,\"pause_max_harvest_us\":%.1f,\"pause_max_copy_us\":%.1f,"
-			"\"pause_max_state_us\":%.1f,\"reason\":\"%s\",\"fencing\":\"%s\","
-			"\"migration_downtime_ms\":%.3f,\"migration_total_ms\":%.3f,"
-			"\"throttle_pct\":%u,\"resumed_epoch\":%llu,\"switch_in_ms\":%.3f,"
-			"\"precopy_passes\":%llu,\"precopy_pages\":%llu,\"precopy_resent\":%llu,"
-			"\"left_bytes\":%llu,\"predicted_downtime_ms\":%.3f%s}\n" :
+	return snprintf(out, len,
 			"role primary\nstate %s\npeer %s\nepoch %llu\nacked %llu\npause p50 %.1f us\n"
 			"pause p99 %.1f us\ndirty pages last %llu\ndirty pages avg %.1f\n"
 			"bytes sent %llu\nlag %.3f ms\nstretched epochs %llu\n"
@@ -84,14 +150,17 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)q->st.stretched, hb_ms, q->worst.pause_ns / 1e3,
 			(unsigned long long)q->worst_pages, q->worst.harvest_ns / 1e3,
 			q->worst.copy_ns / 1e3, q->worst.state_ns / 1e3,
-			json || reason[0] ? reason : "none", fencing, p->downtime_ms, p->migration_ms,
-			p->throttle_pct, (unsigned long long)p->o->resume_epoch, p->o->switch_downtime_ms,
-			(unsigned long long)q->st.pre_passes, (unsigned long long)q->st.pre_pages,
-			(unsigned long long)q->st.pre_resent, (unsigned long long)left_bytes(p), p->predicted_ms, tail);
+			w.reason[0] ? one_line(w.reason) : "none", one_line(w.fencing), p->downtime_ms,
+			p->migration_ms, p->throttle_pct, (unsigned long long)p->o->resume_epoch,
+			p->o->switch_downtime_ms, (unsigned long long)q->st.pre_passes,
+			(unsigned long long)q->st.pre_pages, (unsigned long long)q->st.pre_resent,
+			(unsigned long long)left_bytes(p), p->predicted_ms, tail);
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)
 {
+	if (strstr(req, "json"))
+		return pri_status_json(ctx);
 	return repl_status_reply(pri_status_format, ctx, req);
 }
 
@@ -103,32 +172,61 @@ const char *repl_sec_state_name(const struct repl_secondary *s)
 	return sstate_names[s->state];
 }
 
+static void sec_words(const struct repl_secondary *s, struct status_words *w)
+{
+	repl_fault_reason(&s->fault, w->reason, sizeof(w->reason));
+	if (s->wit)
+		snprintf(w->fencing, sizeof(w->fencing), REPL_FENCING_WITNESS " (key %s, %s)",
+			 s->o->witness.key, s->state >= S_ACTIVE ? "this side owns it" :
+			 "takeover only after winning it");
+	else
+		snprintf(w->fencing, sizeof(w->fencing), "%s", REPL_FENCING);
+}
+
+/* A standby that took over runs the guest: a primary, unprotected until
+ * `understudy protect` attaches a secondary (then the engine answers). */
+static char *sec_status_json(const struct repl_secondary *s)
+{
+	const struct repl_staging *g = &s->stage;
+	bool took_over = s->state == S_ACTIVE;
+	json_object *o = json_object_new_object();
+	struct status_words w;
+	uint64_t p50, p99;
+
+	sec_words(s, &w);
+	repl_stats_pause_pct(&g->st, &p50, &p99);
+	proto_json_add_str(o, "role", took_over ? "primary" : "secondary");
+	proto_json_add_str(o, "state", took_over ? "unprotected" : repl_sec_state_name(s));
+	proto_json_add_u64(o, "epoch", g->applied);
+	proto_json_add_u64(o, "acked", g->applied);
+	proto_json_add_fixed(o, "apply_p50_us", p50 / 1e3, 1);
+	proto_json_add_fixed(o, "apply_p99_us", p99 / 1e3, 1);
+	proto_json_add_u64(o, "dirty_pages_last", g->st.last_dirty_pages);
+	proto_json_add_u64(o, "bytes_received", s->link.bytes_rcvd);
+	proto_json_add_fixed(o, "since_heartbeat_ms", (now_ns() - s->link.last_rx_ns) / 1e6, 1);
+	proto_json_add_u64(o, "verify_ok", g->verify_ok);
+	proto_json_add_u64(o, "verify_failed", g->verify_failed);
+	proto_json_add_str(o, "reason", w.reason);
+	proto_json_add_str(o, "fencing", w.fencing);
+	proto_json_add_u64(o, "switchovers", s->switches);
+	proto_json_add_u64(o, "switch_epoch", s->switch_epoch);
+	proto_json_add_fixed(o, "switch_downtime_ms", s->switch_downtime_ms, 3);
+	return proto_json_line(o);
+}
+
 static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
 {
 	struct repl_secondary *s = ctx;
 	const struct repl_staging *g = &s->stage;
 	uint64_t p50, p99;
-	bool json = strstr(req, "json") != NULL;
 	double hb_ms = (now_ns() - s->link.last_rx_ns) / 1e6;
-	char reason[200], fencing[200];
-	/* A standby that took over runs the guest: a primary, unprotected until
-	 * `understudy protect` attaches a secondary (then the engine answers). */
 	bool took_over = s->state == S_ACTIVE;
+	struct status_words w;
 
-	repl_fault_reason(&s->fault, reason, sizeof(reason));
+	(void)req;
+	sec_words(s, &w);
 	repl_stats_pause_pct(&g->st, &p50, &p99);
-	if (s->wit)
-		snprintf(fencing, sizeof(fencing), REPL_FENCING_WITNESS " (key %s, %s)",
-			 s->o->witness.key, s->state >= S_ACTIVE ? "this side owns it" :
-			 "takeover only after winning it");
-	else
-		snprintf(fencing, sizeof(fencing), "%s", REPL_FENCING);
-	return snprintf(out, len, json ?
-			"{\"role\":\"%s\",\"state\":\"%s\",\"epoch\":%llu,\"acked\":%llu,"
-			"\"apply_p50_us\":%.1f,\"apply_p99_us\":%.1f,\"dirty_pages_last\":%llu,"
-			"\"bytes_received\":%llu,\"since_heartbeat_ms\":%.1f,\"verify_ok\":%llu,"
-			"\"verify_failed\":%llu,\"reason\":\"%s\",\"fencing\":\"%s\",\"switchovers\":%llu,"
-			"\"switch_epoch\":%llu,\"switch_downtime_ms\":%.3f}\n" :
+	return snprintf(out, len,
 			"role %s\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
 			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
@@ -139,12 +237,15 @@ static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)g->st.last_dirty_pages,
 			(unsigned long long)s->link.bytes_rcvd, hb_ms,
 			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
-			json || reason[0] ? reason : "none", fencing, (unsigned long long)s->switches,
-			(unsigned long long)s->switch_epoch, s->switch_downtime_ms);
+			w.reason[0] ? one_line(w.reason) : "none", one_line(w.fencing),
+			(unsigned long long)s->switches, (unsigned long long)s->switch_epoch,
+			s->switch_downtime_ms);
 }
 
 char *repl_sec_status_text(void *ctx, const char *req)
 {
+	if (strstr(req, "json"))
+		return sec_status_json(ctx);
 	return repl_status_reply(sec_status_format, ctx, req);
 }
 

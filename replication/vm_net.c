@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kmod/le.h"
+
 #define TAG "vnet"
 #define RX_BATCH 64          /* frames read from the tap a wake-up */
 
@@ -51,8 +53,7 @@ void repl_vm_net_tx(void *ctx, const uint8_t *frame, size_t len)
 		pthread_mutex_unlock(&v->out_lock);
 		return;
 	}
-	h->buf[h->len] = (uint8_t)len;
-	h->buf[h->len + 1] = (uint8_t)(len >> 8);
+	le_put16(h->buf + h->len, (uint16_t)len);
 	memcpy(h->buf + h->len + 2, frame, len);
 	first = h->frames == 0;
 	fresh = h->produced == h->epoch_mark;
@@ -94,7 +95,7 @@ void repl_vm_net_release(struct repl_vm *v, uint64_t epoch, uint64_t mark)
 	pthread_mutex_lock(&v->out_lock);
 	from = h->released;
 	while (h->frames && h->released + n < mark) {
-		size_t len = h->buf[off] | (size_t)h->buf[off + 1] << 8;
+		size_t len = le_get16(h->buf + off);
 
 		if (net_tap_write(v->tap, h->buf + off + 2, len) < 0)
 			h->tap_errors++;     /* a full tap queue drops it, as a wire would */

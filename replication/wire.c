@@ -1,13 +1,12 @@
 /* Pieces of the replication protocol both sides share: the link (a
  * connection with its frame decoder and liveness clock), small control
- * messages, the Hello exchange and the machine configuration section (a
- * packed MachineConfig, proto/understudy.proto). */
+ * messages, the Hello exchange; the Sections' messages (MachineConfig, the
+ * drill's) are packed in proto/messages.c. */
 #include "replication/replication.h"
 
 #include "net/beat.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,53 +320,6 @@ int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *er
 	return 0;
 }
 
-/* The configuration travels as a packed MachineConfig message. */
-int repl_config_encode(const struct machine_config *cfg, char *buf, size_t len)
-{
-	Understudy__MachineConfig mc = UNDERSTUDY__MACHINE_CONFIG__INIT;
-	size_t n;
-
-	mc.mem_bytes = cfg->mem_bytes;
-	mc.vcpus = (uint32_t)cfg->ncpus;
-	mc.guest = (char *)cfg->guest;
-	mc.guest_args = (char *)cfg->guest_args;
-	mc.disk_bytes = cfg->ndisks ? cfg->disk_bytes : 0;
-	n = protobuf_c_message_get_packed_size(&mc.base);
-	if (n > len || n > INT_MAX)
-		return -ENOSPC;
-	return (int)protobuf_c_message_pack(&mc.base, (uint8_t *)buf);
-}
-
-static bool config_valid(const Understudy__MachineConfig *mc)
-{
-	return mc->vcpus >= 1 && mc->vcpus <= KVM_MAX_VCPUS && mc->mem_bytes >= (8ull << 20) &&
-	       mc->mem_bytes <= MACHINE_MAX_MEM && !(mc->mem_bytes % (2ull << 20)) &&
-	       strlen(mc->guest) < sizeof(((struct machine_config *)0)->guest) &&
-	       strlen(mc->guest_args) < sizeof(((struct machine_config *)0)->guest_args);
-}
-
-int repl_config_decode(const void *data, size_t len, struct machine_config *cfg)
-{
-	Understudy__MachineConfig *mc;
-	int r = -EBADMSG;
-
-	mc = understudy__machine_config__unpack(NULL, len, data);
-	if (!mc)
-		return -EBADMSG;
-	if (config_valid(mc)) {
-		memset(cfg, 0, sizeof(*cfg));
-		cfg->mem_bytes = mc->mem_bytes;
-		cfg->ncpus = (int)mc->vcpus;
-		strcpy(cfg->guest, mc->guest);
-		strcpy(cfg->guest_args, mc->guest_args);
-		cfg->disk_bytes = mc->disk_bytes;
-		cfg->ndisks = mc->disk_bytes ? 1 : 0;
-		r = 0;
-	}
-	understudy__machine_config__free_unpacked(mc, NULL);
-	return r;
-}
-
 int repl_send_error(struct repl_link *l, int code, const char *text)
 {
 	Understudy__Error e = UNDERSTUDY__ERROR__INIT;
@@ -492,46 +444,16 @@ void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p
 
 int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id)
 {
-	Understudy__DrillRequest m = UNDERSTUDY__DRILL_REQUEST__INIT;
 	uint8_t buf[32];
+	int n = proto_drill_request_encode(id, buf, sizeof(buf));
 
-	m.id = id;
-	if (protobuf_c_message_get_packed_size(&m.base) > sizeof(buf))
-		return -ENOSPC;
-	return repl_link_send_section(l, name, buf, protobuf_c_message_pack(&m.base, buf));
+	return n < 0 ? n : repl_link_send_section(l, name, buf, (size_t)n);
 }
 
 int repl_send_drill_report(struct repl_link *l, const char *name, const Understudy__DrillReport *m)
 {
 	uint8_t buf[256];
+	int n = proto_drill_report_encode(m, buf, sizeof(buf));
 
-	if (protobuf_c_message_get_packed_size(&m->base) > sizeof(buf))
-		return -ENOSPC;
-	return repl_link_send_section(l, name, buf, protobuf_c_message_pack(&m->base, buf));
-}
-
-int repl_drill_request_decode(const Understudy__Section *sec, uint64_t *id)
-{
-	Understudy__DrillRequest *m = understudy__drill_request__unpack(NULL, sec->data.len,
-									 sec->data.data);
-
-	if (!m)
-		return -EBADMSG;
-	*id = m->id;
-	understudy__drill_request__free_unpacked(m, NULL);
-	return *id ? 0 : -EBADMSG;
-}
-
-int repl_drill_report_decode(const Understudy__Section *sec, Understudy__DrillReport *out)
-{
-	Understudy__DrillReport *m = understudy__drill_report__unpack(NULL, sec->data.len,
-								       sec->data.data);
-
-	if (!m)
-		return -EBADMSG;
-	*out = *m;
-	out->base.unknown_fields = NULL;
-	out->base.n_unknown_fields = 0;
-	understudy__drill_report__free_unpacked(m, NULL);
-	return 0;
+	return n < 0 ? n : repl_link_send_section(l, name, buf, (size_t)n);
 }

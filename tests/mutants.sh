@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make check-mutants: proof that the suite notices when the product breaks an
-# invariant. Each mutant is a few lines under #ifdef UNDERSTUDY_MUTANT_<name>
-# at the exact place the invariant is kept (grep for it). For each one this
+# invariant. Each mutant is a hook, `if (MUTANT(<name>)) ...` (kmod/mutant.h),
+# at the exact place the invariant is kept (grep for it): 0 in every build but
+# the one made with MUTANT=<name>, where it breaks the invariant. For each one this
 # builds the product with it (build/mutant-<name>), runs the tests that guard
 # that invariant, and counts the mutant caught when one of them fails. The
 # guards must first pass on the unmutated build, else they prove nothing.
@@ -71,9 +72,9 @@ while IFS='|' read -r m inv guards; do
 	wanted "$m" || continue
 	b=$root-$m
 	echo "== mutant $m"
-	files=$(grep -rl --include='*.c' "UNDERSTUDY_MUTANT_$m\b" kmod machine checkpoint replication net proto primary secondary)
+	files=$(grep -rlF --include='*.c' "MUTANT($m)" kmod machine checkpoint replication net proto primary secondary)
 	if [ -z "$files" ]; then
-		echo "FAIL: no #ifdef UNDERSTUDY_MUTANT_$m in the product"
+		echo "FAIL: no MUTANT($m) hook in the product"
 		exit 1
 	fi
 	# Start from the baseline objects; rebuild only what the mutant touches.

@@ -916,10 +916,75 @@ static void test_state_blob(void **state)
 	free(blob);
 }
 
+/* kmod/le.h: the byte order of each width, at an odd address, and back. */
+static void test_le_helpers(void **state)
+{
+	uint8_t b[1 + 8];
+	static const uint8_t want64[8] = { 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11 };
+
+	(void)state;
+	le_put16(b + 1, 0x1122);
+	assert_int_equal(b[1], 0x22);
+	assert_int_equal(b[2], 0x11);
+	assert_int_equal(le_get16(b + 1), 0x1122);
+	le_put32(b + 1, 0x11223344u);
+	assert_memory_equal(b + 1, want64 + 4, 4);
+	assert_int_equal(le_get32(b + 1), 0x11223344u);
+	le_put64(b + 1, 0x1122334455667788ull);
+	assert_memory_equal(b + 1, want64, 8);
+	assert_true(le_get64(b + 1) == 0x1122334455667788ull);
+	le_put64(b + 1, ~0ull);
+	assert_true(le_get64(b + 1) == ~0ull);
+	assert_int_equal(le_get32(b + 1), 0xffffffffu);
+}
+
+/* proto/messages.c: a configuration and the drill's messages survive the
+ * trip; out-of-range ones and short buffers are refused. */
+static void test_section_messages(void **state)
+{
+	struct machine_config cfg = { .mem_bytes = 64ull << 20, .ncpus = 2, .guest = "counter",
+				      .guest_args = "n=3", .ndisks = 1, .disk_bytes = 1 << 20 }, back;
+	Understudy__DrillReport rep = UNDERSTUDY__DRILL_REPORT__INIT, rep_back;
+	uint8_t buf[512];
+	uint64_t id;
+	int n;
+
+	(void)state;
+	n = proto_config_encode(&cfg, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_int_equal(proto_config_decode(buf, (size_t)n, &back), 0);
+	assert_true(back.mem_bytes == cfg.mem_bytes);
+	assert_int_equal(back.ncpus, 2);
+	assert_string_equal(back.guest, "counter");
+	assert_string_equal(back.guest_args, "n=3");
+	assert_true(back.disk_bytes == 1 << 20 && back.ndisks == 1);
+	assert_int_equal(proto_config_encode(&cfg, buf, 4), -ENOSPC);
+	cfg.ncpus = KVM_MAX_VCPUS + 1;
+	n = proto_config_encode(&cfg, buf, sizeof(buf));
+	assert_int_equal(proto_config_decode(buf, (size_t)n, &back), -EBADMSG);
+
+	n = proto_drill_request_encode(0x1234567890ull, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_int_equal(proto_drill_request_decode(buf, (size_t)n, &id), 0);
+	assert_true(id == 0x1234567890ull);
+	n = proto_drill_request_encode(0, buf, sizeof(buf));
+	assert_int_equal(proto_drill_request_decode(buf, (size_t)n, &id), -EBADMSG);
+
+	rep.id = 7;
+	rep.mem_crc32c = 0xdeadbeef;
+	n = proto_drill_report_encode(&rep, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_int_equal(proto_drill_report_decode(buf, (size_t)n, &rep_back), 0);
+	assert_true(rep_back.mem_crc32c == 0xdeadbeef);
+	assert_int_equal(proto_drill_report_encode(&rep, buf, 1), -ENOSPC);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc32c),
+		cmocka_unit_test(test_le_helpers),
+		cmocka_unit_test(test_section_messages),
 		cmocka_unit_test(test_msg_roundtrip),
 		cmocka_unit_test(test_frame_errors),
 		cmocka_unit_test(test_pages_roundtrip),

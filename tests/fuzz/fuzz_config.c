@@ -1,6 +1,6 @@
 /* Fuzz target: the machine configuration a secondary receives (the data
  * of the "machine-config" section, a packed MachineConfig) through
- * repl_config_decode(). Accepted: it returned 0; the decoded configuration
+ * proto_config_decode(). Accepted: it returned 0; the decoded configuration
  * is then within the limits a machine can be built with. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 int fuzz_verdict(const uint8_t *data, size_t size)
 {
 	struct machine_config cfg;
-	int r = repl_config_decode(data, size, &cfg);
+	int r = proto_config_decode(data, size, &cfg);
 
 	if (r == 0 && (cfg.ncpus < 1 || cfg.ncpus > KVM_MAX_VCPUS ||
 		       cfg.mem_bytes > MACHINE_MAX_MEM ||

@@ -63,7 +63,7 @@ static int build_standby(struct standby *s, const Understudy__Section *sec)
 	struct machine_config cfg;
 
 	if (strcmp(sec->name, PROTO_SECTION_MACHINE_CONFIG) ||
-	    repl_config_decode(sec->data.data, sec->data.len, &cfg) < 0 ||
+	    proto_config_decode(sec->data.data, sec->data.len, &cfg) < 0 ||
 	    machine_config_digest(&cfg) != s->hello_digest)
 		return -EBADMSG;
 	s->vm.m = stand_in();

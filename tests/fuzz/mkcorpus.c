@@ -191,7 +191,7 @@ static void config_case(const char *name, uint64_t mem_mb, int ncpus, const char
 
 	snprintf(cfg.guest, sizeof(cfg.guest), "%s", guest);
 	snprintf(cfg.guest_args, sizeof(cfg.guest_args), "%s", args);
-	n = repl_config_encode(&cfg, buf, sizeof(buf));
+	n = proto_config_encode(&cfg, buf, sizeof(buf));
 	if (n < 0)
 		exit(1);
 	put_file("config", name, buf, (size_t)n);
@@ -229,7 +229,7 @@ static void frame_corpus(void)
 	struct proto_buf out;
 	uint8_t hdr[PROTO_HDR_BYTES];
 	char text[512];
-	int n = repl_config_encode(&cfg, text, sizeof(text));
+	int n = proto_config_encode(&cfg, text, sizeof(text));
 
 	proto_buf_init(&out);
 	h.protocol_version = PROTO_VERSION;
@@ -398,7 +398,7 @@ static void hello(struct proto_buf *out, const struct machine_config *cfg)
 static void config(struct proto_buf *out, const struct machine_config *cfg)
 {
 	char text[512];
-	int n = repl_config_encode(cfg, text, sizeof(text));
+	int n = proto_config_encode(cfg, text, sizeof(text));
 
 	if (n < 0 || repl_section_pack(out, PROTO_SECTION_MACHINE_CONFIG, text, (size_t)n))
 		exit(1);
