@@ -183,7 +183,9 @@ int cli_cmd_restore(int argc, char **argv)
 		goto err;
 	}
 	ckpt_fini(&c);
-	/* The guest's NIC is behind this host's tap now: it announces itself. */
+	/* The guest's NIC is behind this host's tap now: this host announces
+	 * its MAC there, and the guest is asked to announce itself. */
+	repl_vm_net_announce(vm);
 	if (machine_net_announce(vm->m))
 		fprintf(stderr, "understudy restore: the guest is asked to announce its MAC\n");
 	if (cli_ops_start(&ops, loop, "primary", &co)) {

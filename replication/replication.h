@@ -117,6 +117,10 @@ uint64_t repl_vm_net_mark(struct repl_vm *v);
 void repl_vm_net_release(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 /* Held frames are dropped (a copy becoming a standby). */
 void repl_vm_net_forget(struct repl_vm *v);
+/* The guest's NIC now sits behind this host's tap (a takeover, a restore):
+ * RARP broadcasts from its MAC so that bridges and switches learn its new
+ * port whatever the guest does. */
+void repl_vm_net_announce(struct repl_vm *v);
 
 /* ---- the link between primary and secondary (wire.c) ---------------------- */
 

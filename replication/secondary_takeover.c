@@ -59,11 +59,12 @@ static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
  * its MAC went, as QEMU does after a migration. */
 static void announce(struct repl_secondary *s)
 {
+	repl_vm_net_announce(s->vm);
 	if (machine_net_announce(s->vm->m))
 		log_info(TAG, "the guest is asked to announce its MAC on this host's tap");
 	else if (s->vm->m->vnet)
 		log_warn(TAG, "the guest's NIC driver did not take GUEST_ANNOUNCE: peers learn its "
-			 "new port from its next frame");
+			 "new port from this host's RARP and its next frame");
 }
 
 /* The old primary handed the guest over (Fence SWITCHES) and this side

@@ -120,6 +120,40 @@ void repl_vm_net_release(struct repl_vm *v, uint64_t epoch, uint64_t mark)
 			       (unsigned long long)(from + n));
 }
 
+/* Broadcasts from this host with the guest's MAC as their source, as QEMU
+ * sends after a migration (RARP, ethertype 0x8035, "reverse request" for
+ * the MAC itself): every bridge and switch on the way learns the MAC's new
+ * port at once, whether or not the guest's driver takes GUEST_ANNOUNCE or
+ * has anything to send. Without them a silent guest stays unreachable:
+ * frames for it go on to the old host's port until it next transmits or
+ * the bridge forgets (300 s). They hold no guest state, so output commit
+ * does not apply; the witness rule does (no traffic drawn here without
+ * the lease). */
+#define RARP_COPIES 3
+void repl_vm_net_announce(struct repl_vm *v)
+{
+	uint8_t f[60] = { 0 }, mac[6];
+	int sent = 0;
+
+	if (!v->tap || (v->witness && !repl_witness_valid(v->witness)))
+		return;
+	machine_net_mac(&v->m->cfg, mac);
+	memset(f, 0xff, 6);                 /* to everyone */
+	memcpy(f + 6, mac, 6);              /* from the guest's MAC */
+	le_put16(f + 12, 0x3580);           /* 0x8035, big-endian on the wire */
+	f[15] = 1;                          /* hardware: Ethernet */
+	f[16] = 0x08;                       /* protocol: IPv4 */
+	f[18] = 6;
+	f[19] = 4;
+	f[21] = 3;                          /* reverse request */
+	memcpy(f + 22, mac, 6);             /* sender's hardware address */
+	memcpy(f + 32, mac, 6);             /* target's hardware address */
+	for (int i = 0; i < RARP_COPIES; i++)
+		sent += net_tap_write(v->tap, f, sizeof(f)) == 0;
+	log_info(TAG, "%d of %d RARP announcements of %02x:%02x:%02x:%02x:%02x:%02x sent on this "
+		 "host's tap", sent, RARP_COPIES, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]);
+}
+
 void repl_vm_net_forget(struct repl_vm *v)
 {
 	pthread_mutex_lock(&v->out_lock);
