@@ -1,16 +1,17 @@
 # Shared helpers for the system tests (sourced).
 BIN=${UNDERSTUDY_BIN:-$PWD/build/understudy}
-# fail WHY: says why, then the last lines of each agent log in $FAIL_LOGS
-# (file names or globs a test sets, e.g. FAIL_LOGS="$tmp/*.log"), so that a
-# failure in CI says what the agents saw; exits 1.
-fail() {
+# show_logs: the last lines of each agent log in $FAIL_LOGS (file names or
+# globs a test sets, e.g. FAIL_LOGS="$tmp/*.log"), so that a failure in CI
+# says what the agents saw.
+show_logs() {
 	local f
-	echo "FAIL: $*"
 	for f in ${FAIL_LOGS:-}; do
 		[ -f "$f" ] && { echo "  -- last lines of $(basename "$f"):"; tail -8 "$f" | sed 's/^/  | /'; }
 	done
-	exit 1
+	return 0
 }
+# fail WHY: says why, then show_logs; exits 1.
+fail() { echo "FAIL: $*"; show_logs; exit 1; }
 ok() { echo "ok - $*"; }
 need_kvm() { [ -r /dev/kvm ] && [ -w /dev/kvm ] || { echo "SKIP: /dev/kvm not usable here"; exit 77; }; }
 # need_host_kvm WHY: the test also needs the speed of a host's own KVM
