@@ -35,12 +35,12 @@ usage: disk_failover.py [--seed S] [--kills N]; exit 0 when all hold."""
 import argparse, os, random, signal, socket, subprocess, sys, tempfile, threading, time
 
 import commit_order
-from commit_order import BIN, connect, free_port, wait_listen, wait_log
+from commit_order import BIN, X, connect, free_port, nested, wait_listen, wait_log
 T_SECTION = 12
 DISK_BYTES = 8 << 20
 RING_SECTOR, RING_N = 2048, 64            # blocks 256 .. 319
 PREFILL = range(1024, 1100)               # blocks with random data before the VM starts
-TIMEOUT_MS = 500
+TIMEOUT_MS = nested(500, 3000)   # 3 s against the nested VM's stalls of a second or more
 errors = []
 
 
@@ -131,7 +131,7 @@ class Proxy(commit_order.Proxy):
         return typ == T_SECTION and section_name(frame[16:]) == "disk"
 
     def before_tear(self):
-        time.sleep(0.3)     # the secondary has read it
+        time.sleep(0.3 * X)     # the secondary has read it
 
 
 def make_images(tmp, rng, sec_kind, blocks=PREFILL):
@@ -263,7 +263,7 @@ def pair(tmp, label, rng, sync, torn=False, early=False):
             raise RuntimeError("the secondary's console never opened (no takeover)")
         sc = Console(s2)
         sc.start()
-        time.sleep(1.5)
+        time.sleep(1.5 * X)     # the guest goes on from the acknowledged state
         sc.stop = True
         if sc.bad or pc.bad:
             errors.append("%s: the guest found its disk wrong after the takeover: %s" %

@@ -37,9 +37,10 @@ import argparse, json, os, re, shutil, random, signal, subprocess, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import disk_failover as df  # noqa: E402
 from disk_failover import BIN, Console, connect, free_port, wait_listen, wait_log  # noqa: E402
+from commit_order import X, nested  # noqa: E402
 
 errors = df.errors
-TIMEOUT_MS = 500
+TIMEOUT_MS = nested(500, 3000)   # 3 s against the nested VM's stalls of a second or more
 
 
 class Procs:
@@ -130,7 +131,7 @@ def kill_and_take_over(victim, con, scon, label, rng):
         raise RuntimeError("%s: the standby's console never opened (no takeover)" % label)
     sc = Console(sock)
     sc.start()
-    time.sleep(1.5)
+    time.sleep(1.5 * X)     # the guest goes on from the acknowledged state
     if sc.bad or con.bad:
         errors.append("%s: the guest found its disk wrong after the takeover: %s" % (label, (sc.bad + con.bad)[0]))
     elif sc.top <= acked:
@@ -250,13 +251,13 @@ def part_migrate(tmp, rng):
         # Cancelled in the middle of the disk's copy: 4 MiB that does not
         # compress at 1 MiB/s, --max-time 2.
         rc, out = cli(["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % d0port, "--insecure", "--with-disk",
-                       "--timeout-ms", "2000", "--bandwidth", "1", "--max-time", "2"])
+                       "--timeout-ms", str(nested(2000, 6000)), "--bandwidth", "1", "--max-time", "2"])
         if rc == 0 or "cancelled" not in out:
             errors.append("migrate --bandwidth 1 --max-time 2: exit %d, %r (want cancelled)" % (rc, out[-300:]))
         elif wait_log(d0.log, "TOOK OVER", 0.1):
             errors.append("migrate cancelled: the destination took over")
         top = con.top
-        time.sleep(1.0)
+        time.sleep(1.0 * X)
         if vm.poll() is not None:
             errors.append("migrate cancelled: the source exited %d" % vm.returncode)
         elif con.bad or con.top <= top:
@@ -270,7 +271,7 @@ def part_migrate(tmp, rng):
         dimg = empty_image(tmp, "mig-d1.img")
         d1, d1port, d1con, _ = secondary(procs, "mig-dst1", dimg)
         rc, out = cli(["migrate", "--control", ctl, "--to", "127.0.0.1:%d" % d1port, "--insecure", "--with-disk",
-                       "--timeout-ms", "2000"], timeout=120)
+                       "--timeout-ms", str(nested(2000, 6000))], timeout=120)
         if rc != 0:
             raise RuntimeError("migrate --with-disk: exit %d: %s" % (rc, out[-400:]))
         sock = connect(d1con, 5)
@@ -281,7 +282,7 @@ def part_migrate(tmp, rng):
         vm.wait(10)
         acked = con.top
         con.stop = True
-        end = time.time() + 3
+        end = time.time() + 3 * X
         while dc.top <= acked + 2 and not dc.bad and time.time() < end:
             time.sleep(0.01)
         d1.send_signal(signal.SIGSTOP)        # its image holds still for the comparison
@@ -313,7 +314,7 @@ def status(ctl):
 
 
 def wait_protected(ctl, secs=10):
-    end = time.time() + secs
+    end = time.time() + secs * X
     st = {}
     while time.time() < end:
         st = status(ctl)
@@ -324,7 +325,7 @@ def wait_protected(ctl, secs=10):
 
 
 def wait_progress(con, top, secs=5):
-    end = time.time() + secs
+    end = time.time() + secs * X
     while con.top <= top + 2 and not con.bad and time.time() < end:
         time.sleep(0.02)
     return con.top > top

@@ -1,6 +1,17 @@
 # Shared helpers for the system tests (sourced).
 BIN=${UNDERSTUDY_BIN:-$PWD/build/understudy}
-fail() { echo "FAIL: $*"; exit 1; }
+# show_logs: the last lines of each agent log in $FAIL_LOGS (file names or
+# globs a test sets, e.g. FAIL_LOGS="$tmp/*.log"), so that a failure in CI
+# says what the agents saw.
+show_logs() {
+	local f
+	for f in ${FAIL_LOGS:-}; do
+		[ -f "$f" ] && { echo "  -- last lines of $(basename "$f"):"; tail -8 "$f" | sed 's/^/  | /'; }
+	done
+	return 0
+}
+# fail WHY: says why, then show_logs; exits 1.
+fail() { echo "FAIL: $*"; show_logs; exit 1; }
 ok() { echo "ok - $*"; }
 need_kvm() { [ -r /dev/kvm ] && [ -w /dev/kvm ] || { echo "SKIP: /dev/kvm not usable here"; exit 77; }; }
 # need_host_kvm WHY: the test also needs the speed of a host's own KVM
@@ -23,6 +34,14 @@ need_linux_kvm() {
 	grep -qwE 'vmx|svm' /proc/cpuinfo ||
 		{ echo "SKIP: this host's KVM cannot boot Linux (no vmx/svm: PVM); make check runs it in the nested VM"; exit 77; }
 }
+# nested HOST NESTED: HOST on a host's own KVM, NESTED inside the nested VM
+# of tests/nested/run.sh (UNDERSTUDY_NESTED=1), where QEMU's emulator stalls
+# an agent for a second or more at a time. For the bounds a test sets that
+# are not the property it tests: an agent's silence bound (--timeout-ms,
+# --failover-timeout-ms) that must not give up a live peer before the
+# test's own kill, a wait for a step. A timing the test asserts is derived
+# from the value chosen, so that it still fails when the property breaks.
+nested() { if [ "${UNDERSTUDY_NESTED:-}" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # need_taps: skips (77) unless network namespaces, taps and bridges can be made.
 need_taps() {

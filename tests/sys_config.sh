@@ -16,6 +16,11 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
+FAIL_LOGS="$tmp/*.log"
+# The pair's silence bounds: 2 s on a host's KVM, 4 s in the nested VM
+# (tests/lib.sh nested), where QEMU's emulator stalls an agent for a second
+# or more.
+T=$(nested 2000 4000)
 state_of() { "$BIN" status --control "$1" 2>/dev/null | sed -n 's/^state //p'; }
 
 # 1. A pair from files alone.
@@ -25,7 +30,7 @@ cat >"$tmp/vm1-secondary.conf" <<EOF
 listen = 127.0.0.1:$sport
 console = tcp:127.0.0.1:$scon
 insecure = true
-failover-timeout-ms = 2000   ; generous: the machine is shared
+failover-timeout-ms = $T   ; generous: the machine is shared
 control = $tmp/sec.ctl
 EOF
 cat >"$tmp/vm1-primary.conf" <<EOF
@@ -35,7 +40,7 @@ mem = 64M
 peer = 127.0.0.1:$sport
 console = tcp:127.0.0.1:$pcon
 	insecure = true
-timeout-ms = 2000
+timeout-ms = $T
 control = $tmp/pri.ctl
 EOF
 "$BIN" secondary --config "$tmp/vm1-secondary.conf" 2>"$tmp/sec.log" &

@@ -11,6 +11,12 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
+FAIL_LOGS="$tmp/*.log"
+# The pair's silence bounds: the default 500 ms (given here) on a host's KVM, 3 s in the nested VM
+# (tests/lib.sh nested), where QEMU's emulator stalls an agent for a second
+# or more and a short bound gives up a live peer; waits X times longer there.
+T=$(nested 500 3000)
+X=$(nested 1 4)
 count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
 
 "$BIN" drill switchover --listen 127.0.0.1:1 >/dev/null 2>&1; [ $? = 2 ] || fail "no --control: want 2"
@@ -18,7 +24,7 @@ count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
 rcon=$(free_port)
 "$BIN" run --guest counter --console tcp:127.0.0.1:$rcon --control "$tmp/run.ctl" 2>"$tmp/run.log" &
 rpid=$!
-wait_port $rcon || fail "run did not start"
+wait_port $rcon $((10 * X)) || fail "run did not start"
 out=$("$BIN" drill switchover --control "$tmp/run.ctl" --listen 127.0.0.1:$(free_port) 2>&1)
 rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "FAIL" || fail "an unprotected VM: exit $rc: $out"
@@ -28,11 +34,11 @@ ok "1. bad usage exits 2; an unprotected VM: FAIL ($(echo "$out" | tail -1 | cut
 
 a_port=$(free_port); a_con=$(free_port); b_port=$(free_port); b_con=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$b_port --console tcp:127.0.0.1:$b_con --insecure \
-	--control "$tmp/b.ctl" 2>"$tmp/b.log" &
-wait_port $b_port || fail "secondary did not listen"
+	--failover-timeout-ms $T --control "$tmp/b.ctl" 2>"$tmp/b.log" &
+wait_port $b_port $((10 * X)) || fail "secondary did not listen"
 "$BIN" primary --guest counter --peer 127.0.0.1:$b_port --console tcp:127.0.0.1:$a_con --insecure \
-	--control "$tmp/a.ctl" 2>"$tmp/a.log" &
-wait_log "$tmp/a.log" "protected: secondary holds" 20 || fail "the pair did not protect"
+	--timeout-ms $T --control "$tmp/a.ctl" 2>"$tmp/a.log" &
+wait_log "$tmp/a.log" "protected: secondary holds" $((20 * X)) || fail "the pair did not protect"
 [ "$(count $a_con incr incr incr)" = 3 ] || fail "counter before the drill"
 out=$("$BIN" drill switchover --control "$tmp/a.ctl" --listen 127.0.0.1:$a_port --back --json \
 	--report-dir "$tmp/rep")

@@ -8,6 +8,15 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
+FAIL_LOGS="$tmp/*.log"
+# The pair's silence bounds in case 1: 300 ms on a host's KVM, 3 s in the
+# nested VM (tests/lib.sh nested), where QEMU's emulator stalls an agent for
+# a second or more and a short bound gives up a live peer; waits X times
+# longer there. The deadlines under test (1 s, the Hello's, the
+# handshake's) and the bounds towards peers that never speak stay as they
+# are: a stall cannot keep them from expiring.
+T=$(nested 300 3000)
+X=$(nested 1 4)
 # idle PORT OUT: connects, says nothing; writes "connected", then "closed"
 # when the other side closes.
 idle() {
@@ -27,10 +36,10 @@ print("closed", flush=True)' "$1" >"$2" &
 # connections kept it out; the deadline of a Hello is far off here).
 sport=$(free_port); scon=$(free_port); pcon=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
-	--failover-timeout-ms 300 --handshake-timeout-ms 600000 --control "$tmp/sec.ctl" \
+	--failover-timeout-ms $T --handshake-timeout-ms 600000 --control "$tmp/sec.ctl" \
 	2>"$tmp/sec.log" &
 sp=$!
-wait_port $sport || fail "secondary did not listen"
+wait_port $sport $((10 * X)) || fail "secondary did not listen"
 python3 -c 'import selectors,socket,sys,time
 port = int(sys.argv[1]); sel = selectors.DefaultSelector(); n = 0
 def one():
@@ -47,12 +56,12 @@ while True:
             sel.unregister(k.fileobj); k.fileobj.close(); time.sleep(1); one()
             print("reopened", n, flush=True)' $sport >"$tmp/flood1" 2>&1 &
 flood=$!
-wait_log "$tmp/flood1" connected 10 || fail "idle clients did not connect: $(cat "$tmp/flood1")"
-wait_log "$tmp/sec.log" "waiting for its Hello" 10 || fail "secondary did not see the idle clients"
+wait_log "$tmp/flood1" connected $((10 * X)) || fail "idle clients did not connect: $(cat "$tmp/flood1")"
+wait_log "$tmp/sec.log" "waiting for its Hello" $((10 * X)) || fail "secondary did not see the idle clients"
 "$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
-	--insecure --timeout-ms 300 --control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
+	--insecure --timeout-ms $T --control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
 pp=$!
-wait_log "$tmp/pri.log" "protected: secondary holds" 30 ||
+wait_log "$tmp/pri.log" "protected: secondary holds" $((30 * X)) ||
 	fail "primary not protected with idle clients coming: $(tail -3 "$tmp/pri.log"; tail -3 "$tmp/sec.log")"
 "$BIN" status --control "$tmp/pri.ctl" | grep -q "^state protected$" || fail "primary status not protected"
 "$BIN" status --control "$tmp/sec.ctl" | grep -q "^state standby$" || fail "secondary status not standby"
@@ -69,10 +78,10 @@ sport=$(free_port); scon=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
 	--control "$tmp/sec2.ctl" 2>"$tmp/sec2.log" &
 sp=$!
-wait_port $sport || fail "secondary did not listen"
+wait_port $sport $((10 * X)) || fail "secondary did not listen"
 idle $sport "$tmp/idle2"
-wait_log "$tmp/idle2" connected 10 || fail "idle client did not connect"
-wait_log "$tmp/idle2" closed 10 || fail "the idle client was never closed"
+wait_log "$tmp/idle2" connected $((10 * X)) || fail "idle client did not connect"
+wait_log "$tmp/idle2" closed $((10 * X)) || fail "the idle client was never closed"
 grep -q "sent nothing within 1000 ms" "$tmp/sec2.log" || fail "no clear message: $(tail -3 "$tmp/sec2.log")"
 python3 -c 'import socket,sys
 s=socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60)
@@ -100,7 +109,7 @@ print("listening", flush=True)
 conns=[]
 while True: conns.append(l.accept()[0])' $fport >"$tmp/fake.out" &
 	fake=$!
-	wait_log "$tmp/fake.out" listening 10 || fail "fake secondary"
+	wait_log "$tmp/fake.out" listening $((10 * X)) || fail "fake secondary"
 	if [ $mode = tls ]; then
 		link="--tls-cert $c/client.pem --tls-key $c/client.key --tls-ca $c/ca.pem --timeout-ms 300"
 	else
@@ -109,7 +118,7 @@ while True: conns.append(l.accept()[0])' $fport >"$tmp/fake.out" &
 	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$fport $link \
 		--handshake-timeout-ms 2000 2>"$tmp/pri-$mode.log" &
 	pp=$!
-	wait_port $pcon || fail "$mode: primary console did not open"
+	wait_port $pcon $((10 * X)) || fail "$mode: primary console did not open"
 	python3 -c 'import socket,sys
 s=socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60)
 s.sendall(b"incr\n")
@@ -133,7 +142,7 @@ sport=$(free_port); scon=$(free_port)
 	--failover-timeout-ms 300 --handshake-timeout-ms 1000 --control "$tmp/sec4.ctl" \
 	2>"$tmp/sec4.log" &
 sp=$!
-wait_port $sport || fail "secondary did not listen"
+wait_port $sport $((10 * X)) || fail "secondary did not listen"
 python3 - $sport <<'PY' || fail "hello-only peer"
 import socket, struct, sys
 def crc32c(b):

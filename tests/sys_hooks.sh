@@ -18,8 +18,16 @@ need_kvm
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-HANG_TIMEOUT_MS=10000   # longer than the slack: a hook the agent waited for would show
-SLACK_S=5          # how much later the takeover may be with the hanging hook
+FAIL_LOGS="$tmp/*.log"
+# In the nested VM (tests/lib.sh nested) QEMU's emulator stalls the agents
+# for a second or more: their silence bounds there are 3 s, not 400 ms, so
+# that none gives up a live peer before the test's kill, and the waits for
+# a step are X times longer. The hanging hook's timeout stays longer than
+# the slack, both scaled: a hook the agent waited for would still show.
+T=$(nested 400 3000)
+X=$(nested 1 4)
+HANG_TIMEOUT_MS=$(nested 10000 20000)
+SLACK_S=$(nested 5 10)   # how much later the takeover may be with the hanging hook
 
 n=0
 start_pair() {   # HOOK [more secondary args]: sets sp pp sport scon pcon smet
@@ -27,14 +35,14 @@ start_pair() {   # HOOK [more secondary args]: sets sp pp sport scon pcon smet
 	local hook=$1; shift
 	sport=$(free_port); scon=$(free_port); pcon=$(free_port); smet=$(free_port)
 	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
-		--failover-timeout-ms 400 --metrics 127.0.0.1:$smet --on-event "$hook sec" "$@" \
+		--failover-timeout-ms $T --metrics 127.0.0.1:$smet --on-event "$hook sec" "$@" \
 		2>"$tmp/$n.sec.log" &
 	sp=$!
-	wait_port $sport 20 || fail "secondary did not listen: $(cat "$tmp/$n.sec.log")"
+	wait_port $sport $((20 * X)) || fail "secondary did not listen"
 	"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport \
-		--insecure --timeout-ms 400 --on-event "$hook pri" "$@" 2>"$tmp/$n.pri.log" &
+		--insecure --timeout-ms $T --on-event "$hook pri" "$@" 2>"$tmp/$n.pri.log" &
 	pp=$!
-	wait_log "$tmp/$n.pri.log" "protected: secondary holds" 30 || fail "never protected: $(tail -5 "$tmp/$n.pri.log")"
+	wait_log "$tmp/$n.pri.log" "protected: secondary holds" $((30 * X)) || fail "never protected"
 	python3 tests/counter_client.py $pcon incr incr >/dev/null || fail "client of the primary"
 }
 # Kills the primary; prints the seconds until the secondary's console
@@ -43,7 +51,7 @@ failover_s() {
 	local t0 v
 	t0=$(date +%s.%N)
 	kill -9 $pp; wait $pp 2>/dev/null
-	for _ in $(seq 1 600); do
+	for _ in $(seq 1 $((600 * X))); do
 		v=$(timeout 5 python3 tests/counter_client.py $scon get 2>/dev/null | tail -1 | cut -d' ' -f1)
 		[ "$v" = 2 ] && break
 		sleep 0.05
@@ -63,15 +71,15 @@ exit 0
 SH
 chmod +x "$tmp/record.sh"
 start_pair "$tmp/record.sh"
-wait_log "$tmp/$n.pri.log" "'protected' hook exited 0" 10 || fail "protected hook: $(grep hooks "$tmp/$n.pri.log")"
+wait_log "$tmp/$n.pri.log" "'protected' hook exited 0" $((10 * X)) || fail "protected hook: $(grep hooks "$tmp/$n.pri.log")"
 f=$tmp/ev/pri.protected
 [ "$(field "$f" UNDERSTUDY_EVENT)" = protected ] || fail "protected: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_ROLE)" = primary ] || fail "protected role: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_PEER)" = 127.0.0.1:$sport ] || fail "protected peer: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_VM)" = counter ] || fail "protected vm: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_EPOCH)" -ge 1 ] || fail "protected epoch: $(cat "$f")"
-base_s=$(failover_s)
-wait_log "$tmp/$n.sec.log" "'unprotected' hook FAILED" 10 || fail "unprotected hook: $(grep hooks "$tmp/$n.sec.log")"
+base_s=$(failover_s) || { echo "$base_s"; exit 1; }
+wait_log "$tmp/$n.sec.log" "'unprotected' hook FAILED" $((10 * X)) || fail "unprotected hook: $(grep hooks "$tmp/$n.sec.log")"
 f=$tmp/ev/sec.takeover
 [ -f "$f" ] || fail "no takeover event recorded: $(ls "$tmp/ev"); $(grep hooks "$tmp/$n.sec.log")"
 [ "$(field "$f" UNDERSTUDY_EVENT)" = takeover ] || fail "takeover: $(cat "$f")"
@@ -98,20 +106,20 @@ SH
 chmod +x "$tmp/hang.sh"
 start_pair "$tmp/hang.sh" --on-event-timeout-ms $HANG_TIMEOUT_MS
 # The primary protected and serves with its 'protected' hook hanging; it is killed at the timeout.
-wait_log "$tmp/$n.pri.log" "'protected' hook was KILLED" 20 || fail "the primary's hanging hook was not killed: $(grep hooks "$tmp/$n.pri.log")"
+wait_log "$tmp/$n.pri.log" "'protected' hook was KILLED" $((HANG_TIMEOUT_MS / 1000 + 10 * X)) || fail "the primary's hanging hook was not killed: $(grep hooks "$tmp/$n.pri.log")"
 python3 tests/counter_client.py $pcon get >/dev/null || fail "the primary stopped answering"
-hang_s=$(failover_s)
+hang_s=$(failover_s) || { echo "$hang_s"; exit 1; }
 python3 -c "import sys; sys.exit(0 if $hang_s <= $base_s + $SLACK_S else 1)" ||
 	fail "takeover with a hanging hook took $hang_s s, with a quick one $base_s s"
-wait_log "$tmp/$n.sec.log" "'takeover' hook was KILLED" 20 || fail "the secondary's hanging hook was not killed: $(grep hooks "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "'takeover' hook was KILLED" $((HANG_TIMEOUT_MS / 1000 + 10 * X)) || fail "the secondary's hanging hook was not killed: $(grep hooks "$tmp/$n.sec.log")"
 grep -q "'takeover' hook (pid [0-9]*) still runs after $HANG_TIMEOUT_MS ms: SIGTERM" "$tmp/$n.sec.log" ||
 	fail "the timeout is not logged: $(grep hooks "$tmp/$n.sec.log")"
 for side in pri.protected sec.takeover sec.unprotected; do
 	pg=$(cat "$tmp/ev/hang.$side.pgid" 2>/dev/null) || fail "hook $side did not run"
-	for _ in $(seq 1 100); do kill -0 -- -"$pg" 2>/dev/null || break; sleep 0.05; done
+	for _ in $(seq 1 $((100 * X))); do kill -0 -- -"$pg" 2>/dev/null || break; sleep 0.05; done
 	kill -0 -- -"$pg" 2>/dev/null && fail "the hanging $side hook (group $pg) still runs"
 done
-wait_log "$tmp/$n.sec.log" "'unprotected' hook was KILLED" 20 || fail "unprotected hook not killed"
+wait_log "$tmp/$n.sec.log" "'unprotected' hook was KILLED" $((HANG_TIMEOUT_MS / 1000 + 10 * X)) || fail "unprotected hook not killed"
 timeouts=$(curl -s -m 5 "http://127.0.0.1:$smet/metrics" | awk '$1 == "understudy_hook_runs_total{result=\"timeout\"}" { print $2 }')
 [ "$timeouts" = 2 ] || fail "hook_runs_total{result=timeout}: '$timeouts', want 2"
 ok "2. hanging hooks: the takeover took $hang_s s (quick hook: $base_s s, bound +$SLACK_S s); each killed at $HANG_TIMEOUT_MS ms with its group, logged, counted ($timeouts on the secondary)"
@@ -120,18 +128,18 @@ kill -9 $sp $pp 2>/dev/null; wait 2>/dev/null
 # 3. A source under `run` migrated: its 'migrated' hook runs (after the source has exited).
 dport=$(free_port); dcon=$(free_port); rcon=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$dport --console tcp:127.0.0.1:$dcon --insecure \
-	--failover-timeout-ms 2000 2>"$tmp/dst.log" &
+	--failover-timeout-ms $(nested 2000 6000) 2>"$tmp/dst.log" &
 dp=$!
-wait_port $dport 20 || fail "destination did not listen"
+wait_port $dport $((20 * X)) || fail "destination did not listen"
 "$BIN" run --guest counter --console tcp:127.0.0.1:$rcon --control "$tmp/src.ctl" \
 	--on-event "$tmp/record.sh src" 2>"$tmp/src.log" &
 rp=$!
-wait_port $rcon 20 || fail "source did not start: $(tail -3 "$tmp/src.log")"
-"$BIN" migrate --timeout-ms 5000 --control "$tmp/src.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>&1 ||
+wait_port $rcon $((20 * X)) || fail "source did not start: $(tail -3 "$tmp/src.log")"
+"$BIN" migrate --timeout-ms $(nested 5000 15000) --control "$tmp/src.ctl" --to 127.0.0.1:$dport --insecure >/dev/null 2>&1 ||
 	fail "migrate failed: $(tail -3 "$tmp/src.log")"
 wait $rp
 f=$tmp/ev/src.migrated
-for _ in $(seq 1 100); do [ -s "$f" ] && break; sleep 0.05; done
+for _ in $(seq 1 $((100 * X))); do [ -s "$f" ] && break; sleep 0.05; done
 [ "$(field "$f" UNDERSTUDY_EVENT)" = migrated ] || fail "no migrated event: $(ls "$tmp/ev"); $(grep hooks "$tmp/src.log")"
 [ "$(field "$f" UNDERSTUDY_PEER)" = 127.0.0.1:$dport ] || fail "migrated peer: $(cat "$f")"
 [ "$(field "$tmp/ev/src.protected" UNDERSTUDY_EVENT)" = protected ] || fail "the migration's engine did not say protected"
@@ -143,26 +151,26 @@ kill $dp; wait $dp 2>/dev/null
 a_port=$(free_port); a_con=$(free_port); a_met=$(free_port)
 b_port=$(free_port); b_con=$(free_port); b_met=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$b_port --console tcp:127.0.0.1:$b_con --insecure \
-	--failover-timeout-ms 1000 --control "$tmp/b.ctl" --metrics 127.0.0.1:$b_met \
+	--failover-timeout-ms $(nested 1000 3000) --control "$tmp/b.ctl" --metrics 127.0.0.1:$b_met \
 	--on-event "$tmp/record.sh b" 2>"$tmp/b.log" &
 bp=$!
-wait_port $b_port 20 || fail "secondary did not listen"
+wait_port $b_port $((20 * X)) || fail "secondary did not listen"
 "$BIN" primary --guest counter --peer 127.0.0.1:$b_port --console tcp:127.0.0.1:$a_con --insecure \
-	--timeout-ms 1000 --control "$tmp/a.ctl" --metrics 127.0.0.1:$a_met \
+	--timeout-ms $(nested 1000 3000) --control "$tmp/a.ctl" --metrics 127.0.0.1:$a_met \
 	--on-event "$tmp/record.sh a" 2>"$tmp/a.log" &
 ap=$!
-wait_log "$tmp/a.log" "protected: secondary holds" 30 || fail "never protected: $(tail -3 "$tmp/a.log")"
+wait_log "$tmp/a.log" "protected: secondary holds" $((30 * X)) || fail "never protected: $(tail -3 "$tmp/a.log")"
 "$BIN" switchover --control "$tmp/a.ctl" --listen 127.0.0.1:$a_port >/dev/null 2>"$tmp/sw.err" ||
 	fail "switchover: $(cat "$tmp/sw.err"; tail -3 "$tmp/a.log")"
 for f in a.switchover b.switchover; do
-	for _ in $(seq 1 200); do [ -s "$tmp/ev/$f" ] && break; sleep 0.05; done
+	for _ in $(seq 1 $((200 * X))); do [ -s "$tmp/ev/$f" ] && break; sleep 0.05; done
 	[ -s "$tmp/ev/$f" ] || fail "no $f event: $(ls "$tmp/ev"); $(grep -h hooks "$tmp/a.log" "$tmp/b.log")"
 done
 [ "$(field "$tmp/ev/a.switchover" UNDERSTUDY_ROLE)" = secondary ] || fail "old primary: $(cat "$tmp/ev/a.switchover")"
 [ "$(field "$tmp/ev/b.switchover" UNDERSTUDY_ROLE)" = primary ] || fail "new primary: $(cat "$tmp/ev/b.switchover")"
 [ "$(field "$tmp/ev/b.switchover" UNDERSTUDY_EPOCH)" -gt 0 ] || fail "new primary epoch: $(cat "$tmp/ev/b.switchover")"
 mval() { curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k { print $2 }'; }
-for _ in $(seq 1 100); do [ "$(mval $b_met 'understudy_state{state="protected"}')" = 1 ] && break; sleep 0.1; done
+for _ in $(seq 1 $((100 * X))); do [ "$(mval $b_met 'understudy_state{state="protected"}')" = 1 ] && break; sleep 0.1; done
 [ "$(mval $a_met understudy_switchovers_total)" = 1 ] && [ "$(mval $b_met understudy_switchovers_total)" = 1 ] ||
 	fail "switchovers_total: a $(mval $a_met understudy_switchovers_total), b $(mval $b_met understudy_switchovers_total)"
 [ "$(mval $a_met 'understudy_role{role="secondary"}')" = 1 ] || fail "the old primary's role: $(curl -s "http://127.0.0.1:$a_met/metrics" | grep '^understudy_role')"
@@ -173,7 +181,7 @@ ok "4. switchover: 'switchover' on both sides (old primary: role secondary; new:
 rm -f "$tmp/ev/b.unprotected"
 kill -9 $ap; wait $ap 2>/dev/null
 f=$tmp/ev/b.unprotected
-for _ in $(seq 1 200); do [ -s "$f" ] && break; sleep 0.05; done
+for _ in $(seq 1 $((200 * X))); do [ -s "$f" ] && break; sleep 0.05; done
 [ "$(field "$f" UNDERSTUDY_ROLE)" = primary ] || fail "no unprotected event on the primary: $(ls "$tmp/ev"); $(tail -3 "$tmp/b.log")"
 [ -n "$(field "$f" UNDERSTUDY_REASON)" ] || fail "unprotected without a reason: $(cat "$f")"
 ok "   the standby killed: the primary said 'unprotected' ($(field "$f" UNDERSTUDY_REASON))"

@@ -38,7 +38,8 @@ need_taps
 VNS=ukv$$ CNS=ukc$$ CIF=kc$$ BIF=kb$$
 T=$(mktemp -d /tmp/sys_kv.XXXXXX)
 VMPID= DSTPID= KEEP=
-fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
+FAIL_LOGS="$T/*.err"
+fail() { echo "FAIL: $*"; show_logs; KEEP=1; exit 1; }
 cleanup() {
 	[ -n "$VMPID" ] && kill "$VMPID" 2>/dev/null
 	[ -n "$DSTPID" ] && kill "$DSTPID" 2>/dev/null
@@ -180,18 +181,20 @@ ok "snapshot/restore (same image): the store answers the same, announces itself,
 # on the same bridge: the store answers the same there, versions go on.
 truncate -s 8M "$T/dst.img"
 ip netns exec "$VNS" "$BIN" secondary --listen 127.0.0.1:7710 --console tcp:127.0.0.1:7711 --insecure \
-	--disk "$T/dst.img" --net tap:tapk2 --failover-timeout-ms 2000 2>"$T/m.dst.err" &
+	--disk "$T/dst.img" --net tap:tapk2 --failover-timeout-ms $(nested 2000 6000) 2>"$T/m.dst.err" &
 DSTPID=$!
 ip netns exec "$VNS" "$BIN" run --guest "kv:ip=$GIP/24,port=$PORT" --disk "$IMG" --net tap:tapk \
 	--control "$T/m.ctl" --console stdio </dev/null >"$T/m.out" 2>"$T/m.err" &
 VMPID=$!
 wait_log "$T/m.out" "kv ready" 10 || fail "migrate: guest not ready"
 expect "before the migration" "$(kv "PUT m1 delta moved" "GET m2 alpha")" $'OK m1 1\nVAL m2 alpha 3 three'
+# (the link's silence bound: the default 500 ms on a host, 3 s against the
+# nested VM's stalls of a second or more: tests/lib.sh nested)
 ip netns exec "$VNS" "$BIN" migrate --control "$T/m.ctl" --to 127.0.0.1:7710 --insecure --with-disk \
-	>/dev/null 2>"$T/m.migrate" || fail "migrate: $(tail -3 "$T/m.migrate") $(tail -3 "$T/m.err")"
+	--timeout-ms $(nested 500 3000) >/dev/null 2>"$T/m.migrate" || fail "migrate: $(tail -3 "$T/m.migrate") $(tail -3 "$T/m.err")"
 wait "$VMPID"; rc=$?; VMPID=
 [ $rc = 0 ] || fail "the migrated source exited $rc"
-wait_log "$T/m.dst.err" "TOOK OVER" 10 || fail "the destination does not run the guest: $(tail -3 "$T/m.dst.err")"
+wait_log "$T/m.dst.err" "TOOK OVER" $(nested 10 40) || fail "the destination does not run the guest: $(tail -3 "$T/m.dst.err")"
 expect "after the migration" "$(kv "GET m3 delta" "GET m4 alpha" "PUT m5 delta there")" \
 	$'VAL m3 delta 1 moved\nVAL m4 alpha 3 three\nOK m5 2'
 kill "$DSTPID"; wait "$DSTPID" 2>/dev/null

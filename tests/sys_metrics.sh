@@ -17,6 +17,12 @@ command -v promtool >/dev/null || { echo "SKIP: promtool not installed (promethe
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
+FAIL_LOGS="$tmp/*.log"
+# The agents' silence bounds: 400 ms on a host's KVM, 3 s in the nested VM
+# (tests/lib.sh nested), where QEMU's emulator stalls an agent for a second
+# or more and a short bound gives up a live peer; waits X times longer there.
+T=$(nested 400 3000)
+X=$(nested 1 4)
 
 scrape() { curl -s -m 5 -o "$2" -w '%{http_code}' "http://127.0.0.1:$1/metrics"; }
 # value FILE NAME{LABELS}: the sample's value ("" if absent)
@@ -47,13 +53,13 @@ ok "1. bad --metrics refused (exit 2); a taken port: exit 1, '$(grep -o 'cannot 
 # 2. a protected pair
 sport=$(free_port); scon=$(free_port); smet=$(free_port); pcon=$(free_port); pmet=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
-	--failover-timeout-ms 400 --metrics 127.0.0.1:$smet 2>"$tmp/sec.log" &
+	--failover-timeout-ms $T --metrics 127.0.0.1:$smet 2>"$tmp/sec.log" &
 sp=$!
-wait_port $sport 20 || fail "secondary did not listen: $(cat "$tmp/sec.log")"
+wait_port $sport $((20 * X)) || fail "secondary did not listen"
 "$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$sport --insecure \
-	--timeout-ms 400 --metrics 127.0.0.1:$pmet 2>"$tmp/pri.log" &
+	--timeout-ms $T --metrics 127.0.0.1:$pmet 2>"$tmp/pri.log" &
 pp=$!
-wait_log "$tmp/pri.log" "protected: secondary holds" 30 || fail "never protected: $(tail -5 "$tmp/pri.log")"
+wait_log "$tmp/pri.log" "protected: secondary holds" $((30 * X)) || fail "never protected"
 python3 tests/counter_client.py $pcon incr incr >/dev/null || fail "client of the primary"
 [ "$(scrape $pmet "$tmp/p1")" = 200 ] || fail "primary /metrics: no 200"
 [ "$(scrape $smet "$tmp/s1")" = 200 ] || fail "secondary /metrics: no 200"
@@ -91,7 +97,7 @@ ok "2. protected pair: promtool clean on 4 scrapes; epochs_total $(value "$tmp/p
 
 # 3. failover
 kill -9 $pp; wait $pp 2>/dev/null
-wait_log "$tmp/sec.log" "TOOK OVER" 30 || fail "no takeover: $(tail -5 "$tmp/sec.log")"
+wait_log "$tmp/sec.log" "TOOK OVER" $((30 * X)) || fail "no takeover"
 [ "$(scrape $smet "$tmp/s3")" = 200 ] || fail "secondary /metrics after takeover: no 200"
 check_prom "$tmp/s3" "s3"
 [ "$(value "$tmp/s3" understudy_takeovers_total)" = 1 ] || fail "takeovers_total: $(grep '^understudy_takeovers_total' "$tmp/s3")"
@@ -131,19 +137,19 @@ rmet=$(free_port)
 "$BIN" run --guest counter --console tcp:127.0.0.1:$(free_port) --metrics 127.0.0.1:$rmet \
 	--control "$tmp/run.ctl" 2>"$tmp/run.log" &
 rp=$!
-wait_port $rmet 20 || fail "run: no metrics port: $(tail -3 "$tmp/run.log")"
+wait_port $rmet $((20 * X)) || fail "run: no metrics port: $(tail -3 "$tmp/run.log")"
 [ "$(scrape $rmet "$tmp/r1")" = 200 ] || fail "run /metrics: no 200"
 check_prom "$tmp/r1" "run"
 [ "$(value "$tmp/r1" 'understudy_state{state="unprotected"}')" = 1 ] || fail "run state: $(grep '^understudy_state' "$tmp/r1")"
 # understudy protect attaches an engine to the running VM: its metrics are served from then on.
 sport=$(free_port)
 "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$(free_port) --insecure \
-	--failover-timeout-ms 1000 2>"$tmp/sec4.log" &
+	--failover-timeout-ms $(nested 1000 3000) 2>"$tmp/sec4.log" &
 sp=$!
-wait_port $sport 20 || fail "secondary did not listen: $(cat "$tmp/sec4.log")"
-"$BIN" protect --control "$tmp/run.ctl" --peer 127.0.0.1:$sport --insecure --timeout-ms 1000 >/dev/null ||
+wait_port $sport $((20 * X)) || fail "secondary did not listen"
+"$BIN" protect --control "$tmp/run.ctl" --peer 127.0.0.1:$sport --insecure --timeout-ms $(nested 1000 3000) >/dev/null ||
 	fail "protect: $(tail -3 "$tmp/run.log")"
-wait_log "$tmp/run.log" "protected: secondary holds" 30 || fail "run never protected: $(tail -3 "$tmp/run.log")"
+wait_log "$tmp/run.log" "protected: secondary holds" $((30 * X)) || fail "run never protected: $(tail -3 "$tmp/run.log")"
 [ "$(scrape $rmet "$tmp/r2")" = 200 ] || fail "run /metrics: no 200"
 check_prom "$tmp/r2" "run, protected"
 [ "$(value "$tmp/r2" 'understudy_state{state="protected"}')" = 1 ] || fail "protected run state: $(grep '^understudy_state' "$tmp/r2")"

@@ -29,11 +29,19 @@ cleanup() {
 	[ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT
+FAIL_LOGS="$tmp/*.log $tmp/state/*.log"
+# The primaries' silence bounds: 1 s for the agent's fresh primaries and the
+# default 500 ms for the others on a host's KVM; 3 s in the nested VM (tests/lib.sh
+# nested), where QEMU's emulator stalls an agent for a second or more and a
+# short bound gives up the live standby (the counter then never reaches
+# it); waits X times longer there.
+T=$(nested 500 3000)
+X=$(nested 1 4)
 
 lport=$(free_port); lcon=$(free_port); pport=$(free_port); pcon=$(free_port)
 params=(binary="$BIN" insecure=true "listen=127.0.0.1:$lport" "peer=127.0.0.1:$pport"
 	"console=tcp:127.0.0.1:$lcon" statedir="$tmp/state" allow_fresh_boot=true protect_timeout=15
-	primary_args="--timeout-ms 1000")
+	primary_args="--timeout-ms $(nested 1000 3000)")
 
 # The other node's standby: started again whenever it ends (a demote powers
 # the guest off, and a standby whose primary stopped the guest ends too).
@@ -47,7 +55,7 @@ params=(binary="$BIN" insecure=true "listen=127.0.0.1:$lport" "peer=127.0.0.1:$p
 	done
 ) &
 peer_loop=$!
-wait_port $pport || fail "the peer standby did not listen: $(tail -3 "$tmp/peer.log")"
+wait_port $pport $((10 * X)) || fail "the peer standby did not listen"
 
 o=()
 for p in "${params[@]}"; do o+=(-o "$p"); done
@@ -70,12 +78,12 @@ ra() { "$AGENT" "$1" >>"$tmp/ra.log" 2>&1; }
 ra start || fail "start: $(tail -5 "$tmp/ra.log")"
 xcon=$(free_port)
 "$BIN" primary --guest counter --console tcp:127.0.0.1:$xcon --peer 127.0.0.1:$lport --insecure \
-	2>"$tmp/xpri.log" &
+	--timeout-ms $T 2>"$tmp/xpri.log" &
 xp=$!
-wait_log "$tmp/xpri.log" "protected: secondary holds" 10 || fail "never protected: $(tail -3 "$tmp/xpri.log")"
+wait_log "$tmp/xpri.log" "protected: secondary holds" $((10 * X)) || fail "never protected"
 kill -TERM $xp; wait $xp 2>/dev/null
-wait_log "$tmp/state/understudy_u.log" "primary stops (.*no takeover" 10 || fail "the standby did not hear the goodbye"
-sleep 0.5
+wait_log "$tmp/state/understudy_u.log" "primary stops (.*no takeover" $((10 * X)) || fail "the standby did not hear the goodbye"
+sleep $(nested 0.5 2)   # it has ended with the guest
 ra monitor; rc=$?
 [ $rc = 1 ] || fail "monitor of a standby that ended with its guest: $rc, want 1"
 ra promote || fail "promote after the other node powered the guest off: $(tail -5 "$tmp/ra.log")"
@@ -103,9 +111,9 @@ ok "promote refused on a node without a checkpoint (allow_fresh_boot=false)"
 
 # a primary outside the agent's control protects itself on the agent's standby
 "$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$lport --insecure \
-	--control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
+	--timeout-ms $T --control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
 echo $! > "$tmp/pri.pid"
-for _ in $(seq 100); do grep -q "protected: secondary holds" "$tmp/pri.log" && break; sleep 0.1; done
+for _ in $(seq $((100 * X))); do grep -q "protected: secondary holds" "$tmp/pri.log" && break; sleep 0.1; done
 out=$(python3 tests/counter_client.py $pcon incr incr incr incr) || fail "client of the primary"
 [ "$(echo "$out" | tail -1 | cut -d' ' -f1)" = 4 ] || fail "primary replies: $out"
 kill -9 "$(cat "$tmp/pri.pid")"
@@ -124,7 +132,7 @@ ra promote || fail "promote of a promoted resource"
 
 # the guest dies here (a crash, not a stop): the ran marker stays, no fresh boot
 kill -9 "$(cat "$tmp/state/understudy_u.pid")"
-sleep 0.2
+sleep $(nested 0.2 1)   # it is gone
 ra monitor; rc=$?
 [ $rc = 9 ] || fail "monitor of a crashed promoted instance: $rc, want 9 (failed promoted)"
 ra demote || fail "demote after a crash: $(tail -5 "$tmp/ra.log")"
@@ -153,7 +161,7 @@ if command -v openssl >/dev/null; then
 		--tls-cert "$c/node.pem" --tls-key "$c/node.key" --tls-ca "$c/ca.pem" \
 		--control "$tmp/peer.ctl" >"$tmp/peer-tls.log" 2>&1 &
 	echo $! > "$tmp/peer.pid"
-	wait_port $pport || fail "the TLS peer standby did not listen: $(tail -3 "$tmp/peer-tls.log")"
+	wait_port $pport $((10 * X)) || fail "the TLS peer standby did not listen"
 	export OCF_RESOURCE_INSTANCE=understudy_tls OCF_RESKEY_name=understudy_tls OCF_RESKEY_insecure=false \
 		OCF_RESKEY_tls_cert=$c/node.pem OCF_RESKEY_tls_key=$c/node.key OCF_RESKEY_tls_ca=$c/ca.pem \
 		OCF_RESKEY_control=$tmp/state/understudy_tls.sock

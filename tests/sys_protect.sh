@@ -10,16 +10,9 @@ tmp=$(mktemp -d)
 # The agents' silence bounds: 300 ms on a host's KVM; in the nested VM,
 # where QEMU's emulator stalls an agent for a second or more at a time, a
 # bound that short gives up a live peer before the test's own kill.
-T=300
-W=10   # seconds to wait for a step (start, protection)
-[ "${UNDERSTUDY_NESTED:-}" = 1 ] && T=3000 W=60
-fail() {
-	echo "FAIL: $*"
-	for f in "$tmp"/pri.log "$tmp"/sec.log; do
-		[ -f "$f" ] && { echo "  -- last lines of $(basename "$f"):"; tail -8 "$f" | sed 's/^/  | /'; }
-	done
-	exit 1
-}
+T=$(nested 300 3000)
+W=$(nested 10 60)   # seconds to wait for a step (start, protection)
+FAIL_LOGS="$tmp/pri.log $tmp/sec.log"
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 

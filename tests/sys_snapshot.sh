@@ -24,10 +24,14 @@ cleanup() {
 	rm -rf "$T"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+FAIL_LOGS="$T/*.err"
+fail() { echo "FAIL: $*"; show_logs; exit 1; }
+# Waits for a step X times longer in the nested VM (tests/lib.sh nested),
+# where QEMU's emulator stalls a process for a second or more.
+X=$(nested 1 4)
 
 wait_lines() {   # file count
-	for _ in $(seq 1 200); do
+	for _ in $(seq 1 $((200 * X))); do
 		[ "$(grep -c '' "$1" 2>/dev/null)" -ge "$2" ] && return 0
 		sleep 0.05
 	done
@@ -40,7 +44,7 @@ start_vm() {   # name, extra options...
 	"$BIN" run --guest counter --control "$T/$n.ctl" "$@" <"$T/$n.in" >"$T/$n.out" 2>"$T/$n.err" &
 	VMPID=$!
 	exec 3>"$T/$n.in"
-	for _ in $(seq 1 100); do [ -S "$T/$n.ctl" ] && return 0; sleep 0.05; done
+	for _ in $(seq 1 $((100 * X))); do [ -S "$T/$n.ctl" ] && return 0; sleep 0.05; done
 	fail "control socket did not appear"
 }
 

@@ -22,6 +22,13 @@ cd "$(dirname "$0")/.." && . tests/lib.sh
 tmp=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
+FAIL_LOGS="$tmp/*.log"
+# The pairs' silence bounds: 300 ms and 1 s on a host's KVM, 3 s in the
+# nested VM (tests/lib.sh nested), where QEMU's emulator stalls an agent
+# for a second or more and a short bound gives up a live peer; waits X
+# times longer there.
+T=$(nested 300 3000)
+X=$(nested 1 4)
 
 # ---- 1. verify --------------------------------------------------------------------
 command -v systemd-analyze >/dev/null || { echo "SKIP: systemd-analyze not installed"; exit 77; }
@@ -100,7 +107,7 @@ with open(os.path.join(tmp, "notify.log"), "a", buffering=1) as log:
             data = s.recv(4096).decode(errors="replace")
             log.write("%s %d %s\n" % (socks[s], time.monotonic_ns(), data.replace("\n", "|")))
 PY
-for _ in $(seq 300); do [ -e "$tmp/listening" ] && break; sleep 0.05; done
+for _ in $(seq $((300 * X))); do [ -e "$tmp/listening" ] && break; sleep 0.05; done
 [ -e "$tmp/listening" ] || fail "notify listener: $(cat "$tmp/listener.out")"
 # notes NAME: what NAME sent, one datagram a line
 notes() { grep "^$1 " "$tmp/notify.log" 2>/dev/null; }
@@ -114,12 +121,12 @@ unit_cmd() {   # ROLE CONF
 		sed "s|/etc/understudy/%i.conf|$2|"
 }
 sport=$(free_port); scon=$(free_port); pcon=$(free_port)
-printf 'listen = 127.0.0.1:%s\nconsole = tcp:127.0.0.1:%s\ninsecure = true\nfailover-timeout-ms = 300\n' \
-	$sport $scon >"$tmp/sec.conf"
+printf 'listen = 127.0.0.1:%s\nconsole = tcp:127.0.0.1:%s\ninsecure = true\nfailover-timeout-ms = %s\n' \
+	$sport $scon $T >"$tmp/sec.conf"
 sec_cmd=$(unit_cmd secondary "$tmp/sec.conf")
 NOTIFY_SOCKET=$tmp/sec.sock $sec_cmd 2>"$tmp/sec.log" &
 sp=$!
-wait_port $sport 20 || fail "secondary did not listen: $(tail -3 "$tmp/sec.log")"
+wait_port $sport $((20 * X)) || fail "secondary did not listen"
 sleep 0.5
 notes sec | grep -q "STATUS=waiting for a primary on 127.0.0.1:$sport" ||
 	fail "secondary: no waiting STATUS: $(notes sec)"
@@ -127,14 +134,14 @@ notes sec | grep -q READY=1 && fail "secondary READY before any primary: $(notes
 ok "secondary started as its unit does ($(unit_cmd secondary CONF | sed "s|$BIN|understudy|")):" \
    "STATUS=waiting for a primary, no READY=1 yet"
 
-printf 'guest = counter\nconsole = tcp:127.0.0.1:%s\npeer = 127.0.0.1:%s\ninsecure = true\ntimeout-ms = 300\n' \
-	$pcon $sport >"$tmp/pri.conf"
+printf 'guest = counter\nconsole = tcp:127.0.0.1:%s\npeer = 127.0.0.1:%s\ninsecure = true\ntimeout-ms = %s\n' \
+	$pcon $sport $T >"$tmp/pri.conf"
 pri_cmd=$(unit_cmd primary "$tmp/pri.conf")
 NOTIFY_SOCKET=$tmp/pri.sock UNDERSTUDY_EVENT_LOG=$tmp/pri.events $pri_cmd \
 	2>"$tmp/pri.log" &
 pp=$!
-wait_log "$tmp/pri.log" "protected: secondary holds" 30 || fail "never protected: $(tail -3 "$tmp/pri.log")"
-for _ in $(seq 300); do
+wait_log "$tmp/pri.log" "protected: secondary holds" $((30 * X)) || fail "never protected"
+for _ in $(seq $((300 * X))); do
 	notes pri | grep -q READY=1 && notes sec | grep -q READY=1 && break
 	sleep 0.05
 done
@@ -160,12 +167,12 @@ ok "READY=1: secondary $(( (sec_ready - capture1) / 1000 )) us after capture 1 (
 # primary, resumed, reads that it was replaced and exits 3.
 out=$(python3 tests/counter_client.py $pcon incr incr) || fail "client of the primary"
 kill -STOP $pp
-wait_log "$tmp/sec.log" "TOOK OVER" 20 || { kill -CONT $pp; fail "no takeover: $(tail -3 "$tmp/sec.log")"; }
+wait_log "$tmp/sec.log" "TOOK OVER" $((20 * X)) || { kill -CONT $pp; fail "no takeover: $(tail -3 "$tmp/sec.log")"; }
 kill -CONT $pp
 wait $pp; rc=$?
 [ "$rc" = "$replaced" ] || fail "a replaced primary exited $rc, want $replaced: $(tail -3 "$tmp/pri.log")"
 notes pri | grep -q "STOPPING=1|STATUS=stopping (exit status $replaced)" || fail "primary STOPPING: $(notes pri)"
-for _ in $(seq 300); do notes sec | grep -q "STATUS=TOOK OVER" && break; sleep 0.05; done
+for _ in $(seq $((300 * X))); do notes sec | grep -q "STATUS=TOOK OVER" && break; sleep 0.05; done
 notes sec | grep -q "STATUS=TOOK OVER: runs the guest from epoch [1-9]" || fail "secondary STATUS: $(notes sec)"
 kill -TERM $sp
 wait $sp
@@ -177,8 +184,8 @@ printf 'guest = counter\nconsole = tcp:127.0.0.1:%s\n' $rcon >"$tmp/run.conf"
 run_cmd=$(unit_cmd run "$tmp/run.conf")
 NOTIFY_SOCKET=$tmp/run.sock $run_cmd 2>"$tmp/run.log" &
 rp=$!
-wait_port $rcon 20 || fail "run: no console: $(tail -3 "$tmp/run.log")"
-for _ in $(seq 300); do notes run | grep -q READY=1 && break; sleep 0.05; done
+wait_port $rcon $((20 * X)) || fail "run: no console: $(tail -3 "$tmp/run.log")"
+for _ in $(seq $((300 * X))); do notes run | grep -q READY=1 && break; sleep 0.05; done
 notes run | grep -q "READY=1|STATUS=the VM runs" || fail "run: no READY=1: $(notes run)"
 kill -TERM $rp
 wait $rp; rc=$?
@@ -188,15 +195,15 @@ ok "run: READY=1 once the VM runs, STOPPING=1 on SIGTERM"
 
 a_port=$(free_port); a_con=$(free_port); b_port=$(free_port); b_con=$(free_port)
 NOTIFY_SOCKET=$tmp/swb.sock "$BIN" secondary --listen 127.0.0.1:$b_port --console tcp:127.0.0.1:$b_con \
-	--insecure --failover-timeout-ms 1000 --control "$tmp/b.ctl" 2>"$tmp/b.log" &
+	--insecure --failover-timeout-ms $(nested 1000 3000) --control "$tmp/b.ctl" 2>"$tmp/b.log" &
 bp=$!
-wait_port $b_port 20 || fail "secondary b did not listen: $(tail -3 "$tmp/b.log")"
+wait_port $b_port $((20 * X)) || fail "secondary b did not listen: $(tail -3 "$tmp/b.log")"
 NOTIFY_SOCKET=$tmp/swa.sock "$BIN" primary --guest counter --console tcp:127.0.0.1:$a_con \
-	--peer 127.0.0.1:$b_port --insecure --timeout-ms 1000 --control "$tmp/a.ctl" 2>"$tmp/a.log" &
+	--peer 127.0.0.1:$b_port --insecure --timeout-ms $(nested 1000 3000) --control "$tmp/a.ctl" 2>"$tmp/a.log" &
 ap=$!
-wait_log "$tmp/a.log" "protected: secondary holds" 30 || fail "a never protected: $(tail -3 "$tmp/a.log")"
+wait_log "$tmp/a.log" "protected: secondary holds" $((30 * X)) || fail "a never protected: $(tail -3 "$tmp/a.log")"
 out=$("$BIN" switchover --control "$tmp/a.ctl" --listen 127.0.0.1:$a_port 2>&1) || fail "switchover: $out"
-for _ in $(seq 300); do notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" && break; sleep 0.05; done
+for _ in $(seq $((300 * X))); do notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" && break; sleep 0.05; done
 notes swb | grep -q "STATUS=protected by 127.0.0.1:$a_port" || fail "new primary b: no protected STATUS: $(notes swb)"
 sleep 0.5
 kill -0 $ap 2>/dev/null || fail "the old primary exited after the switchover"

@@ -20,7 +20,11 @@ cleanup() {
 	rm -rf "$T"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+FAIL_LOGS="$T/*.err"
+fail() { echo "FAIL: $*"; show_logs; exit 1; }
+# Waits for a step X times longer in the nested VM (tests/lib.sh nested),
+# where QEMU's emulator stalls a process for a second or more.
+X=$(nested 1 4)
 
 wait_lines() {   # file count [tenths of a second]
 	for _ in $(seq 1 "${3:-600}"); do
@@ -36,7 +40,7 @@ start_vm() {   # name, options...
 	"$BIN" "$@" --control "$T/$n.ctl" <"$T/$n.in" >"$T/$n.out" 2>"$T/$n.err" &
 	VMPID=$!
 	exec 3>"$T/$n.in"
-	for _ in $(seq 1 200); do [ -S "$T/$n.ctl" ] && return 0; sleep 0.05; done
+	for _ in $(seq 1 $((200 * X))); do [ -S "$T/$n.ctl" ] && return 0; sleep 0.05; done
 	fail "control socket did not appear: $(cat "$T/$n.err")"
 }
 
