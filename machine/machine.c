@@ -848,6 +848,7 @@ int machine_get_state(struct machine *m, struct machine_state *st)
 	}
 	st->uart = m->uart;
 	st->pci = m->pci;
+	st->platform = m->platform;
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }
@@ -863,6 +864,8 @@ int machine_set_state(struct machine *m, const struct machine_state *st)
 	m->uart = st->uart;
 	uart_post_load(m);
 	m->pci = st->pci;
+	m->platform = st->platform;
+	m->platform.stop_req = 0;    /* a request of the machine that made it */
 	/* The state was made by a machine of the same configuration (the
 	 * digest says so); a function this one lacks stays absent all the same. */
 	if (!m->blk)

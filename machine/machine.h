@@ -64,19 +64,26 @@ struct uart_state {
 	uint8_t rx[UART_RX_SIZE];
 };
 
-/* The PC platform devices (platform.c): CMOS RTC, reset. Not part of the
- * checkpoint yet: the clock is the host's, CMOS RAM and the index are lost
- * on a takeover (Linux reads the clock at boot only). */
+/* The PC platform devices (platform.c): the CMOS RTC, the ACPI PM1a
+ * registers, the reset control register; plain data, checkpointed whole
+ * (the "platform" section) but for stop_req, a request machine.c acts on
+ * before the vCPU that made it runs again. The RTC's clock is the host's
+ * UTC clock plus rtc_offset, the seconds by which the guest set it off
+ * (0 until it writes the time): after a takeover or a restore the guest's
+ * wall clock goes on from the same offset. */
 #define LINUX_ACPI_PM1_EVT 0x600   /* ACPI PM1a status (2 bytes) and enable (2 bytes) */
 #define LINUX_ACPI_PM1_CNT 0x604   /* ACPI PM1a control (2 bytes) */
 #define LINUX_RESET_PORT   0xcf9   /* reset control register */
+#define PLATFORM_RTC_OFFSET_MAX (1ll << 34)   /* |rtc_offset|: ~544 years */
 struct platform_state {
-	uint8_t cmos_index;
-	uint8_t reset_ctl;            /* 0xCF9 */
+	uint8_t cmos_index;           /* 0..127 (the NMI mask bit is not kept) */
+	uint8_t reset_ctl;            /* 0xCF9: bits 1 and 3 only */
 	uint8_t stop_req;             /* the guest asked for: 1 a power-off, 2 a reset */
 	uint8_t pad;
 	uint16_t pm1_en, pm1_cnt;     /* ACPI PM1a enable and control (status stays 0) */
-	uint8_t cmos[128];
+	int64_t rtc_offset;           /* guest RTC time - host UTC time, seconds */
+	uint8_t cmos[128];            /* CMOS RAM; the time registers hold the last
+				       * time read or set (the clock runs outside) */
 };
 
 /* ---- PCI and virtio: checkpointed state (machine/pci.c, virtio_pci.c) --- */
@@ -369,6 +376,7 @@ struct machine_state {
 	struct kvm_vm_state vm;
 	struct uart_state uart;
 	struct pci_state pci;
+	struct platform_state platform;
 };
 int machine_get_state(struct machine *m, struct machine_state *st) US_MUST_CHECK;
 int machine_set_state(struct machine *m, const struct machine_state *st) US_MUST_CHECK;
@@ -389,6 +397,9 @@ void uart_post_load(struct machine *m);
 /* platform.c: true when port is one of the platform devices' (then done). */
 bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
 void platform_reset(struct platform_state *p);
+/* 0 when p holds values the devices can be in (what a checkpoint's
+ * "platform" section must hold), else -EINVAL. */
+int platform_check(const struct platform_state *p) US_MUST_CHECK;
 
 /* pci.c: configuration mechanism #1 and BAR decoding, used by machine.c.
  * Called with machine.lock held. */
