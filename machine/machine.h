@@ -1,7 +1,8 @@
 /* machine: the guest machine model. Guest RAM (memfd, MAP_SHARED), one
- * thread per vCPU running KVM_RUN, a small port-I/O bus with the 16550 UART
- * and the paravirtual ports of the built-in guests, pause/resume of all
- * vCPUs at any instant, and the dirty-page harvest.
+ * thread per vCPU running KVM_RUN, a bus on which the devices (listed in
+ * machine/devices.c) claim port and MMIO ranges, the paravirtual ports of
+ * the built-in guests, pause/resume of all vCPUs at any instant, and the
+ * dirty-page harvest.
  *
  * Pages are named by their index in guest RAM ("page", offset / 4096);
  * machine_page_gfn() gives the guest frame number (RAM above 3 GiB sits
@@ -152,6 +153,21 @@ struct machine_ops {
 
 struct machine;
 
+/* One range of port or MMIO addresses a device claims on the bus (bus.c):
+ * its handler serves an access of size bytes at addr, with machine.lock
+ * held, and returns 0 (done), -ENOENT (not its access after all: the bus
+ * asks the next range), or MACHINE_IO_POWEROFF / MACHINE_IO_RESET (done,
+ * and the guest asked the machine to stop). */
+enum machine_space { MACHINE_PIO, MACHINE_MMIO };
+#define MACHINE_IO_POWEROFF 1
+#define MACHINE_IO_RESET 2
+#define MACHINE_MAX_RANGES 16
+struct machine_io_range {
+	enum machine_space space;
+	uint64_t base, len;
+	int (*io)(struct machine *m, uint64_t addr, int size, bool write, uint8_t *data);
+};
+
 struct machine_vcpu {
 	struct machine *m;
 	struct kvm_vcpu kvm;
@@ -204,6 +220,8 @@ struct machine {
 	struct uart_state uart;
 	struct platform_state platform;
 	struct pci_state pci;        /* PCI config spaces and virtio transports */
+	struct machine_io_range ranges[MACHINE_MAX_RANGES];   /* the bus (bus.c) */
+	int nranges;
 	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
 	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
 
@@ -386,42 +404,12 @@ int machine_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_sta
 /* loader.c: forgets the pause's snapshot before setting vCPU state. */
 void machine_snap_drop(struct machine *m);
 
-/* uart.c: the device model, used by machine.c. */
-int uart_io(struct machine *m, uint16_t port, bool write, uint8_t *data);
-size_t uart_rx_push(struct machine *m, const uint8_t *buf, size_t len);
-bool uart_rx_ready(const struct uart_state *u);
-void uart_reset(struct uart_state *u);
-/* Re-drives the IRQ line from restored state. */
-void uart_post_load(struct machine *m);
-
-/* platform.c: true when port is one of the platform devices' (then done). */
-bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
+/* platform.c: the platform devices' power-on state, and whether p holds
+ * values the devices can be in (what a checkpoint's "platform" section
+ * must hold): 0, else -EINVAL. The device models themselves are private
+ * to machine/ (machine/devices.h), behind the bus (machine/bus.h). */
 void platform_reset(struct platform_state *p);
-/* 0 when p holds values the devices can be in (what a checkpoint's
- * "platform" section must hold), else -EINVAL. */
 int platform_check(const struct platform_state *p) US_MUST_CHECK;
-
-/* pci.c: configuration mechanism #1 and BAR decoding, used by machine.c.
- * Called with machine.lock held. */
-#define PCI_PORT_ADDR 0xcf8
-#define PCI_PORT_DATA 0xcfc
-/* A port access to 0xCF8..0xCFF of size bytes. */
-void pci_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
-/* An MMIO access; 0 when a BAR claimed it, -ENOENT when none did. */
-int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool write);
-/* Power-on state of every function, BARs placed in the MMIO hole as
- * firmware would place them. */
-void pci_reset(struct machine *m);
-/* virtio_blk.c: opens cfg->disk (O_RDWR, locked) for m; 0 and m->blk NULL
- * when cfg->ndisks is 0. Errors are logged with the file's name. */
-int virtio_blk_open(struct machine *m) US_MUST_CHECK;
-void virtio_blk_close(struct machine *m);
-/* virtio_net.c: the NIC's runtime part when cfg->nnets is 1 (the tap is the
- * owner's: frames leave through ops.net_tx and come in by machine_net_input). */
-int virtio_net_open(struct machine *m) US_MUST_CHECK;
-void virtio_net_close(struct machine *m);
-/* pci.c: a virtio device has its ISR set (an idle vCPU wakes for it). */
-bool pci_isr_pending(const struct machine *m);
 
 /* ---- the disk's blocks (virtio_blk.c), for disk replication -------------
  * The image in MACHINE_DISK_BLOCK blocks (the last one may be partial: it

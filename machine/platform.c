@@ -13,7 +13,7 @@
  * hold still. The rest of CMOS is plain RAM. Everything but the power-off
  * or reset request is checkpointed (the "platform" section).
  * Called with machine.lock held. */
-#include "machine/machine.h"
+#include "machine/devices.h"
 
 #include <errno.h>
 #include <string.h>
@@ -255,3 +255,45 @@ bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t
 		return false;
 	}
 }
+
+/* ---- on the bus: a --kernel machine's only ------------------------------------- */
+
+static int platform_bus_io(struct machine *m, uint64_t addr, int size, bool write, uint8_t *data)
+{
+	if (!platform_io(m, (uint16_t)addr, size, write, data))
+		return -ENOENT;                   /* 0xCF9 as part of PCI's 0xCF8 */
+	if (m->platform.stop_req)
+		return m->platform.stop_req == 2 ? MACHINE_IO_RESET : MACHINE_IO_POWEROFF;
+	return 0;
+}
+
+static int platform_attach(struct machine *m)
+{
+	int r;
+
+	platform_reset(&m->platform);
+	if (!m->linux_guest)
+		return 0;
+	if ((r = machine_bus_add(m, MACHINE_PIO, RTC_PORT_INDEX, 2, platform_bus_io)) < 0 ||
+	    (r = machine_bus_add(m, MACHINE_PIO, I8042_PORT_CMD, 1, platform_bus_io)) < 0 ||
+	    (r = machine_bus_add(m, MACHINE_PIO, RESET_PORT, 1, platform_bus_io)) < 0 ||
+	    (r = machine_bus_add(m, MACHINE_PIO, LINUX_ACPI_PM1_EVT,
+				 LINUX_ACPI_PM1_CNT + 2 - LINUX_ACPI_PM1_EVT, platform_bus_io)) < 0)
+		return r;
+	return 0;
+}
+
+static void platform_save(struct machine *m, struct machine_state *st)
+{
+	st->platform = m->platform;
+}
+
+static void platform_load(struct machine *m, const struct machine_state *st)
+{
+	m->platform = st->platform;
+	m->platform.stop_req = 0;    /* a request of the machine that made it */
+}
+
+const struct machine_device platform_device = {
+	"platform", platform_attach, NULL, platform_save, platform_load, NULL,
+};

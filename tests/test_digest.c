@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "checkpoint/checkpoint.h"
+#include "machine/devices.h"
 #include "proto/proto.h"
 #include "tests/harness.h"
 

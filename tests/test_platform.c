@@ -11,7 +11,11 @@
  *    is malformed, cut, repeated or of an unknown version is refused;
  *  - in a snapshot file: written and read back whole; a version 1 file of
  *    an older build (tests/fuzz/corpus/snapshot/ok-v1-diff-2pages) still
- *    restores, with the devices at power-on. */
+ *    restores, with the devices at power-on;
+ *  - on the bus (machine/bus.h): a --kernel machine's devices claim their
+ *    ports (0xCF9 a byte, PCI's 0xCF8 a dword), a built-in guest's machine
+ *    has no platform ports, a power-off and a reset come back as such, and
+ *    every device's state is saved and loaded through the bus. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +29,7 @@
 #include <cmocka.h>
 
 #include "checkpoint/checkpoint.h"
+#include "machine/devices.h"
 #include "proto/proto.h"
 
 #define PORT_INDEX 0x70
@@ -403,6 +408,91 @@ static void snapshot_file(void **state)
 	free(m);
 }
 
+/* ---- on the bus ---------------------------------------------------------------- */
+
+static struct machine *bus_machine(bool linux_guest)
+{
+	struct machine *m = calloc(1, sizeof(*m));
+
+	assert_non_null(m);
+	m->linux_guest = linux_guest;
+	assert_int_equal(pthread_mutex_init(&m->lock, NULL), 0);
+	assert_int_equal(machine_devices_attach(m), 0);
+	return m;
+}
+
+static void bus_free(struct machine *m)
+{
+	machine_devices_detach(m);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+static int pio(struct machine *m, uint16_t port, int size, bool write, uint32_t *v)
+{
+	return machine_bus_io(m, MACHINE_PIO, port, size, write, (uint8_t *)v);
+}
+
+static void bus_dispatch(void **state)
+{
+	struct machine *m = bus_machine(true), *g = bus_machine(false);
+	struct machine_state *st = malloc(sizeof(*st));
+	uint32_t v;
+
+	(void)state;
+	assert_non_null(st);
+	/* the CMOS through the bus */
+	v = 0x40;
+	assert_int_equal(pio(m, 0x70, 1, true, &v), 0);
+	v = 0x77;
+	assert_int_equal(pio(m, 0x71, 1, true, &v), 0);
+	assert_int_equal(m->platform.cmos[0x40], 0x77);
+	/* 0xCF9 is a byte of the platform's; a dword at 0xCF8 is PCI's address */
+	v = 0x02;
+	assert_int_equal(pio(m, 0xcf9, 1, true, &v), 0);
+	assert_int_equal(m->platform.reset_ctl, 0x02);
+	v = 0x80000000u;
+	assert_int_equal(pio(m, 0xcf8, 4, true, &v), 0);
+	assert_int_equal(m->pci.addr, 0x80000000u);
+	v = 0;
+	assert_int_equal(pio(m, 0xcfc, 4, false, &v), 0);
+	assert_int_equal(v & 0xffff, 0x1b36);                 /* the host bridge's vendor */
+	/* the UART's scratch register */
+	v = 0x5a;
+	assert_int_equal(pio(m, 0x3ff, 1, true, &v), 0);
+	assert_int_equal(m->uart.scr, 0x5a);
+	/* nobody's port, nobody's memory */
+	assert_int_equal(pio(m, 0x80, 1, true, &v), -ENOENT);
+	assert_int_equal(machine_bus_io(m, MACHINE_MMIO, 0xe0000000ull, 4, false, (uint8_t *)&v),
+			 -ENOENT);                             /* no virtio function */
+	/* a built-in guest's machine: no platform ports, the rest as before */
+	assert_int_equal(pio(g, 0x70, 1, true, &v), -ENOENT);
+	assert_int_equal(pio(g, 0x604, 2, true, &v), -ENOENT);
+	assert_int_equal(pio(g, 0x3ff, 1, true, &v), 0);
+	/* state through the bus: saved, changed, loaded back */
+	machine_devices_save(m, st);
+	m->platform.cmos[0x40] = 0;
+	m->uart.scr = 0;
+	m->pci.addr = 0;
+	m->platform.stop_req = 1;
+	machine_devices_load(m, st);
+	assert_int_equal(m->platform.cmos[0x40], 0x77);
+	assert_int_equal(m->uart.scr, 0x5a);
+	assert_int_equal(m->pci.addr, 0x80000000u);
+	assert_int_equal(m->platform.stop_req, 0);
+	assert_false(machine_devices_wake(m));
+	/* ACPI S5 and a reset: the machine is asked to stop, as such */
+	v = 0x3401;
+	assert_int_equal(pio(m, 0x604, 2, true, &v), MACHINE_IO_POWEROFF);
+	bus_free(m);
+	m = bus_machine(true);
+	v = 0xfe;
+	assert_int_equal(pio(m, 0x64, 1, true, &v), MACHINE_IO_RESET);
+	bus_free(m);
+	bus_free(g);
+	free(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -411,6 +501,7 @@ int main(void)
 		cmocka_unit_test(section_refuses_bad),
 		cmocka_unit_test(blob_sections),
 		cmocka_unit_test(snapshot_file),
+		cmocka_unit_test(bus_dispatch),
 	};
 
 	log_set_level(LOG_WARN);
