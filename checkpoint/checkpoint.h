@@ -4,7 +4,8 @@
  * A checkpoint is the unit everything else moves: memory pages (every page,
  * or exactly the pages dirtied since the previous capture), each with its
  * guest frame number, plus the serialized state of every vCPU, of the VM
- * (PIC, IOAPIC, PIT, kvmclock) and of every device (UART), tagged with the
+ * (PIC, IOAPIC, PIT, kvmclock) and of every device (UART, PCI and virtio,
+ * the platform devices: CMOS RTC, ACPI PM1a, reset), tagged with the
  * digest of the machine configuration.
  *
  * The state is a sequence of named, versioned sections, each with its own
@@ -117,7 +118,9 @@ struct ckpt_image {
  * image goes to the machine through machine_set_state / set_vcpu_state
  * (which already re-drives the UART's IRQ line); post_load, if set, runs
  * after every section is in place, to rebuild derived state a device keeps
- * outside its plain-data state. */
+ * outside its plain-data state. absent, if set, makes the section optional:
+ * a blob without it (written before the section existed) decodes, absent()
+ * filling its part of img as the build that wrote the blob left it. */
 struct ckpt_section_ops {
 	const char *name;
 	uint32_t version;
@@ -126,6 +129,7 @@ struct ckpt_section_ops {
 	void (*save)(const struct ckpt_image *img, int inst, uint8_t *out);
 	int (*load)(struct ckpt_image *img, int inst, const uint8_t *in, size_t len);
 	int (*post_load)(struct machine *m, const struct ckpt_image *img);
+	void (*absent)(struct ckpt_image *img);
 };
 
 /* Reads the image of a paused machine. */

@@ -36,7 +36,7 @@ static const char *const vcpu_part_names[PROTO_VERIFY_VCPU_PARTS] = {
 	"regs", "sregs", "xsave", "xcrs", "msrs", "lapic", "events", "mp_state", "debugregs",
 };
 static const char *const vm_part_names[PROTO_VERIFY_VM_PARTS] = {
-	"pic-master", "pic-slave", "ioapic", "pit", "uart", "pci",
+	"pic-master", "pic-slave", "ioapic", "pit", "uart", "pci", "platform",
 };
 
 /* The register page without the timer's current count and without the
@@ -280,6 +280,7 @@ static uint32_t digest_virtio(uint32_t c, const struct virtio_state *v)
 	MIX(c, v->isr);
 	MIX(c, v->config_generation);
 	MIX(c, v->msix_pending);
+	MIX(c, v->dev_flags);
 	for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
 		const struct virtq_state *q = &v->q[i];
 
@@ -301,14 +302,29 @@ static uint32_t digest_virtio(uint32_t c, const struct virtio_state *v)
 }
 
 /* Config spaces whole (no reserved bytes: all of it is register state or
- * zeros the model keeps), the config address, the virtio transport. */
+ * zeros the model keeps), the config address, both virtio transports. */
 static uint32_t digest_pci(const struct pci_state *p)
 {
 	uint32_t c = 0;
 
 	MIX(c, p->addr);
 	c = proto_crc32c(c, p->cfg, sizeof(p->cfg));
-	return digest_virtio(c, &p->blk);
+	c = digest_virtio(c, &p->blk);
+	return digest_virtio(c, &p->net);
+}
+
+/* The platform devices but for stop_req (a request acted on at once, not
+ * carried). CMOS whole: the time registers hold the last time read or set. */
+static uint32_t digest_platform(const struct platform_state *p)
+{
+	uint32_t c = 0;
+
+	MIX(c, p->cmos_index);
+	MIX(c, p->reset_ctl);
+	MIX(c, p->pm1_en);
+	MIX(c, p->pm1_cnt);
+	MIX(c, p->rtc_offset);
+	return proto_crc32c(c, p->cmos, sizeof(p->cmos));
 }
 
 void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d)
@@ -319,6 +335,7 @@ void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d)
 	d->vm[PROTO_VERIFY_PIT] = digest_pit(&ms->vm.pit);
 	d->vm[PROTO_VERIFY_UART] = digest_uart(&ms->uart);
 	d->vm[PROTO_VERIFY_PCI] = digest_pci(&ms->pci);
+	d->vm[PROTO_VERIFY_PLATFORM] = digest_platform(&ms->platform);
 	d->clock_ns = ms->vm.clock.clock;         /* runs on: order only */
 }
 

@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "guest/guest.h"
+#include "machine/bus.h"
 #include "machine/linux.h"
 
 #define TAG "machine"
 #define KICK_SIGNAL SIGUSR1
-#define UART_PORT 0x3f8
 
 static void on_kick(int sig)
 {
@@ -186,7 +186,7 @@ static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 	pthread_cond_broadcast(&m->parked_cond);
 	if (m->parked == m->ncpus && m->pause_req && !m->stopping)
 		snap_take(m);
-	while (!m->stopping && !uart_rx_ready(&m->uart) && !pci_isr_pending(m))
+	while (!m->stopping && !machine_devices_wake(m))
 		if (pthread_cond_timedwait(&m->cond, &m->lock, &until) == ETIMEDOUT)
 			break;
 	while (m->pause_req && !m->stopping)
@@ -253,18 +253,6 @@ void machine_resume(struct machine *m)
 	pthread_mutex_unlock(&m->lock);
 }
 
-size_t machine_console_input(struct machine *m, const uint8_t *buf, size_t len)
-{
-	size_t n;
-
-	pthread_mutex_lock(&m->lock);
-	n = uart_rx_push(m, buf, len);
-	if (n)
-		pthread_cond_broadcast(&m->cond);
-	pthread_mutex_unlock(&m->lock);
-	return n;
-}
-
 /* ---- exits ------------------------------------------------------------ */
 
 static void report_exception(struct machine_vcpu *vc, uint32_t vector)
@@ -284,39 +272,20 @@ static void report_exception(struct machine_vcpu *vc, uint32_t vector)
 		  vc->kvm.index, (unsigned long long)frame[0], (unsigned long long)frame[1]);
 }
 
-/* One port access. Returns 0, or 1 when the vCPU must stop. */
+/* One port access: a device's on the bus, or one of the built-in guests'
+ * paravirtual ports. Returns 0, or 1 when the vCPU must stop. */
 static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, uint8_t *data)
 {
 	struct machine *m = vc->m;
 	uint32_t value = 0;
+	int r = machine_bus_io(m, MACHINE_PIO, port, size, out, data);
 
-	if (m->linux_guest) {
-		bool done;
-		int stop;
-
-		pthread_mutex_lock(&m->lock);
-		done = platform_io(m, port, size, out, data);
-		stop = m->platform.stop_req;
-		pthread_mutex_unlock(&m->lock);
-		if (stop) {
-			machine_stop(m, stop == 2 ? MACHINE_STATUS_REBOOT : 0);
-			return 1;
-		}
-		if (done)
-			return 0;
+	if (r == MACHINE_IO_POWEROFF || r == MACHINE_IO_RESET) {
+		machine_stop(m, r == MACHINE_IO_RESET ? MACHINE_STATUS_REBOOT : 0);
+		return 1;
 	}
-	if (port >= PCI_PORT_ADDR && port < PCI_PORT_DATA + 4) {
-		pthread_mutex_lock(&m->lock);
-		pci_io(m, port, size, out, data);
-		pthread_mutex_unlock(&m->lock);
+	if (r == 0)
 		return 0;
-	}
-	if (port >= UART_PORT && port < UART_PORT + 8) {
-		pthread_mutex_lock(&m->lock);
-		uart_io(m, port, out, data);
-		pthread_mutex_unlock(&m->lock);
-		return 0;
-	}
 	if (!out) {
 		memset(data, 0xff, (size_t)size);
 		return 0;
@@ -341,16 +310,12 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	}
 }
 
-/* An MMIO access a device BAR claims (virtio notifications are served
- * here, synchronously); -ENOENT when none does. */
+/* An MMIO access a device claims (virtio notifications are served here,
+ * synchronously); -ENOENT when none does. */
 static int mmio(struct machine *m, struct kvm_run *run)
 {
-	int r;
-
-	pthread_mutex_lock(&m->lock);
-	r = pci_mmio(m, run->mmio.phys_addr, run->mmio.data, run->mmio.len, run->mmio.is_write);
-	pthread_mutex_unlock(&m->lock);
-	return r;
+	return machine_bus_io(m, MACHINE_MMIO, run->mmio.phys_addr, (int)run->mmio.len,
+			      run->mmio.is_write, run->mmio.data);
 }
 
 static int handle_exit(struct machine_vcpu *vc)
@@ -573,13 +538,10 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 	 * configuration has no kernel file, yet the same devices. */
 	m->linux_guest = !strcmp(cfg->guest, MACHINE_LINUX_GUEST);
 	m->pause_req = true;             /* vCPUs start parked */
-	uart_reset(&m->uart);
-	platform_reset(&m->platform);
 	if ((r = init_sync(m)) < 0)
 		goto err;
-	if ((r = virtio_blk_open(m)) < 0 || (r = virtio_net_open(m)) < 0)
+	if ((r = machine_devices_attach(m)) < 0)
 		goto err;
-	pci_reset(m);
 	if ((r = kvm_sys_open(&m->sys, NULL)) < 0)
 		goto err;
 	if ((r = kvm_vm_create(&m->vm, &m->sys)) < 0)
@@ -620,8 +582,7 @@ err:
 	free(m->kvm_dirty);
 	free(m->hot);
 	free(m->seen);
-	virtio_blk_close(m);
-	virtio_net_close(m);
+	machine_devices_detach(m);
 	free(m->snap_vm);
 	free(m->snap_vcpus);
 	free(m);
@@ -663,8 +624,7 @@ void machine_free(struct machine *m)
 	free(m->kvm_dirty);
 	free(m->hot);
 	free(m->seen);
-	virtio_blk_close(m);
-	virtio_net_close(m);
+	machine_devices_detach(m);
 	free(m->snap_vm);
 	free(m->snap_vcpus);
 	pthread_cond_destroy(&m->cond);
@@ -846,8 +806,7 @@ int machine_get_state(struct machine *m, struct machine_state *st)
 		r = kvm_vm_get_state(&m->vm, &st->vm);
 		pthread_mutex_lock(&m->lock);
 	}
-	st->uart = m->uart;
-	st->pci = m->pci;
+	machine_devices_save(m, st);
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }
@@ -860,15 +819,7 @@ int machine_set_state(struct machine *m, const struct machine_state *st)
 	if ((r = kvm_vm_set_state(&m->vm, &st->vm)) < 0)
 		return r;
 	pthread_mutex_lock(&m->lock);
-	m->uart = st->uart;
-	uart_post_load(m);
-	m->pci = st->pci;
-	/* The state was made by a machine of the same configuration (the
-	 * digest says so); a function this one lacks stays absent all the same. */
-	if (!m->blk)
-		memset(m->pci.cfg[PCI_SLOT_BLK], 0, PCI_CFG_BYTES);
-	if (!m->vnet)
-		memset(m->pci.cfg[PCI_SLOT_NET], 0, PCI_CFG_BYTES);
+	machine_devices_load(m, st);
 	pthread_cond_broadcast(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 	return 0;

@@ -1,7 +1,8 @@
 /* machine: the guest machine model. Guest RAM (memfd, MAP_SHARED), one
- * thread per vCPU running KVM_RUN, a small port-I/O bus with the 16550 UART
- * and the paravirtual ports of the built-in guests, pause/resume of all
- * vCPUs at any instant, and the dirty-page harvest.
+ * thread per vCPU running KVM_RUN, a bus on which the devices (listed in
+ * machine/devices.c) claim port and MMIO ranges, the paravirtual ports of
+ * the built-in guests, pause/resume of all vCPUs at any instant, and the
+ * dirty-page harvest.
  *
  * Pages are named by their index in guest RAM ("page", offset / 4096);
  * machine_page_gfn() gives the guest frame number (RAM above 3 GiB sits
@@ -64,19 +65,26 @@ struct uart_state {
 	uint8_t rx[UART_RX_SIZE];
 };
 
-/* The PC platform devices (platform.c): CMOS RTC, reset. Not part of the
- * checkpoint yet: the clock is the host's, CMOS RAM and the index are lost
- * on a takeover (Linux reads the clock at boot only). */
+/* The PC platform devices (platform.c): the CMOS RTC, the ACPI PM1a
+ * registers, the reset control register; plain data, checkpointed whole
+ * (the "platform" section) but for stop_req, a request machine.c acts on
+ * before the vCPU that made it runs again. The RTC's clock is the host's
+ * UTC clock plus rtc_offset, the seconds by which the guest set it off
+ * (0 until it writes the time): after a takeover or a restore the guest's
+ * wall clock goes on from the same offset. */
 #define LINUX_ACPI_PM1_EVT 0x600   /* ACPI PM1a status (2 bytes) and enable (2 bytes) */
 #define LINUX_ACPI_PM1_CNT 0x604   /* ACPI PM1a control (2 bytes) */
 #define LINUX_RESET_PORT   0xcf9   /* reset control register */
+#define PLATFORM_RTC_OFFSET_MAX (1ll << 34)   /* |rtc_offset|: ~544 years */
 struct platform_state {
-	uint8_t cmos_index;
-	uint8_t reset_ctl;            /* 0xCF9 */
+	uint8_t cmos_index;           /* 0..127 (the NMI mask bit is not kept) */
+	uint8_t reset_ctl;            /* 0xCF9: bits 1 and 3 only */
 	uint8_t stop_req;             /* the guest asked for: 1 a power-off, 2 a reset */
 	uint8_t pad;
 	uint16_t pm1_en, pm1_cnt;     /* ACPI PM1a enable and control (status stays 0) */
-	uint8_t cmos[128];
+	int64_t rtc_offset;           /* guest RTC time - host UTC time, seconds */
+	uint8_t cmos[128];            /* CMOS RAM; the time registers hold the last
+				       * time read or set (the clock runs outside) */
 };
 
 /* ---- PCI and virtio: checkpointed state (machine/pci.c, virtio_pci.c) --- */
@@ -145,6 +153,21 @@ struct machine_ops {
 
 struct machine;
 
+/* One range of port or MMIO addresses a device claims on the bus (bus.c):
+ * its handler serves an access of size bytes at addr, with machine.lock
+ * held, and returns 0 (done), -ENOENT (not its access after all: the bus
+ * asks the next range), or MACHINE_IO_POWEROFF / MACHINE_IO_RESET (done,
+ * and the guest asked the machine to stop). */
+enum machine_space { MACHINE_PIO, MACHINE_MMIO };
+#define MACHINE_IO_POWEROFF 1
+#define MACHINE_IO_RESET 2
+#define MACHINE_MAX_RANGES 16
+struct machine_io_range {
+	enum machine_space space;
+	uint64_t base, len;
+	int (*io)(struct machine *m, uint64_t addr, int size, bool write, uint8_t *data);
+};
+
 struct machine_vcpu {
 	struct machine *m;
 	struct kvm_vcpu kvm;
@@ -197,6 +220,8 @@ struct machine {
 	struct uart_state uart;
 	struct platform_state platform;
 	struct pci_state pci;        /* PCI config spaces and virtio transports */
+	struct machine_io_range ranges[MACHINE_MAX_RANGES];   /* the bus (bus.c) */
+	int nranges;
 	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
 	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
 
@@ -376,6 +401,7 @@ struct machine_state {
 	struct kvm_vm_state vm;
 	struct uart_state uart;
 	struct pci_state pci;
+	struct platform_state platform;
 };
 int machine_get_state(struct machine *m, struct machine_state *st) US_MUST_CHECK;
 int machine_set_state(struct machine *m, const struct machine_state *st) US_MUST_CHECK;
@@ -385,39 +411,12 @@ int machine_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_sta
 /* loader.c: forgets the pause's snapshot before setting vCPU state. */
 void machine_snap_drop(struct machine *m);
 
-/* uart.c: the device model, used by machine.c. */
-int uart_io(struct machine *m, uint16_t port, bool write, uint8_t *data);
-size_t uart_rx_push(struct machine *m, const uint8_t *buf, size_t len);
-bool uart_rx_ready(const struct uart_state *u);
-void uart_reset(struct uart_state *u);
-/* Re-drives the IRQ line from restored state. */
-void uart_post_load(struct machine *m);
-
-/* platform.c: true when port is one of the platform devices' (then done). */
-bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
+/* platform.c: the platform devices' power-on state, and whether p holds
+ * values the devices can be in (what a checkpoint's "platform" section
+ * must hold): 0, else -EINVAL. The device models themselves are private
+ * to machine/ (machine/devices.h), behind the bus (machine/bus.h). */
 void platform_reset(struct platform_state *p);
-
-/* pci.c: configuration mechanism #1 and BAR decoding, used by machine.c.
- * Called with machine.lock held. */
-#define PCI_PORT_ADDR 0xcf8
-#define PCI_PORT_DATA 0xcfc
-/* A port access to 0xCF8..0xCFF of size bytes. */
-void pci_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
-/* An MMIO access; 0 when a BAR claimed it, -ENOENT when none did. */
-int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool write);
-/* Power-on state of every function, BARs placed in the MMIO hole as
- * firmware would place them. */
-void pci_reset(struct machine *m);
-/* virtio_blk.c: opens cfg->disk (O_RDWR, locked) for m; 0 and m->blk NULL
- * when cfg->ndisks is 0. Errors are logged with the file's name. */
-int virtio_blk_open(struct machine *m) US_MUST_CHECK;
-void virtio_blk_close(struct machine *m);
-/* virtio_net.c: the NIC's runtime part when cfg->nnets is 1 (the tap is the
- * owner's: frames leave through ops.net_tx and come in by machine_net_input). */
-int virtio_net_open(struct machine *m) US_MUST_CHECK;
-void virtio_net_close(struct machine *m);
-/* pci.c: a virtio device has its ISR set (an idle vCPU wakes for it). */
-bool pci_isr_pending(const struct machine *m);
+int platform_check(const struct platform_state *p) US_MUST_CHECK;
 
 /* ---- the disk's blocks (virtio_blk.c), for disk replication -------------
  * The image in MACHINE_DISK_BLOCK blocks (the last one may be partial: it

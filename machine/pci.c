@@ -259,3 +259,59 @@ void pci_reset(struct machine *m)
 	if (m->vnet)
 		function_reset(m, PCI_SLOT_NET, &m->vnet->dev, PCI_MMIO_BASE + VIRTIO_BAR_BYTES);
 }
+
+/* ---- on the bus: the functions and the virtio devices behind them -------------- */
+
+static int pci_bus_io(struct machine *m, uint64_t addr, int size, bool write, uint8_t *data)
+{
+	pci_io(m, (uint16_t)addr, size, write, data);
+	return 0;
+}
+
+static int pci_bus_mmio(struct machine *m, uint64_t addr, int size, bool write, uint8_t *data)
+{
+	return pci_mmio(m, addr, data, (uint32_t)size, write);
+}
+
+static void pci_detach(struct machine *m)
+{
+	virtio_blk_close(m);
+	virtio_net_close(m);
+}
+
+static int pci_attach(struct machine *m)
+{
+	int r;
+
+	if ((r = virtio_blk_open(m)) < 0 || (r = virtio_net_open(m)) < 0)
+		goto err;
+	pci_reset(m);
+	/* BARs may be moved anywhere: pci_mmio decodes them. */
+	if ((r = machine_bus_add(m, MACHINE_PIO, PCI_PORT_ADDR, 8, pci_bus_io)) < 0 ||
+	    (r = machine_bus_add(m, MACHINE_MMIO, 0, UINT64_MAX, pci_bus_mmio)) < 0)
+		goto err;
+	return 0;
+err:
+	pci_detach(m);
+	return r;
+}
+
+static void pci_save(struct machine *m, struct machine_state *st)
+{
+	st->pci = m->pci;
+}
+
+/* The state was made by a machine of the same configuration (the digest
+ * says so); a function this one lacks stays absent all the same. */
+static void pci_load(struct machine *m, const struct machine_state *st)
+{
+	m->pci = st->pci;
+	if (!m->blk)
+		memset(m->pci.cfg[PCI_SLOT_BLK], 0, PCI_CFG_BYTES);
+	if (!m->vnet)
+		memset(m->pci.cfg[PCI_SLOT_NET], 0, PCI_CFG_BYTES);
+}
+
+const struct machine_device pci_device = {
+	"pci", pci_attach, pci_detach, pci_save, pci_load, pci_isr_pending,
+};

@@ -1,7 +1,7 @@
 /* 16550A UART at 0x3f8, IRQ 4 through the in-kernel irqchip. The receive
  * FIFO is deep (UART_RX_SIZE) so console input never drops; the transmitter
  * is always ready. Called with machine.lock held. */
-#include "machine/machine.h"
+#include "machine/devices.h"
 
 #include <string.h>
 
@@ -185,3 +185,49 @@ int uart_io(struct machine *m, uint16_t port, bool write, uint8_t *data)
 	update_irq(m);
 	return 0;
 }
+
+size_t machine_console_input(struct machine *m, const uint8_t *buf, size_t len)
+{
+	size_t n;
+
+	pthread_mutex_lock(&m->lock);
+	n = uart_rx_push(m, buf, len);
+	if (n)
+		pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	return n;
+}
+
+/* ---- on the bus ------------------------------------------------------------ */
+
+static int uart_bus_io(struct machine *m, uint64_t addr, int size, bool write, uint8_t *data)
+{
+	(void)size;
+	return uart_io(m, (uint16_t)addr, write, data);
+}
+
+static int uart_attach(struct machine *m)
+{
+	uart_reset(&m->uart);
+	return machine_bus_add(m, MACHINE_PIO, UART_PORT, 8, uart_bus_io);
+}
+
+static void uart_save(struct machine *m, struct machine_state *st)
+{
+	st->uart = m->uart;
+}
+
+static void uart_load(struct machine *m, const struct machine_state *st)
+{
+	m->uart = st->uart;
+	uart_post_load(m);
+}
+
+static bool uart_wake(const struct machine *m)
+{
+	return uart_rx_ready(&m->uart);
+}
+
+const struct machine_device uart_device = {
+	"uart", uart_attach, NULL, uart_save, uart_load, uart_wake,
+};

@@ -11,7 +11,7 @@
 #ifndef US_MACHINE_VIRTIO_H
 #define US_MACHINE_VIRTIO_H
 
-#include "machine/machine.h"
+#include "machine/devices.h"
 
 #define VIRTIO_PCI_VENDOR     0x1af4
 #define VIRTIO_PCI_DEVICE_BASE 0x1040   /* + virtio device type */

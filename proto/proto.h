@@ -220,6 +220,14 @@ const char *proto_strerror(int err);
  *     > 0 if enabled)
  *     enable (0|1) msix_vector (< 4 or 0xffff) last_avail used_idx } |
  *     4 x MSI-X entry { u64 addr | u32 data | u32 ctrl (0|1) }
+ *   "platform" v1, one (PROTO_PLATFORM_STATE_BYTES): the PC platform
+ *     devices (machine/platform.c): u8 CMOS index (< 128) | u8 0xCF9 reset
+ *     control (bits 1 and 3 only) | u16 ACPI PM1a enable | u16 PM1a control
+ *     (SCI_EN set, SLP_EN clear) | u16 zero | s64 RTC offset from the
+ *     host's UTC clock in seconds (|x| <= 2^34) | 128 bytes of CMOS
+ *     (register A without UIP, C 0, D 0x80). Absent from blobs written
+ *     before it existed: such a blob reads as the devices' power-on state
+ *     (what a restore of it gave then).
  *
  * Decoders check every length, count and version before use and never read
  * outside what they were given: -EBADMSG for a malformed blob or section,
@@ -238,12 +246,15 @@ const char *proto_strerror(int err);
 #define PROTO_STATE_UART_VERSION  2u
 #define PROTO_STATE_PCI           "pci"
 #define PROTO_STATE_PCI_VERSION   2u
+#define PROTO_STATE_PLATFORM      "platform"
+#define PROTO_STATE_PLATFORM_VERSION 1u
 
 #define PROTO_VM_STATE_BYTES      348u
 #define PROTO_UART_RX_BYTES       4096u
 #define PROTO_UART_STATE_BYTES    (19u + PROTO_UART_RX_BYTES)
 #define PROTO_PCI_NSLOTS          3u
 #define PROTO_PCI_STATE_BYTES     (4u + PROTO_PCI_NSLOTS * 256u + 2u * (31u + 3u * 34u + 4u * 16u))
+#define PROTO_PLATFORM_STATE_BYTES (16u + 128u)
 
 /* Names of the Section messages of the replication stream (Section.name). */
 #define PROTO_SECTION_MACHINE_CONFIG "machine-config" /* a packed MachineConfig */
@@ -257,6 +268,7 @@ struct kvm_vcpu_state;
 struct kvm_vm_state;
 struct uart_state;
 struct pci_state;
+struct platform_state;
 
 struct proto_state_hdr {
 	uint64_t digest;
@@ -300,6 +312,9 @@ size_t proto_uart_state_encode(const struct uart_state *u, uint8_t out[PROTO_UAR
 int proto_uart_state_decode(const void *in, size_t len, struct uart_state *u) US_MUST_CHECK;
 size_t proto_pci_state_encode(const struct pci_state *s, uint8_t out[PROTO_PCI_STATE_BYTES]);
 int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s) US_MUST_CHECK;
+size_t proto_platform_state_encode(const struct platform_state *s,
+				   uint8_t out[PROTO_PLATFORM_STATE_BYTES]);
+int proto_platform_state_decode(const void *in, size_t len, struct platform_state *s) US_MUST_CHECK;
 
 /* ---- page batches -------------------------------------------------------- */
 
@@ -405,9 +420,9 @@ enum { PROTO_VERIFY_REGS, PROTO_VERIFY_SREGS, PROTO_VERIFY_XSAVE, PROTO_VERIFY_X
        PROTO_VERIFY_MSRS, PROTO_VERIFY_LAPIC, PROTO_VERIFY_EVENTS, PROTO_VERIFY_MP_STATE,
        PROTO_VERIFY_DEBUGREGS, PROTO_VERIFY_VCPU_PARTS };
 enum { PROTO_VERIFY_PIC_MASTER, PROTO_VERIFY_PIC_SLAVE, PROTO_VERIFY_IOAPIC, PROTO_VERIFY_PIT,
-       PROTO_VERIFY_UART, PROTO_VERIFY_PCI, PROTO_VERIFY_VM_PARTS };
-#define PROTO_VERIFY_VERSION   2u
-#define PROTO_VERIFY_MAX_BYTES (44 + KVM_MAX_VCPUS * (PROTO_VERIFY_VCPU_PARTS * 4 + 8))
+       PROTO_VERIFY_UART, PROTO_VERIFY_PCI, PROTO_VERIFY_PLATFORM, PROTO_VERIFY_VM_PARTS };
+#define PROTO_VERIFY_VERSION   3u
+#define PROTO_VERIFY_MAX_BYTES (48 + KVM_MAX_VCPUS * (PROTO_VERIFY_VCPU_PARTS * 4 + 8))
 
 struct proto_verify_vcpu {
 	uint32_t part[PROTO_VERIFY_VCPU_PARTS];  /* crc32c of each part */

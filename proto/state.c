@@ -7,7 +7,7 @@
 
 #include "kmod/kmod.h"
 #include "kmod/mutant.h"
-#include "machine/machine.h" /* struct uart_state, struct pci_state: plain device data */
+#include "machine/machine.h" /* struct uart_state, pci_state, platform_state: plain device data */
 
 #include <errno.h>
 #include <string.h>
@@ -468,6 +468,43 @@ int proto_pci_state_decode(const void *in, size_t len, struct pci_state *s)
 	get_virtio(&p, &s->blk);
 	get_virtio(&p, &s->net);
 	if ((s->addr & ~0x80fffffcu) || !virtio_valid(&s->blk) || !virtio_valid(&s->net))
+		return -EBADMSG;
+	return 0;
+}
+
+/* ---- platform: CMOS RTC, ACPI PM1a, reset control -------------------------------- */
+
+#define PLATFORM_FIELDS(F, x)                                                           \
+	F(8, (x).cmos_index) F(8, (x).reset_ctl) F(16, (x).pm1_en) F(16, (x).pm1_cnt)   \
+	F(16, pad16) F(64, rtc_offset)
+
+size_t proto_platform_state_encode(const struct platform_state *s,
+				   uint8_t out[PROTO_PLATFORM_STATE_BYTES])
+{
+	uint8_t *p = out;
+	uint16_t pad16 = 0;
+	uint64_t rtc_offset = (uint64_t)s->rtc_offset;
+
+	PLATFORM_FIELDS(PUT, *s)
+	put_bytes(&p, s->cmos, sizeof(s->cmos));
+	return (size_t)(p - out);
+}
+
+/* What the device model relies on is platform_check's (machine/platform.c). */
+int proto_platform_state_decode(const void *in, size_t len, struct platform_state *s)
+{
+	const uint8_t *p = in;
+	uint16_t pad16;
+	uint64_t rtc_offset;
+
+	_Static_assert(sizeof(s->cmos) == 128, "CMOS RAM is part of the layout");
+	if (len != PROTO_PLATFORM_STATE_BYTES)
+		return -EBADMSG;
+	memset(s, 0, sizeof(*s));
+	PLATFORM_FIELDS(GET, *s)
+	get_bytes(&p, s->cmos, sizeof(s->cmos));
+	s->rtc_offset = (int64_t)rtc_offset;
+	if (pad16 || platform_check(s) < 0)
 		return -EBADMSG;
 	return 0;
 }

@@ -6,6 +6,10 @@
  *  - a change in any one part is named as that part, nothing else;
  *  - a checkpoint missing a piece of state (a fresh vCPU's LAPIC, no MSRs)
  *    is caught by the digest of the standby;
+ *  - the platform devices' state (CMOS, the RTC's offset, ACPI PM1a, 0xCF9)
+ *    set through their ports travels in a capture to a fresh machine: equal
+ *    digests, the same clock there; a bad "platform" section is refused and
+ *    leaves the target's devices as they were;
  *  - the wire form round-trips and rejects bad lengths. */
 #include <errno.h>
 #include <setjmp.h>
@@ -19,6 +23,7 @@
 #include <cmocka.h>
 
 #include "checkpoint/checkpoint.h"
+#include "machine/devices.h"
 #include "proto/proto.h"
 #include "tests/harness.h"
 
@@ -127,7 +132,8 @@ static void names_the_part(void **state)
 		"vcpu1.regs", "vcpu1.sregs", "vcpu1.xsave", "vcpu1.xcrs", "vcpu1.msrs",
 		"vcpu1.lapic", "vcpu1.events", "vcpu1.mp_state", "vcpu1.debugregs",
 		"pic-master", "pic-slave", "ioapic", "pit", "uart",
-		"vcpu1.tsc(backward)", "clock(backward)", "memory",
+		"vcpu1.tsc(backward)", "clock(backward)", "memory", "pci", "pci", "platform",
+		"platform",
 	};
 
 	(void)state;
@@ -167,6 +173,10 @@ static void names_the_part(void **state)
 					v->msrs[i].data -= 1;
 			break;
 		case 15: x->ms.vm.clock.clock -= 1; break;
+		case 17: x->ms.pci.net.q[0].last_avail ^= 1; break;   /* the NIC's transport */
+		case 18: x->ms.pci.net.dev_flags ^= 1; break;
+		case 19: x->ms.platform.cmos[0x40] ^= 1; break;
+		case 20: x->ms.platform.rtc_offset += 1; break;
 		default: break;
 		}
 		memset(&d, 0, sizeof(d));
@@ -183,6 +193,7 @@ static void names_the_part(void **state)
 	x->v[0].lapic.regs[APIC_TMCCT] ^= 1;
 	x->ms.vm.pit.channels[1].count_load_time += 12345;
 	x->ms.vm.clock.clock += 1000000;
+	x->ms.platform.stop_req = 1;      /* acted on at once, not carried */
 	x->ms.vm.clock.realtime += 1000000;
 	x->ms.vm.clock.host_tsc += 1000000;
 	for (uint32_t i = 0; i < x->v[0].nmsrs; i++)
@@ -254,6 +265,112 @@ static void missing_state_caught(void **state)
 	free(fresh);
 }
 
+static void cmos_io(struct machine *m, uint8_t reg, bool write, uint8_t *v)
+{
+	pthread_mutex_lock(&m->lock);          /* as machine.c's port_io calls it */
+	assert_true(platform_io(m, 0x70, 1, true, &reg));
+	assert_true(platform_io(m, 0x71, 1, write, v));
+	pthread_mutex_unlock(&m->lock);
+}
+
+static uint8_t cmos_get(struct machine *m, uint8_t reg)
+{
+	uint8_t v = 0;
+
+	cmos_io(m, reg, false, &v);
+	return v;
+}
+
+static void cmos_put(struct machine *m, uint8_t reg, uint8_t v)
+{
+	cmos_io(m, reg, true, &v);
+}
+
+static void port_put(struct machine *m, uint16_t port, int size, uint16_t v)
+{
+	uint8_t d[2] = { (uint8_t)v, (uint8_t)(v >> 8) };
+
+	pthread_mutex_lock(&m->lock);
+	assert_true(platform_io(m, port, size, true, d));
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* The platform devices programmed through their ports on a running
+ * machine, captured at a pause, applied to a fresh one: the same state,
+ * the same digest, the guest's clock reading on from the same offset. */
+static void platform_travels(void **state)
+{
+	struct th_vm src, dst;
+	struct proto_verify da, db;
+	struct platform_state want, fresh;
+	struct ckpt_image *img = malloc(sizeof(*img));
+	struct ckpt c, bad;
+	char diff[512];
+
+	(void)state;
+	assert_non_null(img);
+	assert_int_equal(th_vm_new(&src, "stress", 16 << 20, 2, true), 0);
+	assert_int_equal(th_vm_new(&dst, "stress", 16 << 20, 2, false), 0);
+	fresh = dst.m->platform;
+	machine_resume(src.m);
+	/* Linux's way of setting the RTC: SET, the time registers, SET off
+	 * (2031-02-03 16:05:06 UTC) */
+	cmos_put(src.m, 0x0b, 0x82);
+	cmos_put(src.m, 0x00, 0x06);
+	cmos_put(src.m, 0x02, 0x05);
+	cmos_put(src.m, 0x04, 0x16);
+	cmos_put(src.m, 0x07, 0x03);
+	cmos_put(src.m, 0x08, 0x02);
+	cmos_put(src.m, 0x09, 0x31);
+	cmos_put(src.m, 0x32, 0x20);
+	cmos_put(src.m, 0x0b, 0x02);
+	cmos_put(src.m, 0x40, 0x5a);
+	port_put(src.m, LINUX_ACPI_PM1_EVT + 2, 2, 0x0121);    /* PM1a enable */
+	port_put(src.m, LINUX_ACPI_PM1_CNT, 2, 0x1401);        /* SLP_TYP 5, no SLP_EN */
+	port_put(src.m, LINUX_RESET_PORT, 1, 0x02);
+	th_sleep_us(50000);
+	machine_pause(src.m);
+	want = src.m->platform;
+	assert_int_not_equal(want.rtc_offset, 0);
+	ckpt_init(&c);
+	assert_int_equal(ckpt_digest_machine(src.m, &da), 0);
+	assert_int_equal(ckpt_capture(src.m, &c, true), 0);
+	assert_int_equal(ckpt_apply(dst.m, &c), 0);
+	assert_int_equal(ckpt_digest_machine(dst.m, &db), 0);
+	if (ckpt_digest_diff(&da, &db, diff, sizeof(diff)))
+		fail_msg("the restored machine differs in %s", diff);
+	assert_int_equal(dst.m->platform.rtc_offset, want.rtc_offset);
+	assert_int_equal(dst.m->platform.pm1_en, 0x0121);
+	assert_int_equal(dst.m->platform.pm1_cnt, 0x1401);
+	assert_int_equal(dst.m->platform.reset_ctl, 0x02);
+	assert_int_equal(cmos_get(dst.m, 0x40), 0x5a);
+	assert_int_equal(cmos_get(dst.m, 0x32), 0x20);
+	assert_int_equal(cmos_get(dst.m, 0x09), 0x31);
+	assert_int_equal(cmos_get(dst.m, 0x08), 0x02);
+	printf("platform_travels: RTC offset %lld s, digests equal\n", (long long)want.rtc_offset);
+
+	/* a "platform" section with a valid checksum and an impossible value
+	 * (SLP_EN set) is refused before anything is applied */
+	th_vm_free(&dst);
+	assert_int_equal(th_vm_new(&dst, "stress", 16 << 20, 2, false), 0);
+	ckpt_init(&bad);
+	bad.config_digest = c.config_digest;
+	bad.full = c.full;
+	for (size_t i = 0; i < c.npages; i++)
+		assert_int_equal(ckpt_add_page(&bad, c.gfns[i], c.pages + i * CKPT_PAGE_SIZE), 0);
+	assert_int_equal(ckpt_state_decode(c.state, c.state_len, c.config_digest, 2, img), 0);
+	img->ms.platform.pm1_cnt |= 0x2000;
+	assert_int_equal(ckpt_state_encode(&bad, img), 0);
+	assert_int_equal(ckpt_validate(dst.m, &bad), -EBADMSG);
+	assert_int_equal(ckpt_apply(dst.m, &bad), -EBADMSG);
+	assert_memory_equal(&dst.m->platform, &fresh, sizeof(fresh));
+	ckpt_fini(&bad);
+	ckpt_fini(&c);
+	th_vm_free(&dst);
+	th_vm_free(&src);
+	free(img);
+}
+
 static void wire_form(void **state)
 {
 	struct proto_verify d, e;
@@ -291,6 +408,7 @@ int main(void)
 		cmocka_unit_test(names_the_part),
 		cmocka_unit_test(roundtrip_equal),
 		cmocka_unit_test(missing_state_caught),
+		cmocka_unit_test(platform_travels),
 	};
 
 	if (!th_kvm_available())

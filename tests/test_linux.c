@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "machine/linux.h"
+#include "machine/devices.h"
 #include "machine/machine.h"
 
 static char dir[64];

@@ -1,7 +1,7 @@
 /* Fuzz target: a machine-state blob (the "state" section of an epoch, the
  * state of a snapshot file) through the checkpoint's decoder, which runs
  * every proto/ state decoder: header, section headers and checksums, and
- * the vcpu, vm and uart section data. The digest and vCPU count it must
+ * the vcpu, vm, uart, pci and platform section data. The digest and vCPU count it must
  * match are taken from the blob's own header, so a well-formed blob can be
  * accepted. Accepted: ckpt_state_decode() returned 0. */
 #include <errno.h>

@@ -104,8 +104,10 @@ static void blob_finish(struct blob *b, uint64_t digest, uint32_t ncpus)
 	proto_state_hdr_encode(b->buf, &h);
 }
 
-/* A blob of img's sections, the vcpu ones changed by how. */
-enum how { WHOLE, VCPU_V1, UNKNOWN_SECTION, NO_UART, VCPU_TWICE, TOO_MANY_MSRS, NO_PCI, BAD_QUEUE };
+/* A blob of img's sections, the vcpu ones changed by how. WHOLE has no
+ * "platform" section: a blob of a build before it, still read. */
+enum how { WHOLE, VCPU_V1, UNKNOWN_SECTION, NO_UART, VCPU_TWICE, TOO_MANY_MSRS, NO_PCI, BAD_QUEUE,
+	   PLATFORM, BAD_PLATFORM };
 
 static size_t build(struct blob *b, const struct ckpt_image *img, enum how how)
 {
@@ -137,6 +139,19 @@ static size_t build(struct blob *b, const struct ckpt_image *img, enum how how)
 		data[4 + PROTO_PCI_NSLOTS * 256 + 31 + 25] = 0x01;
 	if (how != NO_PCI)
 		blob_add(b, PROTO_STATE_PCI, PROTO_STATE_PCI_VERSION, 0, data, PROTO_PCI_STATE_BYTES);
+	if (how == PLATFORM || how == BAD_PLATFORM) {
+		struct platform_state p;
+
+		platform_reset(&p);
+		p.pm1_en = 0x0121;
+		p.rtc_offset = -86400;
+		p.cmos[0x40] = 0x5a;
+		if (how == BAD_PLATFORM)
+			p.pm1_cnt |= 0x2000;         /* SLP_EN: a power-off under way */
+		proto_platform_state_encode(&p, data);
+		blob_add(b, PROTO_STATE_PLATFORM, PROTO_STATE_PLATFORM_VERSION, 0, data,
+			 PROTO_PLATFORM_STATE_BYTES);
+	}
 	blob_finish(b, 0x1234, (uint32_t)img->ncpus);
 	return b->len;
 }
@@ -153,6 +168,8 @@ static void state_corpus(void)
 		{ "bad-too-many-msrs", 1, TOO_MANY_MSRS },
 		{ "bad-missing-pci", 1, NO_PCI },
 		{ "bad-pci-queue-too-large", 1, BAD_QUEUE },
+		{ "ok-platform", 1, PLATFORM },
+		{ "bad-platform-slp-en", 1, BAD_PLATFORM },
 	};
 	struct ckpt_image *img = malloc(sizeof(*img));
 	struct blob b = { malloc(1 << 20), 0, 0 };
