@@ -121,14 +121,22 @@ static void silence_is_never_negative(void **state)
 static void silence_grows_once_the_beats_stop(void **state)
 {
 	struct pair *p = *state;
-	uint64_t s;
+	uint64_t s = 0, s0 = 0;
 
 	net_beat_close(p->primary);
 	p->primary = NULL;
-	usleep(120 * 1000);
-	s = repl_link_silent_ns(&p->link);
-	print_message("120 ms after the last beat: silent for %.1f ms\n", s / 1e6);
-	assert_true(s >= 100 * MS && s < 5000 * MS);
+	/* A beat sent before the close may still be read (and stamped) late by
+	 * a starved receiver: then the silence restarts between the two looks
+	 * and the pair of looks is taken again. */
+	for (int i = 0; i < 5; i++) {
+		s0 = repl_link_silent_ns(&p->link);
+		usleep(120 * 1000);
+		s = repl_link_silent_ns(&p->link);
+		if (s >= s0)
+			break;
+	}
+	print_message("silent for %.1f ms, then %.1f ms 120 ms later\n", s0 / 1e6, s / 1e6);
+	assert_true(s >= s0 + 100 * MS && s < 5000 * MS);
 	assert_false(repl_link_heard_late(&p->link, 50 * MS));
 	assert_true(repl_link_heard_late(&p->link, 5000 * MS));
 }
