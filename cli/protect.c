@@ -2,6 +2,7 @@
  * `run`, `restore`, or a secondary that took over), through the VM's
  * control socket, and waits until the secondary holds its first checkpoint.
  * understudy migrate: the same, then the guest is handed over to it. */
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <time.h>
@@ -74,15 +75,30 @@ static int link_request(char *req, size_t len, const char *verb, const char *pee
 	return r;
 }
 
-/* Polls status until protected (0) or given up (1), at most timeout_ms. */
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Polls status until protected (0) or given up (1), at most timeout_ms.
+ * A status request that times out is asked again: the agent's loop can be
+ * busy for seconds in the initial sync of a large guest on a slow host (8 s
+ * for 256 MiB in the nested VM), and protection goes on meanwhile. */
 static int wait_protected(const char *control, unsigned timeout_ms)
 {
-	for (unsigned waited = 0; waited <= timeout_ms; waited += 50) {
+	double t0 = mono_s();
+
+	while ((mono_s() - t0) * 1000 <= timeout_ms) {
 		char *st = NULL, *line;
 		int r;
 
 		usleep(50000);
-		if ((r = control_request(control, "status", 5000, &st)) < 0) {
+		if ((r = control_request(control, "status", 5000, &st)) == -ETIMEDOUT)
+			continue;
+		if (r < 0) {
 			fprintf(stderr, "understudy protect: %s: %s\n", control, strerror(-r));
 			return 1;
 		}
@@ -249,14 +265,6 @@ static void json_str(const char *js, const char *key, char *out, size_t len)
 	out[n] = 0;
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* A VM protected by a secondary other than the destination: that one is
  * told to stand down first ("cancel": a goodbye, it takes nothing over),
  * then the migration request is sent once the agent takes a new engine.
@@ -344,6 +352,8 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			return 1;
 		}
 		r = control_request(control, "status json", 5000, &reply);
+		if (r == -ETIMEDOUT)
+			continue;   /* busy for seconds (see wait_protected): ask again */
 		if (r < 0) {
 			/* The source exits after the hand-over; its last word was read. */
 			if (!strcmp(state, "migrated"))
