@@ -62,8 +62,16 @@ ENV = {"UNDERSTUDY_VERIFY": "1"} if VERIFY else {}
 LINK = ["--handshake-timeout-ms", HANDSHAKE_MS, "--insecure"]
 
 
+T0 = time.time()
+
+
 class Failed(Exception):
     pass
+
+
+def note(msg):
+    """A progress line (the nested VM's test log is read live)."""
+    say("   +%.0f s: %s" % (time.time() - T0, msg))
 
 
 def cli(args, what):
@@ -161,16 +169,21 @@ def lifecycle(agents, t0):
     # 2. protect onto a secondary, then switchover
     s1 = linuxguest.secondary(LAB, "sec1", TAP_A, "commit", FAILOVER_MS, HANDSHAKE_MS, ENV)
     agents.append(s1)
+    note("2. sec1 listens; protect")
     cli(["protect", "--control", r.ctl, "--peer", "127.0.0.1:%d" % s1.port, "--epoch-ms", EPOCH_MS,
          "--timeout-ms", str(3 * FAILOVER_MS)] + LINK, "2. protect")
     if not s1.has("first checkpoint applied", BOOT_S):
         raise Failed("2. the restored VM never protected: %s; %s" % (r.gist(), s1.gist()))
+    note("2. protected (%d replies so far)" % len(c.replies))
     carried_on(c, "2. protected")
+    note("2. %d replies; verify counts" % len(c.replies))
     v1 = verified(s1, "2. protected by sec1")
     n2 = len(c.replies)
     t2 = time.time()
+    note("2. switchover")
     out = cli(["switchover", "--control", r.ctl, "--listen", "127.0.0.1:%d" % LAB.free_port(),
                "--timeout-ms", str(int(BOOT_S * 1000))], "2. switchover")
+    note("2. switched over")
     carried_on(c, "2. after the switchover")
     if s1.has("TOOK OVER") or r.has("TOOK OVER"):
         raise Failed("2. a takeover, not a switchover: %s; %s" % (r.gist(), s1.gist()))
@@ -184,9 +197,11 @@ def lifecycle(agents, t0):
     agents.append(dst)
     n3 = len(c.replies)
     t3 = time.time()
+    note("3. dst listens; migrate")
     out = cli(["migrate", "--control", s1.ctl, "--to", "127.0.0.1:%d" % dst.port, "--with-disk",
                "--timeout-ms", str(3 * FAILOVER_MS), "--max-time", str(int(BOOT_S))] + LINK,
               "3. migrate")
+    note("3. migrate returned")
     if not dst.has("TOOK OVER", 60):
         raise Failed("3. the destination does not run the guest: %s" % dst.gist())
     carried_on(c, "3. after the migration")
@@ -203,6 +218,7 @@ def lifecycle(agents, t0):
     if c.problem:
         raise Failed("4. at the end: %s" % c.problem)
     replies = [x[1] for x in c.replies]
+    note("4. poweroff")
     bye = conn.poweroff()
     try:
         how = "powered off, exit %d" % dst.p.wait(timeout=120)
