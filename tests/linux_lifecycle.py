@@ -25,6 +25,8 @@ standby checks every epoch it applies against the digest of the primary's
 RAM and complete machine state (checkpoint/digest.c): in step 2 both the
 secondary (before the switchover) and the old primary (after it, as the new
 standby) report how many epochs they verified, none differing.
+A verify problem does not stop the lifecycle: it is reported as it is
+found and fails the test after the lifecycle's own checks.
 Checked: every reply echoes its request and numbers one more than the one
 before (no gap, no repeat the client could see) across every step, at
 least AFTER replies after each; no agent logged "VERIFY FAILED"; each
@@ -63,6 +65,7 @@ LINK = ["--handshake-timeout-ms", HANDSHAKE_MS, "--insecure"]
 
 
 T0 = time.time()
+VERIFY_PROBLEMS = []   # what verify mode found, failed after the lifecycle's own checks
 
 
 class Failed(Exception):
@@ -107,8 +110,13 @@ def verified(standby, what):
             break
         time.sleep(1)
     if st.get("verify_ok", 0) < VERIFY_MIN or st.get("verify_failed", 0):
-        raise Failed("%s: the standby %s verified %s epochs, %s differed: %s" %
-                     (what, standby.name, st.get("verify_ok"), st.get("verify_failed"), standby.gist()))
+        # the lifecycle goes on (its own checks are independent); failed at the end
+        VERIFY_PROBLEMS.append("%s: the standby %s verified %s epochs, %s differed: %s" %
+                               (what, standby.name, st.get("verify_ok"), st.get("verify_failed"),
+                                standby.gist()))
+        note("VERIFY: %s" % VERIFY_PROBLEMS[-1][:300])
+        return "; %s: %s verified, %s DIFFERED" % (standby.name, st.get("verify_ok"),
+                                                    st.get("verify_failed"))
     return "; %s verified %d epochs equal to the primary, 0 differed" % (standby.name, st["verify_ok"])
 
 
@@ -226,8 +234,8 @@ def lifecycle(agents, t0):
         dst.stop()
         how = "still running 120 s after ut-poweroff (\"%s\"): killed" % bye
     for a in agents:
-        if a.has("VERIFY FAILED"):
-            raise Failed("%s: %s" % (a.name, a.gist()))
+        if a.has("VERIFY FAILED") and not VERIFY_PROBLEMS:
+            VERIFY_PROBLEMS.append("%s logged VERIFY FAILED: %s" % (a.name, a.gist()))
     try:
         lines = linuxguest.read_log(dst.img)
     except RuntimeError as e:
@@ -239,7 +247,10 @@ def lifecycle(agents, t0):
         "snapshot/restore, switchover and migrate; the destination (%s) has all of them in its "
         "disk's log (%d lines, 1..%d)%s (%.0f s in all)" %
         (len(replies), replies[0].split()[0], replies[-1].split()[0], how, len(lines), len(lines),
-         "; UNDERSTUDY_VERIFY on, no digest differed" if VERIFY else "", time.time() - t0))
+         "; UNDERSTUDY_VERIFY on, no digest differed" if VERIFY and not VERIFY_PROBLEMS else "",
+         time.time() - t0))
+    if VERIFY_PROBLEMS:
+        raise Failed("verify mode (test 5; the lifecycle itself passed): " + "; ".join(VERIFY_PROBLEMS))
 
 
 def main():
