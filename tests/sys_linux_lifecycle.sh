@@ -13,9 +13,14 @@
 # with the digest of the primary's RAM and complete machine state; both
 # standbys of the protected steps must have verified epochs, none
 # differing (LINUX_VERIFY=0 turns it off).
-# Cost in the nested VM: one unprotected Linux boot (~1-2 min), then a
-# few minutes for the steps (a 256 MiB snapshot written and read back, two
-# initial syncs of 256 MiB, a migration).
+# Not yet seen passing (docs/design.md, "Tests of Linux guests"): in the
+# nested VM the boot and the snapshot step pass (server answering after
+# 26-31 s, the snapshot step 15-31 s), protect works, and then verify mode
+# finds the standby's RAM differing from the primary's at every epoch (a
+# product defect not yet found); one run froze the nested VM itself.
+# Cost in the nested VM: 259 s up to the verify check; the switchover and
+# migrate steps are not yet measured there (each step is bounded by
+# LINUX_BOOT_S, 600 s).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
