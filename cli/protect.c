@@ -78,18 +78,31 @@ static int link_request(char *req, size_t len, const char *verb, const char *pee
 	return r;
 }
 
-/* Polls status until protected (0) or given up (1), at most timeout_ms. */
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Polls status until protected (0) or given up (1), at most timeout_ms.
+ * A status request that times out is asked again: the agent's loop can be
+ * busy for seconds in the initial sync of a large guest on a slow host (8 s
+ * for 256 MiB in the nested VM), and protection goes on meanwhile. */
 static int wait_protected(const char *control, unsigned timeout_ms)
 {
-	for (unsigned waited = 0; waited <= timeout_ms; waited += 50) {
+	double t0 = mono_s();
+
+	while ((mono_s() - t0) * 1000 <= timeout_ms) {
 		json_object *st;
 		const char *state;
 		int r;
 
 		usleep(50000);
 		r = cli_status_json(control, 5000, &st);
-		if (r == -EPROTO)
-			continue;        /* not a status yet: asked again */
+		if (r == -EPROTO || r == -ETIMEDOUT)
+			continue;        /* not a status yet, or the loop busy: asked again */
 		if (r < 0) {
 			fprintf(stderr, "understudy protect: %s: %s\n", control, strerror(-r));
 			return 1;
@@ -229,14 +242,6 @@ static void on_sigint(int sig)
 	interrupted = 1;
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* A VM protected by a secondary other than the destination: that one is
  * told to stand down first ("cancel": a goodbye, it takes nothing over),
  * then the migration request is sent once the agent takes a new engine.
@@ -328,6 +333,8 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		}
 		/* Not JSON (-EPROTO): an answer that says nothing yet. */
 		r = cli_status_json(control, 5000, &js);
+		if (r == -ETIMEDOUT)
+			continue;   /* busy for seconds (see wait_protected): ask again */
 		if (r < 0 && r != -EPROTO) {
 			/* The source exits after the hand-over; its last word was read. */
 			if (!strcmp(state, "migrated"))

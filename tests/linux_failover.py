@@ -30,17 +30,16 @@ Knobs (environment): LINUX_BOOT_S (600) for the boot and first sync,
 LINUX_MEM (256M), LINUX_CPUS (1), LINUX_EPOCH_MS (25), LINUX_FAILOVER_MS
 (2000, 15000 in the nested VM: the secondary's --failover-timeout-ms; the primary's --timeout-ms is
 three times it). Exit 0 pass, 1 fail."""
-import functools
 import os
 import random
 import subprocess
 import sys
-import threading
 import time
 
 import guestnet
 import linuxguest
 from guestnet import wait_text
+from linuxguest import Agent, Client, event_gist, say, wait_until
 
 BIN, VM_NS = sys.argv[1], sys.argv[2]
 TRIALS, SEED, TMP = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
@@ -59,137 +58,12 @@ FAILOVER_MS = int(os.environ.get("LINUX_FAILOVER_MS",
 # the default 5 s to accept a connection on loopback.
 HANDSHAKE_MS = os.environ.get("LINUX_HANDSHAKE_MS", "60000")
 AFTER = 10          # replies wanted after each takeover
-ns = functools.partial(guestnet.in_ns, VM_NS)
-free_port = functools.partial(guestnet.free_port_in, VM_NS)
-# Reads an agent's console (tcp, in VM_NS) into a file, for the record:
-# connects when the port takes it, to EOF.
-CONSOLE_READER = r"""
-import socket, sys, time
-end = time.time() + float(sys.argv[3])
-while True:
-    try:
-        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-        break
-    except OSError:
-        if time.time() > end:
-            sys.exit(1)
-        time.sleep(0.2)
-with open(sys.argv[2], "ab", buffering=0) as f:
-    while True:
-        d = s.recv(4096)
-        if not d:
-            break
-        f.write(d)
-"""
-
-
-def say(msg):
-    print(msg, flush=True)
-
-
-class Agent:
-    """An understudy process in VM_NS, with its log, event log, control
-    socket, console port (read into a file) and disk image."""
-
-    def __init__(self, name, tap, img):
-        self.name, self.tap, self.img = name, tap, img
-        self.log = os.path.join(TMP, name + ".log")
-        self.events = os.path.join(TMP, name + ".events")
-        self.ctl = os.path.join(TMP, name + ".ctl")
-        self.console = os.path.join(TMP, name + ".console")
-        self.con_port = free_port()
-        self.p = self.reader = None
-
-    def start(self, args):
-        self.p = subprocess.Popen(ns([BIN] + args + ["--control", self.ctl, "--console",
-                                                     "tcp:127.0.0.1:%d" % self.con_port]),
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=open(self.log, "w"),
-                                  env=dict(os.environ, UNDERSTUDY_EVENT_LOG=self.events))
-        self.reader = subprocess.Popen(ns([sys.executable, "-c", CONSOLE_READER, str(self.con_port),
-                                           self.console, str(BOOT_S)]),
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def gist(self):
-        con = ""
-        try:
-            with open(self.console, errors="replace") as f:
-                ut = [ln.strip() for ln in f if ln.startswith("ut: ") or "panic" in ln]
-            con = "; console: " + " | ".join(ut[-4:])
-        except FileNotFoundError:
-            pass
-        return "%s: %s%s" % (self.name, guestnet.log_gist(self.log), con)
-
-    def stop(self):
-        for p in (self.p, self.reader):
-            if p and p.poll() is None:
-                p.kill()
-                p.wait()
+LAB = linuxguest.Lab(BIN, VM_NS, TMP, BOOT_S)
+ns = LAB.ns
 
 
 def secondary(name, tap, sync):
-    img = os.path.join(TMP, name + ".img")
-    open(img, "w").close()
-    a = Agent(name, tap, img)
-    a.port = free_port()
-    a.start(["secondary", "--listen", "127.0.0.1:%d" % a.port, "--failover-timeout-ms",
-             str(FAILOVER_MS), "--handshake-timeout-ms", HANDSHAKE_MS, "--insecure", "--net", "tap:" + tap,
-             "--disk", img,
-             "--disk-sync", sync])
-    if not wait_text(a.log, "waiting for a primary", 20):
-        raise RuntimeError("secondary %s never listened: %s" % (name, a.gist()))
-    return a
-
-
-class Client(threading.Thread):
-    """Requests "c<k>" on one connection, one after the other, until told
-    to stop or the connection fails (then self.problem says why)."""
-
-    def __init__(self, conn):
-        super().__init__(daemon=True)
-        self.conn = conn
-        self.replies = []      # (time, reply line)
-        self.problem = None
-        self.stop = False
-
-    def run(self):
-        k = 0
-        while not self.stop:
-            try:
-                _, r = self.conn.request("c%d" % k)
-            except (OSError, ValueError) as e:
-                self.problem = "request c%d after %d replies: %s: %s" % (
-                    k, len(self.replies), type(e).__name__, e)
-                return
-            self.replies.append((time.time(), r))
-            k += 1
-
-    def count_after(self, t):
-        return sum(1 for r in self.replies if r[0] > t)
-
-
-def event_gist(path):
-    """How many events of each kind an event log holds, and its last lines."""
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return "none"
-    kinds = {}
-    for ln in lines:
-        w = ln.split()
-        if len(w) > 1:
-            kinds[w[1]] = kinds.get(w[1], 0) + 1
-    return "%s; last: %s" % (kinds, " | ".join(lines[-4:]))
-
-
-def wait_until(cond, secs):
-    end = time.time() + secs
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
+    return linuxguest.secondary(LAB, name, tap, sync, FAILOVER_MS, HANDSHAKE_MS)
 
 
 def main():
@@ -203,7 +77,7 @@ def main():
         img = os.path.join(TMP, "pri.img")
         with open(img, "wb") as f:
             f.truncate(64 << 20)
-        pri = Agent("pri", TAP_A, img)
+        pri = Agent(LAB, "pri", TAP_A, img)
         agents.append(pri)
         pri.start(["primary", "--kernel", KERNEL, "--initrd", INITRD,
                    "--append", "%s ut.mode=server ut.ip=%s/24" % (APPEND, GUEST_IP),

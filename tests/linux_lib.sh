@@ -83,3 +83,37 @@ PY
 	rm -f "$2.payload"
 	[ "$(head -c 4 "$2" | od -An -c | tr -d ' ')" = '177ELF' ] || fail "linux_vmlinux: $1's payload is not an ELF"
 }
+# linux_lab NAME TAP...: what a test of a Linux guest behind taps needs
+# (need_taps, need_linux_loader, e2fsprogs to read the disk): a temporary
+# directory $T, namespaces $VNS (a bridge with the taps; the agents run
+# there) and $CNS (the client, 10.79.0.1/24 on the bridge), the guest
+# (linux_guest), and a cleanup on exit that keeps the agents' logs after a
+# failure (fail sets KEEP): in $T, and where the nested VM's test logs go
+# ($(dirname $BIN)/test-logs/NAME).
+linux_lab() {
+	local name=$1
+	shift
+	need_taps
+	need_linux_loader
+	command -v debugfs >/dev/null && command -v e2fsck >/dev/null ||
+		{ echo "SKIP: no debugfs/e2fsck (e2fsprogs) to read the guest's disk"; exit 77; }
+	VNS=ulv$$ CNS=ulc$$ LAB_NAME=$name KEEP=
+	T=$(mktemp -d "/tmp/$name.XXXXXX")
+	trap linux_lab_cleanup EXIT
+	linux_guest "$T/guest"
+	guest_lan "$VNS" "$CNS" lc$$ lb$$ 10.79.0.1/24 "$@"
+}
+linux_lab_cleanup() {
+	local logs
+	kill $(jobs -p) 2>/dev/null
+	wait 2>/dev/null
+	ip netns del "$VNS" 2>/dev/null
+	ip netns del "$CNS" 2>/dev/null
+	logs=$(dirname "$BIN")/test-logs
+	if [ -n "$KEEP" ] && [ -d "$logs" ]; then
+		mkdir -p "$logs/$LAB_NAME" &&
+			cp "$T"/*.log "$T"/*.events "$T"/*.console "$logs/$LAB_NAME/" 2>/dev/null
+		echo "agents' logs copied to $logs/$LAB_NAME"
+	fi
+	if [ -n "$KEEP" ]; then echo "logs kept in $T"; else rm -rf "$T"; fi
+}

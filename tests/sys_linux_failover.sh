@@ -22,33 +22,10 @@ BIN=${UNDERSTUDY_BIN:-build/understudy}
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
 need_linux_kvm
-need_taps
-need_linux_loader
 "$BIN" primary --help 2>&1 | grep -q -- '--kernel' ||
 	{ echo "SKIP: $BIN primary has no --kernel (the Linux loader of issue 26 is not in this build)"; exit 77; }
-command -v debugfs >/dev/null && command -v e2fsck >/dev/null ||
-	{ echo "SKIP: no debugfs/e2fsck (e2fsprogs) to read the guest's disk"; exit 77; }
-
-VNS=ulv$$ CNS=ulc$$ CIF=lc$$ BIF=lb$$
-T=$(mktemp -d /tmp/sys_linux_failover.XXXXXX)
-KEEP=
 fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
-cleanup() {
-	kill $(jobs -p) 2>/dev/null
-	wait 2>/dev/null
-	ip netns del "$VNS" 2>/dev/null
-	ip netns del "$CNS" 2>/dev/null
-	# in the nested VM only the test-logs directory outlives it
-	if [ -n "$KEEP" ] && [ -d "$(dirname "$BIN")/test-logs" ]; then
-		mkdir -p "$(dirname "$BIN")/test-logs/sys_linux_failover" &&
-			cp "$T"/*.log "$T"/*.events "$T"/*.console "$(dirname "$BIN")/test-logs/sys_linux_failover/" 2>/dev/null
-		echo "agents' logs copied to $(dirname "$BIN")/test-logs/sys_linux_failover"
-	fi
-	if [ -n "$KEEP" ]; then echo "logs kept in $T"; else rm -rf "$T"; fi
-}
-trap cleanup EXIT
-linux_guest "$T/guest"
-guest_lan "$VNS" "$CNS" "$CIF" "$BIF" 10.79.0.1/24 tapla taplb
+linux_lab sys_linux_failover tapla taplb
 
 seed=${LINUX_SEED:-$RANDOM}
 ip netns exec "$CNS" python3 tests/linux_failover.py "$BIN" "$VNS" "${LINUX_TRIALS:-5}" "$seed" "$T" \

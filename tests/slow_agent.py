@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""A stand-in for an agent's control socket whose loop is busy for seconds
+(as a Linux guest's agent was in the nested VM, sending a 256 MiB initial
+sync for 8 s): tests/sys_cli_slow_agent.sh drives `understudy protect` and
+`understudy migrate` against it. Usage: slow_agent.py PATH protect|migrate
+DELAY_S. Answers, one request a connection as net/control.c does:
+  protect ...  -> ok protecting; migrate ... -> ok migrating
+  the first status request after it: answered only after DELAY_S (longer
+  than the CLI's 5 s request timeout: the CLI has given up on it by then);
+  the next ones: protect: state protected; migrate: state migrated.
+A status before the request (migrate's first look) is answered at once
+(unprotected). Ends after 60 s."""
+import os
+import socket
+import sys
+import threading
+import time
+
+path, mode, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
+state = {"asked": False, "slow_done": False}
+lock = threading.Lock()
+
+
+def reply(req):
+    if req.startswith(("protect", "migrate")):
+        with lock:
+            state["asked"] = True
+        return "ok %s\n" % ("protecting: connecting to the secondary" if mode == "protect" else
+                            "migrating to the destination")
+    if req.startswith("status"):
+        with lock:
+            asked, slow = state["asked"], not state["slow_done"] and state["asked"]
+            if slow:
+                state["slow_done"] = True
+        if slow:
+            time.sleep(delay)
+        js = "json" in req
+        st = "unprotected" if not asked else ("protected" if mode == "protect" else "migrated")
+        if js:
+            return ('{"role":"primary","state":"%s","epoch":3,"bytes_sent":1048576,'
+                    '"migration_downtime_ms":1.5,"migration_total_ms":2000}\n' % st)
+        return "role primary\nstate %s\n" % st
+    return "error unknown request\n"
+
+
+def serve(conn):
+    with conn:
+        buf = b""
+        while b"\n" not in buf:
+            d = conn.recv(4096)
+            if not d:
+                return
+            buf += d
+        try:
+            conn.sendall(reply(buf.split(b"\n")[0].decode()).encode())
+        except OSError:
+            pass       # the CLI gave up on this one
+
+
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen(16)
+end = time.time() + 60
+s.settimeout(1)
+while time.time() < end:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+os.unlink(path)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# System test, tests 4 and 5 of issue 26: a stock Linux guest (Debian's
+# kernel, the busybox initramfs of tests/linux_initramfs.sh) serving TCP
+# requests that it appends to a file on its virtio disk, booted once by
+# `run --kernel`; a client in another namespace holds ONE TCP connection
+# through: `snapshot --with-disk`, kill -9 and `restore` on another tap
+# and image; `protect` onto a secondary and `switchover`; `migrate
+# --with-disk` of that protected VM to a fresh secondary. After each the
+# same connection carries on with no gap in the numbers, and after the
+# guest powers off the last image holds every reply
+# (tests/linux_lifecycle.py says what is checked). Test 5: the agents run
+# with UNDERSTUDY_VERIFY=1, so each standby compares every epoch it applies
+# with the digest of the primary's RAM and complete machine state; both
+# standbys of the protected steps must have verified epochs, none
+# differing (LINUX_VERIFY=0 turns it off).
+# Not yet seen passing (docs/design.md, "Tests of Linux guests"): in the
+# nested VM the boot and the snapshot step pass (server answering after
+# 26-31 s, the snapshot step 15-31 s), protect works, and then verify mode
+# finds the standby's RAM differing from the primary's at every epoch (a
+# product defect not yet found); one run froze the nested VM itself.
+# Cost in the nested VM: 259 s up to the verify check; the switchover and
+# migrate steps are not yet measured there (each step is bounded by
+# LINUX_BOOT_S, 600 s).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+. tests/linux_lib.sh
+BIN=${UNDERSTUDY_BIN:-build/understudy}
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+[ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
+need_linux_kvm
+# Not yet seen passing (above): in make check it would fail on the verify
+# defect, and a freeze of the nested VM would hold the Linux VM for its
+# whole timeout. Run it by hand: LINUX_LIFECYCLE=1.
+[ "${LINUX_LIFECYCLE:-}" = 1 ] ||
+	{ echo "SKIP: the Linux lifecycle test runs only with LINUX_LIFECYCLE=1 (not yet seen passing: verify finds the standby's RAM differing from the primary's at every epoch)"; exit 77; }
+fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
+linux_lab sys_linux_lifecycle tapma tapmb tapmc
+
+ip netns exec "$CNS" python3 tests/linux_lifecycle.py "$BIN" "$VNS" "$T" tapma tapmb tapmc \
+	"$LINUX_KERNEL" "$LINUX_INITRD" "$LINUX_APPEND" ||
+	fail "a Linux guest's TCP connection and disk across snapshot/restore, switchover and migrate"
+echo "PASS: a Linux guest's TCP connection and disk survive snapshot/restore, switchover and migrate"
