@@ -149,9 +149,14 @@ def main():
             if t + 1 < TRIALS:
                 nxt = secondary("sec%d" % (t + 1), pri.tap, rng.choice(("commit", "ack")))
                 agents.append(nxt)
+                # The same bounds as the first primary's: protect's own
+                # default (500 ms) let a survivor's engine give up its new
+                # standby at one of the nested VM's stalls, and that standby
+                # then rightly stood down at the kill instead of taking over.
                 out = subprocess.run(ns([BIN, "protect", "--control", sec.ctl, "--peer",
-                                         "127.0.0.1:%d" % nxt.port, "--handshake-timeout-ms",
-                                         HANDSHAKE_MS, "--insecure"]),
+                                         "127.0.0.1:%d" % nxt.port, "--epoch-ms", EPOCH_MS,
+                                         "--timeout-ms", str(3 * FAILOVER_MS),
+                                         "--handshake-timeout-ms", HANDSHAKE_MS, "--insecure"]),
                                      capture_output=True, text=True, timeout=BOOT_S)
                 if out.returncode != 0:
                     say("FAIL: protect of the survivor: exit %d: %s" % (out.returncode, out.stderr.strip()))
