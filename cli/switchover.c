@@ -61,8 +61,11 @@ int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **stat
 			*status = st;
 			return 0;
 		}
+		/* "switching" and "migrated" are the hand-over in progress: the old
+		 * primary says "migrated" between handing the guest over and
+		 * waiting as the new primary's standby (seconds under a slow host). */
 		if (js && field_is(js, "role", "primary") && !field_is(js, "state", "protected") &&
-		    !field_is(js, "state", "switching")) {
+		    !field_is(js, "state", "switching") && !field_is(js, "state", "migrated")) {
 			json_object_put(js);
 			*status = st;
 			return 1;
