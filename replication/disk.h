@@ -50,6 +50,7 @@ struct repl_disk_cap {
 	struct proto_page_stats st;   /* what the sections held */
 	uint64_t copy_ns;          /* the last capture's harvest + reads */
 	uint64_t epochs_with_blocks, blocks_total, copy_ns_total, captures;
+	uint64_t sync_blocks;      /* sent by the syncs before the first checkpoint */
 };
 
 int repl_disk_cap_init(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;

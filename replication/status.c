@@ -102,6 +102,7 @@ static char *pri_status_json(const struct repl_primary *p)
 	if (d->nblocks) {
 		proto_json_add_u64(o, "disk_epochs", de);
 		proto_json_add_u64(o, "disk_blocks", d->blocks_total);
+		proto_json_add_u64(o, "disk_sync_blocks", d->sync_blocks);
 		proto_json_add_fixed(o, "disk_blocks_per_epoch",
 				     de ? (double)d->blocks_total / de : 0.0, 1);
 		proto_json_add_fixed(o, "disk_copy_us_per_epoch",

@@ -181,7 +181,7 @@ static void disk_round_end(struct repl_sync *s)
 static int disk_batch(struct repl_sync *s)
 {
 	struct proto_buf batch;
-	uint64_t from = s->disk_cursor;
+	uint64_t from = s->disk_cursor, sent = s->disk_sent;
 	enum repl_fault_kind kind;
 	size_t bytes;
 	int r;
@@ -195,6 +195,8 @@ static int disk_batch(struct repl_sync *s)
 		kind = repl_fault_send(r);
 	if (r >= 0 && s->rate)
 		repl_rate_charge(s->rate, bytes);   /* --bandwidth counts the disk too */
+	if (r >= 0)
+		s->disk->sync_blocks += s->disk_sent - sent;
 	proto_buf_fini(&batch);
 	if (r < 0) {
 		s->disk_cursor = from;
