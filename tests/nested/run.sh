@@ -20,6 +20,14 @@
 # for good; but the failover tests pass only with it (NESTED_ACCEL=tcg: one
 # thread each).
 #
+# A VM that froze (the emulator has, with a TCG thread per vCPU: no more
+# output, not even a test's own timeout firing) is told from a slow one by
+# a beat the VM writes to the share every 10 s: no beat for NESTED_STALL
+# seconds (default 300; the longest stall of an agent seen there was 8 s)
+# ends the VM and this script with exit 75, and tests/run.sh starts the
+# list once more in a fresh VM. Each test there has TEST_TIMEOUT seconds
+# (default 900: the slowest takes about 210 s).
+#
 # Needs (make deps-nested): qemu-system-x86, linux-image-amd64 (a kernel in
 # /boot and its modules), busybox-static. Exit status: the tests' (77 when
 # the VM cannot be made here).
@@ -78,6 +86,8 @@ cmd=${NESTED_CMD:-BUILD=$BUILD ONLY=$(printf %q "${ONLY:-}") tests/run.sh}
 	cat <<EOC
 export GUEST_IOPL=3    # for a test that builds a variant (make MUTANT=...) in the VM
 export UNDERSTUDY_NESTED=1    # need_host_kvm (tests/lib.sh) skips there
+export TEST_TIMEOUT=${TEST_TIMEOUT:-900}
+( while :; do date +%s >/out/alive; sleep 10; done ) &   # the beat the host watches
 cd $PWD || exit 1
 rm -rf $BUILD/test-logs && mkdir -p /out/test-logs && ln -s /out/test-logs $BUILD/test-logs
 $cmd
@@ -91,9 +101,32 @@ timeout "${NESTED_TIMEOUT:-7200}" qemu-system-x86_64 -machine q35 -accel "${NEST
 	-append "console=ttyS0 quiet panic=-1" \
 	-virtfs local,path=/,mount_tag=host,security_model=none,multidevs=remap,readonly=on \
 	-virtfs "local,path=$PWD/$V/out,mount_tag=out,security_model=none" \
-	>"$V/console.log" 2>&1
+	>"$V/console.log" 2>&1 &
+qemu=$!
+# The beat: from the boot's start until the first one (the boot takes a
+# minute or two), then from the last one.
+stall=${NESTED_STALL:-300} start=$(date +%s) froze=
+while kill -0 "$qemu" 2>/dev/null; do
+	sleep 5
+	if [ -f "$V/out/alive" ]; then
+		since=$(( $(date +%s) - $(stat -c %Y "$V/out/alive") ))
+	else
+		since=$(( $(date +%s) - start - 300 ))
+	fi
+	if [ "$since" -gt "$stall" ]; then
+		froze=$since
+		pkill -KILL -P "$qemu"; kill -KILL "$qemu"   # QEMU, then its timeout
+		break
+	fi
+done
+wait "$qemu" 2>/dev/null   # (no "Killed" from the shell)
 q=$?
 [ -f "$V/out/run.log" ] && cat "$V/out/run.log"
+if [ -n "$froze" ]; then
+	echo "FROZE: the nested VM gave no sign of life for $froze s (no beat on $V/out/alive); console: $V/console.log"
+	tail -5 "$V/console.log" | sed 's/^/    | /'
+	exit 75
+fi
 if [ ! -f "$V/out/rc" ]; then
 	echo "FAIL: the VM ended (qemu exit $q) before the tests did; console: $V/console.log"
 	tail -20 "$V/console.log" | sed 's/^/    | /'
