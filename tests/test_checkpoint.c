@@ -528,9 +528,10 @@ static void stress_detects_missing_state(void **state)
 	 * TSC would read for a synchronization and keeps that instead
 	 * (kvm_synchronize_tsc): a checkpoint taken younger than that restores
 	 * the same, its TSC dropped or not, and the MSR TSC row held or not by
-	 * how long the restore took (it failed so in a nested run). 2.5 s of
-	 * running puts the checkpoint's TSC out of that window. */
-	th_sleep_us(2500000);
+	 * how long the restore took (it failed so in a nested run). 4 s of
+	 * running puts the checkpoint's TSC out of that window for a restore
+	 * that takes up to 3 s to set it. */
+	th_sleep_us(4000000);
 	assert_int_equal(ckpt_take(a->m, &c, true), 0);
 	machine_pause(a->m);
 	for (int r = 0; r < NROWS; r++) {
