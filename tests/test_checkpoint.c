@@ -545,6 +545,16 @@ static void stress_detects_missing_state(void **state)
 	}
 	printf("stress guest, 2 vCPUs, one piece of state replaced by a fresh VM's (CPL3 %s):\n",
 	       native ? "runs natively with the host's TSC, as on PVM" : "is virtualized");
+	{   /* what the MSR TSC row swaps, for a reader of a failed run */
+		struct kvm_msr_entry *t;
+
+		assert_int_equal(ckpt_state_decode(c.state, c.state_len, c.config_digest, 2, img), 0);
+		t = find_msr(&img->vcpus[0], MSR_TSC);
+		printf("  (vCPU 0's TSC: %llu in the checkpoint, %llu in a fresh VM's)\n",
+		       t ? (unsigned long long)t->data : 0ull,
+		       find_msr(&fresh->vcpus[0], MSR_TSC) ?
+		       (unsigned long long)find_msr(&fresh->vcpus[0], MSR_TSC)->data : 0ull);
+	}
 	printf("  %-16s %-8s %-28s %s\n", "piece", "detects", "guest says", "why it cannot");
 	for (int r = 0; r < NROWS; r++) {
 		const struct drop_row *d = &drop_rows[r];
