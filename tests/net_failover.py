@@ -149,6 +149,11 @@ def trial(t, rng, sniffer, cut=False):
                           (t, guestnet.log_gist(plog), guestnet.log_gist(slog)))
             return
         c.start()
+        # the kill (or the cut) once the client has seen 5 replies: a slow
+        # host gives fewer in a fixed time
+        end = time.time() + 20 * X
+        while len(c.replies) < 5 and time.time() < end:
+            time.sleep(0.01)
         time.sleep(1.0 if cut else 0.5 + rng.random() * 2.0)
         met = subprocess.run(ns(["curl", "-s", "http://127.0.0.1:%d/metrics" % pmet]),
                              capture_output=True, text=True).stdout
