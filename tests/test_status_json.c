@@ -187,14 +187,14 @@ static void secondary_status_escapes_reason(void **state)
 	free(s);
 }
 
-/* A VM with a disk adds its four counters. */
+/* A VM with a disk adds its five counters. */
 static void primary_status_disk_fields(void **state)
 {
 	static const struct field disk[] = {
 		{ "disk_epochs", I }, { "disk_blocks", I }, { "disk_blocks_per_epoch", D },
-		{ "disk_copy_us_per_epoch", D },
+		{ "disk_copy_us_per_epoch", D }, { "disk_sync_blocks", I },
 	};
-	struct field all[sizeof(primary_fields) / sizeof(primary_fields[0]) + 4];
+	struct field all[sizeof(primary_fields) / sizeof(primary_fields[0]) + 5];
 	size_t n = sizeof(primary_fields) / sizeof(primary_fields[0]);
 	struct repl_primary_opts o = { 0 };
 	struct repl_primary *p = engine(&o, "benign");
@@ -208,9 +208,11 @@ static void primary_status_disk_fields(void **state)
 	p->ep.disk.epochs_with_blocks = 4;
 	p->ep.disk.blocks_total = 10;
 	p->ep.disk.copy_ns_total = 6000;
+	p->ep.disk.sync_blocks = 1024;
 	text = repl_primary_status_text(p, "status json");
 	js = parse_one(text);
-	fields_are(js, all, n + 4);
+	fields_are(js, all, n + 5);
+	assert_int_equal(json_object_get_int64(json_object_object_get(js, "disk_sync_blocks")), 1024);
 	assert_string_equal(json_object_to_json_string(json_object_object_get(js, "disk_blocks_per_epoch")),
 			    "2.5");
 	assert_string_equal(json_object_to_json_string(json_object_object_get(js, "disk_copy_us_per_epoch")),
