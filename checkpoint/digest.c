@@ -18,7 +18,11 @@
  *     KVM from TPR and ISR and recomputed on KVM_SET_LAPIC (seen with the
  *     stress guest: captured 0x20 mid-interrupt, 0 on the standby, ISR and
  *     TPR equal);
- *   - PIT count_load_time: a host ktime stamp, re-stamped by KVM_SET_PIT2.
+ *   - PIT count_load_time: a host ktime stamp, re-stamped by KVM_SET_PIT2;
+ *   - SYSENTER_CS/ESP/EIP (MSRs 0x174-0x176): the low 32 bits only (KVM on
+ *     AMD holds no more of a restore; msr_is_sysenter says why).
+ * (KVM also writes guest RAM on a restore, the paravirtual wall clock's 12
+ * bytes; the machine puts them back, machine/platform.c.)
  * The digest travels as the "verify" section; proto/meta.c lays it out. */
 #include "checkpoint/checkpoint.h"
 #include "proto/proto.h"
@@ -159,6 +163,17 @@ static bool msr_is_clock(uint32_t index)
 	return index == 0x40000020 || index == 0x40000010;
 }
 
+/* SYSENTER_CS/ESP/EIP: KVM on AMD keeps the low 32 bits of a host's write
+ * (svm_set_msr), as AMD CPUs themselves do (SYSENTER is a legacy-mode
+ * instruction there); QEMU's emulated SVM keeps a guest's own write whole.
+ * So under it a primary reads back Linux's 64-bit SYSENTER_ESP
+ * (0xfffffe0000003000) and its standby the low half (0x3000): seen in the
+ * nested VM with a Linux guest. Only the low halves are compared. */
+static bool msr_is_sysenter(uint32_t index)
+{
+	return index >= 0x174 && index <= 0x176;
+}
+
 void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct proto_verify_vcpu *d)
 {
 	uint32_t c = 0, n = v->nmsrs < KVM_MAX_MSRS ? v->nmsrs : KVM_MAX_MSRS;
@@ -176,8 +191,13 @@ void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct proto_verify_vcpu *
 		MIX(c, v->msrs[i].index);
 		if (v->msrs[i].index == MSR_IA32_TSC)
 			d->tsc = v->msrs[i].data;        /* runs on: order only */
-		else if (!msr_is_clock(v->msrs[i].index))
+		else if (msr_is_sysenter(v->msrs[i].index)) {
+			uint32_t lo = (uint32_t)v->msrs[i].data;
+
+			MIX(c, lo);
+		} else if (!msr_is_clock(v->msrs[i].index)) {
 			MIX(c, v->msrs[i].data);
+		}
 	}
 	d->part[PROTO_VERIFY_MSRS] = c;
 	d->part[PROTO_VERIFY_LAPIC] = digest_lapic(&v->lapic);

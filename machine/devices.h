@@ -17,6 +17,9 @@ void uart_post_load(struct machine *m);
 
 /* platform.c: true when port is one of the platform devices' (then done). */
 bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
+/* kvm_vcpu_set_state, leaving the paravirtual wall clock's bytes in RAM as
+ * they were (platform.c says why). On a paused machine. */
+int platform_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_state *st);
 
 /* pci.c: configuration mechanism #1 and BAR decoding. */
 #define PCI_PORT_ADDR 0xcf8

@@ -1,5 +1,6 @@
 /* The machine: RAM, vCPU threads, the port-I/O bus, pause/resume, harvest. */
 #include "machine/machine.h"
+#include "machine/devices.h"   /* platform_set_vcpu_state */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -842,5 +843,5 @@ int machine_get_vcpu_state(struct machine *m, int cpu, struct kvm_vcpu_state *st
 int machine_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_state *st)
 {
 	machine_snap_drop(m);
-	return kvm_vcpu_set_state(&m->vcpus[cpu].kvm, st);
+	return platform_set_vcpu_state(m, cpu, st);
 }
