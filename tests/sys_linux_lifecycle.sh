@@ -29,11 +29,13 @@ BIN=${UNDERSTUDY_BIN:-build/understudy}
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
 need_linux_kvm
-# Not yet seen passing (above): in make check it would fail on the verify
-# defect, and a freeze of the nested VM would hold the Linux VM for its
-# whole timeout. Run it by hand: LINUX_LIFECYCLE=1.
+# Not yet seen passing whole. Verify mode's difference is fixed (the
+# paravirtual wall clock, docs/design.md), but in the nested VM verify
+# costs some 20 s a pause (a CRC of 256 MiB under the emulator) and the
+# test runs longer than make check's Linux VM may take. Run it by hand:
+# LINUX_LIFECYCLE=1.
 [ "${LINUX_LIFECYCLE:-}" = 1 ] ||
-	{ echo "SKIP: the Linux lifecycle test runs only with LINUX_LIFECYCLE=1 (not yet seen passing: verify finds the standby's RAM differing from the primary's at every epoch)"; exit 77; }
+	{ echo "SKIP: the Linux lifecycle test runs only with LINUX_LIFECYCLE=1 (not yet seen passing whole; in the nested VM its verify mode costs some 20 s a pause)"; exit 77; }
 fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
 linux_lab sys_linux_lifecycle tapma tapmb tapmc
 
