@@ -74,7 +74,9 @@ struct kvm_vm_state {
 };
 
 int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st) US_MUST_CHECK;
-int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st) US_MUST_CHECK;
+/* pit_stopped: the PIT's state without its timer (kvm_vm_set_pit). */
+int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st, bool pit_stopped) US_MUST_CHECK;
+int kvm_vm_set_pit(struct kvm_vm *vm, const struct kvm_pit_state2 *pit, bool stopped) US_MUST_CHECK;
 
 /* The parts of a vCPU's state that only its own execution in KVM_RUN, an
  * INIT, or a set by us change, as last read (kvm_vcpu_get_state). */

@@ -264,10 +264,35 @@ int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st)
 	return 0;
 }
 
-int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st)
+/* The PIT's state, its channel 0 timer armed (as KVM_SET_PIT2 always does
+ * for modes 0-4), or stopped: a machine whose vCPUs are parked, a standby
+ * above all, would otherwise take the PIT's ticks as IRQ 0 into its IOAPIC
+ * and LAPIC IRR, state its primary never had. KVM loads the count without
+ * a timer for a mode it does not know (the first set, which destroys the
+ * timer), and arms none while HPET legacy mode is on (the second, which
+ * leaves the channels as given); KVM_GET_PIT2 then shows that flag, which
+ * the caller takes out. The timer is armed again by a set with stopped
+ * false, counting from then. */
+int kvm_vm_set_pit(struct kvm_vm *vm, const struct kvm_pit_state2 *pit, bool stopped)
+{
+	struct kvm_pit_state2 p = *pit;
+	int r;
+
+	if (stopped) {
+		p.flags = 0;
+		p.channels[0].mode = 0xff;
+		if ((r = KVM_VM_IOCTL(vm, KVM_SET_PIT2, &p)) < 0)
+			return r;
+		p = *pit;
+		p.flags |= KVM_PIT_FLAGS_HPET_LEGACY;
+	}
+	r = KVM_VM_IOCTL(vm, KVM_SET_PIT2, &p);
+	return r < 0 ? r : 0;
+}
+
+int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st, bool pit_stopped)
 {
 	struct kvm_irqchip chip;
-	struct kvm_pit_state2 pit = st->pit;
 	/* Only the clock value is restored; the flags of the source host's
 	 * reading (TSC-stable, realtime) mean nothing here. */
 	struct kvm_clock_data clock = { .clock = st->clock.clock };
@@ -282,7 +307,7 @@ int kvm_vm_set_state(struct kvm_vm *vm, const struct kvm_vm_state *st)
 	chip = st->ioapic;
 	if ((r = KVM_VM_IOCTL(vm, KVM_SET_IRQCHIP, &chip)) < 0)
 		return r;
-	if ((r = KVM_VM_IOCTL(vm, KVM_SET_PIT2, &pit)) < 0 ||
+	if ((r = kvm_vm_set_pit(vm, &st->pit, pit_stopped)) < 0 ||
 	    (r = KVM_VM_IOCTL(vm, KVM_SET_CLOCK, &clock)) < 0)
 		return r;
 	return 0;

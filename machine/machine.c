@@ -249,6 +249,14 @@ void machine_resume(struct machine *m)
 {
 	pthread_mutex_lock(&m->lock);
 	snap_drop_locked(m);
+	if (m->pit_held) {
+		int r = kvm_vm_set_pit(&m->vm, &m->pit_state, false);
+
+		if (r < 0)
+			log_error(TAG, "cannot start the PIT's timer (%s): the guest gets no PIT ticks",
+				  strerror(-r));
+		m->pit_held = false;
+	}
 	m->pause_req = false;
 	pthread_cond_broadcast(&m->cond);
 	pthread_mutex_unlock(&m->lock);
@@ -807,19 +815,29 @@ int machine_get_state(struct machine *m, struct machine_state *st)
 		r = kvm_vm_get_state(&m->vm, &st->vm);
 		pthread_mutex_lock(&m->lock);
 	}
+	if (m->pit_held)                 /* the flags it was given, not the hold's */
+		st->vm.pit.flags = m->pit_state.flags;
 	machine_devices_save(m, st);
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }
 
+/* Into a machine whose vCPUs are parked (a standby, a restore before it
+ * resumes) the PIT goes without its timer: see kvm_vm_set_pit. */
 int machine_set_state(struct machine *m, const struct machine_state *st)
 {
+	bool hold;
 	int r;
 
 	machine_snap_drop(m);
-	if ((r = kvm_vm_set_state(&m->vm, &st->vm)) < 0)
+	pthread_mutex_lock(&m->lock);
+	hold = m->pause_req;
+	pthread_mutex_unlock(&m->lock);
+	if ((r = kvm_vm_set_state(&m->vm, &st->vm, hold)) < 0)
 		return r;
 	pthread_mutex_lock(&m->lock);
+	m->pit_held = hold;
+	m->pit_state = st->vm.pit;
 	machine_devices_load(m, st);
 	pthread_cond_broadcast(&m->cond);
 	pthread_mutex_unlock(&m->lock);

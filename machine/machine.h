@@ -210,6 +210,10 @@ struct machine {
 	pthread_cond_t parked_cond;  /* machine_pause waits here */
 	bool pause_req;
 	int parked;
+	/* State set while the vCPUs were parked: the PIT's timer is held
+	 * (kvm_vm_set_pit) until machine_resume arms it with this state. */
+	bool pit_held;
+	struct kvm_pit_state2 pit_state;
 	enum machine_snap snap;
 	int snap_r;
 	uint64_t pause_gen;          /* machine_pause calls: a snapshot needs one */
