@@ -22,7 +22,9 @@
  *   - SYSENTER_CS/ESP/EIP (MSRs 0x174-0x176): the low 32 bits only (KVM on
  *     AMD holds no more of a restore; msr_is_sysenter says why).
  * (KVM also writes guest RAM on a restore, the paravirtual wall clock's 12
- * bytes; the machine puts them back, machine/platform.c.)
+ * bytes; the machine puts them back, machine/platform.c. And a standby's
+ * PIT would tick into its LAPIC's IRR while it waits; the machine holds
+ * the PIT's timer until it resumes, machine_set_state.)
  * The digest travels as the "verify" section; proto/meta.c lays it out. */
 #include "checkpoint/checkpoint.h"
 #include "proto/proto.h"
