@@ -195,7 +195,7 @@ static const char migrate_help[] =
 	"usage: understudy migrate --control PATH --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
 	"                          [--epoch-ms N] [--timeout-ms N] [--no-auto-converge] [--json]\n"
 	"                          [--bandwidth MiB/s] [--postcopy-after ROUNDS|never] [--with-disk]\n"
-	"                          [link options]\n"
+	"                          [--handshake-timeout-ms N] [link options]\n"
 	"Moves the running VM whose control socket is PATH to the secondary waiting at --to\n"
 	"(understudy secondary): initial sync while the guest runs, protected epochs, and at\n"
 	"the first epoch whose predicted downtime (pause + one round trip + the epoch's bytes\n"
@@ -231,7 +231,9 @@ static const char migrate_help[] =
 	"--disk FILE): every block that may hold data while the guest runs, then the blocks\n"
 	"written meanwhile, then each epoch's; at the hand-over the destination's image\n"
 	"equals the source's. Images are never shared between hosts here, so a VM with a disk\n"
-	"migrates only with --with-disk (exit 2 without it), and not by post-copy.\n\n"
+	"migrates only with --with-disk (exit 2 without it), and not by post-copy.\n"
+	"--handshake-timeout-ms (default 5000): each phase before the destination holds the\n"
+	"first checkpoint must progress within it, as for protect.\n\n"
 	NET_OPTIONS_HELP;
 
 static volatile sig_atomic_t interrupted;
@@ -470,6 +472,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ "bandwidth", required_argument, NULL, 'b' },
 		{ "postcopy-after", required_argument, NULL, 'P' },
 		{ "with-disk", no_argument, NULL, 'D' },
+		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -477,7 +480,7 @@ int cli_cmd_migrate(int argc, char **argv)
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000, link_timeout_ms = 500;
-	unsigned bandwidth = 0, pc_after = 0;
+	unsigned bandwidth = 0, pc_after = 0, hs_ms = 5000;
 	bool json = false, converge = true, with_disk = false;
 	char req[4 * PATH_MAX], num[32], *reply = NULL;
 	int opt, r;
@@ -501,6 +504,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		case 'A': converge = false; break;
 		case 'D': with_disk = true; break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &link_timeout_ms); break;
+		case 'H': r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &hs_ms); break;
 		case 'b':
 			r = cli_parse_count("--bandwidth", optarg, "MiB/s", 1, 1048576, &bandwidth);
 			break;
@@ -522,7 +526,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		return 2;
 	}
 	if (cli_net_options_check(&net) ||
-	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, link_timeout_ms, 5000, &net))
+	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, link_timeout_ms, hs_ms, &net))
 		return 2;
 	snprintf(num, sizeof(num), "%u", downtime_ms);
 	if (add(req, sizeof(req), "downtime-ms", num, false) ||

@@ -9,7 +9,8 @@ DELAY_S. Answers, one request a connection as net/control.c does:
   than the CLI's 5 s request timeout: the CLI has given up on it by then);
   the next ones: protect: state protected; migrate: state migrated.
 A status before the request (migrate's first look) is answered at once
-(unprotected). Ends after 60 s."""
+(unprotected). Each protect or migrate request is appended to PATH.requests.
+Ends after 60 s."""
 import os
 import socket
 import sys
@@ -23,6 +24,8 @@ lock = threading.Lock()
 
 def reply(req):
     if req.startswith(("protect", "migrate")):
+        with open(path + ".requests", "a") as f:
+            f.write(req + "\n")
         with lock:
             state["asked"] = True
         return "ok %s\n" % ("protecting: connecting to the secondary" if mode == "protect" else

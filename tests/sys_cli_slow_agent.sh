@@ -27,8 +27,12 @@ echo "$out" | grep -q "^ok protected" || fail "protect: no 'ok protected': $out"
 ok "protect: a status request that timed out (the agent busy for 7 s) was asked again; exit 0, ok protected"
 
 agent migrate
-out=$("$BIN" migrate --control "$tmp/migrate.ctl" --to 127.0.0.1:1 --insecure 2>&1)
+out=$("$BIN" migrate --control "$tmp/migrate.ctl" --to 127.0.0.1:1 --insecure \
+	--handshake-timeout-ms 60000 2>&1)
 rc=$?
 [ $rc = 0 ] || fail "migrate against an agent busy for 7 s: exit $rc: $out"
 echo "$out" | grep -q "^migrated in" || fail "migrate: no 'migrated in': $out"
 ok "migrate: a status request that timed out (the agent busy for 7 s) was asked again; exit 0, migrated"
+grep -q "^migrate .* handshake-timeout-ms=60000 " "$tmp/migrate.ctl.requests" ||
+	fail "migrate --handshake-timeout-ms 60000: not in the request: $(cat "$tmp/migrate.ctl.requests")"
+ok "migrate --handshake-timeout-ms 60000 asks the agent for it, as protect does"
