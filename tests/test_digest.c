@@ -498,7 +498,10 @@ static void pit_diag(const struct side *r)
  * parked has the PIT's timer held, so IRQ 0 never reaches the LAPIC's IRR
  * (in verify mode a Linux standby showed vector 0x30 pending that its
  * primary did not have); machine_resume arms it, and the same state then
- * does raise it. The PIT runs in mode 2 at ~6 kHz, IOAPIC pins 0 and 2 to
+ * does raise it. (KVM re-injects the PIT's IRQ only after the guest's EOI,
+ * and KVM_SET_PIT2 starts that over: one tick each set, which must come
+ * after the LAPIC is set, as on a standby between epochs.) The PIT runs in
+ * mode 2 every 55 ms, IOAPIC pins 0 and 2 to
  * vector 0x30 on vCPU 0, whose LAPIC is enabled with a task priority that
  * keeps every vector pending (the guest takes none while it runs). */
 static void standby_pit_held(void **state)
@@ -516,7 +519,7 @@ static void standby_pit_held(void **state)
 	read_side(vm.m, s);
 	s->ms.vm.pit.flags = 0;
 	s->ms.vm.pit.channels[0].mode = 2;
-	s->ms.vm.pit.channels[0].count = 200;
+	s->ms.vm.pit.channels[0].count = 0xffff;   /* 55 ms: its first tick after the LAPIC is set */
 	s->ms.vm.pit.channels[0].gate = 1;
 	s->ms.vm.ioapic.chip.ioapic.redirtbl[0].bits = PIT_VECTOR;
 	s->ms.vm.ioapic.chip.ioapic.redirtbl[2].bits = PIT_VECTOR;
@@ -525,7 +528,7 @@ static void standby_pit_held(void **state)
 	memcpy(s->v[0].lapic.regs + APIC_TPR, &tpr, 4);   /* pending stays pending */
 	assert_int_equal(machine_set_state(vm.m, &s->ms), 0);
 	assert_int_equal(machine_set_vcpu_state(vm.m, 0, &s->v[0]), 0);
-	th_sleep_us(50000);
+	th_sleep_us(200000);
 	read_side(vm.m, r);
 	if (irr_has(&r->v[0], PIT_VECTOR))
 		fail_msg("the parked machine's PIT ticked: vector 0x%x pending", PIT_VECTOR);
@@ -537,7 +540,7 @@ static void standby_pit_held(void **state)
 	machine_resume(vm.m);
 	th_sleep_us(20000);
 	machine_pause(vm.m);
-	th_sleep_us(50000);
+	th_sleep_us(200000);
 	read_side(vm.m, r);
 	if (!irr_has(&r->v[0], PIT_VECTOR))
 		pit_diag(r);
