@@ -234,6 +234,8 @@ struct proto_verify;       /* proto/proto.h: the digest and its wire form */
 struct proto_verify_vcpu;
 
 void ckpt_digest_vcpu(const struct kvm_vcpu_state *v, struct proto_verify_vcpu *d);
+/* The digest's RAM part (not crc32c: digest.c says why). */
+uint32_t ckpt_digest_ram(const uint8_t *p, uint64_t len);
 void ckpt_digest_vm(const struct machine_state *ms, struct proto_verify *d);
 /* On a paused machine: RAM and every piece of state, read from KVM. */
 int ckpt_digest_machine(struct machine *m, struct proto_verify *d) US_MUST_CHECK;

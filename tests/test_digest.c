@@ -122,6 +122,50 @@ static void roundtrip_equal(void **state)
 	free(b);
 }
 
+/* The RAM digest changes with any one bit of any word, with the top bits
+ * of two words (which a plain xor-multiply hash would cancel), with two
+ * words swapped, and with the length. */
+static void ram_digest_sees_changes(void **state)
+{
+	const size_t len = 256 << 10;
+	uint8_t *p = malloc(len);
+	uint32_t base;
+	uint64_t seed = 12345;
+
+	(void)state;
+	assert_non_null(p);
+	for (size_t i = 0; i < len; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		p[i] = (uint8_t)(seed >> 56);
+	}
+	base = ckpt_digest_ram(p, len);
+	assert_int_equal(base, ckpt_digest_ram(p, len));
+	for (size_t off = 0; off < len; off += 4093 * 8 + 8) {
+		for (int bit = 0; bit < 64; bit++) {
+			p[off + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+			assert_int_not_equal(base, ckpt_digest_ram(p, len));
+			p[off + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		}
+	}
+	p[7] ^= 0x80;
+	p[len - 1] ^= 0x80;
+	assert_int_not_equal(base, ckpt_digest_ram(p, len));
+	p[7 + 32] ^= 0x80;
+	p[len - 1] ^= 0x80;
+	assert_int_not_equal(base, ckpt_digest_ram(p, len));   /* same lane, two blocks */
+	p[7] ^= 0x80;
+	p[7 + 32] ^= 0x80;
+	for (int k = 0; k < 8; k++) {
+		uint8_t t = p[4096 + k];
+
+		p[4096 + k] = p[8192 + k];
+		p[8192 + k] = t;
+	}
+	assert_int_not_equal(base, ckpt_digest_ram(p, len));
+	assert_int_not_equal(ckpt_digest_ram(p, len), ckpt_digest_ram(p, len - 4096));
+	free(p);
+}
+
 /* Every part is digested, and a change in one is named as that one. */
 static void names_the_part(void **state)
 {
@@ -558,6 +602,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(wire_form),
+		cmocka_unit_test(ram_digest_sees_changes),
 		cmocka_unit_test(names_the_part),
 		cmocka_unit_test(roundtrip_equal),
 		cmocka_unit_test(missing_state_caught),
