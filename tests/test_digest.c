@@ -585,6 +585,7 @@ static void standby_pit_held(void **state)
 	th_sleep_us(20000);
 	machine_pause(vm.m);
 	th_sleep_us(200000);
+	machine_snap_drop(vm.m);   /* the state now, not the pause's snapshot of it */
 	read_side(vm.m, r);
 	if (!irr_has(&r->v[0], PIT_VECTOR))
 		pit_diag(r);
