@@ -81,7 +81,7 @@ make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
 cmd=${NESTED_CMD:-BUILD=$BUILD ONLY=$(printf %q "${ONLY:-}") tests/run.sh}
 # The tests' own knobs (NET_TRIALS, KV_SEED, ...) go along.
 {
-	for v in $(compgen -e | grep -E '^([A-Z0-9_]+_(TRIALS|SEED|KILLS|REQUIRE)|NESTED_TIMED)$'); do
+	for v in $(compgen -e | grep -E '^([A-Z0-9_]+_(TRIALS|SEED|KILLS|REQUIRE)|NESTED_TIMED|LINUX_[A-Z0-9_]+)$'); do
 		printf 'export %s=%q\n' "$v" "${!v}"
 	done
 	cat <<EOC
