@@ -599,6 +599,46 @@ static void standby_pit_held(void **state)
 	free(r);
 }
 
+/* The steal-time record's "preempted" byte, which KVM writes from a host's
+ * vCPU ioctl, does not count in the RAM's digest; the byte beside it does. */
+static void steal_flag_skipped(void **state)
+{
+	struct th_vm vm;
+	struct kvm_vcpu_state *v = malloc(sizeof(*v));
+	struct proto_verify a, b;
+	const uint64_t gpa = (16 << 20) - 8192;   /* the counter guest leaves it unused */
+
+	(void)state;
+	assert_non_null(v);
+	assert_int_equal(th_vm_new(&vm, "counter", 16 << 20, 1, true), 0);
+	assert_int_equal(machine_get_vcpu_state(vm.m, 0, v), 0);
+	if (!has_msr(v, 0x4b564d03)) {
+		printf("SKIP: this KVM lists no MSR_KVM_STEAL_TIME (PVM)\n");
+		th_vm_free(&vm);
+		free(v);
+		return;
+	}
+	set_msr(v, 0x4b564d03, gpa | 1);
+	assert_int_equal(machine_set_vcpu_state(vm.m, 0, v), 0);
+	assert_int_equal(ckpt_digest_machine(vm.m, &a), 0);
+	vm.m->ram[gpa + 16] ^= 1;                  /* "preempted" */
+	assert_int_equal(ckpt_digest_machine(vm.m, &b), 0);
+	assert_int_equal(a.mem, b.mem);
+	vm.m->ram[gpa + 17] ^= 1;                  /* its padding: counts */
+	assert_int_equal(ckpt_digest_machine(vm.m, &b), 0);
+	assert_int_not_equal(a.mem, b.mem);
+	vm.m->ram[gpa + 17] ^= 1;
+	set_msr(v, 0x4b564d03, gpa);               /* not enabled: the byte counts */
+	assert_int_equal(machine_set_vcpu_state(vm.m, 0, v), 0);
+	assert_int_equal(ckpt_digest_machine(vm.m, &b), 0);
+	vm.m->ram[gpa + 16] ^= 1;
+	assert_int_equal(ckpt_digest_machine(vm.m, &a), 0);
+	assert_int_not_equal(a.mem, b.mem);
+	printf("steal_flag_skipped: the preempted byte is left out while steal time is on\n");
+	th_vm_free(&vm);
+	free(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -610,6 +650,7 @@ int main(void)
 		cmocka_unit_test(platform_travels),
 		cmocka_unit_test(restore_quirks),
 		cmocka_unit_test(standby_pit_held),
+		cmocka_unit_test(steal_flag_skipped),
 	};
 
 	if (!th_kvm_available())
