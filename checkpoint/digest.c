@@ -432,14 +432,16 @@ uint32_t ckpt_digest_ram(const uint8_t *p, uint64_t len)
 #define MSR_KVM_STEAL_TIME 0x4b564d03u
 #define STEAL_PREEMPTED 16
 
-static uint64_t steal_flag_gpa(const struct kvm_vcpu_state *v)
+/* The byte's offset in RAM, or UINT64_MAX (steal time off, or not RAM). */
+static uint64_t steal_flag_off(const struct machine *m, const struct kvm_vcpu_state *v)
 {
 	uint32_t n = v->nmsrs < KVM_MAX_MSRS ? v->nmsrs : KVM_MAX_MSRS;
+	uint64_t off;
 
 	for (uint32_t i = 0; i < n; i++)
-		if (v->msrs[i].index == MSR_KVM_STEAL_TIME)
-			return (v->msrs[i].data & 1) ? (v->msrs[i].data & ~63ull) + STEAL_PREEMPTED
-						     : UINT64_MAX;
+		if (v->msrs[i].index == MSR_KVM_STEAL_TIME && (v->msrs[i].data & 1) &&
+		    machine_gpa_ram(m, (v->msrs[i].data & ~63ull) + STEAL_PREEMPTED, 1, &off))
+			return off;
 	return UINT64_MAX;
 }
 
@@ -450,7 +452,7 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The RAM's digest with the bytes at the n addresses in skip read as 0. */
+/* The RAM's digest with the bytes at the n offsets in skip read as 0. */
 static uint32_t digest_ram_skipping(const uint8_t *ram, uint64_t len, uint64_t *skip, int n)
 {
 	struct ram_hash rh = ram_hash_start;
@@ -492,7 +494,7 @@ int ckpt_digest_machine(struct machine *m, struct proto_verify *d)
 		if ((r = machine_get_vcpu_state(m, i, v)) < 0)
 			goto out;
 		ckpt_digest_vcpu(v, &d->vcpu[i]);
-		skip[i] = steal_flag_gpa(v);
+		skip[i] = steal_flag_off(m, v);
 	}
 	d->mem = digest_ram_skipping(m->ram, m->cfg.mem_bytes, skip, m->ncpus);
 	r = 0;
@@ -517,7 +519,7 @@ int ckpt_digest_capture(const struct machine *m, const struct ckpt *c, struct pr
 		ckpt_digest_vm(&img->ms, d);
 		for (int i = 0; i < m->ncpus; i++) {
 			ckpt_digest_vcpu(&img->vcpus[i], &d->vcpu[i]);
-			skip[i] = steal_flag_gpa(&img->vcpus[i]);
+			skip[i] = steal_flag_off(m, &img->vcpus[i]);
 		}
 		d->mem = digest_ram_skipping(m->ram, m->cfg.mem_bytes, skip, m->ncpus);
 	}

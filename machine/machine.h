@@ -349,6 +349,29 @@ void machine_fill_page(struct machine *m, uint64_t page, const void *data);
 /* Page index of a gfn, or -1 if no RAM is there. */
 int64_t machine_gfn_page(const struct machine *m, uint64_t gfn);
 
+/* Host pointer to [gpa, gpa + len) of guest RAM, NULL if any byte of it is
+ * not RAM (the PCI hole, past the end); *ram_off (if given) is its offset
+ * in RAM. */
+static inline void *machine_gpa_ram(const struct machine *m, uint64_t gpa, uint64_t len,
+				    uint64_t *ram_off)
+{
+	uint64_t low = m->low_pages * KVM_PAGE_SIZE;
+	uint64_t high = (m->ram_pages - m->low_pages) * KVM_PAGE_SIZE;
+	uint64_t off;
+
+	if (gpa <= low && len <= low - gpa) {
+		off = gpa;
+	} else if (gpa >= MACHINE_HIGH_RAM_GPA && gpa - MACHINE_HIGH_RAM_GPA <= high &&
+		   len <= high - (gpa - MACHINE_HIGH_RAM_GPA)) {
+		off = low + (gpa - MACHINE_HIGH_RAM_GPA);
+	} else {
+		return NULL;
+	}
+	if (ram_off)
+		*ram_off = off;
+	return m->ram + off;
+}
+
 /* ---- page bitmaps: one bit a page of RAM, in 64-bit words ---------------- */
 
 /* Words in a bitmap with a bit for every page of m. */

@@ -14,7 +14,6 @@
  * or reset request is checkpointed (the "platform" section).
  * Called with machine.lock held. */
 #include "machine/devices.h"
-#include "machine/virtio.h"   /* virtio_gpa: guest-physical address -> RAM */
 
 #include <errno.h>
 #include <string.h>
@@ -321,7 +320,7 @@ int platform_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_st
 		uint32_t index = st->msrs[i].index;
 
 		if ((index == MSR_KVM_WALL_CLOCK || index == MSR_KVM_WALL_CLOCK_NEW) && st->msrs[i].data &&
-		    (at[n] = virtio_gpa(m, st->msrs[i].data, PV_WALL_CLOCK_BYTES, NULL))) {
+		    (at[n] = machine_gpa_ram(m, st->msrs[i].data, PV_WALL_CLOCK_BYTES, NULL))) {
 			memcpy(keep[n], at[n], PV_WALL_CLOCK_BYTES);
 			n++;
 		}

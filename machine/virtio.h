@@ -132,9 +132,6 @@ void virtio_bar_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32
  * data). Returns true when it handled them. */
 bool virtio_cfg_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len,
 		       bool write);
-/* Host pointer to [gpa, gpa + len) of guest RAM, NULL if any byte of it is
- * not RAM; *ram_off is its offset in RAM. */
-void *virtio_gpa(struct machine *m, uint64_t gpa, uint64_t len, uint64_t *ram_off);
 /* Copy out of / into a chain at off of its readable (writable) bytes;
  * returns bytes copied. Writes mark the pages dirty. */
 uint64_t virtq_chain_read(struct machine *m, const struct virtq_chain *c, uint64_t off,

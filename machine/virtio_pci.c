@@ -18,27 +18,6 @@
 
 #define TAG "virtio"
 
-/* ---- guest memory -------------------------------------------------------- */
-
-void *virtio_gpa(struct machine *m, uint64_t gpa, uint64_t len, uint64_t *ram_off)
-{
-	uint64_t low = m->low_pages * KVM_PAGE_SIZE;
-	uint64_t high = (m->ram_pages - m->low_pages) * KVM_PAGE_SIZE;
-	uint64_t off;
-
-	if (gpa <= low && len <= low - gpa) {
-		off = gpa;
-	} else if (gpa >= MACHINE_HIGH_RAM_GPA && gpa - MACHINE_HIGH_RAM_GPA <= high &&
-		   len <= high - (gpa - MACHINE_HIGH_RAM_GPA)) {
-		off = low + (gpa - MACHINE_HIGH_RAM_GPA);
-	} else {
-		return NULL;
-	}
-	if (ram_off)
-		*ram_off = off;
-	return m->ram + off;
-}
-
 uint64_t virtq_chain_read(struct machine *m, const struct virtq_chain *c, uint64_t off,
 			  void *buf, uint64_t len)
 {
@@ -174,7 +153,7 @@ static const char *chain_build(struct virtio_dev *d, const uint8_t *table, uint1
 		if (desc.flags & VIRTQ_DESC_F_INDIRECT)
 			return "indirect descriptor (not offered)";
 		s = &c->seg[c->nseg];
-		s->hva = virtio_gpa(d->m, desc.addr, desc.len, &s->ram_off);
+		s->hva = machine_gpa_ram(d->m, desc.addr, desc.len, &s->ram_off);
 		if (!s->hva)
 			return "descriptor buffer outside guest RAM";
 		s->len = desc.len;
@@ -214,9 +193,9 @@ static bool rings_map(struct virtio_dev *d, int qi, struct rings *r)
 		set_broken(d, qi, "enabled with no size");
 		return false;
 	}
-	r->desc = virtio_gpa(d->m, q->desc, 16ull * size, NULL);
-	r->avail = virtio_gpa(d->m, q->avail, 6 + 2ull * size, NULL);
-	r->used = virtio_gpa(d->m, q->used, 6 + 8ull * size, &r->used_off);
+	r->desc = machine_gpa_ram(d->m, q->desc, 16ull * size, NULL);
+	r->avail = machine_gpa_ram(d->m, q->avail, 6 + 2ull * size, NULL);
+	r->used = machine_gpa_ram(d->m, q->used, 6 + 8ull * size, &r->used_off);
 	if (!r->desc || !r->avail || !r->used || (q->desc & 15) || (q->avail & 1) || (q->used & 3)) {
 		set_broken(d, qi, "rings misaligned or outside guest RAM");
 		return false;
