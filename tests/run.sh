@@ -232,13 +232,9 @@ done
 # Their time bounds (NESTED_TIMEOUT, seconds): about twice what a run takes
 # here (22 and 12-15 minutes), so that even with a frozen VM's successor make
 # check ends within 90 minutes.
-# The Linux VM's CPU has no 5-level paging (la57=off): its kernel died once
-# in CI with a stack overflow in its page-fault handler, at a 5-level
-# address, running nested KVM under the threaded emulator; 4-level paging
-# is what that path of the emulator is used with most.
 [ -n "${plain// /}" ] && nested_run "${plain# }" "$BUILD/nested/nested-vm" "" "${NESTED_TIMEOUT:-2700}"
 [ -n "${lin// /}" ] && nested_run "${lin# }" "$BUILD/nested/nested-vm-linux" "${NESTED_LINUX_ACCEL:-tcg}" \
-	"${NESTED_LINUX_TIMEOUT:-1800}" "${NESTED_LINUX_CPU:-max,la57=off}"
+	"${NESTED_LINUX_TIMEOUT:-1800}" "${NESTED_LINUX_CPU:-}"
 
 if [ ${#skip_reasons[@]} -gt 0 ]; then
 	echo "skipped:"
