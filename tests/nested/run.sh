@@ -96,7 +96,7 @@ EOC
 } >"$V/out/cmd.sh"
 
 cpu=${NESTED_CPU:-max}
-echo "== boot $kernel under QEMU (TCG, -cpu $cpu, 2 vCPUs), then $cmd"
+echo "== boot $kernel under QEMU (TCG, -cpu $cpu, ${NESTED_CPUS:-2} vCPUs), then $cmd"
 timeout "${NESTED_TIMEOUT:-7200}" qemu-system-x86_64 -machine q35 -accel "${NESTED_ACCEL:-tcg,thread=single}" -cpu "$cpu" \
 	-smp "${NESTED_CPUS:-2}" -m "${NESTED_MEM:-8G}" -nographic -no-reboot \
 	-kernel "$kernel" -initrd "$V/initrd.cpio" \
