@@ -24,6 +24,7 @@ struct kvm_sys {
 	int vcpu_mmap_size;
 	int xsave_size;               /* 4096 (KVM_GET_XSAVE) or KVM_CAP_XSAVE2 size */
 	uint32_t tsc_khz;
+	int tsc_offset_attr;          /* KVM_VCPU_TSC_OFFSET: 1 has it, -1 not, 0 not probed */
 	struct kvm_cpuid2 *cpuid;     /* KVM_GET_SUPPORTED_CPUID */
 	uint32_t nmsrs;               /* readable MSRs of KVM_GET_MSR_INDEX_LIST */
 	uint32_t msrs[KVM_MAX_MSRS];
@@ -47,6 +48,12 @@ struct kvm_vm {
 	int fd;
 	int nslots;
 	struct kvm_slot slots[KVM_MAX_SLOTS];
+	/* Each vCPU's fd, and the TSC its state set last carried and the offset
+	 * that gave it (kvm_vcpu_set_state). */
+	int nvcpus;
+	int vcpu_fd[KVM_MAX_VCPUS];
+	uint64_t tsc_set[KVM_MAX_VCPUS];
+	int64_t tsc_offset[KVM_MAX_VCPUS];
 };
 
 /* Creates a VM with in-kernel irqchip and PIT, and manual-protect dirty logging. */
@@ -133,6 +140,9 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st) US_MUST
  * to): for tests, which compare the two. */
 int kvm_vcpu_get_state_full(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
 int kvm_vcpu_set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
+/* The vCPU's TSC offset from this host's TSC (KVM_VCPU_TSC_OFFSET);
+ * -ENXIO when this KVM has no such attribute. */
+int kvm_vcpu_get_tsc_offset(struct kvm_vcpu *vcpu, int64_t *offset) US_MUST_CHECK;
 
 /* Pieces of vCPU state the machine sets up at boot. */
 int kvm_vcpu_get_regs(struct kvm_vcpu *vcpu, struct kvm_regs *regs) US_MUST_CHECK;

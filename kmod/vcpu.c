@@ -98,6 +98,11 @@ int kvm_vcpu_create(struct kvm_vcpu *vcpu, struct kvm_vm *vm, int index)
 		r = ioctl(vcpu->fd, KVM_GET_TSC_KHZ, 0);
 		sys->tsc_khz = r > 0 ? (uint32_t)r : 0;
 	}
+	if (index >= 0 && index < KVM_MAX_VCPUS) {
+		vm->vcpu_fd[index] = vcpu->fd;
+		if (index >= vm->nvcpus)
+			vm->nvcpus = index + 1;
+	}
 	return 0;
 
 err_run:
@@ -325,6 +330,95 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
 	return get_rest(vcpu, st, false, true);
 }
 
+#define MSR_IA32_TSC 0x10u
+
+static int set_tsc_offset(struct kvm_vcpu *vcpu, int fd, int64_t offset)
+{
+	struct kvm_device_attr attr = {
+		.group = KVM_VCPU_TSC_CTRL,
+		.attr = KVM_VCPU_TSC_OFFSET,
+		.addr = (uint64_t)(uintptr_t)&offset,
+	};
+	int r = kvm_ioctl(fd, KVM_SET_DEVICE_ATTR, &attr);
+
+	if (r < 0)
+		log_error(TAG, "KVM_VCPU_TSC_OFFSET on vCPU %d: %s", vcpu->index, strerror(-r));
+	return r;
+}
+
+/* The guest's TSC, set as an offset from this host's (KVM_VCPU_TSC_OFFSET:
+ * guest TSC = host TSC + offset, no TSC scaling here), not by writing
+ * IA32_TSC. KVM takes a host's write of IA32_TSC that lands within a second
+ * of where the VM's TSC already runs as a synchronization and keeps the old
+ * offset (kvm_synchronize_tsc): a standby applying epoch after epoch kept
+ * the offset of its first apply, its guest TSC behind the primary's by that
+ * apply's delay (verify found it on a one-vCPU nested host). With the offset
+ * taken from the host TSC read here, the guest's TSC reads the saved value
+ * at this moment and runs on from it.
+ *
+ * The vCPUs of a VM share one offset, as KVM keeps them (and KVM's master
+ * clock, which makes kvmclock stable for the guest, wants them matched);
+ * their saved TSCs differ only by when each was read. So once the last vCPU
+ * is set (callers set them in order), the vCPUs whose saved TSCs lie within
+ * a second of each other (KVM's own window) are given the largest of their
+ * offsets: none reads below its saved value, and none is ahead by more than
+ * the gaps between the reads. *done says whether the TSC was set so (a KVM
+ * before Linux 5.16 has no such attribute: the MSR write sets it). */
+static int set_tsc(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st, bool *done)
+{
+	struct kvm_sys *sys = vcpu->vm->sys;
+	struct kvm_vm *vm = vcpu->vm;
+	struct kvm_device_attr has = { .group = KVM_VCPU_TSC_CTRL, .attr = KVM_VCPU_TSC_OFFSET };
+	uint64_t second = (uint64_t)sys->tsc_khz * 1000, tsc = 0;
+	int64_t shared;
+	bool found = false;
+	int i = vcpu->index, r;
+
+	*done = false;
+	if (sys->tsc_offset_attr == 0) {
+		sys->tsc_offset_attr = kvm_ioctl(vcpu->fd, KVM_HAS_DEVICE_ATTR, &has) == 0 ? 1 : -1;
+		if (sys->tsc_offset_attr < 0)
+			log_debug(TAG, "no KVM_VCPU_TSC_OFFSET: the guest TSC is set by IA32_TSC alone");
+	}
+	for (uint32_t k = 0; k < st->nmsrs && !found; k++)
+		if (st->msrs[k].index == MSR_IA32_TSC) {
+			tsc = st->msrs[k].data;
+			found = true;
+		}
+	if (sys->tsc_offset_attr < 0 || !found || i < 0 || i >= vm->nvcpus)
+		return 0;
+	vm->tsc_set[i] = tsc;
+	vm->tsc_offset[i] = (int64_t)(tsc - __builtin_ia32_rdtsc());
+	if ((r = set_tsc_offset(vcpu, vcpu->fd, vm->tsc_offset[i])) < 0)
+		return r;
+	*done = true;
+	if (i != vm->nvcpus - 1 || !second)
+		return 0;
+	shared = vm->tsc_offset[i];
+	for (int k = 0; k < vm->nvcpus; k++)
+		if (vm->tsc_set[k] - tsc + second < 2 * second && vm->tsc_offset[k] > shared)
+			shared = vm->tsc_offset[k];
+	for (int k = 0; k < vm->nvcpus; k++)
+		if (vm->tsc_set[k] - tsc + second < 2 * second && vm->tsc_offset[k] != shared) {
+			if ((r = set_tsc_offset(vcpu, vm->vcpu_fd[k], shared)) < 0)
+				return r;
+			vm->tsc_offset[k] = shared;
+		}
+	return 0;
+}
+
+int kvm_vcpu_get_tsc_offset(struct kvm_vcpu *vcpu, int64_t *offset)
+{
+	struct kvm_device_attr attr = {
+		.group = KVM_VCPU_TSC_CTRL,
+		.attr = KVM_VCPU_TSC_OFFSET,
+		.addr = (uint64_t)(uintptr_t)offset,
+	};
+	int r = KVM_VCPU_IOCTL(vcpu, KVM_GET_DEVICE_ATTR, &attr);
+
+	return r == -EINVAL || r == -ENOTTY ? -ENXIO : r;
+}
+
 /* Restore order matters:
  *  1. sregs first: CR0/CR4/EFER decide how everything after is interpreted,
  *     and sregs.apic_base puts the LAPIC in xAPIC or x2APIC mode, which
@@ -332,7 +426,9 @@ int kvm_vcpu_get_state(struct kvm_vcpu *vcpu, struct kvm_vcpu_state *st)
  *  2. regs;
  *  3. XCRs before xsave: XCR0 says which xsave components are valid;
  *  4. LAPIC before the MSRs: KVM ignores a write to IA32_TSC_DEADLINE
- *     unless the LAPIC timer is already in TSC-deadline mode;
+ *     unless the LAPIC timer is already in TSC-deadline mode; the TSC
+ *     (set_tsc) before them too: KVM arms a deadline timer by the guest
+ *     TSC it sees when the deadline is written;
  *  5. MSRs, then vcpu_events (pending exceptions/interrupts/NMI refer to
  *     the LAPIC's view), then mp_state last (it may be RUNNABLE only once
  *     the rest is in place);
@@ -342,6 +438,7 @@ static int set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 	struct kvm_sys *sys = vcpu->vm->sys;
 	struct msr_buf msrs;
 	struct kvm_vcpu_events events = st->events;
+	bool tsc_set;
 	int r;
 
 	if (st->nmsrs > KVM_MAX_MSRS || st->xsave_size != (uint32_t)sys->xsave_size) {
@@ -355,13 +452,17 @@ static int set_state(struct kvm_vcpu *vcpu, const struct kvm_vcpu_state *st)
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_XSAVE, st->xsave)) < 0 ||
 	    (r = KVM_VCPU_IOCTL(vcpu, KVM_SET_LAPIC, &st->lapic)) < 0)
 		return r;
-	msrs.hdr = (struct kvm_msrs){ .nmsrs = st->nmsrs };
-	memcpy(msrs.entries, st->msrs, st->nmsrs * sizeof(msrs.entries[0]));
+	if ((r = set_tsc(vcpu, st, &tsc_set)) < 0)
+		return r;
+	msrs.hdr = (struct kvm_msrs){ .nmsrs = 0 };
+	for (uint32_t i = 0; i < st->nmsrs; i++)
+		if (!tsc_set || st->msrs[i].index != MSR_IA32_TSC)
+			msrs.entries[msrs.hdr.nmsrs++] = st->msrs[i];
 	r = KVM_VCPU_IOCTL(vcpu, KVM_SET_MSRS, &msrs);
-	if (r != (int)st->nmsrs) {
+	if (r != (int)msrs.hdr.nmsrs) {
 		if (r >= 0)
 			log_error(TAG, "KVM_SET_MSRS on vCPU %d: MSR 0x%x refused", vcpu->index,
-				  st->msrs[r].index);
+				  msrs.entries[r].index);
 		return r < 0 ? r : -EINVAL;
 	}
 	/* Apply every part of the events, not only what was valid by default. */

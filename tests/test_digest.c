@@ -639,6 +639,75 @@ static void steal_flag_skipped(void **state)
 	free(v);
 }
 
+/* A standby applies epoch after epoch; each apply sets the guest TSC to the
+ * saved value, even when that lands within KVM's one-second window of where
+ * the standby's TSC runs since the last apply (where a write of IA32_TSC
+ * alone keeps the old offset). vCPUs saved within a second of each other
+ * share an offset; one saved far from vCPU 0 gets its own. */
+#define MSR_TSC 0x10u
+
+static void standby_tsc_follows(void **state)
+{
+	struct th_vm vm;
+	struct side *s = malloc(sizeof(*s)), *r = malloc(sizeof(*r));
+	const uint64_t behind_ms = 300, slack_ms = 150;
+	uint64_t hz, t0, w_ns, want, got;
+	int64_t off0, off1;
+	bool stable;
+
+	(void)state;
+	assert_non_null(s);
+	assert_non_null(r);
+	assert_int_equal(th_vm_new(&vm, "counter", 16 << 20, 2, true), 0);
+	hz = (uint64_t)vm.m->sys.tsc_khz * 1000;
+	if (!hz || kvm_vcpu_get_tsc_offset(&vm.m->vcpus[0].kvm, &off0) == -ENXIO) {
+		printf("SKIP: this KVM reports no TSC rate or has no KVM_VCPU_TSC_OFFSET\n");
+		goto out;
+	}
+	read_side(vm.m, s);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(machine_set_vcpu_state(vm.m, i, &s->v[i]), 0);
+	t0 = now_ns();
+	th_sleep_us(behind_ms * 2000);
+	/* the next epoch's TSC: behind_ms short of where this one runs now */
+	w_ns = now_ns() - t0;
+	want = msr(&s->v[0], MSR_TSC) + w_ns / 1000000 * (hz / 1000) - behind_ms * (hz / 1000);
+	set_msr(&s->v[0], MSR_TSC, want);
+	set_msr(&s->v[1], MSR_TSC, want + hz / 100);            /* 10 ms: shares vCPU 0's */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(machine_set_vcpu_state(vm.m, i, &s->v[i]), 0);
+	machine_snap_drop(vm.m);
+	assert_int_equal(machine_get_vcpu_state(vm.m, 0, &r->v[0]), 0);
+	got = msr(&r->v[0], MSR_TSC);
+	if (got < want || got - want >= slack_ms * (hz / 1000))
+		fail_msg("vCPU 0's TSC reads %lld ms from the one just set (want 0..%llu)",
+			 (long long)((int64_t)(got - want) / (int64_t)(hz / 1000)),
+			 (unsigned long long)slack_ms);
+	/* Where KVM finds the host's TSC unstable (the emulator's nested VM),
+	 * it re-derives a vCPU's offset at each of its ioctls, from where its
+	 * TSC stopped: offsets are not kept there, and two reads differ. */
+	assert_int_equal(kvm_vcpu_get_tsc_offset(&vm.m->vcpus[1].kvm, &off1), 0);
+	th_sleep_us(10000);
+	assert_int_equal(kvm_vcpu_get_tsc_offset(&vm.m->vcpus[1].kvm, &off0), 0);
+	stable = off0 == off1;
+	assert_int_equal(kvm_vcpu_get_tsc_offset(&vm.m->vcpus[0].kvm, &off0), 0);
+	if (stable && off0 != off1)
+		fail_msg("vCPUs saved 10 ms apart got offsets %lld apart", (long long)(off1 - off0));
+	set_msr(&s->v[1], MSR_TSC, want + 10 * hz);             /* 10 s: its own */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(machine_set_vcpu_state(vm.m, i, &s->v[i]), 0);
+	assert_int_equal(kvm_vcpu_get_tsc_offset(&vm.m->vcpus[0].kvm, &off0), 0);
+	assert_int_equal(kvm_vcpu_get_tsc_offset(&vm.m->vcpus[1].kvm, &off1), 0);
+	assert_true(off1 - off0 > (int64_t)(9 * hz) && off1 - off0 < (int64_t)(11 * hz));
+	printf("standby_tsc_follows: a re-applied TSC reads %lld us after its set; "
+	       "%s\n", (long long)((got - want) / (hz / 1000000)),
+	       stable ? "vCPUs share one offset" : "this KVM finds the TSC unstable: offsets not compared");
+out:
+	th_vm_free(&vm);
+	free(s);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -651,6 +720,7 @@ int main(void)
 		cmocka_unit_test(restore_quirks),
 		cmocka_unit_test(standby_pit_held),
 		cmocka_unit_test(steal_flag_skipped),
+		cmocka_unit_test(standby_tsc_follows),
 	};
 
 	if (!th_kvm_available())
