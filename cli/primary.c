@@ -4,7 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/ops.h"
-#include "primary/primary.h"
+#include "host/host.h"
 
 static const char primary_help[] =
 	"usage: understudy primary [VM options] --peer HOST:PORT [--epoch-ms N]\n"
@@ -94,7 +94,7 @@ int cli_cmd_primary(int argc, char **argv)
 	if (cli_ops_start(&ops, ev_default_loop(0), "primary", &co))
 		return 1;
 	o.ops = co.ops;
-	status = primary_run(ev_default_loop(0), &o);
+	status = host_primary_run(ev_default_loop(0), &o);
 	cli_ops_stop(&co);
 	if (status == MACHINE_STATUS_REBOOT) {
 		/* Protected, the guest's reboot ends it cleanly (the standby was

@@ -8,7 +8,7 @@
 #include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
 #include "cli/ops.h"
-#include "primary/primary.h"
+#include "host/host.h"
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
@@ -192,7 +192,7 @@ int cli_cmd_restore(int argc, char **argv)
 		repl_vm_free(vm);
 		return 1;
 	}
-	r = primary_serve(loop, vm, control, &co.ops);
+	r = host_serve(loop, vm, control, &co.ops);
 	cli_ops_stop(&co);
 	if (r == MACHINE_STATUS_REBOOT) {
 		log_info("restore", "the guest rebooted: the VM ends");

@@ -4,7 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/ops.h"
-#include "primary/primary.h"
+#include "host/host.h"
 
 static const char run_help[] =
 	"usage: understudy run [VM options] [--control PATH]\n"
@@ -70,7 +70,7 @@ int cli_cmd_run(int argc, char **argv)
 			repl_vm_free(vm);
 			return 1;
 		}
-		r = primary_serve(loop, vm, control, &co.ops);
+		r = host_serve(loop, vm, control, &co.ops);
 		cli_ops_stop(&co);
 		if (r != MACHINE_STATUS_REBOOT)
 			return r;

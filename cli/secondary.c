@@ -5,7 +5,7 @@
 #include "cli/cli.h"
 #include "cli/ops.h"
 #include "replication/fence.h"
-#include "secondary/secondary.h"
+#include "host/host.h"
 
 static const char secondary_help[] =
 	"usage: understudy secondary --listen HOST:PORT --console tcp:HOST:PORT\n"
@@ -178,7 +178,7 @@ int cli_cmd_secondary(int argc, char **argv)
 	if (cli_ops_start(&ops, ev_default_loop(0), "secondary", &co))
 		return 1;
 	o.ops = co.ops;
-	status = secondary_run(ev_default_loop(0), &o);
+	status = host_secondary_run(ev_default_loop(0), &o);
 	cli_ops_stop(&co);
 	return status;
 }

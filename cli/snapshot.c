@@ -1,5 +1,5 @@
 /* understudy snapshot: asks a running VM, through its control socket, to
- * write a snapshot file (primary/serve.c answers). */
+ * write a snapshot file (host/serve.c answers). */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>

@@ -1,7 +1,8 @@
 /* replication/ inside: the state of the two agents' engines, shared by
- * the files of each (primary.c + primary_fence.c, secondary.c +
- * secondary_takeover.c) and status.c. Calls go one way: the state machine
- * files (primary.c, secondary.c) call the others, never the reverse. */
+ * the files of each (primary.c + primary_fence.c; secondary/standby.c +
+ * secondary/takeover.c) and status.c. Calls go one way: the state machine
+ * files (primary.c, secondary/standby.c) call the others, never the
+ * reverse. */
 #ifndef US_REPL_AGENT_H
 #define US_REPL_AGENT_H
 
@@ -164,22 +165,6 @@ struct repl_secondary {
 	bool operator_fenced;            /* takeover --fenced-by-operator: no fence command */
 	bool self_vouched;               /* K/standby names this standby again (fence failed) */
 };
-
-/* secondary_takeover.c */
-void repl_sec_drop_standby(struct repl_secondary *s);
-/* The takeover decision (the primary is silent, or a takeover request). */
-void repl_sec_begin_takeover(struct repl_secondary *s);
-void repl_sec_fence(struct repl_secondary *s);
-void repl_sec_lease_check(struct repl_secondary *s);
-int repl_sec_acquire_resources(struct repl_secondary *s);
-int repl_sec_witness_setup(struct repl_secondary *s);
-/* A primary that switched over becomes this standby: its witness (resigned,
- * its thread running) is the standby's from now on. */
-void repl_sec_witness_adopt(struct repl_secondary *s, struct repl_witness *w);
-/* "takeover" or "takeover fenced-by-operator". */
-char *repl_sec_takeover_request(struct repl_secondary *s, const char *req);
-/* Stops the fence command's retry timer (at the end of the agent). */
-void repl_sec_fence_retry_stop(struct repl_secondary *s);
 
 /* status.c */
 const char *repl_sec_state_name(const struct repl_secondary *s);

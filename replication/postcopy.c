@@ -1,6 +1,6 @@
 /* Migration extras: the bandwidth limit of the stream before the switch,
  * and post-copy: the protocol below, the source here, the destination in
- * postcopy_dst.c.
+ * secondary/postcopy_dst.c.
  *
  * Post-copy, when the dirty rounds do not converge (--postcopy-after N):
  *  source:      pause for good -> harvest the pages written since the last

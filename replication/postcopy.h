@@ -2,7 +2,8 @@
  * post-copy (postcopy.c: the rate, the source; postcopy_dst.c: the
  * destination). Both sides of post-copy live here; primary.c and
  * secondary.c call in at a few points and never the reverse, except that
- * the destination's outcome ends the secondary's loop (repl_pc_dst_*). */
+ * the destination's outcome ends the secondary's loop (repl_pc_dst_*,
+ * secondary/postcopy_dst.c). */
 #ifndef US_REPL_POSTCOPY_H
 #define US_REPL_POSTCOPY_H
 
@@ -72,16 +73,6 @@ void repl_pc_src_status(const struct repl_primary *p, char *out, size_t len);
 struct json_object;
 void repl_pc_src_status_json(const struct repl_primary *p, struct json_object *o);
 
-/* ---- the destination ------------------------------------------------------------- */
-
-/* A PostcopyBegin part: from the first on, no takeover without the source. */
-int repl_pc_dst_begin(struct repl_secondary *s, const Understudy__PostcopyBegin *b) US_MUST_CHECK;
-/* The hand-over (before the guest resumes here): the stale pages become
- * missing, faults are served from the source, the link is post-copy's.
- * <0: the VM is lost (reported, the loop ends). */
-int repl_pc_dst_arm(struct repl_secondary *s) US_MUST_CHECK;
-/* Announced but not armed, and the source is gone: the VM is lost. */
-void repl_pc_dst_lost(struct repl_secondary *s, const char *why);
-void repl_pc_dst_free(struct repl_secondary *s);
+/* ---- the destination: secondary/postcopy_dst.c ----------------------------------- */
 
 #endif

@@ -1481,7 +1481,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->vm = vm;
 	p->wit = wit;
 	/* Resuming after a switchover: the key was won with the old primary's
-	 * standby vouched for (secondary_takeover.c), so it is withdrawn before
+	 * standby vouched for (secondary/takeover.c), so it is withdrawn before
 	 * anything this side produces leaves unprotected. */
 	p->vouch_asked = wit && o->resume_epoch;
 	p->host = *host;

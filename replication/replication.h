@@ -487,7 +487,7 @@ void repl_sync_room(struct repl_sync *s);
 /* Pages of the current round not sent yet (0 when not running). */
 uint64_t repl_sync_left(const struct repl_sync *s);
 
-/* ---- the secondary's staging (staging.c) ---------------------------------- */
+/* ---- the secondary's staging (secondary/staging.c) ------------------------ */
 
 /* Epoch N arrives in parts into a staging checkpoint; only a complete,
  * verified epoch is applied to the standby. Output of applied epochs that
@@ -516,22 +516,6 @@ struct repl_staging {
 	bool held_based;                 /* held_from is known (first epoch seen) */
 	struct repl_stats st;
 };
-
-void repl_staging_init(struct repl_staging *g);
-void repl_staging_fini(struct repl_staging *g);
-/* A new standby (or none): forget every epoch and held byte. */
-void repl_staging_attach(struct repl_staging *g, struct repl_vm *vm, uint64_t config_digest);
-/* The primary released its output up to mark: not to be replayed. */
-void repl_staging_released(struct repl_staging *g, uint64_t mark);
-/* A torn transfer: the epoch in flight is dropped, the standby stays. */
-void repl_staging_abort(struct repl_staging *g);
-int repl_staging_begin(struct repl_staging *g, uint64_t epoch) US_MUST_CHECK;
-int repl_staging_section(struct repl_staging *g, const Understudy__Section *sec) US_MUST_CHECK;
-int repl_staging_pages(struct repl_staging *g, const struct proto_frame *f) US_MUST_CHECK;
-/* Verifies and applies the staged epoch. 0: applied (send ACK); <0: *f says
- * whose fault it is, nothing of the epoch applied unless f is LOCAL_FATAL. */
-int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee,
-		     struct repl_fault *f) US_MUST_CHECK;
 
 /* ---- test mode: the standby equals the primary (verify.c) --------------- */
 /* Appends the "verify" section holding d to b. */
@@ -763,7 +747,6 @@ int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t
  * of a VM with a disk without with-disk, or with post-copy), or NULL. The
  * text starts with "usage: " (the operator's request is what is wrong). */
 const char *repl_protect_refusal(const struct repl_primary_opts *o, const struct machine *m);
-int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o);
 
 /* ---- planned switchover ------------------------------------------------------ */
 
@@ -779,7 +762,7 @@ struct repl_switch {
 	unsigned timeout_ms, handshake_timeout_ms;
 	/* With a witness: its settings, and (from repl_primary_run_switch only)
 	 * the engine's witness, resigned and still running, for the standby
-	 * this process becomes (repl_secondary_adopt takes it over). */
+	 * this process becomes (secondary_adopt takes it over). */
 	struct repl_witness_opts witness;
 	struct repl_witness *wit;
 	char token[REPL_WITNESS_ID_MAX];   /* the standby's witness token ("": a new one) */
@@ -796,7 +779,7 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 /* The control request "switchover listen=HOST:PORT" -> reply (malloc'd). */
 char *repl_switchover_request(struct repl_primary *p, const char *req);
 /* True (and *sw filled) when the engine ended by a switchover: the VM is
- * paused at sw->epoch and must become a standby (repl_secondary_adopt). */
+ * paused at sw->epoch and must become a standby (secondary_adopt). */
 bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw);
 /* repl_primary_run, but a switchover hands the paused VM out (*vm, *sw)
  * instead of freeing it; *vm is NULL otherwise. */
@@ -805,10 +788,4 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 /* The secondary options of the standby a switched primary becomes. */
 void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,
 				struct repl_secondary_opts *o);
-/* A secondary agent whose standby is vm (paused at sw->epoch, its console
- * bound, not served): it listens at sw->listen for the new primary's
- * resuming Hello. Runs like repl_secondary_run; takes vm over. */
-int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
-			 struct repl_vm *vm, const struct repl_switch *sw);
-
 #endif

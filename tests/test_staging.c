@@ -1,5 +1,5 @@
 /* Invariant 2, an epoch applies whole or not at all, as a deterministic
- * unit test of the secondary's staging (replication/staging.c), without
+ * unit test of the secondary's staging (secondary/staging.c), without
  * KVM: the standby is a stand-in machine of plain memory.
  *
  * The standby holds epoch 1 (the initial sync, applied as it arrives, then
@@ -28,6 +28,7 @@
 #include "machine/machine.h"
 #include "proto/proto.h"
 #include "replication/replication.h"
+#include "secondary/secondary_int.h"
 
 #define NPAGES 64
 #define EPOCH_PAGES 24          /* pages in epoch 2, one of them twice */
@@ -42,7 +43,7 @@ struct standby {
 	uint64_t frames;        /* frames taken on this connection */
 };
 
-/* What the secondary does with each frame (replication/secondary.c,
+/* What the secondary does with each frame (secondary/standby.c,
  * on_frame and on_message), for the frames of an epoch. */
 static int on_frame(void *ctx, const struct proto_frame *f)
 {

@@ -11,6 +11,7 @@
  * once. When every stale page is in: PostcopyDone, unregister; the VM is an
  * ordinary running one (unprotected). Losing the source before that loses
  * the VM: said loudly, the guest stopped (output gated), exit 1. */
+#include "secondary/secondary_int.h"
 #include "replication/postcopy.h"
 
 #include <errno.h>

@@ -1,10 +1,11 @@
-/* The primary agent, unprotected: a VM on the loop until it stops or a
+/* A VM served unprotected (run, restore): on the loop until it stops or a
  * signal, with a control socket on which it writes snapshot files on
  * request, a full one and then diffs against the previous one, and on
  * which `understudy protect` attaches a secondary (the protection engine
  * of replication/, repl_primary_attach). While protected, snapshots are
  * refused: the engine owns the dirty log. */
-#include "primary/primary.h"
+#include "host/host.h"
+#include "secondary/secondary.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -264,8 +265,8 @@ static char *on_control(void *ctx, const char *request)
 	return snapshot_request(r->snaps, request);
 }
 
-int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path,
-		  const struct repl_ops *ops)
+int host_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path,
+	       const struct repl_ops *ops)
 {
 	struct snapshots snaps;
 	struct run_ctx ctx = { .loop = loop, .vm = vm, .snaps = &snaps };
@@ -310,7 +311,7 @@ int primary_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_
 		log_set_role("secondary");
 		repl_switch_secondary_opts(&ctx.sw, control_path, &so);
 		so.ops = ctx.ops;
-		return repl_secondary_adopt(loop, &so, vm, &ctx.sw);
+		return secondary_adopt(loop, &so, vm, &ctx.sw);
 	}
 	repl_vm_free(vm);
 	if (!ctx.stopped)

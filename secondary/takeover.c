@@ -3,6 +3,7 @@
  * first, the takeover itself, and the fencing of a copy that lost its
  * lease. The agent's state machine is secondary.c; nothing here calls back
  * into it. */
+#include "secondary/secondary_int.h"
 #include "replication/agent.h"
 
 #include <errno.h>

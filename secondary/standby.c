@@ -40,9 +40,11 @@
  * Everything a takeover needs (today the console listener) is acquired at
  * start (repl_sec_acquire_resources): a secondary that cannot hold it does
  * not start, and a takeover only starts serving what it already holds.
- * The takeover itself (secondary_takeover.c): with --fence-cmd the old
+ * The takeover itself (takeover.c): with --fence-cmd the old
  * primary is fenced first, with a witness the key is won first; a standby
  * the witness no longer vouches for stands down. */
+#include "secondary/secondary.h"
+#include "secondary/secondary_int.h"
 #include "replication/postcopy.h"
 #include "replication/agent.h"
 #include "replication/drill.h"
@@ -1012,13 +1014,14 @@ static void watchers_init(struct repl_secondary *s)
 	s->switch_w.data = s;
 }
 
-int repl_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)
+int secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)
 {
-	return repl_secondary_adopt(loop, o, NULL, NULL);
+	log_set_role("secondary");
+	return secondary_adopt(loop, o, NULL, NULL);
 }
 
-int repl_secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
-			 struct repl_vm *vm, const struct repl_switch *sw)
+int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
+		    struct repl_vm *vm, const struct repl_switch *sw)
 {
 	struct repl_secondary *s = calloc(1, sizeof(*s));
 	bool withdraw = false;

@@ -11,6 +11,7 @@
  * is held; on takeover it is written to the console first, so a reply whose
  * ACK raced with the primary's death still reaches the client (which may
  * then see a line twice, never a line it could not have seen). */
+#include "secondary/secondary_int.h"
 #include "replication/replication.h"
 
 #include <errno.h>

@@ -1,0 +1,57 @@
+/* secondary/ private: what the agent's files (standby.c, takeover.c,
+ * staging.c, postcopy_dst.c) call of each other. The agent's state,
+ * struct repl_secondary, is in replication/agent.h, beside the engine's. */
+#ifndef US_SECONDARY_INT_H
+#define US_SECONDARY_INT_H
+
+#include "replication/agent.h"
+#include "replication/postcopy.h"
+#include "replication/replication.h"
+
+/* ---- staging.c: an epoch staged whole, then applied --------------------- */
+
+void repl_staging_init(struct repl_staging *g);
+void repl_staging_fini(struct repl_staging *g);
+/* A new standby (or none): forget every epoch and held byte. */
+void repl_staging_attach(struct repl_staging *g, struct repl_vm *vm, uint64_t config_digest);
+/* The primary released its output up to mark: not to be replayed. */
+void repl_staging_released(struct repl_staging *g, uint64_t mark);
+/* A torn transfer: the epoch in flight is dropped, the standby stays. */
+void repl_staging_abort(struct repl_staging *g);
+int repl_staging_begin(struct repl_staging *g, uint64_t epoch) US_MUST_CHECK;
+int repl_staging_section(struct repl_staging *g, const Understudy__Section *sec) US_MUST_CHECK;
+int repl_staging_pages(struct repl_staging *g, const struct proto_frame *f) US_MUST_CHECK;
+/* Verifies and applies the staged epoch. 0: applied (send ACK); <0: *f says
+ * whose fault it is, nothing of the epoch applied unless f is LOCAL_FATAL. */
+int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee,
+		     struct repl_fault *f) US_MUST_CHECK;
+
+/* takeover.c */
+void repl_sec_drop_standby(struct repl_secondary *s);
+/* The takeover decision (the primary is silent, or a takeover request). */
+void repl_sec_begin_takeover(struct repl_secondary *s);
+void repl_sec_fence(struct repl_secondary *s);
+void repl_sec_lease_check(struct repl_secondary *s);
+int repl_sec_acquire_resources(struct repl_secondary *s);
+int repl_sec_witness_setup(struct repl_secondary *s);
+/* A primary that switched over becomes this standby: its witness (resigned,
+ * its thread running) is the standby's from now on. */
+void repl_sec_witness_adopt(struct repl_secondary *s, struct repl_witness *w);
+/* "takeover" or "takeover fenced-by-operator". */
+char *repl_sec_takeover_request(struct repl_secondary *s, const char *req);
+/* Stops the fence command's retry timer (at the end of the agent). */
+void repl_sec_fence_retry_stop(struct repl_secondary *s);
+
+/* ---- postcopy_dst.c: a post-copy migration's destination ---------------- */
+
+/* A PostcopyBegin part: from the first on, no takeover without the source. */
+int repl_pc_dst_begin(struct repl_secondary *s, const Understudy__PostcopyBegin *b) US_MUST_CHECK;
+/* The hand-over (before the guest resumes here): the stale pages become
+ * missing, faults are served from the source, the link is post-copy's.
+ * <0: the VM is lost (reported, the loop ends). */
+int repl_pc_dst_arm(struct repl_secondary *s) US_MUST_CHECK;
+/* Announced but not armed, and the source is gone: the VM is lost. */
+void repl_pc_dst_lost(struct repl_secondary *s, const char *why);
+void repl_pc_dst_free(struct repl_secondary *s);
+
+#endif
