@@ -199,3 +199,8 @@ uint64_t proto_json_need_u64(struct proto_json_reader *r, const char *key)
 	}
 	return json_object_get_uint64(v);
 }
+
+json_object *proto_json_need_obj(struct proto_json_reader *r, const char *key)
+{
+	return need(r, key, json_type_object, json_type_object, "an object");
+}

@@ -514,5 +514,7 @@ const char *proto_json_need_str(struct proto_json_reader *r, const char *key);
 double proto_json_need_num(struct proto_json_reader *r, const char *key);
 /* An integer, not negative (a count, an epoch). */
 uint64_t proto_json_need_u64(struct proto_json_reader *r, const char *key);
+/* An object inside (r keeps owning it: valid until proto_json_reader_fini). */
+struct json_object *proto_json_need_obj(struct proto_json_reader *r, const char *key);
 
 #endif
