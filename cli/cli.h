@@ -10,6 +10,7 @@
 
 #include "machine/machine.h"
 #include "net/net.h"
+#include "proto/proto.h"
 #include "replication/witness.h"
 
 struct vm_options {
@@ -172,7 +173,8 @@ int cli_cmd_switchover(int argc, char **argv);
 /* After "switchover listen=...": polls the control socket (closed and opened
  * again by the standby the old primary becomes) until it answers as a
  * standby (0) or as a primary that did not switch (1), *status then its
- * status JSON (malloc'd); -ETIMEDOUT after timeout_ms. */
+ * status JSON (malloc'd); -ETIMEDOUT after timeout_ms; -EPROTO when a
+ * status lacks its role or state, *status then saying so (malloc'd). */
 int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **status);
 /* understudy drill switchover (cli/drill_switch.c) and the report keeper it
  * shares with the other kinds (cli/drill.c). */
@@ -186,10 +188,11 @@ int cli_cmd_migrate(int argc, char **argv);
 int cli_cmd_primary(int argc, char **argv);
 int cli_cmd_secondary(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
-/* The agent's `status json` at control, parsed (cli/status.c): 0 and a new
- * reference in *st, or -errno (the socket's; -EPROTO: the answer is not one
- * JSON object, e.g. "error ..." from an agent that is not up yet). */
-int cli_status_json(const char *control, int timeout_ms, struct json_object **st)
+/* The agent's `status json` at control, parsed into st (cli/status.c): 0,
+ * or -errno (the socket's; -EPROTO: the answer is not one JSON object, e.g.
+ * "error ..." from an agent that is not up yet, st->why says what it was).
+ * st is to be finished (proto_json_reader_fini) whatever the result. */
+int cli_status_read(const char *control, int timeout_ms, struct proto_json_reader *st)
 	__attribute__((warn_unused_result));
 /* Prints the document o as one line on stdout, flushed; drops o. */
 void cli_print_json(struct json_object *o);

@@ -295,7 +295,9 @@ static void event(const struct drill_cli *c, json_object *st)
 static int test_failover(const struct drill_cli *c)
 {
 	char req[128], *reply = NULL, last[32] = "";
-	json_object *st = NULL, *rep;
+	struct proto_json_reader rd;
+	json_object *st = NULL, *rep = NULL;
+	const char *state = "";
 	int verdict = 1;
 	bool probed = false;
 
@@ -315,12 +317,25 @@ static int test_failover(const struct drill_cli *c)
 		st = NULL;
 		if (ask(c, "drill status", &reply) < 0)
 			return 1;
-		st = json_tokener_parse(reply);
+		/* the state always; the report once done, with its verdict */
+		if (proto_json_read(&rd, reply) == 0) {
+			state = proto_json_need_str(&rd, "state");
+			rep = strcmp(state, "done") ? NULL : proto_json_need_obj(&rd, "report");
+			if (rep && !json_object_is_type(get(rep, "verdict"), json_type_string))
+				snprintf(rd.why, sizeof(rd.why), "the report has no verdict");
+		}
 		free(reply);
-		if (!st)
-			continue;
-		if (strcmp(last, str(st, "state"))) {
-			snprintf(last, sizeof(last), "%s", str(st, "state"));
+		if (rd.why[0]) {
+			fprintf(stderr, "understudy drill: %s: a bad drill status: %s\n", c->control,
+				rd.why);
+			proto_json_reader_fini(&rd);
+			return 1;
+		}
+		/* st keeps the status (and state, rep inside it) after the reader */
+		st = json_object_get(rd.o);
+		proto_json_reader_fini(&rd);
+		if (strcmp(last, state)) {
+			snprintf(last, sizeof(last), "%s", state);
 			if (strcmp(last, "done"))
 				event(c, st);
 		}
@@ -329,7 +344,7 @@ static int test_failover(const struct drill_cli *c)
 			if (probe_done(c) < 0)
 				break;
 		}
-		if (!strcmp(last, "done") && (rep = get(st, "report"))) {
+		if (!strcmp(last, "done")) {
 			if (c->json)
 				printf("%s\n", json_object_to_json_string_ext(rep, JSON_C_TO_STRING_PLAIN));
 			else

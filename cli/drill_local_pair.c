@@ -90,29 +90,31 @@ bool dl_pair_alive(pid_t *pid)
 void dl_pair_status(const char *ctl, struct dl_status *st)
 {
 	char *reply = NULL;
-	json_object *js, *v;
+	struct proto_json_reader js;
 
 	memset(st, 0, sizeof(*st));
 	if (control_request(ctl, "status json", 1000, &reply) < 0) {
 		free(reply);
 		return;
 	}
-	js = json_tokener_parse(reply);
+	if (proto_json_read(&js, reply) == 0) {
+		snprintf(st->role, sizeof(st->role), "%s", proto_json_need_str(&js, "role"));
+		snprintf(st->state, sizeof(st->state), "%s", proto_json_need_str(&js, "state"));
+	}
 	free(reply);
-	if (!js)
-		return;
-	if (json_object_object_get_ex(js, "role", &v))
-		snprintf(st->role, sizeof(st->role), "%s", json_object_get_string(v));
-	if (json_object_object_get_ex(js, "state", &v))
-		snprintf(st->state, sizeof(st->state), "%s", json_object_get_string(v));
-	if (json_object_object_get_ex(js, "epoch", &v))
-		st->epoch = (unsigned long long)json_object_get_int64(v);
-	if (json_object_object_get_ex(js, "acked", &v))
-		st->acked = (unsigned long long)json_object_get_int64(v);
-	/* "... standby vouched for)" once the witness holds the standby's vouch. */
-	st->vouched = json_object_object_get_ex(js, "fencing", &v) &&
-		      strstr(json_object_get_string(v), "standby vouched for");
-	json_object_put(js);
+	/* a VM no engine runs has no epochs and no fencing yet */
+	if (json_object_object_get_ex(js.o, "epoch", NULL)) {
+		st->epoch = proto_json_need_u64(&js, "epoch");
+		st->acked = proto_json_need_u64(&js, "acked");
+		/* "... standby vouched for)" once the witness holds the standby's vouch. */
+		st->vouched = strstr(proto_json_need_str(&js, "fencing"), "standby vouched for");
+	}
+	if (js.why[0]) {
+		/* told, and taken as no answer */
+		fprintf(stderr, "understudy drill local: %s: a bad status: %s\n", ctl, js.why);
+		memset(st, 0, sizeof(*st));
+	}
+	proto_json_reader_fini(&js);
 }
 
 static bool wait_answer(const char *ctl, pid_t *pid)

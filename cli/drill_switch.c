@@ -4,6 +4,7 @@
  * RAM), and that the standby keeps taking epochs afterwards. The back leg
  * is asked of the new standby ("switchback"), which asks its primary over
  * the link, so the whole drill runs from the first primary's host. */
+#include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "net/control.h"
+#include "proto/proto.h"
 
 static const char help[] =
 	"usage: understudy drill switchover --control PRIMARY_CONTROL --listen HOST:PORT [--back]\n"
@@ -28,6 +30,7 @@ struct leg {
 	double downtime_ms;
 	double bytes;
 	unsigned long long epoch;
+	char why[200];           /* what failed, when it is more than a fixed text */
 };
 
 static double now_s(void)
@@ -38,65 +41,77 @@ static double now_s(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-static json_object *status(const char *control)
+/* The agent's status parsed into js: false (js->why saying why) when there
+ * is no answer or it is not one JSON object. js is to be finished either way. */
+static bool status(const char *control, struct proto_json_reader *js)
 {
 	char *reply = NULL;
-	json_object *js = NULL;
+	int r = control_request(control, "status json", 2000, &reply);
 
-	if (control_request(control, "status json", 2000, &reply) == 0)
-		js = json_tokener_parse(reply);
+	if (r == 0) {
+		r = proto_json_read(js, reply);
+	} else {
+		js->o = NULL;
+		snprintf(js->why, sizeof(js->why), "%s", strerror(-r));
+	}
 	free(reply);
-	return js;
+	return r == 0;
 }
 
-static const char *jstr(json_object *js, const char *key)
-{
-	json_object *v;
-
-	return js && json_object_object_get_ex(js, key, &v) ? json_object_get_string(v) : "";
-}
-
-static double jnum(json_object *js, const char *key)
-{
-	json_object *v;
-
-	return js && json_object_object_get_ex(js, key, &v) ? json_object_get_double(v) : -1;
-}
-
-/* Polls until want(status) or the deadline; the last status in *out. */
-static bool wait_for(const char *control, double deadline, bool (*want)(json_object *, void *),
-		     void *arg, json_object **out)
+/* Polls until want(status) or the deadline: 1 with the status in *out, 0
+ * at the deadline, -EPROTO when a status lacks a field want reads (out->why
+ * says which; out is to be finished). An answer that is no status is asked
+ * again. */
+static int wait_for(const char *control, double deadline,
+		    bool (*want)(struct proto_json_reader *, void *), void *arg,
+		    struct proto_json_reader *out)
 {
 	for (;;) {
-		json_object *js = status(control);
+		if (status(control, out)) {
+			bool yes = want(out, arg);
 
-		if (js && want(js, arg)) {
-			*out = js;
-			return true;
+			if (out->why[0])
+				return -EPROTO;
+			if (yes)
+				return 1;
 		}
-		json_object_put(js);
+		proto_json_reader_fini(out);
 		if (now_s() > deadline)
-			return false;
+			return 0;
 		usleep(10000);
 	}
 }
 
-static bool is_standby(json_object *js, void *arg)
+static bool is_standby(struct proto_json_reader *js, void *arg)
 {
 	(void)arg;
-	return !strcmp(jstr(js, "role"), "secondary") && !strcmp(jstr(js, "state"), "standby");
+	return !strcmp(proto_json_need_str(js, "role"), "secondary") &&
+	       !strcmp(proto_json_need_str(js, "state"), "standby");
 }
 
-static bool applied_past(json_object *js, void *arg)
+static bool applied_past(struct proto_json_reader *js, void *arg)
 {
-	return is_standby(js, NULL) && jnum(js, "epoch") > *(double *)arg;
+	return is_standby(js, NULL) && proto_json_need_num(js, "epoch") > *(double *)arg;
 }
 
-static bool resumed_protected(json_object *js, void *arg)
+static bool resumed_protected(struct proto_json_reader *js, void *arg)
 {
+	double resumed;
+
 	(void)arg;
-	return !strcmp(jstr(js, "role"), "primary") && !strcmp(jstr(js, "state"), "protected") &&
-	       jnum(js, "resumed_epoch") > 0 && jnum(js, "acked") > jnum(js, "resumed_epoch");
+	if (strcmp(proto_json_need_str(js, "role"), "primary") ||
+	    strcmp(proto_json_need_str(js, "state"), "protected"))
+		return false;
+	resumed = proto_json_need_num(js, "resumed_epoch");
+	return resumed > 0 && proto_json_need_num(js, "acked") > resumed;
+}
+
+/* A leg's failure with what was wrong in a status (kept in l). */
+static const char *bad_status(struct leg *l, const char *what, struct proto_json_reader *js)
+{
+	snprintf(l->why, sizeof(l->why), "%s: a bad status: %s", what, js->why);
+	proto_json_reader_fini(js);
+	return l->why;
 }
 
 static void say(bool json, const char *event, const char *fmt, ...)
@@ -128,7 +143,7 @@ static const char *leg_away(const char *control, const char *listen, double dead
 			    struct leg *l, bool json)
 {
 	char req[256], *reply = NULL;
-	json_object *js = NULL;
+	struct proto_json_reader js;
 	double epoch, left_s;
 
 	snprintf(req, sizeof(req), "switchover listen=%s", listen);
@@ -140,25 +155,41 @@ static const char *leg_away(const char *control, const char *listen, double dead
 	left_s = deadline - now_s();
 	switch (cli_switchover_outcome(control, left_s > 0.001 ? (unsigned)(left_s * 1000) : 1, &reply)) {
 	case 0:
-		js = json_tokener_parse(reply);
+		if (proto_json_read(&js, reply) == 0) {
+			l->downtime_ms = proto_json_need_num(&js, "switch_downtime_ms");
+			l->epoch = proto_json_need_u64(&js, "switch_epoch");
+		}
 		free(reply);
+		if (js.why[0])
+			return bad_status(l, "the new standby", &js);
+		proto_json_reader_fini(&js);
 		break;
 	case 1:
 		free(reply);
 		return "no switch: the primary went on as a primary";
+	case -EPROTO:
+		snprintf(l->why, sizeof(l->why), "no outcome known: %.*s", reply ?
+			 (int)strcspn(reply, "\n") : 12, reply ? reply : "a bad status");
+		free(reply);
+		return l->why;
 	default:
 		return "the old primary did not become the standby in time";
 	}
-	l->downtime_ms = jnum(js, "switch_downtime_ms");
-	l->epoch = (unsigned long long)jnum(js, "switch_epoch");
 	epoch = l->epoch;
-	json_object_put(js);
 	say(json, "switched", "switched over at epoch %llu: downtime %.3f ms; this VM is the "
 	    "standby", l->epoch, l->downtime_ms);
-	if (!wait_for(control, deadline, applied_past, &epoch, &js))
+	switch (wait_for(control, deadline, applied_past, &epoch, &js)) {
+	case 1:
+		break;
+	case 0:
 		return "the standby took no epoch of the new primary in time";
-	l->bytes = jnum(js, "bytes_received");
-	json_object_put(js);
+	default:
+		return bad_status(l, "the standby", &js);
+	}
+	l->bytes = proto_json_need_num(&js, "bytes_received");
+	if (js.why[0])
+		return bad_status(l, "the standby", &js);
+	proto_json_reader_fini(&js);
 	say(json, "protected", "the new primary protected the guest again after %.0f KiB",
 	    l->bytes / 1024);
 	return NULL;
@@ -168,19 +199,27 @@ static const char *leg_away(const char *control, const char *listen, double dead
 static const char *leg_back(const char *control, double deadline, struct leg *l, bool json)
 {
 	char *reply = NULL;
-	json_object *js = NULL;
+	struct proto_json_reader js;
 
 	if (control_request(control, "switchback", 5000, &reply) < 0 || strncmp(reply, "ok", 2)) {
 		free(reply);
 		return "the standby could not ask for the guest back";
 	}
 	free(reply);
-	if (!wait_for(control, deadline, resumed_protected, NULL, &js))
+	switch (wait_for(control, deadline, resumed_protected, NULL, &js)) {
+	case 1:
+		break;
+	case 0:
 		return "the guest did not come back protected in time";
-	l->downtime_ms = jnum(js, "switch_in_ms");
-	l->epoch = (unsigned long long)jnum(js, "resumed_epoch");
-	l->bytes = jnum(js, "bytes_sent");
-	json_object_put(js);
+	default:
+		return bad_status(l, "this host's VM", &js);
+	}
+	l->downtime_ms = proto_json_need_num(&js, "switch_in_ms");
+	l->epoch = proto_json_need_u64(&js, "resumed_epoch");
+	l->bytes = proto_json_need_num(&js, "bytes_sent");
+	if (js.why[0])
+		return bad_status(l, "this host's VM", &js);
+	proto_json_reader_fini(&js);
 	say(json, "back", "switched back at epoch %llu: downtime about %.3f ms; protected again "
 	    "after %.0f KiB", l->epoch, l->downtime_ms, l->bytes / 1024);
 	return NULL;
@@ -222,7 +261,8 @@ int cli_drill_switchover(int argc, char **argv)
 	bool back = false, json = false;
 	struct leg away = { 0 }, home = { 0 };
 	char start[32], end[32], *e;
-	json_object *st, *rep;
+	struct proto_json_reader st;
+	json_object *rep;
 	int opt;
 
 	optind = 1;
@@ -253,12 +293,17 @@ int cli_drill_switchover(int argc, char **argv)
 		return 2;
 	}
 	stamp(start, sizeof(start));
-	st = status(control);
-	if (!st || strcmp(jstr(st, "role"), "primary") || strcmp(jstr(st, "state"), "protected"))
-		why = "not a protected primary at --control";
-	else
+	if (!status(control, &st)) {
+		snprintf(away.why, sizeof(away.why), "no status at --control: %s", st.why);
+		why = away.why;
+	} else if (strcmp(proto_json_need_str(&st, "role"), "primary") ||
+		   strcmp(proto_json_need_str(&st, "state"), "protected")) {
+		why = st.why[0] ? bad_status(&away, "--control", &st) :
+		      "not a protected primary at --control";
+	} else {
 		why = leg_away(control, listen, now_s() + timeout_ms / 1e3, &away, json);
-	json_object_put(st);
+	}
+	proto_json_reader_fini(&st);
 	if (!why && back)
 		why = leg_back(control, now_s() + timeout_ms / 1e3, &home, json);
 	stamp(end, sizeof(end));
@@ -278,7 +323,7 @@ int cli_drill_switchover(int argc, char **argv)
 	if (json)
 		printf("%s\n", json_object_to_json_string_ext(rep, JSON_C_TO_STRING_PLAIN));
 	else
-		printf("drill switchover: %s: %s\n", why ? "FAIL" : "PASS", jstr(rep, "reason"));
+		printf("drill switchover: %s: %s\n", why ? "FAIL" : "PASS", proto_json_str(rep, "reason"));
 	if (dir)
 		(void)cli_drill_keep_report(dir, rep);
 	json_object_put(rep);

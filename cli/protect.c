@@ -93,35 +93,51 @@ static double mono_s(void)
 static int wait_protected(const char *control, unsigned timeout_ms)
 {
 	double t0 = mono_s();
+	char last_bad[sizeof(((struct proto_json_reader *)0)->why)] = "";
 
 	while ((mono_s() - t0) * 1000 <= timeout_ms) {
-		json_object *st;
+		struct proto_json_reader st;
 		const char *state;
 		int r;
 
 		usleep(50000);
-		r = cli_status_json(control, 5000, &st);
-		if (r == -EPROTO || r == -ETIMEDOUT)
-			continue;        /* not a status yet, or the loop busy: asked again */
+		r = cli_status_read(control, 5000, &st);
+		if (r == -EPROTO || r == -ETIMEDOUT) {
+			/* not a status yet, or the loop busy: asked again */
+			if (r == -EPROTO)
+				snprintf(last_bad, sizeof(last_bad), "%s", st.why);
+			proto_json_reader_fini(&st);
+			continue;
+		}
 		if (r < 0) {
 			fprintf(stderr, "understudy protect: %s: %s\n", control, strerror(-r));
 			return 1;
 		}
-		state = proto_json_str(st, "state");
+		last_bad[0] = 0;
+		state = proto_json_need_str(&st, "state");
+		if (st.why[0]) {
+			fprintf(stderr, "understudy protect: %s: a bad status: %s\n", control, st.why);
+			proto_json_reader_fini(&st);
+			return 1;
+		}
 		if (!strcmp(state, "protected")) {
 			printf("ok protected\n");
-			json_object_put(st);
+			proto_json_reader_fini(&st);
 			return 0;
 		}
 		if (!strcmp(state, "unprotected") || !strcmp(state, "done")) {
+			/* a reason only when the engine's status answers */
+			const char *reason = proto_json_str(st.o, "reason");
+
 			fprintf(stderr, "understudy protect: not protected: the VM is %s (%s)\n", state,
-				proto_json_str(st, "reason")[0] ? proto_json_str(st, "reason") : "no reason given");
-			json_object_put(st);
+				reason[0] ? reason : "no reason given");
+			proto_json_reader_fini(&st);
 			return 1;
 		}
-		json_object_put(st);
+		proto_json_reader_fini(&st);
 	}
-	fprintf(stderr, "understudy protect: not protected within %u ms\n", timeout_ms);
+	fprintf(stderr, "understudy protect: not protected within %u ms%s%s\n", timeout_ms,
+		last_bad[0] ? "; the last status answer was " : "", last_bad);
 	return 1;
 }
 
@@ -254,17 +270,24 @@ static int send_migrate(const char *control, const char *req, const char *to, bo
 {
 	char *st = NULL, state[32] = "", peer[160] = "";
 	bool disk = false;
-	json_object *js;
+	struct proto_json_reader js;
 	int r;
 
 	*reply = NULL;
-	if (cli_status_json(control, 5000, &js) == 0) {
-		snprintf(state, sizeof(state), "%s", proto_json_str(js, "state"));
-		snprintf(peer, sizeof(peer), "%s", proto_json_str(js, "peer"));
+	r = cli_status_read(control, 5000, &js);
+	if (r == 0) {
+		snprintf(state, sizeof(state), "%s", proto_json_need_str(&js, "state"));
+		/* no peer: unprotected, or a standby */
+		snprintf(peer, sizeof(peer), "%s", proto_json_str(js.o, "peer"));
 		/* a protected VM with a disk */
-		disk = json_object_object_get_ex(js, "disk_blocks", NULL);
-		json_object_put(js);
+		disk = json_object_object_get_ex(js.o, "disk_blocks", NULL);
 	}
+	if (r == -EPROTO || (r == 0 && js.why[0])) {
+		fprintf(stderr, "understudy migrate: %s: a bad status: %s\n", control, js.why);
+		proto_json_reader_fini(&js);
+		return 1;
+	}
+	proto_json_reader_fini(&js);
 	/* Refused before its secondary is told to stand down: nothing changes. */
 	if (disk && !with_disk) {
 		fprintf(stderr, "understudy migrate: the VM has a disk and its image is not shared "
@@ -311,13 +334,43 @@ static int send_migrate(const char *control, const char *req, const char *to, bo
 	return 1;
 }
 
+/* What follow shows of the source's status. */
+struct progress {
+	double bytes, epoch, downtime, total_ms, throttle, predicted_ms, pause_p50_us, lag_ms;
+	double dirty_pages, left_bytes;
+};
+
+/* The states in which the source no longer migrates; a VM no engine runs
+ * (primary/serve.c) says only its role and state. */
+static bool migration_over(const char *state)
+{
+	return !strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced");
+}
+
+/* The engine's figures of a migrating source: every one must be there. */
+static void read_progress(struct proto_json_reader *js, struct progress *g)
+{
+	g->bytes = proto_json_need_num(js, "bytes_sent");
+	g->epoch = proto_json_need_num(js, "epoch");
+	g->downtime = proto_json_need_num(js, "migration_downtime_ms");
+	g->total_ms = proto_json_need_num(js, "migration_total_ms");
+	g->throttle = proto_json_need_num(js, "throttle_pct");
+	g->predicted_ms = proto_json_need_num(js, "predicted_downtime_ms");
+	g->pause_p50_us = proto_json_need_num(js, "pause_p50_us");
+	g->lag_ms = proto_json_need_num(js, "lag_ms");
+	g->dirty_pages = proto_json_need_num(js, "dirty_pages_last");
+	g->left_bytes = proto_json_need_num(js, "left_bytes");
+}
+
 /* Follows the migration until it ends: 0 migrated, 1 failed or cancelled. */
 static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
 	char state[32] = "", why[200] = "", *reply = NULL;
-	json_object *js = NULL;
-	double bytes = 0, epoch = 0, downtime = -1, throttle = 0, total_ms = -1;
+	char last_bad[sizeof(((struct proto_json_reader *)0)->why)] = "";
+	struct proto_json_reader js;
+	struct progress g = { .downtime = -1, .total_ms = -1 };
+	double throttle = 0;
 	double pc_faults = -1, pc_p50 = -1, pc_p99 = -1, pc_ms = -1;
 	bool postcopy = false;
 	int r;
@@ -328,16 +381,26 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		if ((interrupted || now - t0 > max_s) && strcmp(state, "switching") &&
 		    strcmp(state, "postcopy")) {
 			r = control_request(control, "cancel", 5000, &reply);
-			fprintf(stderr, "\nunderstudy migrate: %s: %s", interrupted ? "interrupted" :
-				"--max-time reached", r < 0 ? "cancel failed\n" : reply);
+			fprintf(stderr, "\nunderstudy migrate: %s%s%s%s: %s", interrupted ? "interrupted" :
+				"--max-time reached", last_bad[0] ? " (the last status answer was " : "",
+				last_bad, last_bad[0] ? ")" : "", r < 0 ? "cancel failed\n" : reply);
 			free(reply);
 			return 1;
 		}
-		/* Not JSON (-EPROTO): an answer that says nothing yet. */
-		r = cli_status_json(control, 5000, &js);
-		if (r == -ETIMEDOUT)
+		r = cli_status_read(control, 5000, &js);
+		if (r == -ETIMEDOUT) {
+			proto_json_reader_fini(&js);
 			continue;   /* busy for seconds (see wait_protected): ask again */
-		if (r < 0 && r != -EPROTO) {
+		}
+		if (r == -EPROTO) {
+			/* Not JSON: an answer that says nothing yet; asked again. */
+			snprintf(last_bad, sizeof(last_bad), "%s", js.why);
+			proto_json_reader_fini(&js);
+			usleep(100000);
+			continue;
+		}
+		if (r < 0) {
+			proto_json_reader_fini(&js);
 			/* The source exits after the hand-over; its last word was read. */
 			if (!strcmp(state, "migrated"))
 				break;
@@ -356,19 +419,26 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
 			return 1;
 		}
-		snprintf(state, sizeof(state), "%.31s", proto_json_str(js, "state"));
-		bytes = proto_json_num(js, "bytes_sent", -1);
-		epoch = proto_json_num(js, "epoch", -1);
-		downtime = proto_json_num(js, "migration_downtime_ms", -1);
-		total_ms = proto_json_num(js, "migration_total_ms", -1);
-		if (proto_json_num(js, "throttle_pct", -1) > throttle)
-			throttle = proto_json_num(js, "throttle_pct", -1);
-		if (json_object_get_boolean(json_object_object_get(js, "postcopy"))) {
+		last_bad[0] = 0;
+		snprintf(state, sizeof(state), "%.31s", proto_json_need_str(&js, "state"));
+		/* why it failed, if it did (none from a VM no engine runs) */
+		snprintf(why, sizeof(why), "%s", proto_json_str(js.o, "reason"));
+		if (!js.why[0] && !migration_over(state))
+			read_progress(&js, &g);
+		if (g.throttle > throttle)
+			throttle = g.throttle;
+		/* post-copy's figures, once the source announced it */
+		if (!js.why[0] && json_object_get_boolean(json_object_object_get(js.o, "postcopy"))) {
 			postcopy = true;
-			pc_faults = proto_json_num(js, "postcopy_faults", -1);
-			pc_p50 = proto_json_num(js, "fault_p50_us", -1);
-			pc_p99 = proto_json_num(js, "fault_p99_us", -1);
-			pc_ms = proto_json_num(js, "postcopy_ms", -1);
+			pc_faults = proto_json_need_num(&js, "postcopy_faults");
+			pc_p50 = proto_json_need_num(&js, "fault_p50_us");
+			pc_p99 = proto_json_need_num(&js, "fault_p99_us");
+			pc_ms = proto_json_need_num(&js, "postcopy_ms");
+		}
+		if (js.why[0]) {
+			fprintf(stderr, "\nunderstudy migrate: %s: a bad status: %s\n", control, js.why);
+			proto_json_reader_fini(&js);
+			return 1;
 		}
 		if (json && now - last_print >= 1.0) {
 			json_object *line = json_object_new_object();
@@ -376,25 +446,23 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			/* one object a line: the source's status as it answered */
 			proto_json_add_fixed(line, "elapsed_s", now - t0, 1);
 			if (line)
-				json_object_object_add(line, "status", json_object_get(js));
+				json_object_object_add(line, "status", json_object_get(js.o));
 			cli_print_json(line);
 			last_print = now;
 		} else if (!json && now - last_print >= 1.0) {
 			/* The prediction the source switches on (pause + round trip + the
 			 * last epoch at the link's bandwidth); before its first, pause + lag. */
-			double predicted = proto_json_num(js, "predicted_downtime_ms", -1);
+			double predicted = g.predicted_ms;
 			double dirty;
 
 			if (predicted <= 0)
-				predicted = proto_json_num(js, "pause_p50_us", -1) / 1e3 +
-					    proto_json_num(js, "lag_ms", -1);
-			dirty = proto_json_num(js, "dirty_pages_last", -1) * 4096.0 / 1048576.0 /
-				       (epoch_ms / 1e3);
+				predicted = g.pause_p50_us / 1e3 + g.lag_ms;
+			dirty = g.dirty_pages * 4096.0 / 1048576.0 / (epoch_ms / 1e3);
 
 			/* total: what left so far plus what is still to go (before
 			 * encoding: zero pages and deltas send less) */
-			double total = bytes + proto_json_num(js, "left_bytes", -1);
-			double frac = total > 0 ? bytes / total : 0.0;
+			double total = g.bytes + g.left_bytes;
+			double frac = total > 0 ? g.bytes / total : 0.0;
 			char bar[21];
 
 			/* [#####...............]: what has left of what there is to send */
@@ -405,18 +473,15 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			fprintf(stderr, "%s%-12s [%s] round %-6.0f %8.1f / %.1f MiB %3.0f %%  %6.1f MiB/s  "
 				"dirty %6.1f MiB/s  predicted %6.2f ms  throttle %2.0f %%  %.0f s ",
 				isatty(STDERR_FILENO) ? "\r" : "\n", state, bar,
-				epoch, bytes / 1048576.0, total / 1048576.0, 100.0 * frac,
-				bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
-				proto_json_num(js, "throttle_pct", -1), now - t0);
+				g.epoch, g.bytes / 1048576.0, total / 1048576.0, 100.0 * frac,
+				g.bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
+				g.throttle, now - t0);
 			last_print = now;
 		}
-		/* why it failed, if it did */
-		snprintf(why, sizeof(why), "%s", proto_json_str(js, "reason"));
-		json_object_put(js);
-		js = NULL;
+		proto_json_reader_fini(&js);
 		if (!strcmp(state, "migrated"))
 			break;
-		if (!strcmp(state, "unprotected") || !strcmp(state, "done") || !strcmp(state, "fenced")) {
+		if (migration_over(state)) {
 			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, why);
 			return 1;
 		}
@@ -433,10 +498,10 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 
 		proto_json_add_bool(sum, "summary", true);
 		proto_json_add_str(sum, "result", strcmp(state, "migrated") ? "unknown" : "migrated");
-		proto_json_add_fixed(sum, "total_s", total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, 3);
-		proto_json_add_fixed(sum, "downtime_ms", downtime, 3);
-		proto_json_add_fixed(sum, "bytes", bytes, 0);
-		proto_json_add_fixed(sum, "epochs", epoch, 0);
+		proto_json_add_fixed(sum, "total_s", g.total_ms > 0 ? g.total_ms / 1e3 : mono_s() - t0, 3);
+		proto_json_add_fixed(sum, "downtime_ms", g.downtime, 3);
+		proto_json_add_fixed(sum, "bytes", g.bytes, 0);
+		proto_json_add_fixed(sum, "epochs", g.epoch, 0);
 		proto_json_add_fixed(sum, "throttle_pct_max", throttle, 0);
 		proto_json_add_bool(sum, "postcopy", postcopy);
 		proto_json_add_fixed(sum, "postcopy_faults", pc_faults, 0);
@@ -448,7 +513,7 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 	else
 		fprintf(stderr, "\nmigrated in %.3f s: downtime %.3f ms (pause to the destination's "
 			"word), %.1f MiB sent, %.0f epochs, throttle reached %.0f %%\n",
-			total_ms > 0 ? total_ms / 1e3 : mono_s() - t0, downtime, bytes / 1048576.0, epoch,
+			g.total_ms > 0 ? g.total_ms / 1e3 : mono_s() - t0, g.downtime, g.bytes / 1048576.0, g.epoch,
 			throttle);
 	if (!json && postcopy)
 		fprintf(stderr, "post-copy: %.0f faults fetched on demand (wait p50 %.0f us, p99 %.0f us), "

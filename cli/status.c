@@ -13,16 +13,17 @@
 #include "net/control.h"
 #include "proto/proto.h"
 
-int cli_status_json(const char *control, int timeout_ms, json_object **st)
+int cli_status_read(const char *control, int timeout_ms, struct proto_json_reader *st)
 {
 	char *reply = NULL;
 	int r = control_request(control, "status json", timeout_ms, &reply);
 
-	*st = NULL;
-	if (r >= 0) {
-		*st = proto_json_parse(reply, NULL);
-		r = *st ? 0 : -EPROTO;
-	}
+	st->o = NULL;
+	st->why[0] = 0;
+	if (r >= 0)
+		r = proto_json_read(st, reply);
+	else
+		snprintf(st->why, sizeof(st->why), "%s", strerror(-r));
 	free(reply);
 	return r;
 }

@@ -40,11 +40,6 @@ static const char switchover_help[] =
 	"With a witness the key moves with the role (the new primary wins it before the\n"
 	"guest resumes there).\n";
 
-static bool field_is(json_object *st, const char *key, const char *want)
-{
-	return !strcmp(proto_json_str(st, key), want);
-}
-
 int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **status)
 {
 	struct timespec t0, t;
@@ -53,24 +48,38 @@ int cli_switchover_outcome(const char *control, unsigned timeout_ms, char **stat
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		char *st = NULL;
-		int r = control_request(control, "status json", 2000, &st);
-		json_object *js = r == 0 ? proto_json_parse(st, NULL) : NULL;
+		struct proto_json_reader js = { 0 };
+		const char *role = "", *state = "";
+		/* not a status (e.g. the socket between two owners): asked again */
+		bool parsed = control_request(control, "status json", 2000, &st) == 0 &&
+			      proto_json_read(&js, st) == 0;
 
-		if (js && field_is(js, "role", "secondary") && field_is(js, "state", "standby")) {
-			json_object_put(js);
+		if (parsed) {
+			role = proto_json_need_str(&js, "role");
+			state = proto_json_need_str(&js, "state");
+		}
+		if (parsed && js.why[0]) {
+			free(st);
+			if (asprintf(status, "a bad status: %s\n", js.why) < 0)
+				*status = NULL;
+			proto_json_reader_fini(&js);
+			return -EPROTO;
+		}
+		if (parsed && !strcmp(role, "secondary") && !strcmp(state, "standby")) {
+			proto_json_reader_fini(&js);
 			*status = st;
 			return 0;
 		}
 		/* "switching" and "migrated" are the hand-over in progress: the old
 		 * primary says "migrated" between handing the guest over and
 		 * waiting as the new primary's standby (seconds under a slow host). */
-		if (js && field_is(js, "role", "primary") && !field_is(js, "state", "protected") &&
-		    !field_is(js, "state", "switching") && !field_is(js, "state", "migrated")) {
-			json_object_put(js);
+		if (parsed && !strcmp(role, "primary") && strcmp(state, "protected") &&
+		    strcmp(state, "switching") && strcmp(state, "migrated")) {
+			proto_json_reader_fini(&js);
 			*status = st;
 			return 1;
 		}
-		json_object_put(js);
+		proto_json_reader_fini(&js);
 		free(st);
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms)
@@ -88,34 +97,34 @@ static unsigned long ms_since(const struct timespec *t0)
 	return (unsigned long)((t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000);
 }
 
-/* A count in a status JSON text (0 when absent or not JSON). */
-static unsigned long long field_u64(const char *status, const char *key)
+/* What the switch left in the new standby's status. */
+struct switched {
+	uint64_t epoch;          /* the switch epoch */
+	double downtime_ms;
+};
+
+/* The switch's epoch and downtime from a standby's status text: 0, or
+ * -EPROTO with what is wrong in why. */
+static int read_switched(const char *status, struct switched *w, char *why, size_t len)
 {
-	json_object *js = proto_json_parse(status, NULL);
-	json_object *v;
-	unsigned long long n = 0;
+	struct proto_json_reader js;
 
-	if (json_object_object_get_ex(js, key, &v) && json_object_is_type(v, json_type_int))
-		n = (unsigned long long)json_object_get_uint64(v);
-	json_object_put(js);
-	return n;
-}
-
-/* A number in a status JSON text (0 when absent or not JSON). */
-static double field_num(const char *status, const char *key)
-{
-	json_object *js = proto_json_parse(status, NULL);
-	double v = proto_json_num(js, key, 0);
-
-	json_object_put(js);
-	return v;
+	if (proto_json_read(&js, status) == 0) {
+		w->epoch = proto_json_need_u64(&js, "switch_epoch");
+		w->downtime_ms = proto_json_need_num(&js, "switch_downtime_ms");
+	}
+	snprintf(why, len, "%s", js.why);
+	proto_json_reader_fini(&js);
+	return why[0] ? -EPROTO : 0;
 }
 
 /* The new primary is protected once this host's standby holds an epoch of
  * it, one after the switch epoch (it was acknowledged as it was applied).
- * 0 with the standby's status in *status, or -ETIMEDOUT (*status: the last
- * one seen, or NULL). */
-static int wait_protected(const char *control, unsigned long left_ms, char **status)
+ * 0 with the standby's status in *status; -ETIMEDOUT (*status: the last
+ * one seen, or NULL); -EPROTO when a standby's status lacks its epochs
+ * (*status: it, and why says what is wrong). */
+static int wait_protected(const char *control, unsigned long left_ms, char **status, char *why,
+			  size_t len)
 {
 	struct timespec t0;
 
@@ -123,23 +132,32 @@ static int wait_protected(const char *control, unsigned long left_ms, char **sta
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		char *st = NULL;
-		json_object *js = control_request(control, "status json", 2000, &st) == 0 ?
-				  proto_json_parse(st, NULL) : NULL;
-		bool parsed = js != NULL;
-		bool standby = js && field_is(js, "role", "secondary") && field_is(js, "state", "standby");
+		struct proto_json_reader js = { 0 };
+		bool parsed = control_request(control, "status json", 2000, &st) == 0 &&
+			      proto_json_read(&js, st) == 0;
+		bool standby = false;
+		uint64_t epoch = 0, switch_epoch = 0;
 
-		json_object_put(js);
-		if (standby && field_u64(st, "epoch") > field_u64(st, "switch_epoch")) {
-			free(*status);
-			*status = st;
-			return 0;
+		if (parsed) {
+			standby = !strcmp(proto_json_need_str(&js, "role"), "secondary") &&
+				  !strcmp(proto_json_need_str(&js, "state"), "standby");
+			if (standby) {
+				epoch = proto_json_need_u64(&js, "epoch");
+				switch_epoch = proto_json_need_u64(&js, "switch_epoch");
+			}
 		}
+		snprintf(why, len, "%s", parsed ? js.why : "");
+		proto_json_reader_fini(&js);
 		if (parsed) {    /* a status: kept as the last one seen */
 			free(*status);
 			*status = st;
 		} else {
 			free(st);
 		}
+		if (why[0])
+			return -EPROTO;
+		if (standby && epoch > switch_epoch)
+			return 0;
 		if (ms_since(&t0) > left_ms)
 			return -ETIMEDOUT;
 		usleep(20000);
@@ -150,7 +168,8 @@ static int wait_outcome(const char *control, unsigned timeout_ms, bool wait, boo
 {
 	struct timespec t0;
 	unsigned long spent;
-	char *st, *last;
+	struct switched w = { 0 };
+	char *st, *last, why[sizeof(((struct proto_json_reader *)0)->why)];
 	int r;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -159,17 +178,40 @@ static int wait_outcome(const char *control, unsigned timeout_ms, bool wait, boo
 		fprintf(stderr, "understudy switchover: no outcome within %u ms\n", timeout_ms);
 		return 1;
 	}
+	if (r == -EPROTO) {
+		fprintf(stderr, "understudy switchover: %s: no outcome known: %s", control,
+			st ? st : "a bad status\n");
+		free(st);
+		return 1;
+	}
 	if (r == 1) {
 		fprintf(stderr, "understudy switchover: no switch: the VM is now %s", st);
 		free(st);
 		return 1;
 	}
+	/* the standby's status names the switch: a status without it is no outcome */
+	if (read_switched(st, &w, why, sizeof(why)) < 0) {
+		fprintf(stderr, "understudy switchover: %s: this host's VM is a standby, but its "
+			"status says nothing of the switch: %s\n", control, why);
+		free(st);
+		return 1;
+	}
 	spent = ms_since(&t0);
-	if (wait && wait_protected(control, spent < timeout_ms ? timeout_ms - spent : 0, &last) < 0) {
+	r = wait ? wait_protected(control, spent < timeout_ms ? timeout_ms - spent : 0, &last, why,
+				  sizeof(why)) : 0;
+	if (r == -EPROTO) {
+		fprintf(stderr, "understudy switchover: switched over at epoch %llu, but whether the "
+			"new primary is protected is not known: this host's standby answers a bad "
+			"status: %s\n", (unsigned long long)w.epoch, why);
+		free(last);
+		free(st);
+		return 1;
+	}
+	if (r < 0) {
 		fprintf(stderr, "understudy switchover: switched over at epoch %llu, but the new "
 			"primary is not protected within %u ms: it runs the guest UNPROTECTED; this "
 			"host's standby still waits for it (status --control %s)\n",
-			field_u64(st, "switch_epoch"), timeout_ms, control);
+			(unsigned long long)w.epoch, timeout_ms, control);
 		if (json)
 			fputs(last ? last : st, stdout);
 		free(last);
@@ -184,7 +226,7 @@ static int wait_outcome(const char *control, unsigned timeout_ms, bool wait, boo
 		fputs(st, stdout);
 	} else {
 		printf("ok switched over at epoch %llu: downtime %.3f ms; this host now keeps the "
-		       "standby%s\n", field_u64(st, "switch_epoch"), field_num(st, "switch_downtime_ms"),
+		       "standby%s\n", (unsigned long long)w.epoch, w.downtime_ms,
 		       wait ? " and the new primary is protected" :
 		       " (--no-wait: the new primary may not be protected yet)");
 	}

@@ -41,35 +41,51 @@ static const char takeover_help[] =
  * primary's lease ran out): wait for the outcome, at most 30 s. */
 static int wait_for_key(const char *control)
 {
+	char last_bad[sizeof(((struct proto_json_reader *)0)->why)] = "";
+
 	for (int i = 0; i < 600; i++) {
-		json_object *st;
+		struct proto_json_reader st;
 		const char *state;
 		int r;
 
 		usleep(50000);
-		r = cli_status_json(control, 5000, &st);
-		if (r == -EPROTO)
-			continue;        /* not a status yet: asked again */
+		r = cli_status_read(control, 5000, &st);
+		if (r == -EPROTO) {
+			/* not a status yet: asked again */
+			snprintf(last_bad, sizeof(last_bad), "%s", st.why);
+			proto_json_reader_fini(&st);
+			continue;
+		}
 		if (r < 0) {
 			fprintf(stderr, "understudy takeover: %s: %s\n", control, strerror(-r));
+			proto_json_reader_fini(&st);
 			return 1;
 		}
-		state = proto_json_str(st, "state");
+		last_bad[0] = 0;
+		state = proto_json_need_str(&st, "state");
+		if (st.why[0]) {
+			fprintf(stderr, "understudy takeover: %s: a bad status: %s\n", control, st.why);
+			proto_json_reader_fini(&st);
+			return 1;
+		}
 		if (!strcmp(state, "unprotected")) {
 			printf("ok took over: won the witness key\n");
-			json_object_put(st);
+			proto_json_reader_fini(&st);
 			return 0;
 		}
-		if (state[0] && strcmp(state, "contending")) {
+		if (strcmp(state, "contending")) {
+			/* a reason only when an agent's status answers */
+			const char *reason = proto_json_str(st.o, "reason");
+
 			fprintf(stderr, "no takeover: the VM is %s (%s)\n", state,
-				proto_json_str(st, "reason")[0] ? proto_json_str(st, "reason") :
-				"no reason given");
-			json_object_put(st);
+				reason[0] ? reason : "no reason given");
+			proto_json_reader_fini(&st);
 			return 1;
 		}
-		json_object_put(st);
+		proto_json_reader_fini(&st);
 	}
-	fprintf(stderr, "understudy takeover: still contending for the witness key after 30 s\n");
+	fprintf(stderr, "understudy takeover: still contending for the witness key after 30 s%s%s\n",
+		last_bad[0] ? "; the last status answer was " : "", last_bad);
 	return 1;
 }
 

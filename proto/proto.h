@@ -489,9 +489,32 @@ char *proto_json_line(struct json_object *o);
 /* text holds exactly one JSON object (then at most whitespace): a new
  * reference, or NULL with what is wrong in why (may be NULL). */
 struct json_object *proto_json_parse(const char *text, const char **why);
-/* A field of o: its string ("" when absent or not a string); its number
- * (dflt when absent or not a number). */
+/* An optional field of o: its string ("" when absent or not a string); its
+ * number (dflt when absent or not a number). Only for fields a document may
+ * leave out; a field it must hold is read through a reader (below). */
 const char *proto_json_str(struct json_object *o, const char *key);
 double proto_json_num(struct json_object *o, const char *key, double dflt);
+
+/* A reply read field by field, where each field read must be there with
+ * its type. The first thing wrong (the text not one JSON object, a field
+ * missing or of another type) is kept in why, e.g. `no field "state"` or
+ * `"epoch" is a JSON string, not a number`; every read after it returns "" or
+ * 0, so a caller reads what it needs and then checks why[0] once. The
+ * reader owns o. */
+struct proto_json_reader {
+	struct json_object *o;          /* NULL when the text was not a JSON object */
+	char why[160];                  /* "" while nothing is wrong */
+};
+
+/* Parses text (proto_json_parse) into r: 0, or -EPROTO with why saying
+ * what is wrong and quoting the start of the text. */
+int proto_json_read(struct proto_json_reader *r, const char *text) US_MUST_CHECK;
+void proto_json_reader_fini(struct proto_json_reader *r);
+const char *proto_json_need_str(struct proto_json_reader *r, const char *key);
+double proto_json_need_num(struct proto_json_reader *r, const char *key);
+/* An integer, not negative (a count, an epoch). */
+uint64_t proto_json_need_u64(struct proto_json_reader *r, const char *key);
+/* An object inside (r keeps owning it: valid until proto_json_reader_fini). */
+struct json_object *proto_json_need_obj(struct proto_json_reader *r, const char *key);
 
 #endif

@@ -40,8 +40,12 @@ def reply(req):
         js = "json" in req
         st = "unprotected" if not asked else ("protected" if mode == "protect" else "migrated")
         if js:
+            if not asked:     # a VM no engine runs: its role and state only
+                return '{"role":"primary","state":"%s"}\n' % st
             return ('{"role":"primary","state":"%s","epoch":3,"bytes_sent":1048576,'
-                    '"migration_downtime_ms":1.5,"migration_total_ms":2000}\n' % st)
+                    '"migration_downtime_ms":1.5,"migration_total_ms":2000,"throttle_pct":0,'
+                    '"predicted_downtime_ms":0.0,"pause_p50_us":0.0,"lag_ms":0.0,'
+                    '"dirty_pages_last":0,"left_bytes":0,"reason":""}\n' % st)
         return "role primary\nstate %s\n" % st
     return "error unknown request\n"
 

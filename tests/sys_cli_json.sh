@@ -13,6 +13,12 @@
 #   3. takeover: contending, then the key won: exit 0;
 #   4. switchover: the standby's switch epoch and downtime read as fields;
 #      --json prints the standby's status, valid JSON.
+#   5. a reply that is not what the command needs is named, at once, with
+#      exit 1: a status without "state" (protect, takeover), a standby's
+#      status without "switch_epoch" (switchover said "ok switched over at
+#      epoch 0" before), a migrating source's "epoch" as a string, a drill
+#      status that is no JSON (drill waited 200 s more); an answer that is
+#      never JSON is named when protect gives up.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 tmp=$(mktemp -d)
@@ -37,17 +43,22 @@ PY
 }
 
 NASTY='peer lost: it said \"no\" about \"disk_blocks\" at C:\\vm\nstate protected'
+# The figures a migrating source's status always has (replication/status.c).
+FIGS='"migration_downtime_ms": 0.0, "migration_total_ms": 0.0, "throttle_pct": 0,
+ "predicted_downtime_ms": 0.0, "pause_p50_us": 0.0, "lag_ms": 0.0, "dirty_pages_last": 0,
+ "left_bytes": 0'
 
 # 1. migrate
 agent mig "{
  \"status json\": [
   {\"role\": \"primary\", \"state\": \"protected\", \"peer\": \"127.0.0.1:7999\", \"epoch\": 3,
-   \"bytes_sent\": 4096, \"reason\": \"$NASTY\"},
+   \"bytes_sent\": 4096, \"reason\": \"$NASTY\", $FIGS},
   {\"role\": \"primary\", \"state\": \"protected\", \"peer\": \"127.0.0.1:7999\", \"epoch\": 4,
-   \"bytes_sent\": 8192, \"reason\": \"$NASTY\"},
+   \"bytes_sent\": 8192, \"reason\": \"$NASTY\", $FIGS},
   {\"role\": \"primary\", \"state\": \"migrated\", \"peer\": \"127.0.0.1:7999\", \"epoch\": 5,
    \"bytes_sent\": 12288, \"migration_downtime_ms\": 2.5, \"migration_total_ms\": 900.0,
-   \"throttle_pct\": 0, \"reason\": \"\"}],
+   \"throttle_pct\": 0, \"predicted_downtime_ms\": 0.0, \"pause_p50_us\": 0.0, \"lag_ms\": 0.0,
+   \"dirty_pages_last\": 0, \"left_bytes\": 0, \"reason\": \"\"}],
  \"migrate\": [\"ok migrating to 127.0.0.1:7999\n\"]}"
 timeout 60 "$BIN" migrate --control "$tmp/mig.ctl" --to 127.0.0.1:7999 --insecure --json \
 	>"$tmp/mig.out" 2>"$tmp/mig.err"
@@ -69,7 +80,8 @@ ok "1. migrate: a reason quoting \"disk_blocks\" is no disk; $(wc -l <"$tmp/mig.
 
 agent mgf "{
  \"status json\": [
-  {\"role\": \"primary\", \"state\": \"protected\", \"peer\": \"127.0.0.1:7999\", \"reason\": \"\"},
+  {\"role\": \"primary\", \"state\": \"protected\", \"peer\": \"127.0.0.1:7999\", \"reason\": \"\",
+   \"epoch\": 3, \"bytes_sent\": 4096, $FIGS},
   {\"role\": \"primary\", \"state\": \"unprotected\", \"peer\": \"127.0.0.1:7999\",
    \"reason\": \"$NASTY\"}],
  \"migrate\": [\"ok migrating to 127.0.0.1:7999\n\"]}"
@@ -124,4 +136,43 @@ timeout 60 "$BIN" switchover --control "$tmp/swo.ctl" --listen 127.0.0.1:7999 --
 	>"$tmp/swo.json" 2>"$tmp/swo.err" || fail "4. switchover --json: $(cat "$tmp/swo.err")"
 each_line_json "$tmp/swo.json"
 ok "4. switchover: $(cut -c1-80 "$tmp/swo.out")"
+
+# 5. bad replies: run_bad NAME WANT_IN_STDERR COMMAND...: exit 1 within 10 s,
+# stderr naming what is wrong
+run_bad() {
+	local name=$1 want=$2 t0 rc
+	shift 2
+	t0=$(date +%s)
+	timeout 60 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+	rc=$?
+	[ $rc = 1 ] || fail "5. $name: exit $rc, expected 1: $(cat "$tmp/$name.out" "$tmp/$name.err")"
+	grep -qF -- "$want" "$tmp/$name.err" ||
+		fail "5. $name: '$want' not said: $(cat "$tmp/$name.err")"
+	[ $(($(date +%s) - t0)) -le 10 ] || fail "5. $name: $(($(date +%s) - t0)) s to say it"
+	ok "5. $name: $(grep -F -- "$want" "$tmp/$name.err" | head -1 | cut -c1-110)"
+}
+agent nostate '{"status json": [{"role": "primary", "reason": ""}],
+ "protect": ["ok attaching\n"], "takeover": ["ok contending for the witness key\n"]}'
+run_bad protect-nostate 'a bad status: no field "state"' \
+	"$BIN" protect --control "$tmp/nostate.ctl" --peer 127.0.0.1:7999 --insecure
+run_bad takeover-nostate 'a bad status: no field "state"' \
+	"$BIN" takeover --control "$tmp/nostate.ctl"
+agent noswitch '{"status json": [{"role": "secondary", "state": "standby", "epoch": 41,
+  "reason": ""}],
+ "switchover": ["ok switching over: standby at 127.0.0.1:7999\n"]}'
+run_bad switchover-noepoch 'says nothing of the switch: no field "switch_epoch"' \
+	"$BIN" switchover --control "$tmp/noswitch.ctl" --listen 127.0.0.1:7999
+agent strepoch "{\"status json\": [{\"role\": \"primary\", \"state\": \"protected\",
+  \"peer\": \"127.0.0.1:7999\", \"epoch\": \"3\", \"bytes_sent\": 4096, \"reason\": \"\", $FIGS}],
+ \"migrate\": [\"ok migrating to 127.0.0.1:7999\n\"]}"
+run_bad migrate-strepoch 'a bad status: "epoch" is a JSON string, not a number' \
+	"$BIN" migrate --control "$tmp/strepoch.ctl" --to 127.0.0.1:7999 --insecure
+agent drill '{"drill test-failover": ["ok drill started\n"],
+ "drill status": ["error unknown request\n"]}'
+run_bad drill-notjson "a bad drill status: not a JSON object (unexpected character): 'error unknown request?'" \
+	"$BIN" drill test-failover --control "$tmp/drill.ctl" --seconds 1
+agent never '{"status json": ["error not up yet\n"], "protect": ["ok attaching\n"]}'
+run_bad protect-notjson "not protected within 2040 ms; the last status answer was not a JSON object (unexpected character): 'error not up yet?'" \
+	"$BIN" protect --control "$tmp/never.ctl" --peer 127.0.0.1:7999 --insecure \
+	--handshake-timeout-ms 10
 echo "PASS"

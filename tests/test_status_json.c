@@ -4,6 +4,7 @@
  * field names and types unchanged (docs/design.md, man/understudy.8, the
  * system tests and benches that read them). No VM: an agent's status
  * reads only its counters. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -257,6 +258,104 @@ static void drill_status_idle(void **state)
 	free(s);
 }
 
+/* The command line reads a status through proto_json_read: the reason
+ * comes back byte for byte, the counters as numbers, nothing is wrong. */
+static void reader_reads_status_back(void **state)
+{
+	struct repl_primary_opts o = { 0 };
+	struct repl_primary *p = engine(&o, NASTY);
+	char *text = repl_primary_status_text(p, "status json");
+	struct proto_json_reader rd;
+
+	(void)state;
+	assert_non_null(text);
+	assert_int_equal(proto_json_read(&rd, text), 0);
+	assert_string_equal(proto_json_need_str(&rd, "reason"), "peer protocol error: " NASTY);
+	assert_string_equal(proto_json_need_str(&rd, "state"), "protected");
+	assert_int_equal(proto_json_need_u64(&rd, "epoch"), p->ep.epoch);
+	(void)proto_json_need_num(&rd, "lag_ms");
+	(void)proto_json_need_num(&rd, "bytes_sent");
+	assert_string_equal(rd.why, "");
+	proto_json_reader_fini(&rd);
+	free(text);
+	free(p);
+}
+
+/* A reply that is not what the reader needs says what is wrong, the first
+ * thing only, and reads after it give "" and 0 (no crash, no stale value). */
+static void reader_names_what_is_wrong(void **state)
+{
+	static const struct {
+		const char *text, *why;
+	} bad[] = {
+		{ "{\"role\":\"primary\"}", "no field \"state\"" },
+		{ "{\"state\":7}", "\"state\" is a JSON int, not a string" },
+		{ "{\"state\":null}", "\"state\" is a JSON null, not a string" },
+		{ "{\"state\":\"protected\",\"epoch\":\"12\"}", "\"epoch\" is a JSON string, not an integer" },
+		{ "{\"state\":\"protected\",\"epoch\":1.5}", "\"epoch\" is a JSON double, not an integer" },
+		{ "{\"state\":\"protected\",\"epoch\":-3}", "\"epoch\" is negative" },
+		{ "{\"state\":\"protected\",\"epoch\":3,\"lag_ms\":\"1\"}", "\"lag_ms\" is a JSON string, not a number" },
+	};
+	struct proto_json_reader rd;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t epoch;
+
+		assert_int_equal(proto_json_read(&rd, bad[i].text), 0);
+		(void)proto_json_need_str(&rd, "state");
+		epoch = proto_json_need_u64(&rd, "epoch");
+		assert_int_equal(epoch, rd.why[0] ? 0 : 3);
+		(void)proto_json_need_num(&rd, "lag_ms");
+		assert_string_equal(proto_json_need_str(&rd, "role"), "");   /* after: nothing */
+		assert_string_equal(rd.why, bad[i].why);
+		proto_json_reader_fini(&rd);
+	}
+	/* A number read as a number takes an integer too. */
+	assert_int_equal(proto_json_read(&rd, "{\"lag_ms\":2,\"p\":0.25}"), 0);
+	assert_true(proto_json_need_num(&rd, "lag_ms") == 2.0);
+	assert_true(proto_json_need_num(&rd, "p") == 0.25);
+	assert_string_equal(rd.why, "");
+	proto_json_reader_fini(&rd);
+}
+
+/* Text that is not one JSON object: -EPROTO, the reason and the text's
+ * start (one line, control bytes as '?'), and every read after it fails. */
+static void reader_refuses_what_is_not_an_object(void **state)
+{
+	static const struct {
+		const char *text, *why;
+	} bad[] = {
+		{ "error unknown request 'status json'\n",
+		  "not a JSON object (unexpected character): 'error unknown request 'status json'?'" },
+		{ "{\"state\":\"protected\"} {}", "not a JSON object (text after the object): "
+		  "'{\"state\":\"protected\"} {}'" },
+		{ "{\"state\":\"prot", "not a JSON object (cut short): '{\"state\":\"prot'" },
+		{ "[1,2]", "not a JSON object (another JSON value): '[1,2]'" },
+		{ "", "not a JSON object (cut short): ''" },
+		{ "{\"reason\":\"a very long reply that goes on and on past the quoted part\"}",
+		  "not a JSON object (cut short): '{\"reason\":\"a very long reply that goes on and o...'" },
+	};
+	struct proto_json_reader rd;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		/* the last one is whole JSON: cut short for the test */
+		const char *text = bad[i].text;
+		char cut[64];
+
+		if (i == sizeof(bad) / sizeof(bad[0]) - 1) {
+			snprintf(cut, sizeof(cut), "%s", text);
+			text = cut;
+		}
+		assert_int_equal(proto_json_read(&rd, text), -EPROTO);
+		assert_null(rd.o);
+		assert_string_equal(proto_json_need_str(&rd, "state"), "");
+		assert_string_equal(rd.why, bad[i].why);
+		proto_json_reader_fini(&rd);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +365,9 @@ int main(void)
 		cmocka_unit_test(primary_status_disk_fields),
 		cmocka_unit_test(status_without_reason),
 		cmocka_unit_test(drill_status_idle),
+		cmocka_unit_test(reader_reads_status_back),
+		cmocka_unit_test(reader_names_what_is_wrong),
+		cmocka_unit_test(reader_refuses_what_is_not_an_object),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
