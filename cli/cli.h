@@ -106,8 +106,10 @@ void cli_vm_options_init(struct vm_options *o);
 int cli_vm_options_check(struct vm_options *o);
 /* 2, with a message, when path cannot be opened for reading and writing. */
 int cli_disk_check(const char *cmd, const char *path);
-/* Checks the link options fit together; 0 or 2 after printing why. */
-int cli_net_options_check(struct net_config *n);
+/* Checks the link options fit together, and the TLS files as the side of
+ * that role (server: the secondary) will use them; 0 or 2 after printing
+ * why. */
+int cli_net_options_check(struct net_config *n, bool server);
 /* One VM option, link option (net may be NULL when the subcommand has none)
  * or getopt's '?'; 0, or 2 after printing why. */
 int cli_parse_option(int opt, const char *arg, struct vm_options *vo, struct net_config *net);

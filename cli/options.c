@@ -243,8 +243,10 @@ static int parse_net_option(struct net_config *n, int opt, const char *arg)
 	}
 }
 
-int cli_net_options_check(struct net_config *n)
+int cli_net_options_check(struct net_config *n, bool server)
 {
+	char err[512];
+
 	if (n->insecure && n->transport == NET_TLS && !n->cert)
 		n->transport = NET_TCP;
 	if (n->transport == NET_TLS && (!n->cert || !n->key || !n->ca)) {
@@ -258,6 +260,10 @@ int cli_net_options_check(struct net_config *n)
 	}
 	if (n->transport != NET_TLS && !n->insecure) {
 		fprintf(stderr, "understudy: --transport tcp/rdma is not encrypted: add --insecure\n");
+		return 2;
+	}
+	if (net_tls_check_files(n, server, err, sizeof(err))) {
+		fprintf(stderr, "understudy: %s\n", err);
 		return 2;
 	}
 	return 0;

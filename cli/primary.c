@@ -85,7 +85,7 @@ int cli_cmd_primary(int argc, char **argv)
 		return 2;
 	}
 	if (cli_vm_options_check(&vo) ||
-	    cli_net_options_check(&o.net) ||
+	    cli_net_options_check(&o.net, false) ||
 	    cli_witness_options_check(&wo, vo.cfg.guest) || cli_ops_options_check("primary", &ops))
 		return 2;
 	o.witness = wo.o;

@@ -186,7 +186,7 @@ int cli_cmd_protect(int argc, char **argv)
 		fprintf(stderr, "understudy protect: --control PATH and --peer HOST:PORT are required\n");
 		return 2;
 	}
-	if (cli_net_options_check(&net))
+	if (cli_net_options_check(&net, false))
 		return 2;
 	if (link_request(req, sizeof(req), "protect", peer, epoch_ms, timeout_ms, hs_ms, &net))
 		return 2;
@@ -590,7 +590,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		fprintf(stderr, "understudy migrate: --control PATH and --to HOST:PORT are required\n");
 		return 2;
 	}
-	if (cli_net_options_check(&net) ||
+	if (cli_net_options_check(&net, false) ||
 	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, link_timeout_ms, hs_ms, &net))
 		return 2;
 	snprintf(num, sizeof(num), "%u", downtime_ms);

@@ -153,7 +153,7 @@ int cli_cmd_secondary(int argc, char **argv)
 	 * standby takes over the same machine). */
 	if (vo.cfg.kernel[0] && cli_vm_options_check(&vo))
 		return 2;
-	if (cli_net_options_check(&o.net) || cli_witness_options_check(&wo, vo.cfg.guest) ||
+	if (cli_net_options_check(&o.net, true) || cli_witness_options_check(&wo, vo.cfg.guest) ||
 	    cli_ops_options_check("secondary", &ops))
 		return 2;
 	if ((fence_timeout_given || fence_retries_given) && !o.fence_cmd) {

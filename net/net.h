@@ -131,6 +131,16 @@ struct net_conn_ops {
 	void *(*recv_buf)(struct net_conn *c, size_t *len, void *ctx);
 };
 
+/* Checks cfg's TLS files before anything is built, as a side of the given
+ * role will use them (server: the secondary, which listens; else a primary
+ * or an engine, which connects): each readable; the certificate (the first
+ * of its file) parses, is valid now and has the extended key usage of its
+ * role; the key parses and matches it; the CA file holds a certificate
+ * valid now. 0, or -EINVAL with err saying which file and what is wrong,
+ * in one line (the option's name first). */
+int net_tls_check_files(const struct net_config *cfg, bool server, char *err,
+			size_t errlen) US_MUST_CHECK;
+
 /* An accepted connection (TLS: after the handshake and the client
  * certificate check). Call net_conn_set_ops() before returning, or
  * net_close(). */

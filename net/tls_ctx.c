@@ -1,12 +1,18 @@
 /* TLS contexts: the certificates, key and CA a side presents and trusts,
  * the role its peer's certificate must name, and the settings every
- * connection of the context shares (net/tls.c makes the connections). */
+ * connection of the context shares (net/tls.c makes the connections);
+ * and the same files checked when the options are read. */
 #include "net/tls_ctx.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
 #define TAG "net"
@@ -109,4 +115,121 @@ err_ctx:
 err:
 	tls_log_errors("TLS setup with", cfg->cert ? cfg->cert : cfg->ca);
 	return NULL;
+}
+
+/* ---- the files, checked before anything is built ------------------------------ */
+
+static int refuse(char *err, size_t errlen, const char *opt, const char *path, const char *fmt,
+		  ...) __attribute__((format(printf, 5, 6)));
+static int refuse(char *err, size_t errlen, const char *opt, const char *path, const char *fmt,
+		  ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	snprintf(err, errlen, "%s %s: %s", opt, path, why);
+	ERR_clear_error();
+	return -EINVAL;
+}
+
+static const char *asn1_date(const ASN1_TIME *t, char *out, size_t len)
+{
+	struct tm tm;
+
+	if (ASN1_TIME_to_tm(t, &tm) != 1 || !strftime(out, len, "%Y-%m-%d %H:%M:%S UTC", &tm))
+		snprintf(out, len, "(an unreadable date)");
+	return out;
+}
+
+/* The first certificate of path, valid now; NULL with err set. */
+static X509 *read_cert(const char *opt, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	X509 *x;
+	char date[64];
+
+	if (!f) {
+		refuse(err, errlen, opt, path, "%s", strerror(errno));
+		return NULL;
+	}
+	x = PEM_read_X509(f, NULL, NULL, NULL);
+	fclose(f);
+	if (!x) {
+		refuse(err, errlen, opt, path, "no PEM certificate in it");
+		return NULL;
+	}
+	if (X509_cmp_current_time(X509_get0_notAfter(x)) < 0) {
+		refuse(err, errlen, opt, path, "expired on %s",
+		       asn1_date(X509_get0_notAfter(x), date, sizeof(date)));
+		X509_free(x);
+		return NULL;
+	}
+	if (X509_cmp_current_time(X509_get0_notBefore(x)) > 0) {
+		refuse(err, errlen, opt, path, "not valid before %s",
+		       asn1_date(X509_get0_notBefore(x), date, sizeof(date)));
+		X509_free(x);
+		return NULL;
+	}
+	return x;
+}
+
+int net_tls_check_files(const struct net_config *cfg, bool server, char *err, size_t errlen)
+{
+	const char *usage = server ? "serverAuth" : "clientAuth";
+	const char *role = server ? "the secondary listens as the TLS server"
+				  : "this side connects as the TLS client";
+	X509 *cert = NULL, *ca;
+	EVP_PKEY *key = NULL;
+	FILE *f;
+	int r = -EINVAL;
+
+	if (cfg->transport != NET_TLS)
+		return 0;
+	if (cfg->ca) {
+		if (!(ca = read_cert("--tls-ca", cfg->ca, err, errlen)))
+			return -EINVAL;
+		X509_free(ca);
+	}
+	if (!cfg->cert)
+		return 0;
+	if (!(cert = read_cert("--tls-cert", cfg->cert, err, errlen)))
+		return -EINVAL;
+	if (!(X509_get_extension_flags(cert) & EXFLAG_XKUSAGE)) {
+		refuse(err, errlen, "--tls-cert", cfg->cert,
+		       "no extended key usage: it needs %s (%s), and a peer refuses a "
+		       "certificate without one", usage, role);
+		goto out;
+	}
+	if (!(X509_get_extended_key_usage(cert) & (server ? XKU_SSL_SERVER : XKU_SSL_CLIENT))) {
+		refuse(err, errlen, "--tls-cert", cfg->cert,
+		       "its extended key usage lacks %s (%s)", usage, role);
+		goto out;
+	}
+	if (!cfg->key) {
+		snprintf(err, errlen, "--tls-cert %s: no --tls-key given with it", cfg->cert);
+		goto out;
+	}
+	if (!(f = fopen(cfg->key, "r"))) {
+		refuse(err, errlen, "--tls-key", cfg->key, "%s", strerror(errno));
+		goto out;
+	}
+	key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+	fclose(f);
+	if (!key) {
+		refuse(err, errlen, "--tls-key", cfg->key,
+		       "no PEM private key in it (or one with a passphrase)");
+		goto out;
+	}
+	if (X509_check_private_key(cert, key) != 1) {
+		refuse(err, errlen, "--tls-key", cfg->key, "not the key of --tls-cert %s", cfg->cert);
+		goto out;
+	}
+	r = 0;
+out:
+	EVP_PKEY_free(key);
+	X509_free(cert);
+	return r;
 }
