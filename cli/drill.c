@@ -22,6 +22,13 @@
 #include "net/control.h"
 #include "proto/proto.h"
 
+static const char history_help[] =
+	"usage: understudy drill history DIR\n"
+	"  The drill reports kept in DIR (--report-dir DIR of a drill: files\n"
+	"  drill-<UTC time>-<kind>.json), oldest first, one line each: TIME, KIND,\n"
+	"  VERDICT, RTO_MS, REASON; then their count. A file there that is not a\n"
+	"  report is named on stderr and skipped. Exit 1 when DIR cannot be read.\n";
+
 static const char drill_help[] =
 	"usage: understudy drill KIND [options]\n"
 	"       understudy drill history DIR\n"
@@ -429,6 +436,10 @@ int cli_cmd_drill(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(kind, "history")) {
+		if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+			fputs(history_help, stdout);
+			return 0;
+		}
 		if (argc != 3) {
 			fputs(drill_help, stderr);
 			return 2;

@@ -57,17 +57,18 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	/* "help COMMAND" is "COMMAND --help": one text per command, kept in its file. */
+	/* "help COMMAND [KIND]" is "COMMAND [KIND] --help": one text per
+	 * command (drill: per kind), kept in its file. */
 	if (!strcmp(argv[1], "help")) {
-		char *help_argv[] = { argv[2], "--help", NULL };
+		char *help_argv[] = { argv[2], argc > 3 ? argv[3] : "--help", "--help", NULL };
 
-		if (argc > 3) {
-			fprintf(stderr, "understudy help: one COMMAND at a time\n");
+		if (argc > 4) {
+			fprintf(stderr, "understudy help: one COMMAND (and its KIND) at a time\n");
 			return 2;
 		}
 		for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 			if (!strcmp(argv[2], commands[i].name))
-				return commands[i].fn(2, help_argv);
+				return commands[i].fn(argc > 3 ? 3 : 2, help_argv);
 		fprintf(stderr, "understudy: unknown command '%s'\n", argv[2]);
 		usage(stderr);
 		return 2;

@@ -5,7 +5,7 @@
 #      (an option added without documenting it fails here), and so is
 #      every command of the general usage;
 #   3. `understudy help COMMAND` prints exactly `understudy COMMAND --help`,
-#      both exit 0; `understudy help` alone is the general usage, exit 0;
+#      both exit 0 (and `help drill KIND` `drill KIND --help`); `understudy help` alone is the general usage, exit 0;
 #      `understudy help nosuch` exits 2.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
@@ -48,4 +48,11 @@ for c in $cmds; do
 done
 "$BIN" help nosuch >/dev/null 2>&1; rc=$?
 [ $rc = 2 ] || fail "understudy help nosuch exited $rc, expected 2"
-ok "3. understudy help COMMAND == understudy COMMAND --help for: $(echo $cmds)"
+# ...and the drill's kinds: help drill KIND == drill KIND --help, exit 0
+for k in test-failover switchover local history; do
+	"$BIN" drill $k --help >"$tmp/drill-$k.help" 2>&1 || fail "understudy drill $k --help exited $?"
+	grep -q "usage: understudy drill" "$tmp/drill-$k.help" || fail "understudy drill $k --help: $(head -2 "$tmp/drill-$k.help")"
+	"$BIN" help drill $k >"$tmp/drill-$k.help2" 2>&1 || fail "understudy help drill $k exited $?"
+	cmp -s "$tmp/drill-$k.help" "$tmp/drill-$k.help2" || fail "understudy help drill $k differs from understudy drill $k --help"
+done
+ok "3. understudy help COMMAND == understudy COMMAND --help for: $(echo $cmds); help drill KIND == drill KIND --help for its 4 kinds"
