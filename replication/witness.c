@@ -84,6 +84,7 @@ struct repl_witness {
 	uint64_t last_complaint_ns;
 	bool told_held;
 	bool told_wedged;
+	atomic_bool told_ttl;          /* the granted TTL was longer than asked: said */
 	bool vouches_none;                  /* K/standby says "none", as we last wrote it */
 	uint64_t progress_max_ns;
 
@@ -138,11 +139,23 @@ static int grant(struct repl_witness *w)
 {
 	uint64_t t_send = now_ns();
 	int64_t id, ttl;
+	int64_t asked = (int64_t)(w->lease_ms + 999) / 1000;
 	int r;
 
-	r = etcd_lease_grant(w->etcd, (int64_t)(w->lease_ms + 999) / 1000, &id, &ttl);
+	r = etcd_lease_grant(w->etcd, asked, &id, &ttl);
 	if (r < 0)
 		return r;
+	/* etcd grants no TTL below 1.5x its election timeout (2 s with its
+	 * defaults): the lease, and so a takeover through the witness, is
+	 * then longer than --lease-ms says. Said once. */
+	if (ttl > asked && !atomic_exchange(&w->told_ttl, true)) {
+		log_warn(TAG, "etcd granted a %lld s lease for --lease-ms %u (%lld s asked): a "
+			 "takeover through the witness waits up to %lld s for the owner's lease, "
+			 "not %lld; etcd grants at least 1.5x its --election-timeout: lower it "
+			 "(and --heartbeat-interval) for shorter leases (docs/fencing.md)",
+			 (long long)ttl, w->lease_ms, (long long)asked, (long long)ttl,
+			 (long long)asked);
+	}
 	w->lease = id;
 	w->ttl_s = ttl;
 	set_deadline(w, t_send, ttl);

@@ -78,8 +78,14 @@ static int wait_ready(struct etcd_server *s, const char *ca_file)
 
 struct etcd_server *th_etcd_start(const char *cert_dir, const char *ca_file)
 {
+	return th_etcd_start_timed(cert_dir, ca_file, 250);
+}
+
+struct etcd_server *th_etcd_start_timed(const char *cert_dir, const char *ca_file, int election_ms)
+{
 	struct etcd_server *s = calloc(1, sizeof(*s));
 	char client_url[64], peer_url[64], cluster[80], log[96], crt[300], key[300];
+	char election[16], heartbeat[16];
 	int peer = th_dead_port();
 
 	if (!s)
@@ -101,6 +107,8 @@ struct etcd_server *th_etcd_start(const char *cert_dir, const char *ca_file)
 		snprintf(s->endpoint, sizeof(s->endpoint), "https://localhost:%d", s->port);
 	else
 		snprintf(s->endpoint, sizeof(s->endpoint), "127.0.0.1:%d", s->port);
+	snprintf(election, sizeof(election), "%d", election_ms);
+	snprintf(heartbeat, sizeof(heartbeat), "%d", election_ms / 10);
 	fflush(stdout);
 	s->pid = fork();
 	if (s->pid < 0) {
@@ -116,7 +124,7 @@ struct etcd_server *th_etcd_start(const char *cert_dir, const char *ca_file)
 		execlp(ETCD_BIN, ETCD_BIN, "--data-dir", data, "--listen-client-urls", client_url,
 		       "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url,
 		       "--initial-advertise-peer-urls", peer_url, "--initial-cluster", cluster,
-		       "--heartbeat-interval", "25", "--election-timeout", "250",
+		       "--heartbeat-interval", heartbeat, "--election-timeout", election,
 		       cert_dir ? "--cert-file" : NULL, crt, "--key-file", key, (char *)NULL);
 		_exit(127);
 	}

@@ -23,6 +23,10 @@ int th_dead_port(void);
  * with cert_dir/named.{pem,key} (ca_file: the CA its clients trust).
  * Returns once a lease can be granted; NULL (reason on stderr) if not. */
 struct etcd_server *th_etcd_start(const char *cert_dir, const char *ca_file);
+/* The same with etcd's --election-timeout election_ms (th_etcd_start: 250,
+ * so that a 1 s lease is granted; etcd's own default is 1000) and a
+ * heartbeat of a tenth of it. */
+struct etcd_server *th_etcd_start_timed(const char *cert_dir, const char *ca_file, int election_ms);
 /* Stops it (SIGTERM, SIGCONT first), removes its data. NULL: nothing. */
 void th_etcd_stop(struct etcd_server *s);
 

@@ -344,6 +344,56 @@ static void hung_loop_loses_key(void **state)
 	repl_witness_free(s);
 }
 
+/* etcd with its default timings (election timeout 1000 ms) grants no TTL
+ * below 2 s: a --lease-ms 1000 witness says so, once, with the TTL it got
+ * and what to change. */
+static void granted_ttl_named(void **state)
+{
+	struct env v = { 0 };
+	struct etcd_config ec = { .timeout_ms = 1000 };
+	struct seen seen = { 0 };
+	struct repl_witness *w;
+	char err[400], out[4096] = "";
+	const char *want = "etcd granted a 2 s lease for --lease-ms 1000 (1 s asked)";
+	FILE *f = tmpfile();
+	int saved, n = 0;
+	size_t len;
+
+	(void)state;
+	assert_non_null(f);
+	assert_non_null(v.srv = th_etcd_start_timed(NULL, NULL, 1000));
+	ec.endpoints = v.srv->endpoint;
+	assert_non_null(v.loop = ev_loop_new(EVFLAG_AUTO));
+	assert_int_equal(etcd_new(&ec, &v.e), 0);
+	w = witness(&v, "t5", "primary a", &seen);
+	log_set_level(LOG_WARN);
+	fflush(stderr);
+	saved = dup(2);
+	assert_true(saved >= 0 && dup2(fileno(f), 2) == 2);
+	assert_int_equal(repl_witness_acquire(w, err, sizeof(err)), 0);
+	repl_witness_release(w, true);
+	assert_int_equal(repl_witness_acquire(w, err, sizeof(err)), 0);   /* a second grant */
+	repl_witness_release(w, true);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	log_set_level(getenv("WITNESS_TEST_LOG") ? LOG_DEBUG : LOG_ERROR);
+	rewind(f);
+	len = fread(out, 1, sizeof(out) - 1, f);
+	out[len] = 0;
+	fclose(f);
+	for (const char *p = out; (p = strstr(p, "etcd granted")); p++)
+		n++;
+	printf("granted_ttl_named: %s", out);
+	if (!strstr(out, want) || !strstr(out, "--election-timeout"))
+		fail_msg("no warning naming the granted TTL; the log said: %s", out);
+	assert_int_equal(n, 1);
+	repl_witness_free(w);
+	etcd_free(v.e);
+	ev_loop_destroy(v.loop);
+	th_etcd_stop(v.srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest live[] = {
@@ -351,6 +401,7 @@ int main(void)
 		cmocka_unit_test(switch_vouches_old_primary),
 		cmocka_unit_test(outage_retakes_unprotected_owner),
 		cmocka_unit_test(hung_loop_loses_key),
+		cmocka_unit_test(granted_ttl_named),
 	};
 
 	log_set_level(getenv("WITNESS_TEST_LOG") ? LOG_DEBUG : LOG_ERROR);
