@@ -159,10 +159,26 @@ int cli_disk_check(const char *cmd, const char *path)
 	return 0;
 }
 
+/* A guest larger than what the host has free runs until it touches it
+ * (RAM is allocated as the guest writes), then meets the OOM killer: said
+ * at once, not refused (memory may be freed by then, or overcommitted on
+ * purpose). A secondary refuses such a primary at its Hello instead. */
+static void warn_host_memory(uint64_t mem_bytes)
+{
+	uint64_t avail = machine_host_mem_available();
+
+	if (avail && mem_bytes > avail)
+		fprintf(stderr, "understudy: warning: --mem %llu MiB is more than this host's "
+			"available memory (MemAvailable %llu MiB): the guest may be killed when it "
+			"uses it\n", (unsigned long long)(mem_bytes >> 20),
+			(unsigned long long)(avail >> 20));
+}
+
 int cli_vm_options_check(struct vm_options *o)
 {
 	char err[512];
 
+	warn_host_memory(o->cfg.mem_bytes);
 	if (o->cfg.kernel[0] && o->cfg.guest[0]) {
 		fprintf(stderr, "understudy: --guest and --kernel exclude each other: a VM runs a "
 				"built-in guest or a Linux kernel\n");

@@ -43,6 +43,24 @@ int machine_check_mem(uint64_t mem_bytes)
 	return 0;
 }
 
+uint64_t machine_host_mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	unsigned long long kib;
+	uint64_t bytes = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+			bytes = (uint64_t)kib << 10;
+			break;
+		}
+	fclose(f);
+	return bytes;
+}
+
 /* Each argument is a key the guest knows with a decimal number: the guests
  * themselves ignore what they do not know, so a typo would run silently. */
 static int check_guest_args(const struct guest_image *g, const char *args, char *err,

@@ -50,6 +50,8 @@ int machine_parse_size(const char *s, uint64_t *bytes);
 /* 0 if mem_bytes is a RAM size a machine can have (a multiple of 2 MiB
  * between 8 MiB and 60 GiB), else -EINVAL. */
 int machine_check_mem(uint64_t mem_bytes) US_MUST_CHECK;
+/* This host's MemAvailable (/proc/meminfo) in bytes; 0 when unknown. */
+uint64_t machine_host_mem_available(void);
 /* A 64-bit digest of everything that must match for a checkpoint of one
  * machine to apply to another: memory size, vCPUs, devices, guest. */
 uint64_t machine_config_digest(const struct machine_config *cfg);

@@ -320,6 +320,7 @@ static int standby_disk(struct repl_secondary *s)
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
 {
 	const struct machine_config *pin = &s->o->pin;
+	uint64_t avail;
 	char err[256];
 	int r;
 
@@ -359,6 +360,12 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 		if (repl_send_error(&s->link, -EINVAL, err) < 0)
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
+	}
+	if ((avail = machine_host_mem_available()) && s->cfg.mem_bytes > avail) {
+		snprintf(err, sizeof(err), "the primary's VM has %llu MiB of RAM and this host has %llu "
+			 "MiB available (MemAvailable): the standby must be able to hold all of it",
+			 (unsigned long long)(s->cfg.mem_bytes >> 20), (unsigned long long)(avail >> 20));
+		return refuse_primary(s, err);
 	}
 	if ((r = standby_disk(s)) < 0)
 		return r;
