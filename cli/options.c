@@ -263,8 +263,15 @@ int cli_net_options_check(struct net_config *n, bool server)
 {
 	char err[512];
 
-	if (n->insecure && n->transport == NET_TLS && !n->cert)
+	/* --insecure is plaintext TCP whatever certificates a config file
+	 * gives (the command line wins, for flags too); said once. */
+	if (n->insecure && n->transport == NET_TLS) {
+		if (n->cert || n->key || n->ca)
+			fprintf(stderr, "understudy: --insecure: the link is plaintext TCP; the "
+				"configured --tls-cert, --tls-key and --tls-ca are not used\n");
 		n->transport = NET_TCP;
+		n->cert = n->key = n->ca = NULL;
+	}
 	if (n->transport == NET_TLS && (!n->cert || !n->key || !n->ca)) {
 		fprintf(stderr, "understudy: the link is TLS by default: give --tls-cert, --tls-key and "
 				"--tls-ca (or --insecure for plaintext)\n");

@@ -7,7 +7,8 @@
 # attaches, connect as the client: clientAuth) is refused with exit 2 and
 # one line naming the option, the file and what is wrong, before any VM is
 # built (they used to pass parsing and fail later with an OpenSSL error
-# stack and "Invalid argument", exit 1). No KVM needed.
+# stack and "Invalid argument", exit 1). And --insecure on the command
+# line wins over certificates from a config file (item 2). No KVM needed.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
@@ -67,3 +68,22 @@ for cert in client hosta; do
 		fail "protect with $cert.pem: exit $rc: $out"
 done
 ok "good files pass (protect then finds no control socket, exit 1)"
+
+# --insecure on the command line wins over certificates from a config file
+# (issue 30, item 2): the link is plaintext, said once, and the request the
+# agent gets carries no certificate (it used to stay TLS without a word).
+printf 'peer = 127.0.0.1:%s\ntls-cert = %s\ntls-key = %s\ntls-ca = %s\n' $port \
+	"$c/client.pem" "$c/client.key" "$c/ca.pem" >"$tmp/link.conf"
+python3 tests/slow_agent.py "$tmp/agent.ctl" protect 0 &
+agent=$!
+for _ in $(seq 1 100); do [ -S "$tmp/agent.ctl" ] && break; sleep 0.1; done
+out=$(timeout 30 "$BIN" protect --config "$tmp/link.conf" --control "$tmp/agent.ctl" --insecure 2>&1); rc=$?
+kill $agent 2>/dev/null; wait $agent 2>/dev/null
+req=$(cat "$tmp/agent.ctl.requests" 2>/dev/null)
+echo "   protect --config (certificates) --insecure -> exit $rc; request: $req"
+[ "$(echo "$out" | grep -c "insecure: the link is plaintext TCP; the configured --tls-cert")" = 1 ] ||
+	fail "no (or more than one) notice that --insecure overrides the configured certificates: $out"
+echo "$req" | grep -q "transport=tcp" && echo "$req" | grep -q "insecure=true" ||
+	fail "the agent was not asked for a plaintext link: $req"
+echo "$req" | grep -q "tls-" && fail "the request still carries TLS files: $req"
+ok "--insecure on the command line overrides certificates from --config, saying so once"
