@@ -120,14 +120,14 @@ static int on_key(struct config_reader *rd, const char *name, const char *value)
 	return 1;
 }
 
-/* The first of chars in s, or an inline comment (';' after a space),
- * or the end of s. */
+/* The first of chars in s, or an inline comment (';' or '#' after a
+ * space), or the end of s. */
 static char *find_sep(char *s, const char *chars)
 {
 	bool was_space = false;
 
 	for (; *s; s++) {
-		if ((chars && strchr(chars, *s)) || (was_space && *s == ';'))
+		if ((chars && strchr(chars, *s)) || (was_space && (*s == ';' || *s == '#')))
 			break;
 		was_space = isspace((unsigned char)*s);
 	}
@@ -144,7 +144,8 @@ static void strip_right(char *s)
 
 /* One line (no indentation: this format has no continuation lines):
  * blank, a comment (';' or '#'), "key = value" or "key: value" with an
- * optional " ; comment" after the value, or a [section], which is refused. */
+ * optional " ; comment" or " # comment" after the value, or a [section],
+ * which is refused. */
 static void parse_line(struct config_reader *rd, char *line)
 {
 	char *start = line + strspn(line, " \t"), *sep, *value;

@@ -45,6 +45,13 @@ expect2 "long line, bad value at its end" "$tmp/longbad.conf:2: bad value for 'm
 	run --config "$tmp/longbad.conf"
 ok "1. lines of 300 and 5000 characters are read whole"
 
+# 1b. '#' after a space starts a comment, as ';' does (README says so).
+conf hash.conf "guest = counter  # the built-in guest" "mem = 64M # the default" \
+	"# a whole line" "cpus = 1	# a tab before it"
+out=$("$BIN" run --config "$tmp/hash.conf" --help 2>&1 >/dev/null) ||
+	fail "a ' # comment' after a value is taken as part of it: $out"
+ok "1b. ' # comment' after a value is a comment"
+
 # 2. Values found bad at parsing, FILE:LINE named.
 base=("guest = counter" "peer = 127.0.0.1:7000" "insecure = true")
 conf disk-p.conf "${base[@]}" "disk = $tmp/no-such.img"
