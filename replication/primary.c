@@ -1161,12 +1161,52 @@ static void on_finish_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	finish(p, p->exit_status);
 }
 
+static void on_vm_stopped(void *ctx, int status);
+
+/* The guest asked for a reset: the same machine boots it again
+ * (repl_vm_reboot) and the protection goes on. The reset marked every page
+ * dirty, so the next epoch carries all of RAM with the power-on state of
+ * vCPUs and devices, staged whole by the secondary like any epoch: a
+ * standby holds the guest from before the reset or from after it, never
+ * a mix. Output commit is unchanged. false: not here (a hand-over, the last
+ * epoch of a stop in flight, a VM not booted by this process's
+ * repl_vm_boot): the guest's stop ends the VM as before. */
+static bool reboot_in_place(struct repl_primary *p)
+{
+	bool epochs = p->state == P_SYNC || p->state == P_PROTECTING || p->state == P_PROTECTED;
+	int r;
+
+	if (p->finishing || !p->vm->poweron ||
+	    (!epochs && p->state != P_CONNECTING && p->state != P_HELLO &&
+	     p->state != P_UNPROTECTED))
+		return false;
+	if ((r = repl_vm_reboot(p->vm)) < 0) {
+		/* Half reset: nothing of it may be captured or run. A standby
+		 * holding a checkpoint takes over from it; else the VM ends. */
+		fault(p, REPL_FAULT_LOCAL_FATAL, r, "rebooting the guest");
+		finish(p, 1);
+		return true;
+	}
+	p->vm->on_stopped = on_vm_stopped;   /* on_wake took it off */
+	if (epochs)
+		p->ep.reboot = true;
+	log_info(TAG, "the guest rebooted (after epoch %llu): booted again on the same machine%s",
+		 (unsigned long long)p->ep.epoch, epochs ? "; the next epoch carries all of it to the "
+		 "secondary" : " (no standby holds it)");
+	net_notify(NET_NOTIFY_STATUS, "the guest rebooted after epoch %llu%s",
+		   (unsigned long long)p->ep.epoch, epochs ? ": protection goes on" : "");
+	machine_resume(p->vm->m);
+	return true;
+}
+
 /* The guest stopped: its last effects are committed like any epoch's.
  * When the link is full the capture waits for a free slot (on_ack/on_sent). */
 static void on_vm_stopped(void *ctx, int status)
 {
 	struct repl_primary *p = ctx;
 
+	if (status == MACHINE_STATUS_REBOOT && reboot_in_place(p))
+		return;
 	p->exit_status = status < 0 ? 1 : status;
 	p->finishing = true;
 	if (p->state == P_PROTECTED || p->state == P_PROTECTING) {
@@ -1319,7 +1359,7 @@ static int setup(struct repl_primary *p)
 		return r;
 	p->vm->witness = p->wit;
 	repl_vm_set_gated(p->vm, true);
-	if ((r = machine_boot(p->vm->m)) < 0)
+	if ((r = repl_vm_boot(p->vm)) < 0)
 		return r;
 	/* Loading a Linux kernel and initrd can take seconds: the loop's clock,
 	 * read before, would start the connect and handshake deadlines late. */

@@ -459,6 +459,14 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 		log_info(TAG, "first checkpoint applied: the VM is protected");
 		net_notify(NET_NOTIFY_READY, "standby of %s complete", s->cfg.guest);
 	}
+	if (ee->reboot) {
+		/* Not a failure: the primary booted the guest again and goes on. */
+		log_info(TAG, "the guest rebooted on the primary: epoch %llu, applied whole, holds "
+			 "it rebooted (all of its RAM and its power-on state)",
+			 (unsigned long long)s->stage.applied);
+		net_notify(NET_NOTIFY_STATUS, "standby: the guest rebooted (epoch %llu)",
+			   (unsigned long long)s->stage.applied);
+	}
 	repl_drill_applied(s);
 	repl_event_log("ack-out %llu", (unsigned long long)s->stage.applied);
 	return repl_send_epoch_msg(&s->link, PROTO_T_ACK, s->stage.applied);
