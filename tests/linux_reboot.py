@@ -89,12 +89,14 @@ class Console:
 
     def ask(self, tag, cmd, secs=120):
         """Types `echo "TAG $(cmd)"` and returns what followed TAG on the
-        answer's line (the echo of the typed line starts otherwise), or None."""
-        n = len(self.lines(r"^%s (.*)$" % tag))
+        answer's line, once the line is whole (the echo of the typed line
+        starts otherwise), or None."""
+        pat = r"^%s (.*)\n" % tag
+        n = len(self.lines(pat))
         self.type('echo "%s $(%s)"' % (tag, cmd))
-        if not self.wait(r"^%s (.*)$" % tag, secs, n + 1):
+        if not self.wait(pat, secs, n + 1):
             return None
-        return self.lines(r"^%s (.*)$" % tag)[n].strip()
+        return self.lines(pat)[n].strip()
 
 
 def LAB_SOCK(port):
@@ -146,7 +148,7 @@ def main():
                             "--handshake-timeout-ms", HANDSHAKE_MS, "--insecure"])
         agents.append(pri)
         con = Console(pri.con_port, pri.console, 60)
-        if not wait_until(lambda: pri.p.poll() is not None or con.lines(r"^ut: shell$"), BOOT_S) or \
+        if not wait_until(lambda: pri.p.poll() is not None or con.lines(r"^ut: shell\n"), BOOT_S) or \
                 pri.p.poll() is not None:
             say("FAIL: no shell under protection (primary exit %s): %s" % (pri.p.poll(), pri.gist()))
             return 1
@@ -165,7 +167,7 @@ def main():
 
         t_reboot = time.time()
         con.type("reboot -f")
-        if not wait_until(lambda: pri.p.poll() is not None or len(con.lines(r"^ut: shell$")) >= 2,
+        if not wait_until(lambda: pri.p.poll() is not None or len(con.lines(r"^ut: shell\n")) >= 2,
                           BOOT_S) or pri.p.poll() is not None:
             say("FAIL: typed reboot -f: the guest did not come back on the primary (primary exit "
                 "%s): %s; %s" % (pri.p.poll(), pri.gist(), sec.gist()))
@@ -173,6 +175,7 @@ def main():
         say("typed reboot -f: a shell again on the same primary's console %.0f s later"
             % (time.time() - t_reboot))
         boot_b = con.ask("ut-boot-b", "cat /proc/sys/kernel/random/boot_id")
+        ncpus = con.ask("ut-nproc-b", "nproc")
         kept = con.ask("ut-read-a", "dd if=/dev/vda bs=512 skip=1 count=1 2>/dev/null | "
                        "tr -d '\\000' | head -1")
         wrote = con.ask("ut-wrote-b", "printf 'ut-mark-b\\n' | dd of=/dev/vda bs=512 seek=2 "
@@ -180,11 +183,14 @@ def main():
         if not boot_b or not re.fullmatch(BOOT_ID, boot_b) or boot_b == boot_a:
             say("FAIL: after the reboot: boot_id %r (before: %s): not a new boot" % (boot_b, boot_a))
             return 1
+        if ncpus != CPUS:
+            say("FAIL: after the reboot the guest has %r vCPUs, not %s" % (ncpus, CPUS))
+            return 1
         if kept != "ut-mark-a" or wrote != "done":
             say("FAIL: after the reboot: sector 1 reads %r (the disk kept?), mark b %r" % (kept, wrote))
             return 1
-        say("after the reboot: boot_id %s (new), sector 1 still ut-mark-a, ut-mark-b on sector 2"
-            % boot_b)
+        say("after the reboot: boot_id %s (new), %s vCPU(s), sector 1 still ut-mark-a, ut-mark-b "
+            "on sector 2" % (boot_b, ncpus))
         for a, pat, what in ((pri, r"the guest rebooted \(after epoch \d+\)", "the primary's"),
                              (pri, r"epoch \d+ carries the guest's reboot", "the primary's"),
                              (sec, r"the guest rebooted on the primary: epoch \d+", "the secondary's")):
@@ -195,9 +201,12 @@ def main():
         if count(sec.log, "TOOK OVER") or count(pri.log, "UNPROTECTED"):
             say("FAIL: the reboot split the pair: %s; %s" % (pri.gist(), sec.gist()))
             return 1
+        with open(pri.log, errors="replace") as f:
+            carried = re.search(r"epoch \d+ carries the guest's reboot: \d+ pages", f.read()).group(0)
         with open(sec.log, errors="replace") as f:
             said = re.search(r"the guest rebooted on the primary: epoch \d+", f.read()).group(0)
-        say("no takeover, the primary runs on; the secondary logged once: \"%s\"" % said)
+        say("no takeover, the primary runs on; the primary logged \"%s\", the secondary \"%s\""
+            % (carried, said))
 
         t_kill = time.time()
         pri.p.kill()
