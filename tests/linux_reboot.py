@@ -50,7 +50,7 @@ class Console:
         end = time.time() + secs
         while True:
             try:
-                self.s = LAB_SOCK(port)
+                self.s = connect_local(port)
                 break
             except OSError:
                 if time.time() > end:
@@ -99,7 +99,7 @@ class Console:
         return self.lines(pat)[n].strip()
 
 
-def LAB_SOCK(port):
+def connect_local(port):
     """A socket connected to 127.0.0.1:port inside VM_NS (this process runs
     there: sys_linux_reboot.sh starts it with ip netns exec)."""
     return socket.create_connection(("127.0.0.1", port), timeout=None)
