@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -191,26 +190,14 @@ static int boot_vcpu(struct machine *m, int i, const struct guest_header *h)
 }
 
 /* A hole punched over the whole memfd: the mapping, and so the guest, reads
- * zeros; every page goes into the next harvest through the VMM's bitmap. */
+ * zeros, and the memory goes back to the host. */
 int machine_ram_clear(struct machine *m)
 {
-	uint64_t *all;
-
 	if (m->ram_private)
 		return -EINVAL;   /* a clone's pages are not its own to punch */
-	all = malloc(machine_bitmap_words(m) * sizeof(uint64_t));
-	if (!all)
-		return -ENOMEM;
 	if (fallocate(m->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-		      (off_t)m->cfg.mem_bytes) < 0) {
-		int r = -errno;
-
-		free(all);
-		return r;
-	}
-	machine_bitmap_fill(m, all);
-	machine_requeue_dirty(m, all);
-	free(all);
+		      (off_t)m->cfg.mem_bytes) < 0)
+		return -errno;
 	return 0;
 }
 

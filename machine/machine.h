@@ -315,8 +315,9 @@ bool machine_stopped(struct machine *m, int *status);
  * the VM, its vCPUs, their state and the RAM stay as they were. -EBUSY if
  * the machine was not stopped. */
 int machine_restart(struct machine *m) US_MUST_CHECK;
-/* On a paused machine: every page of RAM zero again (its memory handed back
- * to the host) and marked dirty, since KVM's log does not see this. */
+/* On a paused machine: every page of RAM zero again, its memory handed back
+ * to the host. Neither KVM's dirty log nor the VMM's bitmap sees it: a copy
+ * of this RAM elsewhere is the caller's to clear too, or to send every page. */
 int machine_ram_clear(struct machine *m) US_MUST_CHECK;
 
 /* Console input into the UART receive FIFO; returns bytes taken. */

@@ -410,8 +410,9 @@ static int send_epoch(struct repl_epochs *q, struct repl_epoch *e)
 	q->out_mark_prev = e->out_mark;
 	q->open = NULL;              /* the epoch is whole on the link */
 	if (q->reboot) {
-		log_info(TAG, "epoch %llu carries the guest's reboot: %zu pages, all of its RAM, and "
-			 "its power-on state", (unsigned long long)e->epoch, q->cap.npages);
+		log_info(TAG, "epoch %llu carries the guest's reboot: %zu pages written since and the "
+			 "power-on state (the secondary clears the rest)", (unsigned long long)e->epoch,
+			 q->cap.npages);
 		q->reboot = false;
 	}
 	if (q->pre_skip)

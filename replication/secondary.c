@@ -448,7 +448,7 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 {
 	int r;
 
-	repl_drill_before_apply(s);    /* a drill's clone keeps its view of the pages */
+	repl_drill_before_apply(s, ee->reboot);   /* a drill's clone keeps its view of the pages */
 	r = repl_staging_end(&s->stage, ee, &s->rx_fault);
 	if (r < 0) {
 		if (s->rx_fault.kind == REPL_FAULT_PEER_PROTOCOL)
@@ -461,9 +461,8 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 	}
 	if (ee->reboot) {
 		/* Not a failure: the primary booted the guest again and goes on. */
-		log_info(TAG, "the guest rebooted on the primary: epoch %llu, applied whole, holds "
-			 "it rebooted (all of its RAM and its power-on state)",
-			 (unsigned long long)s->stage.applied);
+		log_info(TAG, "the guest rebooted on the primary: epoch %llu, applied whole onto the "
+			 "cleared RAM, holds it rebooted", (unsigned long long)s->stage.applied);
 		net_notify(NET_NOTIFY_STATUS, "standby: the guest rebooted (epoch %llu)",
 			   (unsigned long long)s->stage.applied);
 	}
