@@ -23,7 +23,7 @@ static const char primary_help[] =
 	"epoch early, at least --min-epoch-ms (default 2) after the last one, so that a\n"
 	"reply waits for one pause and one round trip rather than a whole epoch\n"
 	"(--min-epoch-ms >= --epoch-ms: the timer only). A guest's reboot boots it again\n"
-	"on the same machine, still protected: the next epoch carries all of it.\n\n"
+	"on the same machine, still protected: the next epoch carries it to the standby.\n\n"
 	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
