@@ -22,7 +22,8 @@ static const char primary_help[] =
 	"(exit 4: run understudy takeover on it). Output that commit holds ends the\n"
 	"epoch early, at least --min-epoch-ms (default 2) after the last one, so that a\n"
 	"reply waits for one pause and one round trip rather than a whole epoch\n"
-	"(--min-epoch-ms >= --epoch-ms: the timer only).\n\n"
+	"(--min-epoch-ms >= --epoch-ms: the timer only). A guest's reboot boots it again\n"
+	"on the same machine, still protected: the next epoch carries it to the standby.\n\n"
 	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
@@ -97,8 +98,9 @@ int cli_cmd_primary(int argc, char **argv)
 	status = host_primary_run(ev_default_loop(0), &o);
 	cli_ops_stop(&co);
 	if (status == MACHINE_STATUS_REBOOT) {
-		/* Protected, the guest's reboot ends it cleanly (the standby was
-		 * told not to take over); it is not booted again. */
+		/* A reboot not served in place (during a hand-over, or as the
+		 * guest stopped) ends it cleanly: the standby was told not to
+		 * take over. */
 		log_info("primary", "the guest rebooted: the VM ends");
 		return 0;
 	}

@@ -24,7 +24,9 @@ static const char restore_help[] =
 	"A VM saved with a NIC needs --net: the tap the restored guest is behind (it\n"
 	"is asked to announce itself there). The NIC keeps the saved MAC (the one given\n"
 	"with mac= when the VM was started, else the derived one); a mac= here must be\n"
-	"that one (another is refused, exit 2).\n\n" OPS_OPTIONS_HELP;
+	"that one (another is refused, exit 2).\n"
+	"A restored guest's reboot ends the VM with status 0 (it is not booted again).\n\n"
+	OPS_OPTIONS_HELP;
 
 /* The tap of --net for the saved VM of cfg into cfg->net_tap. A mac= must
  * be the MAC the saved NIC has (the file's, else the derived one): the

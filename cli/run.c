@@ -62,7 +62,7 @@ int cli_cmd_run(int argc, char **argv)
 	for (;;) {
 		if (repl_vm_new(loop, &vo.cfg, vo.console, &vm) < 0)
 			return 1;
-		if (machine_boot(vm->m) < 0) {
+		if (repl_vm_boot(vm) < 0) {   /* its power-on state: `protect` reboots in place */
 			repl_vm_free(vm);
 			return 1;
 		}

@@ -7,6 +7,7 @@
 #include "machine/machine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -185,6 +186,18 @@ static int boot_vcpu(struct machine *m, int i, const struct guest_header *h)
 		return rc;
 	if (i > 0 && (rc = kvm_vcpu_set_mp_state(v, KVM_MP_STATE_RUNNABLE)) < 0)
 		return rc;
+	return 0;
+}
+
+/* A hole punched over the whole memfd: the mapping, and so the guest, reads
+ * zeros, and the memory goes back to the host. */
+int machine_ram_clear(struct machine *m)
+{
+	if (m->ram_private)
+		return -EINVAL;   /* a clone's pages are not its own to punch */
+	if (fallocate(m->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+		      (off_t)m->cfg.mem_bytes) < 0)
+		return -errno;
 	return 0;
 }
 

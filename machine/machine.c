@@ -642,6 +642,38 @@ void machine_free(struct machine *m)
 	free(m);
 }
 
+/* A reset served in place (the owner reboots the guest on this machine):
+ * the vCPU threads that machine_stop ended are joined and new ones started,
+ * parked. KVM's VM, vCPUs, their state and the RAM are kept as they are. */
+int machine_restart(struct machine *m)
+{
+	int r;
+
+	if (!machine_stopped(m, NULL))
+		return -EBUSY;
+	for (int i = 0; i < m->ncpus; i++) {
+		if (m->vcpus[i].thread_started)
+			pthread_join(m->vcpus[i].thread, NULL);
+		m->vcpus[i].thread_started = false;
+		m->vcpus[i].idle = false;
+		m->vcpus[i].kvm.run->immediate_exit = 1;   /* first KVM_RUN parks at once */
+	}
+	pthread_mutex_lock(&m->lock);
+	snap_drop_locked(m);
+	m->stopping = false;
+	m->stop_status = 0;
+	m->parked = 0;
+	m->pause_req = true;
+	pthread_mutex_unlock(&m->lock);
+	for (int i = 0; i < m->ncpus; i++) {
+		if ((r = -pthread_create(&m->vcpus[i].thread, NULL, vcpu_thread, &m->vcpus[i])) < 0)
+			return r;     /* machine_free joins the ones that started */
+		m->vcpus[i].thread_started = true;
+	}
+	machine_pause(m);
+	return 0;
+}
+
 /* ---- dirty pages and state ---------------------------------------------- */
 
 int machine_set_hot_budget(struct machine *m, uint64_t pages)

@@ -312,6 +312,15 @@ void machine_pause(struct machine *m);
 /* Asks the vCPU threads to end (the machine stays paused). */
 void machine_stop(struct machine *m, int status);
 bool machine_stopped(struct machine *m, int *status);
+/* After machine_stop, for a reset served in place (a protected guest's
+ * reboot): new vCPU threads, the machine paused and no longer stopping;
+ * the VM, its vCPUs, their state and the RAM stay as they were. -EBUSY if
+ * the machine was not stopped. */
+int machine_restart(struct machine *m) US_MUST_CHECK;
+/* On a paused machine: every page of RAM zero again, its memory handed back
+ * to the host. Neither KVM's dirty log nor the VMM's bitmap sees it: a copy
+ * of this RAM elsewhere is the caller's to clear too, or to send every page. */
+int machine_ram_clear(struct machine *m) US_MUST_CHECK;
 
 /* Console input into the UART receive FIFO; returns bytes taken. */
 size_t machine_console_input(struct machine *m, const uint8_t *buf, size_t len);

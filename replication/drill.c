@@ -286,7 +286,7 @@ static void clone_stopped(void *ctx, int status)
 	atomic_store(&r->clone_stopped, true);
 }
 
-void repl_drill_before_apply(struct repl_secondary *s)
+void repl_drill_before_apply(struct repl_secondary *s, bool all)
 {
 	struct drill_run *r = s->drill ? &s->drill->run : NULL;
 	const struct ckpt *c = &s->stage.stage;
@@ -295,7 +295,11 @@ void repl_drill_before_apply(struct repl_secondary *s)
 
 	if (!r || !r->clone || !r->active)
 		return;                  /* until activation the clone is meant to follow */
-	for (size_t i = 0; i < c->npages; i++) {
+	for (uint64_t pg = 0; all && pg < r->clone->ram_pages; pg++) {
+		__atomic_fetch_or((uint8_t *)machine_page_hva(r->clone, pg), 0, __ATOMIC_SEQ_CST);
+		r->preserved++;
+	}
+	for (size_t i = 0; !all && i < c->npages; i++) {
 		int64_t pg = machine_gfn_page(r->clone, c->gfns[i]);
 
 		if (pg < 0)

@@ -20,8 +20,9 @@ char *repl_drill_request(struct repl_secondary *s, const char *req);
 /* A Section whose name starts with "drill-" (from the primary). */
 int repl_drill_section(struct repl_secondary *s, const Understudy__Section *sec) US_MUST_CHECK;
 /* Before the staged epoch is applied to the standby: a running clone gets
- * its own copy of every page the epoch writes. */
-void repl_drill_before_apply(struct repl_secondary *s);
+ * its own copy of every page the epoch writes (all: of every page, for an
+ * epoch that clears the standby's RAM first). */
+void repl_drill_before_apply(struct repl_secondary *s, bool all);
 /* The staged epoch was applied: its console output is committed. */
 void repl_drill_applied(struct repl_secondary *s);
 void repl_drill_free(struct repl_secondary *s);

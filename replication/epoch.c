@@ -381,6 +381,7 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 		return r;
 	ee.epoch = e->epoch;
 	ee.npages = q->cap.npages + (q->open ? q->pre.npages : 0);
+	ee.reboot = q->reboot;
 	proto_digest_encode(crc, digest);
 	ee.digest.data = digest;
 	ee.digest.len = sizeof(digest);
@@ -408,6 +409,12 @@ static int send_epoch(struct repl_epochs *q, struct repl_epoch *e)
 	e->on_wire++;
 	q->out_mark_prev = e->out_mark;
 	q->open = NULL;              /* the epoch is whole on the link */
+	if (q->reboot) {
+		log_info(TAG, "epoch %llu carries the guest's reboot: %zu pages written since and the "
+			 "power-on state (the secondary clears the rest)", (unsigned long long)e->epoch,
+			 q->cap.npages);
+		q->reboot = false;
+	}
 	if (q->pre_skip)
 		q->pre_skip--;
 	return 0;

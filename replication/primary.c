@@ -1161,12 +1161,72 @@ static void on_finish_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	finish(p, p->exit_status);
 }
 
+static void on_vm_stopped(void *ctx, int status);
+
+/* The guest asked for a reset: the same machine boots it again
+ * (repl_vm_reboot) and the protection goes on. Protected, the next epoch
+ * says so (EpochEnd.reboot): the secondary clears the standby's RAM before
+ * it applies that epoch, which carries the pages written since the reset
+ * (the loader's, the guest's) and the power-on state of vCPUs and devices,
+ * and is staged whole like any epoch: a standby holds the guest from
+ * before the reset or from after it, never a mix. The encoder forgets the
+ * pages it cached (they were the standby's); pre-copied pages of an open
+ * epoch are taken again. During the initial sync every page is marked
+ * dirty instead (the next round sends all of RAM). Output commit is
+ * unchanged. false: not here (a hand-over, the last epoch of a stop in
+ * flight, a VM not booted by this process's repl_vm_boot): the guest's
+ * stop ends the VM as before. */
+static bool reboot_in_place(struct repl_primary *p)
+{
+	bool epochs = p->state == P_PROTECTING || p->state == P_PROTECTED;
+	struct machine *m = p->vm->m;
+	uint64_t *all;
+	int r;
+
+	if (p->finishing || !p->vm->poweron ||
+	    (!epochs && p->state != P_SYNC && p->state != P_CONNECTING && p->state != P_HELLO &&
+	     p->state != P_UNPROTECTED))
+		return false;
+	if ((r = repl_vm_reboot(p->vm)) < 0) {
+		/* Half reset: nothing of it may be captured or run. A standby
+		 * holding a checkpoint takes over from it; else the VM ends. */
+		fault(p, REPL_FAULT_LOCAL_FATAL, r, "rebooting the guest");
+		finish(p, 1);
+		return true;
+	}
+	if (epochs) {
+		p->ep.reboot = true;
+		proto_page_enc_reset(p->ep.enc);
+		if (p->ep.open)
+			ckpt_requeue(m, &p->ep.pre);
+	} else if (p->state == P_SYNC) {
+		if (!(all = malloc(machine_bitmap_words(m) * sizeof(uint64_t)))) {
+			fault(p, REPL_FAULT_LOCAL_FATAL, -ENOMEM, "rebooting the guest");
+			finish(p, 1);
+			return true;
+		}
+		machine_bitmap_fill(m, all);
+		machine_requeue_dirty(m, all);
+		free(all);
+	}
+	p->vm->on_stopped = on_vm_stopped;   /* on_wake took it off */
+	log_info(TAG, "the guest rebooted (after epoch %llu): booted again on the same machine%s",
+		 (unsigned long long)p->ep.epoch, epochs ? "; the next epoch carries it to the "
+		 "secondary" : p->state == P_UNPROTECTED ? " (no standby holds it)" : "");
+	net_notify(NET_NOTIFY_STATUS, "the guest rebooted after epoch %llu%s",
+		   (unsigned long long)p->ep.epoch, epochs ? ": protection goes on" : "");
+	machine_resume(m);
+	return true;
+}
+
 /* The guest stopped: its last effects are committed like any epoch's.
  * When the link is full the capture waits for a free slot (on_ack/on_sent). */
 static void on_vm_stopped(void *ctx, int status)
 {
 	struct repl_primary *p = ctx;
 
+	if (status == MACHINE_STATUS_REBOOT && reboot_in_place(p))
+		return;
 	p->exit_status = status < 0 ? 1 : status;
 	p->finishing = true;
 	if (p->state == P_PROTECTED || p->state == P_PROTECTING) {
@@ -1319,7 +1379,7 @@ static int setup(struct repl_primary *p)
 		return r;
 	p->vm->witness = p->wit;
 	repl_vm_set_gated(p->vm, true);
-	if ((r = machine_boot(p->vm->m)) < 0)
+	if ((r = repl_vm_boot(p->vm)) < 0)
 		return r;
 	/* Loading a Linux kernel and initrd can take seconds: the loop's clock,
 	 * read before, would start the connect and handshake deadlines late. */

@@ -72,6 +72,10 @@ struct repl_vm {
 	ev_io tap_w;
 	struct repl_net_held net;
 
+	/* The machine's state right after repl_vm_boot (no RAM): a guest's
+	 * reboot starts from it (repl_vm_reboot). NULL: booted otherwise. */
+	struct ckpt *poweron;
+
 	/* Loop-thread callbacks of the owner. */
 	void (*on_stopped)(void *ctx, int status);
 	/* Gated output arrived, the first since the last epoch's mark: an
@@ -102,6 +106,16 @@ uint64_t repl_vm_output_mark(struct repl_vm *v);
 /* Hands output up to the mark to the console. */
 void repl_vm_release(struct repl_vm *v, uint64_t upto);
 void repl_vm_set_gated(struct repl_vm *v, bool gated);
+/* machine_boot, then the power-on state kept for repl_vm_reboot. */
+int repl_vm_boot(struct repl_vm *v) US_MUST_CHECK;
+/* The guest asked for a reset and its machine stopped: the same machine
+ * boots it again as at power-on (RAM zero, the kernel, initrd and command
+ * line loaded again and those pages dirty, vCPUs and devices in their
+ * power-on state; the disk image and the tap as they are). The zeroed
+ * pages are not marked dirty (machine_ram_clear). Returns with the machine
+ * paused; on an error it is half reset and must not run or be captured.
+ * -ENOTSUP: not booted by repl_vm_boot. */
+int repl_vm_reboot(struct repl_vm *v) US_MUST_CHECK;
 
 /* vm_net.c: the tap of a VM with a NIC (cfg->nnets), opened with the
  * machine (a standby's too: at setup, not at takeover); frames from it go
@@ -391,6 +405,8 @@ struct repl_epochs {
 	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
 	bool hold_output;          /* switchover: nothing more leaves here (the new primary replays it) */
 	bool hot_off;              /* a hand-over is coming: no hot pages (each would be in every epoch) */
+	bool reboot;               /* the guest rebooted: the next epoch to leave says so
+				    * (the secondary clears the standby's RAM first) */
 	uint64_t worst_pages;
 	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
 	struct repl_drill_pri drill;

@@ -239,6 +239,60 @@ err:
 	return r;
 }
 
+static void poweron_free(struct repl_vm *v)
+{
+	if (v->poweron)
+		ckpt_fini(v->poweron);
+	free(v->poweron);
+	v->poweron = NULL;
+}
+
+int repl_vm_boot(struct repl_vm *v)
+{
+	struct ckpt_image *img;
+	int r;
+
+	if ((r = machine_boot(v->m)) < 0)
+		return r;
+	img = malloc(sizeof(*img));
+	v->poweron = malloc(sizeof(*v->poweron));
+	if (!img || !v->poweron) {
+		free(v->poweron);
+		v->poweron = NULL;
+		free(img);
+		return -ENOMEM;
+	}
+	ckpt_init(v->poweron);
+	v->poweron->config_digest = machine_config_digest(&v->m->cfg);
+	machine_pause(v->m);     /* the vCPUs start parked: this waits until they are */
+	r = ckpt_image_read(v->m, img);
+	if (r == 0)
+		r = ckpt_state_encode(v->poweron, img);
+	free(img);
+	if (r < 0) {
+		log_error(TAG, "reading the power-on state: %s", strerror(-r));
+		poweron_free(v);
+	}
+	return r;
+}
+
+/* The state first, then the loader: machine_boot writes RAM (marking it)
+ * and vCPU 0's boot registers, which the power-on state holds already. */
+int repl_vm_reboot(struct repl_vm *v)
+{
+	int r;
+
+	if (!v->poweron)
+		return -ENOTSUP;
+	if ((r = machine_restart(v->m)) < 0)
+		return r;
+	atomic_store(&v->stopped, false);
+	if ((r = machine_ram_clear(v->m)) < 0 || (r = ckpt_apply(v->m, v->poweron)) < 0 ||
+	    (r = machine_boot(v->m)) < 0)
+		log_error(TAG, "rebooting the guest: %s", strerror(-r));
+	return r;
+}
+
 int repl_vm_open_console(struct repl_vm *v, const char *console)
 {
 	struct console_ops cops = { .input = on_input, .hangup = on_hangup,
@@ -304,6 +358,7 @@ void repl_vm_free(struct repl_vm *v)
 	}
 	ev_async_stop(v->loop, &v->wake);
 	pthread_mutex_destroy(&v->out_lock);
+	poweron_free(v);
 	free(v->out);
 	free(v);
 }

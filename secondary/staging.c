@@ -284,12 +284,32 @@ static enum repl_fault_kind apply_fault(int err)
 	return err == -ENOMEM ? REPL_FAULT_LOCAL_TRANSIENT : REPL_FAULT_PEER_PROTOCOL;
 }
 
+/* The primary's guest rebooted: its RAM is zero but for the pages of this
+ * epoch. The standby's is cleared as well, once the epoch is known good (a
+ * refused one leaves the standby as it was). */
+static int clear_for_reboot(struct repl_staging *g, struct repl_fault *f)
+{
+	int r = ckpt_validate(g->vm->m, &g->stage);
+
+	if (r < 0) {
+		repl_fault_set(f, apply_fault(r), r, "epoch %llu cannot be applied: %s",
+			       (unsigned long long)g->cur, strerror(-r));
+		return r;
+	}
+	if ((r = machine_ram_clear(g->vm->m)) < 0)
+		repl_fault_set(f, REPL_FAULT_LOCAL_FATAL, r, "epoch %llu: clearing the standby's RAM "
+			       "for the guest's reboot: %s", (unsigned long long)g->cur, strerror(-r));
+	return r;
+}
+
 int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee, struct repl_fault *f)
 {
 	uint64_t t0 = now_ns();
 	int r;
 
 	if ((r = check_complete(g, ee, f)) < 0)
+		return r;
+	if (ee->reboot && (r = clear_for_reboot(g, f)) < 0)
 		return r;
 	if ((r = ckpt_apply(g->vm->m, &g->stage)) < 0) {
 		repl_fault_set(f, apply_fault(r), r, "epoch %llu cannot be applied: %s",

@@ -457,7 +457,7 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 {
 	int r;
 
-	repl_drill_before_apply(s);    /* a drill's clone keeps its view of the pages */
+	repl_drill_before_apply(s, ee->reboot);   /* a drill's clone keeps its view of the pages */
 	r = repl_staging_end(&s->stage, ee, &s->rx_fault);
 	if (r < 0) {
 		if (s->rx_fault.kind == REPL_FAULT_PEER_PROTOCOL)
@@ -467,6 +467,13 @@ static int end_epoch(struct repl_secondary *s, const Understudy__EpochEnd *ee)
 	if (s->stage.applied == 1) {
 		log_info(TAG, "first checkpoint applied: the VM is protected");
 		net_notify(NET_NOTIFY_READY, "standby of %s complete", s->cfg.guest);
+	}
+	if (ee->reboot) {
+		/* Not a failure: the primary booted the guest again and goes on. */
+		log_info(TAG, "the guest rebooted on the primary: epoch %llu, applied whole onto the "
+			 "cleared RAM, holds it rebooted", (unsigned long long)s->stage.applied);
+		net_notify(NET_NOTIFY_STATUS, "standby: the guest rebooted (epoch %llu)",
+			   (unsigned long long)s->stage.applied);
 	}
 	repl_drill_applied(s);
 	repl_event_log("ack-out %llu", (unsigned long long)s->stage.applied);
