@@ -47,6 +47,12 @@
 /* Optional: the sender answers drill Sections (DrillRequest in
  * understudy.proto); a secondary runs no drill with a primary without it. */
 #define PROTO_CAP_DRILL (1ull << 2)
+/* Optional: the sender applies EpochEnd.reboot (a secondary clears its
+ * standby's RAM for a guest's reboot epoch). A primary reboots a protected
+ * guest in place only with a secondary that says so: one without it would
+ * apply that epoch over the old RAM. */
+#define PROTO_CAP_REBOOT (1ull << 3)
+#define PROTO_CAPS_KNOWN (PROTO_CAPS_REQUIRED | PROTO_CAP_DRILL | PROTO_CAP_REBOOT)
 
 /* Frame types. Message types carry the protobuf message of that name;
  * 3, 4, 10 and 11 are retired (never sent) and refused as unknown. */

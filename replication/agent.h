@@ -27,6 +27,7 @@ struct repl_primary {
 	struct repl_sync sync;
 	struct repl_epochs ep;
 
+	uint64_t peer_caps;        /* the secondary's Hello.capabilities */
 	bool finishing;            /* guest stopped: last epoch in flight */
 	bool final_pending;        /* ...not captured yet (no free slot) */
 	uint64_t final_epoch;

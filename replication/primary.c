@@ -790,6 +790,7 @@ static int on_hello(struct repl_primary *p, const Understudy__Hello *h)
 		log_error(TAG, "secondary refused: %s", err);
 		return r;
 	}
+	p->peer_caps = h->capabilities;
 	r = repl_hello_timing(h, &p->peer_timing, err, sizeof(err));
 	if (r == 0)
 		r = repl_check_timing(&p->timing, &p->peer_timing, err, sizeof(err));
@@ -1174,8 +1175,9 @@ static void on_vm_stopped(void *ctx, int status);
  * epoch are taken again. During the initial sync every page is marked
  * dirty instead (the next round sends all of RAM). Output commit is
  * unchanged. false: not here (a hand-over, the last epoch of a stop in
- * flight, a VM not booted by this process's repl_vm_boot): the guest's
- * stop ends the VM as before. */
+ * flight, a VM not booted by this process's repl_vm_boot, a secondary
+ * that does not apply a reboot epoch: no PROTO_CAP_REBOOT in its Hello):
+ * the guest's stop ends the VM as before. */
 static bool reboot_in_place(struct repl_primary *p)
 {
 	bool epochs = p->state == P_PROTECTING || p->state == P_PROTECTED;
@@ -1187,6 +1189,11 @@ static bool reboot_in_place(struct repl_primary *p)
 	    (!epochs && p->state != P_SYNC && p->state != P_CONNECTING && p->state != P_HELLO &&
 	     p->state != P_UNPROTECTED))
 		return false;
+	if (epochs && !(p->peer_caps & PROTO_CAP_REBOOT)) {
+		log_warn(TAG, "the guest rebooted, and the secondary cannot take a reboot epoch (an "
+			 "older understudy): the VM ends as it did there");
+		return false;
+	}
 	if ((r = repl_vm_reboot(p->vm)) < 0) {
 		/* Half reset: nothing of it may be captured or run. A standby
 		 * holding a checkpoint takes over from it; else the VM ends. */

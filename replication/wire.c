@@ -238,7 +238,7 @@ int repl_send_hello_resume(struct repl_link *l, Understudy__Role role,
 	h.config_digest64 = digest;
 	h.config_digest.data = digest_le;
 	h.config_digest.len = sizeof(digest_le);
-	h.capabilities = PROTO_CAPS_REQUIRED | PROTO_CAP_DRILL;
+	h.capabilities = PROTO_CAPS_KNOWN;
 	h.heartbeat_ms = t->heartbeat_ms;
 	h.timeout_ms = t->timeout_ms;
 	h.epoch_ms = t->epoch_ms;
@@ -314,9 +314,9 @@ int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *er
 			 (unsigned long long)h->capabilities, (unsigned long long)PROTO_CAPS_REQUIRED);
 		return -EPROTONOSUPPORT;
 	}
-	if (h->capabilities & ~(PROTO_CAPS_REQUIRED | PROTO_CAP_DRILL))
+	if (h->capabilities & ~PROTO_CAPS_KNOWN)
 		log_info(TAG, "peer offers capabilities 0x%llx this side does not know; ignored",
-			 (unsigned long long)(h->capabilities & ~(PROTO_CAPS_REQUIRED | PROTO_CAP_DRILL)));
+			 (unsigned long long)(h->capabilities & ~PROTO_CAPS_KNOWN));
 	return 0;
 }
 
