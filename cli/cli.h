@@ -178,9 +178,6 @@ int cli_config_blame(const struct cli_config *cf, char **argv, int next);
 	"                        in log lines, status, metrics (vm=\"NAME\"), hooks (UNDERSTUDY_VM),\n" \
 	"                        the default witness key and control socket; default: the config\n" \
 	"                        file's name without its extension, else the guest or kernel\n"
-#define CLI_NAME_CLIENT_HELP \
-	"  --name NAME           instead of --control: the VM NAME of this host, whose socket is\n" \
-	"                        $UNDERSTUDY_RUN_DIR/NAME.sock (default /run/understudy/NAME.sock)\n"
 
 struct cli_name {
 	char name[CLI_NAME_MAX];      /* "": not known (a secondary told nothing) */
