@@ -144,6 +144,7 @@ struct cli_config_word {
 };
 
 struct cli_config {
+	const char *file;             /* the first --config FILE, or NULL */
 	int argc;                     /* the argv the command parses instead */
 	char **argv;
 	struct cli_config_word *words;
@@ -166,6 +167,45 @@ int cli_config_apply(struct cli_config *cf, int *argc, char ***argv, const char 
  * what is wrong: when the word getopt_long just consumed (argv[next - 1],
  * next being optind) came from a file, names its file and line. Returns 2. */
 int cli_config_blame(const struct cli_config *cf, char **argv, int next);
+
+/* ---- the VM's name and the control sockets of this host (name.c) ---------- */
+
+#define CLI_NAME_MAX 64
+#define CLI_RUN_DIR "/run/understudy"
+/* getopt_long entry of --name, the same id in every command. */
+#define CLI_NAME_OPTION 1400
+#define CLI_NAME_LONG { "name", required_argument, NULL, CLI_NAME_OPTION }
+#define CLI_NAME_HELP \
+	"  --name NAME           the VM's name (A-Z a-z 0-9 . _ -, 1..63, not starting with '.'):\n" \
+	"                        in log lines, status, metrics (vm=\"NAME\"), hooks (UNDERSTUDY_VM),\n" \
+	"                        the default witness key and control socket; default: the config\n" \
+	"                        file's name without its extension, else the guest or kernel\n"
+
+struct cli_name {
+	char name[CLI_NAME_MAX];      /* "": not known (a secondary told nothing) */
+	bool given;                   /* by --name or the config key */
+	char control[108];            /* the default control socket, once made */
+};
+
+bool cli_name_valid(const char *name);
+/* --name NAME; 0 or 2 after printing why. */
+int cli_name_set(struct cli_name *nm, const char *arg);
+/* Without --name: the first config file's name less its extension (2 when
+ * that is no name), else the kernel's file name, else the guest's kind
+ * (cfg may be NULL); else the name stays "". 0 or 2 after printing why. */
+int cli_name_resolve(struct cli_name *nm, const struct cli_config *cf,
+		     const struct machine_config *cfg);
+/* $UNDERSTUDY_RUN_DIR, else CLI_RUN_DIR. */
+const char *cli_run_dir(void);
+/* DIR/NAME.sock into out; 0 or 2 after printing why (too long). */
+int cli_name_socket(const char *dir, const char *name, char *out, size_t len);
+/* A client command's socket: control if given, else the one of --name in
+ * the run directory, else NULL. */
+const char *cli_name_client_control(struct cli_name *nm, const char *control);
+/* An agent's socket: *control if given (as it is), else, for a known name,
+ * RUN_DIR/NAME.sock (the directory made 0700 if missing); 2 after printing
+ * why when an agent already answers there (another VM of the name). */
+int cli_name_agent_control(const char *cmd, struct cli_name *nm, const char **control);
 
 /* ---- the subcommands: argv[0] is the subcommand; returns the exit status -- */
 
@@ -201,5 +241,6 @@ void cli_print_json(struct json_object *o);
 int cli_cmd_snapshot(int argc, char **argv);
 int cli_cmd_restore(int argc, char **argv);
 int cli_cmd_drill(int argc, char **argv);
+int cli_cmd_list(int argc, char **argv);
 
 #endif

@@ -288,6 +288,8 @@ int cli_config_apply(struct cli_config *cf, int *argc, char ***argv, const char 
 		}
 		if ((r = read_file(cf, cmd, file, longopts)))
 			goto out;
+		if (!cf->file)
+			cf->file = file;
 	}
 	if (!cf->nwords && ncli == n) {   /* no --config: leave argv alone */
 		free(cli);

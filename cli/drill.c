@@ -33,7 +33,7 @@ static const char drill_help[] =
 	"usage: understudy drill KIND [options]\n"
 	"       understudy drill history DIR\n"
 	"kinds:\n"
-	"  test-failover --control SECONDARY_CONTROL [--seconds N] [--probe CMD] [--json]\n"
+	"  test-failover --control SECONDARY_CONTROL|--name NAME [--seconds N] [--probe CMD] [--json]\n"
 	"                [--report-dir DIR]\n"
 	"      On the secondary: an isolated clone of the standby starts at its last complete\n"
 	"      checkpoint (own VM, console captured, no network; pages shared copy-on-write),\n"
@@ -44,7 +44,7 @@ static const char drill_help[] =
 	"      --probe CMD: CMD runs under /bin/sh with the clone's console on its stdin\n"
 	"      (everything the clone wrote since it started) and stdout (bytes to the\n"
 	"      clone); exit status 0 means the clone passed. Given up after 100 s.\n"
-	"  switchover --control PRIMARY_CONTROL --listen HOST:PORT [--back] [--timeout-ms N]\n"
+	"  switchover --control PRIMARY_CONTROL|--name NAME --listen HOST:PORT [--back] [--timeout-ms N]\n"
 	"             [--json] [--report-dir DIR]\n"
 	"      A planned switchover (understudy switchover), and with --back the switch back\n"
 	"      (the new standby asks its primary for the guest back). Reports the downtime\n"
@@ -414,6 +414,7 @@ int cli_cmd_drill(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "seconds", required_argument, NULL, 's' },
 		{ "probe", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
@@ -422,6 +423,7 @@ int cli_cmd_drill(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct drill_cli c = { .seconds = 5 };
+	struct cli_name nm = { 0 };
 	const char *kind;
 	char *end;
 	int opt;
@@ -459,6 +461,10 @@ int cli_cmd_drill(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c': c.control = optarg; break;
+		case CLI_NAME_OPTION:
+			if (cli_name_set(&nm, optarg))
+				return 2;
+			break;
 		case 's':
 			c.seconds = (unsigned)strtoul(optarg, &end, 10);
 			if (*end || !optarg[0] || c.seconds < 1 || c.seconds > 3600) {
@@ -473,6 +479,7 @@ int cli_cmd_drill(int argc, char **argv)
 		default: fputs(drill_help, stderr); return 2;
 		}
 	}
+	c.control = cli_name_client_control(&nm, c.control);
 	if (!c.control || optind < argc) {
 		fprintf(stderr, "understudy drill test-failover: --control SECONDARY_CONTROL is "
 			"required%s\n", optind < argc ? " (and takes no other arguments)" : "");

@@ -241,7 +241,7 @@ static int drill_run(const struct dl_opts *o, const char *self)
 		x.pri_timeout_ms = SLOW_PRI_TIMEOUT_MS;
 	}
 	stamp(start, sizeof(start));
-	if ((r = dl_oracle_run(self, o->guest, ORACLE_COUNT, &oracle)) < 0) {
+	if ((r = dl_oracle_run(self, o->guest, dir, ORACLE_COUNT, &oracle)) < 0) {
 		fprintf(stderr, "understudy drill local: the uninterrupted run of %s failed: %s\n",
 			o->guest, strerror(-r));
 		rm_tree(dir);

@@ -22,9 +22,10 @@ struct dl_oracle {
 	char (*digest)[24];
 };
 
-/* self, guest: the binary and its --guest spec. 0 or -errno. */
-int dl_oracle_run(const char *self, const char *guest, unsigned count, struct dl_oracle *o)
-	__attribute__((warn_unused_result));
+/* self, guest: the binary and its --guest spec; dir: the drill's directory,
+ * where the run's control socket goes. 0 or -errno. */
+int dl_oracle_run(const char *self, const char *guest, const char *dir, unsigned count,
+		  struct dl_oracle *o) __attribute__((warn_unused_result));
 void dl_oracle_fini(struct dl_oracle *o);
 
 /* One user of the guest's console: one incr at a time, every reply checked

@@ -58,12 +58,17 @@ static int oracle_read(FILE *f, struct dl_oracle *o)
 	return got == o->count ? 0 : -EPROTO;
 }
 
-int dl_oracle_run(const char *self, const char *guest, unsigned count, struct dl_oracle *o)
+int dl_oracle_run(const char *self, const char *guest, const char *dir, unsigned count,
+		  struct dl_oracle *o)
 {
+	char ctl[256];
 	int in[2], out[2], status, r;
 	pid_t pid, feeder;
 	FILE *f;
 
+	/* Its own control socket, in the drill's directory: without one it
+	 * would take the default /run/understudy/NAME.sock of its guest's name. */
+	snprintf(ctl, sizeof(ctl), "%s/oracle.ctl", dir);
 	o->count = count;
 	if (!(o->digest = calloc(count + 1, sizeof(*o->digest))))
 		return -ENOMEM;
@@ -78,7 +83,8 @@ int dl_oracle_run(const char *self, const char *guest, unsigned count, struct dl
 		dup2(out[1], 1);
 		dup2(null, 2);
 		close(in[0]); close(in[1]); close(out[0]); close(out[1]);
-		execl(self, "understudy", "run", "--guest", guest, "--console", "stdio", (char *)NULL);
+		execl(self, "understudy", "run", "--guest", guest, "--console", "stdio", "--control", ctl,
+		      (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);

@@ -19,7 +19,7 @@
 #include "proto/proto.h"
 
 static const char help[] =
-	"usage: understudy drill switchover --control PRIMARY_CONTROL --listen HOST:PORT [--back]\n"
+	"usage: understudy drill switchover --control PRIMARY_CONTROL|--name NAME --listen HOST:PORT [--back]\n"
 	"                                   [--timeout-ms N] [--json] [--report-dir DIR]\n"
 	"A planned switchover of the protected primary at PRIMARY_CONTROL (its VM becomes the\n"
 	"standby at HOST:PORT), then, with --back, the switch back. PASS when each leg\n"
@@ -248,6 +248,7 @@ int cli_drill_switchover(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "listen", required_argument, NULL, 'l' },
 		{ "back", no_argument, NULL, 'b' },
 		{ "timeout-ms", required_argument, NULL, 't' },
@@ -262,6 +263,7 @@ int cli_drill_switchover(int argc, char **argv)
 	struct leg away = { 0 }, home = { 0 };
 	char start[32], end[32], *e;
 	struct proto_json_reader st;
+	struct cli_name nm = { 0 };
 	json_object *rep;
 	int opt;
 
@@ -269,6 +271,10 @@ int cli_drill_switchover(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c': control = optarg; break;
+		case CLI_NAME_OPTION:
+			if (cli_name_set(&nm, optarg))
+				return 2;
+			break;
 		case 'l':
 			listen = optarg;
 			if (cli_check_host_port("--listen", optarg))
@@ -288,6 +294,7 @@ int cli_drill_switchover(int argc, char **argv)
 		default: fputs(help, stderr); return 2;
 		}
 	}
+	control = cli_name_client_control(&nm, control);
 	if (!control || !listen || optind < argc || strchr(listen, ' ') || strlen(listen) > 127) {
 		fputs(help, stderr);
 		return 2;

@@ -24,6 +24,7 @@ static const struct {
 	{ "snapshot", cli_cmd_snapshot, "ask a running VM to write a snapshot file" },
 	{ "restore", cli_cmd_restore, "rebuild a VM from snapshot files and run it" },
 	{ "drill", cli_cmd_drill, "failover drill on a protected pair (test-failover), history of reports" },
+	{ "list", cli_cmd_list, "the VMs of this host: name, role, state, epoch, lag, peer" },
 };
 
 static void usage(FILE *f)
@@ -36,7 +37,8 @@ static void usage(FILE *f)
 	cli_print_guests(f);
 	fprintf(f, "\n--config FILE: options from FILE, one 'key = value' per line, the keys named like\n"
 		"the long options (listen = 127.0.0.1:7000, insecure = true); the command line\n"
-		"wins. By convention /etc/understudy/NAME.conf. See understudy(8).\n");
+		"wins. By convention /etc/understudy/NAME.conf: NAME is then the VM's name (--name),\n"
+		"its control socket /run/understudy/NAME.sock ($UNDERSTUDY_RUN_DIR). See understudy(8).\n");
 }
 
 int main(int argc, char **argv)

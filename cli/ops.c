@@ -57,7 +57,7 @@ int cli_ops_options_check(const char *cmd, const struct ops_options *o)
 }
 
 int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char *host_role,
-		  struct cli_ops *c)
+		  const char *name, struct cli_ops *c)
 {
 	int r;
 
@@ -65,7 +65,7 @@ int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char 
 	if (!log_has_role())
 		log_set_role(host_role);   /* the agent sets the same later: lines before it have it too */
 	if (o->metrics) {
-		if (repl_metrics_new(host_role, &c->metrics) < 0)
+		if (repl_metrics_new(host_role, name, &c->metrics) < 0)
 			goto err;
 		if (net_metrics_start(loop, o->metrics, repl_metrics_render, c->metrics, &c->http) < 0)
 			goto err;
@@ -78,7 +78,7 @@ int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char 
 		}
 	}
 	repl_metrics_set_hooks(c->metrics, c->hooks);
-	c->ops = (struct repl_ops){ .metrics = c->metrics, .hooks = c->hooks };
+	c->ops = (struct repl_ops){ .metrics = c->metrics, .hooks = c->hooks, .name = name };
 	return 0;
 err:
 	cli_ops_stop(c);

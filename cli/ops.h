@@ -29,8 +29,9 @@
 	"  --metrics HOST:PORT   serve Prometheus metrics at http://HOST:PORT/metrics\n" \
 	"  --on-event CMD        run CMD (by /bin/sh) on each event: protected, unprotected,\n" \
 	"                        takeover, fenced, switchover, migrated, drill-pass, drill-fail;\n" \
-	"                        UNDERSTUDY_EVENT, _ROLE, _EPOCH, _PEER, _VM, _REASON, _TIME in\n" \
-	"                        its environment; never waited for, failures are logged\n" \
+	"                        UNDERSTUDY_EVENT, _ROLE, _EPOCH, _PEER, _VM (the name), _GUEST,\n" \
+	"                        _REASON, _TIME in its environment; never waited for, failures\n" \
+	"                        are logged\n" \
 	"  --on-event-timeout-ms N   kill a hook still running after N ms (default 30000)\n" \
 	"  --log-format text|json    json: one object per line on stderr (default text)\n"
 
@@ -58,9 +59,10 @@ int cli_parse_ops_option(const char *cmd, struct ops_options *o, int opt, const 
 /* Checks they fit together; 0 or 2 after printing why. */
 int cli_ops_options_check(const char *cmd, const struct ops_options *o);
 /* Starts the metrics server and the hooks on loop (host_role: "primary" or
- * "secondary"); 0, or 1 (the exit status) after logging why. */
+ * "secondary"; name: the VM's, kept by pointer, "" when not known); 0, or 1
+ * (the exit status) after logging why. */
 int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char *host_role,
-		  struct cli_ops *c);
+		  const char *name, struct cli_ops *c);
 void cli_ops_stop(struct cli_ops *c);
 
 #endif

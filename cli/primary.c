@@ -9,7 +9,7 @@
 static const char primary_help[] =
 	"usage: understudy primary [VM options] --peer HOST:PORT [--epoch-ms N]\n"
 	"                          [--timeout-ms N] [--handshake-timeout-ms N] [--control PATH]\n"
-	"                          [link options] [witness options]\n"
+	"                          [--name NAME] [link options] [witness options]\n"
 	"Runs the VM and checkpoints it every --epoch-ms (default 25) to the secondary at\n"
 	"--peer; guest output leaves only once the secondary holds the checkpoint that\n"
 	"produced it. If the secondary is silent for --timeout-ms (default 500), the VM\n"
@@ -23,8 +23,10 @@ static const char primary_help[] =
 	"epoch early, at least --min-epoch-ms (default 2) after the last one, so that a\n"
 	"reply waits for one pause and one round trip rather than a whole epoch\n"
 	"(--min-epoch-ms >= --epoch-ms: the timer only). A guest's reboot boots it again\n"
-	"on the same machine, still protected: the next epoch carries it to the standby.\n\n"
-	VM_OPTIONS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
+	"on the same machine, still protected: the next epoch carries it to the standby.\n"
+	"Without --control the control socket is $UNDERSTUDY_RUN_DIR/NAME.sock (default\n"
+	"/run/understudy/NAME.sock).\n\n"
+	VM_OPTIONS_HELP CLI_NAME_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
 {
@@ -39,10 +41,12 @@ int cli_cmd_primary(int argc, char **argv)
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	struct vm_options vo;
 	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500,
 				       .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
@@ -70,6 +74,7 @@ int cli_cmd_primary(int argc, char **argv)
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
 			break;
 		case 'c': o.control = optarg; r = cli_check_control("--control", optarg); break;
+		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
 		default:
 			r = cli_is_ops_option(opt) ? cli_parse_ops_option("primary", &ops, opt, optarg) :
 			    opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
@@ -85,14 +90,17 @@ int cli_cmd_primary(int argc, char **argv)
 		fprintf(stderr, "understudy primary: --peer HOST:PORT is required\n");
 		return 2;
 	}
-	if (cli_vm_options_check(&vo) ||
+	if (cli_vm_options_check(&vo) || cli_name_resolve(&nm, &cf, &vo.cfg) ||
 	    cli_net_options_check(&o.net, false) ||
-	    cli_witness_options_check(&wo, vo.cfg.guest) || cli_ops_options_check("primary", &ops))
+	    cli_witness_options_check(&wo, nm.name) || cli_ops_options_check("primary", &ops))
+		return 2;
+	log_set_vm(nm.name);
+	if (cli_name_agent_control("primary", &nm, &o.control))
 		return 2;
 	o.witness = wo.o;
 	o.cfg = vo.cfg;
 	o.console = vo.console;
-	if (cli_ops_start(&ops, ev_default_loop(0), "primary", &co))
+	if (cli_ops_start(&ops, ev_default_loop(0), "primary", nm.name, &co))
 		return 1;
 	o.ops = co.ops;
 	status = host_primary_run(ev_default_loop(0), &o);

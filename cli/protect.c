@@ -18,7 +18,7 @@
 #include "proto/proto.h"
 
 static const char protect_help[] =
-	"usage: understudy protect --control PATH --peer HOST:PORT [--epoch-ms N] [--timeout-ms N]\n"
+	"usage: understudy protect --control PATH|--name NAME --peer HOST:PORT [--epoch-ms N] [--timeout-ms N]\n"
 	"                          [--handshake-timeout-ms N] [--no-wait] [link options]\n"
 	"Attaches the secondary waiting at --peer (understudy secondary) to the running VM\n"
 	"whose control socket is PATH: initial sync while the guest runs, then protected\n"
@@ -146,6 +146,7 @@ int cli_cmd_protect(int argc, char **argv)
 	static const struct option longopts[] = {
 		NET_OPTIONS_LONG,
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "peer", required_argument, NULL, 'p' },
 		{ "epoch-ms", required_argument, NULL, 'e' },
 		{ "timeout-ms", required_argument, NULL, 't' },
@@ -155,6 +156,7 @@ int cli_cmd_protect(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, timeout_ms = 500, hs_ms = 5000;
@@ -170,6 +172,7 @@ int cli_cmd_protect(int argc, char **argv)
 		switch (opt) {
 		case 'h': fputs(protect_help, stdout); return 0;
 		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
+		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
 		case 'p': peer = optarg; r = cli_check_host_port("--peer", optarg); break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &timeout_ms); break;
@@ -182,8 +185,10 @@ int cli_cmd_protect(int argc, char **argv)
 	}
 	if (cli_check_no_more_args("protect", argc, argv))
 		return 2;
+	control = cli_name_client_control(&nm, control);
 	if (!control || !peer) {
-		fprintf(stderr, "understudy protect: --control PATH and --peer HOST:PORT are required\n");
+		fprintf(stderr, "understudy protect: --control PATH (or --name NAME) and --peer HOST:PORT "
+			"are required\n");
 		return 2;
 	}
 	if (cli_net_options_check(&net, false))
@@ -208,7 +213,7 @@ int cli_cmd_protect(int argc, char **argv)
 /* ---- understudy migrate ------------------------------------------------------ */
 
 static const char migrate_help[] =
-	"usage: understudy migrate --control PATH --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
+	"usage: understudy migrate --control PATH|--name NAME --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
 	"                          [--epoch-ms N] [--timeout-ms N] [--no-auto-converge] [--json]\n"
 	"                          [--bandwidth MiB/s] [--postcopy-after ROUNDS|never] [--with-disk]\n"
 	"                          [--handshake-timeout-ms N] [link options]\n"
@@ -527,6 +532,7 @@ int cli_cmd_migrate(int argc, char **argv)
 	static const struct option longopts[] = {
 		NET_OPTIONS_LONG,
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "to", required_argument, NULL, 'p' },
 		{ "downtime-ms", required_argument, NULL, 'd' },
 		{ "max-time", required_argument, NULL, 'm' },
@@ -542,6 +548,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	struct net_config net = { 0 };
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000, link_timeout_ms = 500;
@@ -558,6 +565,7 @@ int cli_cmd_migrate(int argc, char **argv)
 		switch (opt) {
 		case 'h': fputs(migrate_help, stdout); return 0;
 		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
+		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
 		case 'p': peer = optarg; r = cli_check_host_port("--to", optarg); break;
 		case 'd': r = cli_parse_ms("--downtime-ms", optarg, 1, &downtime_ms); break;
 		case 'm':
@@ -586,8 +594,10 @@ int cli_cmd_migrate(int argc, char **argv)
 	}
 	if (cli_check_no_more_args("migrate", argc, argv))
 		return 2;
+	control = cli_name_client_control(&nm, control);
 	if (!control || !peer) {
-		fprintf(stderr, "understudy migrate: --control PATH and --to HOST:PORT are required\n");
+		fprintf(stderr, "understudy migrate: --control PATH (or --name NAME) and --to HOST:PORT "
+			"are required\n");
 		return 2;
 	}
 	if (cli_net_options_check(&net, false) ||

@@ -12,7 +12,7 @@
 
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
-	"                          [--disk IMAGE] [--net tap:NAME[,mac=MAC]]\n"
+	"                          [--name NAME] [--disk IMAGE] [--net tap:NAME[,mac=MAC]]\n"
 	"Rebuilds the VM saved in FILE (a full snapshot), applies the incremental\n"
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
 	"Nothing runs unless every file is intact and they form one chain.\n"
@@ -25,8 +25,10 @@ static const char restore_help[] =
 	"is asked to announce itself there). The NIC keeps the saved MAC (the one given\n"
 	"with mac= when the VM was started, else the derived one); a mac= here must be\n"
 	"that one (another is refused, exit 2).\n"
-	"A restored guest's reboot ends the VM with status 0 (it is not booted again).\n\n"
-	OPS_OPTIONS_HELP;
+	"A restored guest's reboot ends the VM with status 0 (it is not booted again).\n"
+	"Without --control the control socket is $UNDERSTUDY_RUN_DIR/NAME.sock (default\n"
+	"/run/understudy/NAME.sock), NAME by default the saved guest's or kernel's.\n\n"
+	CLI_NAME_HELP OPS_OPTIONS_HELP;
 
 /* The tap of --net for the saved VM of cfg into cfg->net_tap. A mac= must
  * be the MAC the saved NIC has (the file's, else the derived one): the
@@ -85,10 +87,12 @@ int cli_cmd_restore(int argc, char **argv)
 		{ "control", required_argument, NULL, 'c' },
 		{ "disk", required_argument, NULL, 'D' },
 		{ "net", required_argument, NULL, 'N' },
+		CLI_NAME_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	const char *console = "stdio", *control = NULL, *disk = NULL, *net = NULL;
 	struct machine_config cfg;
 	struct ckpt_file_info info;
@@ -112,6 +116,7 @@ int cli_cmd_restore(int argc, char **argv)
 		case 'c': control = optarg; bad = cli_check_control("--control", optarg); break;
 		case 'D': disk = optarg; break;
 		case 'N': net = optarg; break;
+		case CLI_NAME_OPTION: bad = cli_name_set(&nm, optarg); break;
 		case 'h': fputs(restore_help, stdout); return 0;
 		default:
 			if (!cli_is_ops_option(opt)) {
@@ -128,9 +133,10 @@ int cli_cmd_restore(int argc, char **argv)
 		fputs(restore_help, stderr);
 		return 2;
 	}
-	if (cli_ops_options_check("restore", &ops))
+	if (cli_ops_options_check("restore", &ops) || cli_name_resolve(&nm, &cf, NULL))
 		return 2;
 	log_set_role("restore");
+	log_set_vm(nm.name);
 	ckpt_init(&c);
 	/* The base first, for the configuration (and to fail before building). */
 	if ((r = ckpt_file_read_ex(argv[optind], &c, &cfg, &info)) < 0) {
@@ -168,6 +174,14 @@ int cli_cmd_restore(int argc, char **argv)
 		ckpt_fini(&c);
 		return 2;
 	}
+	if (!nm.name[0]) {   /* the saved VM's guest or kernel (never 2 from it) */
+		(void)cli_name_resolve(&nm, NULL, &cfg);
+		log_set_vm(nm.name);
+	}
+	if (cli_name_agent_control("restore", &nm, &control)) {
+		ckpt_fini(&c);
+		return 2;
+	}
 	/* The saved disk first: the guest is built on it. */
 	if (info.disk) {
 		if (ckpt_file_restore_disk(argv[optind], disk, err, sizeof(err)) < 0) {
@@ -190,7 +204,7 @@ int cli_cmd_restore(int argc, char **argv)
 	repl_vm_net_announce(vm);
 	if (machine_net_announce(vm->m))
 		fprintf(stderr, "understudy restore: the guest is asked to announce its MAC\n");
-	if (cli_ops_start(&ops, loop, "primary", &co)) {
+	if (cli_ops_start(&ops, loop, "primary", nm.name, &co)) {
 		repl_vm_free(vm);
 		return 1;
 	}

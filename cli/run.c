@@ -7,10 +7,12 @@
 #include "host/host.h"
 
 static const char run_help[] =
-	"usage: understudy run [VM options] [--control PATH]\n"
+	"usage: understudy run [VM options] [--name NAME] [--control PATH]\n"
 	"Runs a VM unprotected until the guest powers off, or SIGINT/SIGTERM.\n\n"
 	VM_OPTIONS_HELP
-	"  --control PATH        control socket (understudy snapshot --control PATH ...)\n"
+	CLI_NAME_HELP
+	"  --control PATH        control socket (understudy snapshot --control PATH ...); default\n"
+	"                        $UNDERSTUDY_RUN_DIR/NAME.sock (/run/understudy/NAME.sock)\n"
 	OPS_OPTIONS_HELP
 	"\nexit status: the guest's power-off status; 1 on errors; 2 on bad options\n"
 	"(a guest's reboot boots the VM again)\n";
@@ -21,10 +23,12 @@ int cli_cmd_run(int argc, char **argv)
 		VM_OPTIONS_LONG,
 		OPS_OPTIONS_LONG,
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	struct vm_options vo;
 	const char *control = NULL;
 	struct ev_loop *loop;
@@ -43,6 +47,7 @@ int cli_cmd_run(int argc, char **argv)
 		switch (opt) {
 		case 'h': fputs(run_help, stdout); return 0;
 		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
+		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
 		default:
 			r = cli_is_ops_option(opt) ? cli_parse_ops_option("run", &ops, opt, optarg) :
 			    cli_parse_option(opt, optarg, &vo, NULL);
@@ -52,9 +57,12 @@ int cli_cmd_run(int argc, char **argv)
 			return cli_config_blame(&cf, argv, optind);
 	}
 	if (cli_check_no_more_args("run", argc, argv) || cli_vm_options_check(&vo) ||
-	    cli_ops_options_check("run", &ops))
+	    cli_ops_options_check("run", &ops) || cli_name_resolve(&nm, &cf, &vo.cfg))
 		return 2;
 	log_set_role("run");
+	log_set_vm(nm.name);
+	if (cli_name_agent_control("run", &nm, &control))
+		return 2;
 
 	loop = ev_default_loop(0);
 	/* A guest's reboot (a Linux guest's reset) boots a fresh machine of the
@@ -66,7 +74,7 @@ int cli_cmd_run(int argc, char **argv)
 			repl_vm_free(vm);
 			return 1;
 		}
-		if (cli_ops_start(&ops, loop, "primary", &co)) {
+		if (cli_ops_start(&ops, loop, "primary", nm.name, &co)) {
 			repl_vm_free(vm);
 			return 1;
 		}

@@ -10,7 +10,8 @@
 static const char secondary_help[] =
 	"usage: understudy secondary --listen HOST:PORT --console tcp:HOST:PORT\n"
 	"                            [--failover-timeout-ms N] [--handshake-timeout-ms N]\n"
-	"                            [--control PATH] [--takeover auto|manual] [link options]\n"
+	"                            [--control PATH] [--name NAME] [--takeover auto|manual]\n"
+	"                            [link options]\n"
 	"                            [--fence-cmd CMD [--fence-timeout-ms N] [--fence-retries N]]\n"
 	"                            [witness options]\n"
 	"                            [--guest NAME --mem SIZE --cpus N]\n"
@@ -34,7 +35,10 @@ static const char secondary_help[] =
 	"writable file, emptied and sized to the primary's image when a standby is built) is\n"
 	"the standby's own copy of the VM's disk: the blocks of epoch N are written to it when\n"
 	"N commits; with --disk-sync ack (default commit) ACK(N) waits until they are durable\n"
-	"(fdatasync). A VM with a disk needs --disk here, and the sizes must match.\n\n" NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
+	"(fdatasync). A VM with a disk needs --disk here, and the sizes must match.\n"
+	"Without --control, a secondary whose VM has a name (--name, its config file, --guest\n"
+	"or --kernel) listens at $UNDERSTUDY_RUN_DIR/NAME.sock (default /run/understudy).\n\n"
+	CLI_NAME_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
 	OPS_OPTIONS_HELP;
 
 /* --fence-retries N: 0..REPL_FENCE_RETRIES_MAX. */
@@ -63,6 +67,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		{ "failover-timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "takeover", required_argument, NULL, 'T' },
 		{ "fence-cmd", required_argument, NULL, 'F' },
 		{ "fence-timeout-ms", required_argument, NULL, 'f' },
@@ -72,6 +77,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	struct vm_options vo;
 	struct repl_secondary_opts o = { .timeout_ms = 500,
 					 .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS,
@@ -101,6 +107,7 @@ int cli_cmd_secondary(int argc, char **argv)
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
 			break;
 		case 'c': o.control = optarg; r = cli_check_control("--control", optarg); break;
+		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
 		case 'T':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "manual")) {
 				fprintf(stderr, "understudy secondary: --takeover auto|manual, not '%s'\n",
@@ -153,8 +160,8 @@ int cli_cmd_secondary(int argc, char **argv)
 	 * standby takes over the same machine). */
 	if (vo.cfg.kernel[0] && cli_vm_options_check(&vo))
 		return 2;
-	if (cli_net_options_check(&o.net, true) || cli_witness_options_check(&wo, vo.cfg.guest) ||
-	    cli_ops_options_check("secondary", &ops))
+	if (cli_name_resolve(&nm, &cf, &vo.cfg) || cli_net_options_check(&o.net, true) ||
+	    cli_witness_options_check(&wo, nm.name) || cli_ops_options_check("secondary", &ops))
 		return 2;
 	if ((fence_timeout_given || fence_retries_given) && !o.fence_cmd) {
 		fprintf(stderr, "understudy secondary: --fence-%s needs --fence-cmd\n",
@@ -175,7 +182,10 @@ int cli_cmd_secondary(int argc, char **argv)
 		memcpy(o.pin.net_tap, vo.cfg.net_tap, sizeof(o.pin.net_tap));
 	}
 	o.console = vo.console;
-	if (cli_ops_start(&ops, ev_default_loop(0), "secondary", &co))
+	log_set_vm(nm.name);
+	if (cli_name_agent_control("secondary", &nm, &o.control))
+		return 2;
+	if (cli_ops_start(&ops, ev_default_loop(0), "secondary", nm.name, &co))
 		return 1;
 	o.ops = co.ops;
 	status = host_secondary_run(ev_default_loop(0), &o);

@@ -12,7 +12,7 @@
 #include "net/control.h"
 
 static const char snapshot_help[] =
-	"usage: understudy snapshot --control PATH --out FILE [--incremental | --with-disk]\n"
+	"usage: understudy snapshot --control PATH|--name NAME --out FILE [--incremental | --with-disk]\n"
 	"Asks the VM running with --control PATH to write a snapshot to FILE: a full\n"
 	"one, or with --incremental the pages changed since its previous snapshot.\n"
 	"A snapshot holds the disk's device state, not its contents; with --with-disk a\n"
@@ -25,6 +25,7 @@ int cli_cmd_snapshot(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "out", required_argument, NULL, 'o' },
 		{ "incremental", no_argument, NULL, 'i' },
 		{ "with-disk", no_argument, NULL, 'D' },
@@ -32,6 +33,7 @@ int cli_cmd_snapshot(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	const char *control = NULL, *out = NULL;
 	char abs[PATH_MAX], req[PATH_MAX + 64], *reply = NULL;
 	bool incremental = false, with_disk = false;
@@ -48,6 +50,10 @@ int cli_cmd_snapshot(int argc, char **argv)
 			if (cli_check_control("--control", optarg))
 				return cli_config_blame(&cf, argv, optind);
 			break;
+		case CLI_NAME_OPTION:
+			if (cli_name_set(&nm, optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'o': out = optarg; break;
 		case 'i': incremental = true; break;
 		case 'D': with_disk = true; break;
@@ -55,6 +61,7 @@ int cli_cmd_snapshot(int argc, char **argv)
 		default: fputs(snapshot_help, stderr); return 2;
 		}
 	}
+	control = cli_name_client_control(&nm, control);
 	if (!control || !out || optind < argc) {
 		fputs(snapshot_help, stderr);
 		return 2;

@@ -95,6 +95,7 @@ int cli_cmd_status(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "json", no_argument, NULL, 'j' },
 		{ "watch", no_argument, NULL, 'w' },
 		{ "interval", required_argument, NULL, 'i' },
@@ -102,6 +103,7 @@ int cli_cmd_status(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	const char *path = NULL;
 	char *reply = NULL;
 	int opt, json = 0, watch = 0, n;
@@ -118,6 +120,10 @@ int cli_cmd_status(int argc, char **argv)
 			if (cli_check_control("--control", optarg))
 				return cli_config_blame(&cf, argv, optind);
 			break;
+		case CLI_NAME_OPTION:
+			if (cli_name_set(&nm, optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'j': json = 1; break;
 		case 'w': watch = 1; break;
 		case 'i':   /* implies --watch */
@@ -131,19 +137,22 @@ int cli_cmd_status(int argc, char **argv)
 			}
 			break;
 		case 'h':
-			puts("usage: understudy status --control PATH [--json] [--watch [--interval S]]\n"
+			puts("usage: understudy status --control PATH|--name NAME [--json] [--watch [--interval S]]\n"
 			     "Role, epoch, last acknowledged epoch, pause p50/p99, dirty pages per epoch,\n"
 			     "bytes sent, replication lag, time since the last heartbeat.\n"
 			     "--watch refreshes every S seconds (default 1) like watch(1): the screen\n"
 			     "is cleared on a terminal, else the blocks follow each other (--json: one\n"
 			     "object a line). Ctrl-C ends it (status 0); an agent that goes away ends it\n"
-			     "with a message and status 1.");
+			     "with a message and status 1.\n"
+			     "--name NAME: the VM NAME of this host, at $UNDERSTUDY_RUN_DIR/NAME.sock\n"
+			     "(default /run/understudy/NAME.sock), instead of --control.");
 			return 0;
 		default: return 2;
 		}
 	}
+	path = cli_name_client_control(&nm, path);
 	if (!path || optind < argc) {
-		fprintf(stderr, "understudy status: --control PATH is required\n");
+		fprintf(stderr, "understudy status: --control PATH or --name NAME is required\n");
 		return 2;
 	}
 	if (watch)

@@ -18,7 +18,7 @@
 #include "proto/proto.h"
 
 static const char switchover_help[] =
-	"usage: understudy switchover --control PATH --listen HOST:PORT [--timeout-ms N]\n"
+	"usage: understudy switchover --control PATH|--name NAME --listen HOST:PORT [--timeout-ms N]\n"
 	"                             [--no-wait] [--json]\n"
 	"Swaps the roles of a protected pair with nothing lost: the primary at PATH stops at\n"
 	"an epoch boundary, its secondary resumes the guest from that epoch and protects it\n"
@@ -238,6 +238,7 @@ int cli_cmd_switchover(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "listen", required_argument, NULL, 'l' },
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
@@ -249,6 +250,7 @@ int cli_cmd_switchover(int argc, char **argv)
 	unsigned timeout_ms = 30000;
 	bool json = false, wait = true;
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	char req[256], *reply = NULL, *end;
 	int opt, r;
 
@@ -260,6 +262,10 @@ int cli_cmd_switchover(int argc, char **argv)
 		case 'c':
 			control = optarg;
 			if (cli_check_control("--control", optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
+		case CLI_NAME_OPTION:
+			if (cli_name_set(&nm, optarg))
 				return cli_config_blame(&cf, argv, optind);
 			break;
 		case 'l': listen = optarg; break;
@@ -276,6 +282,7 @@ int cli_cmd_switchover(int argc, char **argv)
 		default: fputs(switchover_help, stderr); return 2;
 		}
 	}
+	control = cli_name_client_control(&nm, control);
 	if (!control || !listen || optind < argc) {
 		fputs(switchover_help, stderr);
 		return 2;

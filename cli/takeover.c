@@ -20,7 +20,7 @@
 #define TAKEOVER_REPLY_MS 120000
 
 static const char takeover_help[] =
-	"usage: understudy takeover --control PATH [--fenced-by-operator]\n"
+	"usage: understudy takeover --control PATH|--name NAME [--fenced-by-operator]\n"
 	"Makes the secondary at PATH resume the guest from its last complete checkpoint.\n"
 	"Refused (exit 1) when it holds no complete checkpoint or is not a standby. With a\n"
 	"witness it first wins the witness key (waits up to 30 s for the old lease to end).\n"
@@ -93,11 +93,13 @@ int cli_cmd_takeover(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "control", required_argument, NULL, 'c' },
+		CLI_NAME_LONG,
 		{ "fenced-by-operator", no_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
+	struct cli_name nm = { 0 };
 	const char *control = NULL;
 	bool by_operator = false;
 	char *reply = NULL;
@@ -113,11 +115,16 @@ int cli_cmd_takeover(int argc, char **argv)
 			if (cli_check_control("--control", optarg))
 				return cli_config_blame(&cf, argv, optind);
 			break;
+		case CLI_NAME_OPTION:
+			if (cli_name_set(&nm, optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'o': by_operator = true; break;
 		case 'h': fputs(takeover_help, stdout); return 0;
 		default: fputs(takeover_help, stderr); return 2;
 		}
 	}
+	control = cli_name_client_control(&nm, control);
 	if (!control || optind < argc) {
 		fputs(takeover_help, stderr);
 		return 2;

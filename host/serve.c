@@ -60,15 +60,17 @@ static char *fmt(const char *f, ...)
 }
 
 /* status of a VM no secondary protects: no engine to ask. */
-static char *unprotected_status(const char *request)
+static char *unprotected_status(const char *request, const char *name)
 {
 	json_object *o;
 
 	if (!strstr(request, "json"))
-		return fmt("role primary\nstate unprotected\nfencing: none (no secondary)\n");
+		return fmt("role primary\nstate unprotected\nfencing: none (no secondary)\nname %s\n",
+			   name);
 	o = json_object_new_object();
 	proto_json_add_str(o, "role", "primary");
 	proto_json_add_str(o, "state", "unprotected");
+	proto_json_add_str(o, "name", name);
 	return proto_json_line(o);
 }
 
@@ -254,7 +256,7 @@ static char *on_control(void *ctx, const char *request)
 	if (!strncmp(request, "status", 6)) {
 		if (r->engine)
 			return repl_primary_status_text(r->engine, request);
-		return unprotected_status(request);
+		return unprotected_status(request, repl_ops_vm(&r->ops, r->vm->m->cfg.guest));
 	}
 	if (strncmp(request, "snapshot", 8) || (request[8] && request[8] != ' '))
 		return control_reply_unknown(request, "status, snapshot, protect, migrate, cancel, "

@@ -13,9 +13,10 @@ static struct {
 	enum log_level level;
 	enum log_format format;
 	char role[16];
+	char vm[64];
 	uint64_t t0_ns;
 	_Atomic uint64_t epoch;   /* 0: not known (no epoch yet) */
-} log_cfg = { LOG_INFO, LOG_FORMAT_TEXT, "", 0, 0 };
+} log_cfg = { LOG_INFO, LOG_FORMAT_TEXT, "", "", 0, 0 };
 
 uint64_t now_ns(void)
 {
@@ -33,6 +34,11 @@ void log_set_level(enum log_level level)
 void log_set_role(const char *role)
 {
 	snprintf(log_cfg.role, sizeof(log_cfg.role), "%s", role);
+}
+
+void log_set_vm(const char *name)
+{
+	snprintf(log_cfg.vm, sizeof(log_cfg.vm), "%s", name ? name : "");
 }
 
 bool log_has_role(void)
@@ -134,7 +140,7 @@ static int json_line(char *line, size_t len, enum log_level level, const char *t
 		     const char *msg)
 {
 	uint64_t epoch = atomic_load_explicit(&log_cfg.epoch, memory_order_relaxed);
-	char when[40], esc_tag[64], esc_role[40], esc_msg[3072], epoch_s[40] = "";
+	char when[40], esc_tag[64], esc_role[40], esc_msg[3072], epoch_s[40] = "", vm_s[400] = "";
 	struct timespec ts;
 	struct tm tm;
 
@@ -146,10 +152,15 @@ static int json_line(char *line, size_t len, enum log_level level, const char *t
 	log_json_escape(esc_msg, sizeof(esc_msg), msg);
 	if (epoch)
 		snprintf(epoch_s, sizeof(epoch_s), ",\"epoch\":%llu", (unsigned long long)epoch);
-	return snprintf(line, len, "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\",\"module\":\"%s\"%s%s%s%s,"
+	if (log_cfg.vm[0]) {
+		strcpy(vm_s, ",\"vm\":\"");
+		log_json_escape(vm_s + 7, sizeof(vm_s) - 8, log_cfg.vm);
+		strcat(vm_s, "\"");
+	}
+	return snprintf(line, len, "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\",\"module\":\"%s\"%s%s%s%s%s,"
 			"\"message\":\"%s\"}", when, ts.tv_nsec / 1000000, level_json[level],
 			esc_tag, log_cfg.role[0] ? ",\"role\":\"" : "", esc_role,
-			log_cfg.role[0] ? "\"" : "", epoch_s, esc_msg);
+			log_cfg.role[0] ? "\"" : "", vm_s, epoch_s, esc_msg);
 }
 
 void log_msg(enum log_level level, const char *tag, const char *fmt, ...)
@@ -177,8 +188,9 @@ void log_msg(enum log_level level, const char *tag, const char *fmt, ...)
 	} else {
 		uint64_t t = now_ns() - log_cfg.t0_ns;
 
-		n = snprintf(line, sizeof(line), "understudy%s%s%s +%llu.%06llu %s %s: %s",
+		n = snprintf(line, sizeof(line), "understudy%s%s%s%s%s +%llu.%06llu %s %s: %s",
 			     log_cfg.role[0] ? "[" : "", log_cfg.role, log_cfg.role[0] ? "]" : "",
+			     log_cfg.vm[0] ? " vm=" : "", log_cfg.vm,
 			     (unsigned long long)(t / 1000000000ull),
 			     (unsigned long long)(t % 1000000000ull / 1000), level_text[level], tag, msg);
 	}

@@ -1,9 +1,11 @@
 /* One logger for the whole program: levels, a module tag, monotonic time.
- * Text lines go to stderr as "understudy[role] +12.345678 INFO  tag: message";
+ * Text lines go to stderr as
+ *   "understudy[role] vm=NAME +12.345678 INFO  tag: message";
  * with LOG_FORMAT_JSON each line is one JSON object instead:
  *   {"time":"2026-01-02T03:04:05.678Z","level":"info","module":"tag",
- *    "role":"primary","epoch":42,"message":"..."}
- * ("role" and "epoch" only when known), for log shippers (journald, Loki). */
+ *    "role":"primary","vm":"NAME","epoch":42,"message":"..."}
+ * ("role", "vm" and "epoch" only when known), for log shippers (journald,
+ * Loki). */
 #ifndef US_LOG_H
 #define US_LOG_H
 
@@ -18,6 +20,8 @@ enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 void log_set_level(enum log_level level);
 void log_set_role(const char *role);
 bool log_has_role(void);
+/* The VM's name (--name), or "" for none. */
+void log_set_vm(const char *name);
 void log_set_format(enum log_format format);
 /* The epoch this process last captured or applied, put into JSON lines.
  * Any thread may call it (a relaxed atomic store): the replication engines

@@ -66,7 +66,7 @@ static void drain(struct run *r)
 /* This process's environment plus the primary's identity (proc.h). */
 static int env_build(const struct repl_fence_peer *p, char ***out, size_t *first_ours)
 {
-	char host[256] = "", port[16] = "", epoch[24];
+	char host[256] = "", port[16] = "", epoch[24], guest[64];
 	const char *addr = p->peer_addr ? p->peer_addr : "";
 	int iport;
 
@@ -75,10 +75,12 @@ static int env_build(const struct repl_fence_peer *p, char ***out, size_t *first
 	else
 		snprintf(host, sizeof(host), "%s", addr);   /* no port: the address is the host */
 	snprintf(epoch, sizeof(epoch), "%" PRIu64, p->epoch);
+	snprintf(guest, sizeof(guest), "%.*s", p->guest ? (int)strcspn(p->guest, ":") : 0,
+		 p->guest ? p->guest : "");
 	const struct repl_proc_var vars[] = {
 		{ "UNDERSTUDY_PEER", addr }, { "UNDERSTUDY_PEER_HOST", host },
 		{ "UNDERSTUDY_PEER_PORT", port }, { "UNDERSTUDY_VM", p->vm_name },
-		{ "UNDERSTUDY_EPOCH", epoch }, { "UNDERSTUDY_REASON", p->reason },
+		{ "UNDERSTUDY_GUEST", guest }, { "UNDERSTUDY_EPOCH", epoch }, { "UNDERSTUDY_REASON", p->reason },
 		{ "UNDERSTUDY_ACTION", "off" },
 	};
 	return repl_proc_env_build(vars, sizeof(vars) / sizeof(vars[0]), out, first_ours);

@@ -42,7 +42,8 @@ unsigned repl_fence_retry_ms(unsigned retry);
  * ASCII become '?' (the VM name comes from the primary's Hello). */
 struct repl_fence_peer {
 	const char *peer_addr;   /* HOST:PORT of the primary as last connected, or "" */
-	const char *vm_name;
+	const char *vm_name;     /* the VM's name (--name), else its guest */
+	const char *guest;       /* the guest: counter, linux, ... (arguments aside) */
 	uint64_t epoch;          /* last applied */
 	const char *reason;      /* why a takeover is wanted, for the command and the log */
 };
@@ -50,8 +51,8 @@ struct repl_fence_peer {
 /* Runs `/bin/sh -c cmd` in a process group of its own, stdin /dev/null,
  * stdout and stderr into one pipe, no fd beyond 0, 1, 2, the environment of
  * this process plus UNDERSTUDY_PEER, UNDERSTUDY_PEER_HOST,
- * UNDERSTUDY_PEER_PORT, UNDERSTUDY_VM, UNDERSTUDY_EPOCH, UNDERSTUDY_REASON
- * and UNDERSTUDY_ACTION=off. Blocks until the command exits or timeout_ms
+ * UNDERSTUDY_PEER_PORT, UNDERSTUDY_VM, UNDERSTUDY_GUEST, UNDERSTUDY_EPOCH,
+ * UNDERSTUDY_REASON and UNDERSTUDY_ACTION=off. Blocks until the command exits or timeout_ms
  * passes; the deadline is on the exit of the shell, not on the end of its
  * output (a background child holding the pipe does not extend it).
  *

@@ -202,17 +202,19 @@ static void iso_time(char *out, size_t len)
 
 static int start(struct repl_hooks *h, struct hook_run *r, const struct repl_event_info *info)
 {
-	char epoch[24], when[64], **env = NULL;
+	char epoch[24], when[64], guest[64], **env = NULL;
 	size_t first_ours = 0;
 	int w = -1, rc;
 
 	snprintf(epoch, sizeof(epoch), "%" PRIu64, info->epoch);
+	snprintf(guest, sizeof(guest), "%.*s", info->guest ? (int)strcspn(info->guest, ":") : 0,
+		 info->guest ? info->guest : "");
 	iso_time(when, sizeof(when));
 	const struct repl_proc_var vars[] = {
 		{ "UNDERSTUDY_EVENT", repl_event_name(r->ev) }, { "UNDERSTUDY_ROLE", info->role },
 		{ "UNDERSTUDY_EPOCH", epoch }, { "UNDERSTUDY_PEER", info->peer },
-		{ "UNDERSTUDY_VM", info->vm }, { "UNDERSTUDY_REASON", info->reason },
-		{ "UNDERSTUDY_TIME", when },
+		{ "UNDERSTUDY_VM", info->vm }, { "UNDERSTUDY_GUEST", guest },
+		{ "UNDERSTUDY_REASON", info->reason }, { "UNDERSTUDY_TIME", when },
 	};
 	rc = repl_proc_env_build(vars, sizeof(vars) / sizeof(vars[0]), &env, &first_ours);
 	if (rc < 0)

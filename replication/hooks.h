@@ -7,7 +7,8 @@
  *   UNDERSTUDY_ROLE    primary|secondary (a standby that took over: primary)
  *   UNDERSTUDY_EPOCH   the last epoch acknowledged (primary) or applied
  *   UNDERSTUDY_PEER    HOST:PORT of the other side, as known ("" if not)
- *   UNDERSTUDY_VM      the guest
+ *   UNDERSTUDY_VM      the VM's name (--name), else its guest
+ *   UNDERSTUDY_GUEST   the guest: counter, linux, ...
  *   UNDERSTUDY_REASON  one line for people ("" if none)
  *   UNDERSTUDY_TIME    when, ISO 8601 UTC with milliseconds
  * in its environment; its stdout and stderr are read by the agent (the last

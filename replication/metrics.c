@@ -14,19 +14,21 @@
 
 struct repl_metrics {
 	const char *host_role;
+	char vm[64];                  /* "": no vm label */
 	struct repl_primary *pri;
 	struct repl_secondary *sec;
 	uint64_t events[REPL_EV_COUNT];
 	struct repl_hooks *hooks;
 };
 
-int repl_metrics_new(const char *host_role, struct repl_metrics **out)
+int repl_metrics_new(const char *host_role, const char *name, struct repl_metrics **out)
 {
 	struct repl_metrics *m = calloc(1, sizeof(*m));
 
 	if (!m)
 		return -ENOMEM;
 	m->host_role = host_role;
+	snprintf(m->vm, sizeof(m->vm), "%s", name ? name : "");
 	*out = m;
 	return 0;
 }
@@ -74,7 +76,8 @@ void repl_pri_event(struct repl_primary *p, enum repl_event ev, const char *reas
 {
 	struct repl_event_info info = {
 		.role = "primary", .epoch = p->ep.acked, .peer = p->o->peer,
-		.vm = p->o->cfg.guest, .reason = reason,
+		.vm = repl_ops_vm(&p->o->ops, p->o->cfg.guest), .guest = p->o->cfg.guest,
+		.reason = reason,
 	};
 
 	repl_ops_event(&p->o->ops, ev, &info);
@@ -84,8 +87,8 @@ void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *re
 {
 	struct repl_event_info info = {
 		.role = s->state >= S_ACTIVE && s->state != S_FENCED ? "primary" : "secondary",
-		.epoch = s->stage.applied, .peer = s->peer_addr, .vm = s->cfg.guest,
-		.reason = reason,
+		.epoch = s->stage.applied, .peer = s->peer_addr,
+		.vm = repl_ops_vm(&s->o->ops, s->cfg.guest), .guest = s->cfg.guest, .reason = reason,
 	};
 
 	repl_ops_event(&s->o->ops, ev, &info);
@@ -303,6 +306,42 @@ static void render_process(FILE *f, const struct repl_metrics *m)
 			(unsigned long long)hooks[i]);
 }
 
+/* text with the label vm="NAME" added to every sample (a line that is not
+ * a comment): name{a="b"} v -> name{a="b",vm="NAME"} v, name v ->
+ * name{vm="NAME"} v. The name needs no escaping (cli/name.c's charset). */
+static char *label_vm(const char *vm, char *text, size_t *len)
+{
+	char *out = NULL, *line, *save = NULL;
+	size_t n = 0;
+	FILE *f;
+
+	if (!vm[0])
+		return text;
+	f = open_memstream(&out, &n);
+	if (!f) {
+		free(text);
+		return NULL;
+	}
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t name_len = strcspn(line, "{ ");
+
+		if (line[0] == '#')
+			fprintf(f, "%s\n", line);
+		else if (line[name_len] == '{')
+			fprintf(f, "%.*s,vm=\"%s\"%s\n", (int)strcspn(line, "}"), line, vm,
+				line + strcspn(line, "}"));
+		else
+			fprintf(f, "%.*s{vm=\"%s\"}%s\n", (int)name_len, line, vm, line + name_len);
+	}
+	free(text);
+	if (fclose(f)) {
+		free(out);
+		return NULL;
+	}
+	*len = n;
+	return out;
+}
+
 char *repl_metrics_render(void *ctx, size_t *len)
 {
 	struct repl_metrics *m = ctx;
@@ -324,5 +363,5 @@ char *repl_metrics_render(void *ctx, size_t *len)
 		return NULL;
 	}
 	*len = n;
-	return text;
+	return label_vm(m->vm, text, len);
 }

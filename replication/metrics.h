@@ -50,7 +50,8 @@ struct repl_event_info {
 	const char *role;      /* primary, secondary */
 	uint64_t epoch;        /* the last one acknowledged or applied */
 	const char *peer;      /* HOST:PORT of the other side, as known */
-	const char *vm;        /* the guest */
+	const char *vm;        /* the VM's name (--name), else its guest */
+	const char *guest;     /* the guest: counter, linux, ... (arguments aside) */
 	const char *reason;    /* one line, for people */
 };
 
@@ -64,7 +65,14 @@ struct repl_secondary;
 struct repl_ops {
 	struct repl_metrics *metrics;
 	struct repl_hooks *hooks;
+	const char *name;      /* the VM's name, or NULL/"" when not known */
 };
+
+/* The VM's name of ops when known, else guest (hooks, the fence, status). */
+static inline const char *repl_ops_vm(const struct repl_ops *ops, const char *guest)
+{
+	return ops && ops->name && ops->name[0] ? ops->name : guest;
+}
 
 /* Counts ev and runs the hook (never waits for it). ops may be NULL. */
 void repl_ops_event(const struct repl_ops *ops, enum repl_event ev,
@@ -78,8 +86,10 @@ void repl_pri_event(struct repl_primary *p, enum repl_event ev, const char *reas
 void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *reason);
 
 /* host_role: what this process is before any engine runs ("primary" for
- * run and restore, "secondary"). */
-int repl_metrics_new(const char *host_role, struct repl_metrics **out) __attribute__((warn_unused_result));
+ * run and restore, "secondary"). name: the VM's (copied; NULL or "": none),
+ * the label vm="NAME" of every sample. */
+int repl_metrics_new(const char *host_role, const char *name, struct repl_metrics **out)
+	__attribute__((warn_unused_result));
 void repl_metrics_free(struct repl_metrics *m);
 /* The engine running now (NULL: none any more). m may be NULL. A secondary
  * that took over and protects its guest has both: the primary engine wins. */

@@ -67,6 +67,7 @@ static char *pri_status_json(const struct repl_primary *p)
 	repl_stats_pause_pct(&q->st, &p50, &p99);
 	proto_json_add_str(o, "role", "primary");
 	proto_json_add_str(o, "state", repl_primary_state(p));
+	proto_json_add_str(o, "name", repl_ops_vm(&p->o->ops, p->o->cfg.guest));
 	proto_json_add_str(o, "peer", p->o->peer);
 	proto_json_add_u64(o, "epoch", q->epoch);
 	proto_json_add_u64(o, "acked", q->acked);
@@ -142,7 +143,7 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			"migration downtime %.3f ms\nmigration total %.3f ms\nthrottle %u %%\n"
 			"resumed from epoch %llu (switchover, downtime about %.3f ms)\n"
 			"pre-copy %llu passes, %llu pages, %llu sent again at the pause\n"
-			"left to send about %llu bytes\npredicted downtime %.3f ms\n%s",
+			"left to send about %llu bytes\npredicted downtime %.3f ms\n%sname %s\n",
 			repl_primary_state(p), p->o->peer ? p->o->peer : "", (unsigned long long)q->epoch,
 			(unsigned long long)q->acked, p50 / 1e3, p99 / 1e3,
 			(unsigned long long)q->st.last_dirty_pages,
@@ -155,7 +156,8 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			p->migration_ms, p->throttle_pct, (unsigned long long)p->o->resume_epoch,
 			p->o->switch_downtime_ms, (unsigned long long)q->st.pre_passes,
 			(unsigned long long)q->st.pre_pages, (unsigned long long)q->st.pre_resent,
-			(unsigned long long)left_bytes(p), p->predicted_ms, tail);
+			(unsigned long long)left_bytes(p), p->predicted_ms, tail,
+			repl_ops_vm(&p->o->ops, p->o->cfg.guest));
 }
 
 char *repl_primary_status_text(void *ctx, const char *req)
@@ -198,6 +200,8 @@ static char *sec_status_json(const struct repl_secondary *s)
 	repl_stats_pause_pct(&g->st, &p50, &p99);
 	proto_json_add_str(o, "role", took_over ? "primary" : "secondary");
 	proto_json_add_str(o, "state", took_over ? "unprotected" : repl_sec_state_name(s));
+	proto_json_add_str(o, "name", repl_ops_vm(&s->o->ops, s->cfg.guest));
+	proto_json_add_str(o, "peer", s->peer_addr);
 	proto_json_add_u64(o, "epoch", g->applied);
 	proto_json_add_u64(o, "acked", g->applied);
 	proto_json_add_fixed(o, "apply_p50_us", p50 / 1e3, 1);
@@ -231,7 +235,8 @@ static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
 			"role %s\nstate %s\nepoch %llu\nacked %llu\napply p50 %.1f us\n"
 			"apply p99 %.1f us\ndirty pages last %llu\nbytes received %llu\n"
 			"since heartbeat %.1f ms\nverified epochs %llu\nverify failures %llu\n"
-			"reason %s\nfencing: %s\nswitchovers %llu (last at epoch %llu, downtime %.3f ms)\n",
+			"reason %s\nfencing: %s\nswitchovers %llu (last at epoch %llu, downtime %.3f ms)\n"
+			"name %s\n",
 			took_over ? "primary" : "secondary",
 			took_over ? "unprotected" : repl_sec_state_name(s), (unsigned long long)g->applied,
 			(unsigned long long)g->applied, p50 / 1e3, p99 / 1e3,
@@ -240,7 +245,7 @@ static int sec_status_format(void *ctx, const char *req, char *out, size_t len)
 			(unsigned long long)g->verify_ok, (unsigned long long)g->verify_failed,
 			w.reason[0] ? one_line(w.reason) : "none", one_line(w.fencing),
 			(unsigned long long)s->switches, (unsigned long long)s->switch_epoch,
-			s->switch_downtime_ms);
+			s->switch_downtime_ms, repl_ops_vm(&s->o->ops, s->cfg.guest));
 }
 
 char *repl_sec_status_text(void *ctx, const char *req)

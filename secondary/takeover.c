@@ -237,8 +237,10 @@ static void fence_failed(struct repl_secondary *s, int r, const char *why)
  * made sure the old primary is off skips it (takeover --fenced-by-operator). */
 static void fence_and_take_over(struct repl_secondary *s, const char *reason)
 {
-	struct repl_fence_peer peer = { .peer_addr = s->peer_addr, .vm_name = s->cfg.guest,
-					.epoch = s->stage.applied, .reason = reason };
+	struct repl_fence_peer peer = { .peer_addr = s->peer_addr,
+					.vm_name = repl_ops_vm(&s->o->ops, s->cfg.guest),
+					.guest = s->cfg.guest, .epoch = s->stage.applied,
+					.reason = reason };
 	char why[256];
 	int r;
 

@@ -132,7 +132,7 @@ def ago(ns):
 
 class SecLog:
     """What the secondary's log says, with its times on the monotonic clock."""
-    LINE = re.compile(r"^understudy\[secondary\] \+(\d+)\.(\d+) \w+ +(\w+): (.*)$")
+    LINE = re.compile(r"^understudy\[secondary\](?: vm=\S+)? \+(\d+)\.(\d+) \w+ +(\w+): (.*)$")
 
     def __init__(self, text):
         self.begins, self.applied_rel, self.offset = {}, {}, None

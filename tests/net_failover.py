@@ -157,7 +157,7 @@ def trial(t, rng, sniffer, cut=False):
         time.sleep(1.0 if cut else 0.5 + rng.random() * 2.0)
         met = subprocess.run(ns(["curl", "-s", "http://127.0.0.1:%d/metrics" % pmet]),
                              capture_output=True, text=True).stdout
-        tx = re.search(r"^understudy_net_tx_frames_total (\S+)", met, re.M)
+        tx = re.search(r"^understudy_net_tx_frames_total(?:\{vm=\"[^\"]*\"\})? (\S+)", met, re.M)
         if not tx or float(tx.group(1)) < 1 or "understudy_net_held_frames" not in met:
             errors.append("trial %d: the primary's metrics lack the frames it sent: %s" %
                           (t, met[-300:]))

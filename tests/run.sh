@@ -147,8 +147,13 @@ for t in tests/sys_*.sh; do
 	here "$n" || continue
 	echo "== $n"
 	start=$(date +%s)
-	timeout "${TEST_TIMEOUT:-3000}" bash "$t" >"$log_dir/$n.log" 2>&1
+	# The control sockets of agents started without --control go to a
+	# directory of the test's own (UNDERSTUDY_RUN_DIR), not /run/understudy:
+	# a test never meets another's VMs, nor the host's.
+	run_dir=$(mktemp -d /tmp/understudy-run.XXXXXX)
+	UNDERSTUDY_RUN_DIR=$run_dir timeout "${TEST_TIMEOUT:-3000}" bash "$t" >"$log_dir/$n.log" 2>&1
 	rc=$?
+	rm -rf "$run_dir"
 	# a sanitizer report from any process the test started fails it
 	san_reports "$n" || rc="$rc, sanitizer report"
 	case $rc in

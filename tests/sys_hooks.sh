@@ -77,6 +77,7 @@ f=$tmp/ev/pri.protected
 [ "$(field "$f" UNDERSTUDY_ROLE)" = primary ] || fail "protected role: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_PEER)" = 127.0.0.1:$sport ] || fail "protected peer: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_VM)" = counter ] || fail "protected vm: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_GUEST)" = counter ] || fail "protected guest: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_EPOCH)" -ge 1 ] || fail "protected epoch: $(cat "$f")"
 base_s=$(failover_s) || { echo "$base_s"; exit 1; }
 wait_log "$tmp/$n.sec.log" "'unprotected' hook FAILED" $((10 * X)) || fail "unprotected hook: $(grep hooks "$tmp/$n.sec.log")"
@@ -169,7 +170,8 @@ done
 [ "$(field "$tmp/ev/a.switchover" UNDERSTUDY_ROLE)" = secondary ] || fail "old primary: $(cat "$tmp/ev/a.switchover")"
 [ "$(field "$tmp/ev/b.switchover" UNDERSTUDY_ROLE)" = primary ] || fail "new primary: $(cat "$tmp/ev/b.switchover")"
 [ "$(field "$tmp/ev/b.switchover" UNDERSTUDY_EPOCH)" -gt 0 ] || fail "new primary epoch: $(cat "$tmp/ev/b.switchover")"
-mval() { curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k { print $2 }'; }
+mval() { curl -s -m 5 "http://127.0.0.1:$1/metrics" | sed -E 's/,vm="[^"]*"\}/}/; s/\{vm="[^"]*"\}//' |
+	awk -v k="$2" '$1 == k { print $2 }'; }
 for _ in $(seq 1 $((100 * X))); do [ "$(mval $b_met 'understudy_state{state="protected"}')" = 1 ] && break; sleep 0.1; done
 [ "$(mval $a_met understudy_switchovers_total)" = 1 ] && [ "$(mval $b_met understudy_switchovers_total)" = 1 ] ||
 	fail "switchovers_total: a $(mval $a_met understudy_switchovers_total), b $(mval $b_met understudy_switchovers_total)"

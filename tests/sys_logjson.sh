@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --log-format json: every line an agent writes to stderr is one JSON object
-# with time (ISO 8601 UTC, ms), level, module, role, message, and epoch once
-# there is one; text stays the default.
+# with time (ISO 8601 UTC, ms), level, module, role, vm (the VM's name: the
+# primary's, from its guest; the secondary here has none), message, and epoch
+# once there is one; text stays the default, with "vm=NAME" after the role.
 #   1. --log-format bogus: exit 2; without the option the lines are text;
 #   2. a pair in JSON through a takeover with a fence command whose text
 #      (logged as it is) holds quotes, a backslash, a tab, UTF-8 and a byte
@@ -23,7 +24,7 @@ con=$(free_port)
 rp=$!
 wait_port $con 20 || fail "run did not start: $(cat "$tmp/text.log")"
 kill $rp; wait $rp 2>/dev/null
-[ -s "$tmp/text.log" ] && ! grep -qv '^understudy\[run\] +[0-9.]* [A-Z]* *[a-z]*: ' "$tmp/text.log" ||
+[ -s "$tmp/text.log" ] && ! grep -qv '^understudy\[run\] vm=counter +[0-9.]* [A-Z]* *[a-z]*: ' "$tmp/text.log" ||
 	fail "default text lines: $(head -3 "$tmp/text.log")"
 ok "1. --log-format yaml refused (exit 2); default is text: $(head -1 "$tmp/text.log")"
 
@@ -68,6 +69,9 @@ for path, role in ((sys.argv[1], "primary"), (sys.argv[2], "secondary")):
             sys.exit("%s:%d: level %r" % (path, i, o["level"]))
         if o["role"] != role:
             sys.exit("%s:%d: role %r, want %r" % (path, i, o["role"], role))
+        # the primary's VM is named after its guest; the secondary was told no name
+        if o.get("vm") != ("counter" if role == "primary" else None):
+            sys.exit("%s:%d: vm %r" % (path, i, o.get("vm")))
         if "epoch" in o:
             if not isinstance(o["epoch"], int) or o["epoch"] < 1:
                 sys.exit("%s:%d: epoch %r" % (path, i, o["epoch"]))

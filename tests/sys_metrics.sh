@@ -26,7 +26,8 @@ X=$(nested 1 4)
 
 scrape() { curl -s -m 5 -o "$2" -w '%{http_code}' "http://127.0.0.1:$1/metrics"; }
 # value FILE NAME{LABELS}: the sample's value ("" if absent)
-value() { awk -v k="$2" '$1 == k { print $2 }' "$1"; }
+# FILE KEY: the sample's value, KEY without the label vm="..." every sample has
+value() { sed -E 's/,vm="[^"]*"\}/}/; s/\{vm="[^"]*"\}//' "$1" | awk -v k="$2" '$1 == k { print $2 }'; }
 check_prom() {   # FILE WHAT
 	promtool check metrics <"$1" >"$1.lint" 2>&1 || fail "promtool on $2: $(head -5 "$1.lint")"
 }
@@ -68,6 +69,9 @@ python3 tests/counter_client.py $pcon incr >/dev/null || fail "client of the pri
 [ "$(scrape $pmet "$tmp/p2")" = 200 ] || fail "primary /metrics: no 200"
 [ "$(scrape $smet "$tmp/s2")" = 200 ] || fail "secondary /metrics: no 200"
 for f in p1 p2 s1 s2; do check_prom "$tmp/$f" "$f"; done
+# every sample of the primary is labelled with its VM's name (its guest's here)
+! grep -v '^#' "$tmp/p2" | grep -qv 'vm="counter"} ' ||
+	fail "a sample without vm=\"counter\": $(grep -v '^#' "$tmp/p2" | grep -v 'vm="counter"} ' | head -3)"
 [ "$(value "$tmp/p2" 'understudy_role{role="primary"}')" = 1 ] || fail "primary role: $(grep '^understudy_role' "$tmp/p2")"
 [ "$(value "$tmp/p2" 'understudy_state{state="protected"}')" = 1 ] || fail "primary state: $(grep '^understudy_state' "$tmp/p2")"
 [ "$(value "$tmp/s2" 'understudy_role{role="secondary"}')" = 1 ] || fail "secondary role: $(grep '^understudy_role' "$tmp/s2")"

@@ -211,7 +211,7 @@ ok "protect of a running VM with a NIC: taken over on SIGKILL, the count goes on
 # The bound on held frames: with the secondary stopped (no ACK) and a flood
 # of requests, the primary holds 4096 frames, drops the rest (counted, logged
 # once), and once the secondary answers again the held frames leave.
-metric() { ip netns exec "$VNS" curl -s "http://127.0.0.1:$1/metrics" | sed -n "s/^$2 //p"; }
+metric() { ip netns exec "$VNS" curl -s "http://127.0.0.1:$1/metrics" | sed -n -E "s/^$2(\{vm=\"[^\"]*\"\})? //p"; }
 sport=$(ip netns exec "$VNS" python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 ip netns exec "$VNS" "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$((sport + 1)) \
 	--insecure --net tap:tapb --failover-timeout-ms 60000 2>"$T/bsec.err" &

@@ -296,8 +296,8 @@ static void exit_with_child_holding_stdout(void **state)
 /* ---- environment, fds, output ---------------------------------------------------- */
 
 static const char env_cmd[] =
-	"printf '%s|%s|%s|%s|%s|%s|%s|%s\\n' \"$UNDERSTUDY_PEER\" \"$UNDERSTUDY_PEER_HOST\" "
-	"\"$UNDERSTUDY_PEER_PORT\" \"$UNDERSTUDY_VM\" \"$UNDERSTUDY_EPOCH\" "
+	"printf '%s|%s|%s|%s|%s|%s|%s|%s|%s\\n' \"$UNDERSTUDY_PEER\" \"$UNDERSTUDY_PEER_HOST\" "
+	"\"$UNDERSTUDY_PEER_PORT\" \"$UNDERSTUDY_VM\" \"$UNDERSTUDY_GUEST\" \"$UNDERSTUDY_EPOCH\" "
 	"\"$UNDERSTUDY_REASON\" \"$UNDERSTUDY_ACTION\" \"$FENCE_TEST_MARK\" > @/env; "
 	"env | grep -c '^UNDERSTUDY_VM=' >> @/env";
 
@@ -316,7 +316,8 @@ static void check_env(const struct repl_fence_peer *p, const char *expect)
 static void environment_names_the_peer(void **state)
 {
 	static const struct repl_fence_peer v6 = {
-		.peer_addr = "[fd00::1]:7001", .vm_name = "db", .epoch = 18446744073709551615ull,
+		.peer_addr = "[fd00::1]:7001", .vm_name = "db", .guest = "kv:ip=10.0.0.2/24,port=7",
+		.epoch = 18446744073709551615ull,
 		.reason = "link lost",
 	};
 	static const struct repl_fence_peer odd = {
@@ -327,11 +328,11 @@ static void environment_names_the_peer(void **state)
 	/* The agent's own variables pass; a stale one of ours is replaced. */
 	assert_int_equal(setenv("FENCE_TEST_MARK", "kept", 1), 0);
 	assert_int_equal(setenv("UNDERSTUDY_VM", "stale", 1), 0);
-	check_env(&peer, "10.1.2.3:7000|10.1.2.3|7000|web-1|42|primary silent for 600 ms|off|kept\n"
+	check_env(&peer, "10.1.2.3:7000|10.1.2.3|7000|web-1||42|primary silent for 600 ms|off|kept\n"
 		  "1\n");
-	check_env(&v6, "[fd00::1]:7001|fd00::1|7001|db|18446744073709551615|link lost|off|kept\n1\n");
+	check_env(&v6, "[fd00::1]:7001|fd00::1|7001|db|kv|18446744073709551615|link lost|off|kept\n1\n");
 	/* Control bytes never reach the environment; nothing is interpreted. */
-	check_env(&odd, "|||a?b;$(reboot)|0||off|kept\n1\n");
+	check_env(&odd, "|||a?b;$(reboot)||0||off|kept\n1\n");
 	unsetenv("UNDERSTUDY_VM");
 	unsetenv("FENCE_TEST_MARK");
 }

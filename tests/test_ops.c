@@ -1,7 +1,8 @@
 /* The operations pieces without an agent: JSON escaping of log lines, the
- * latency histogram's buckets, the metrics text of a host and the event
- * counters, and a hook run on a real libev loop (spawned, its exit seen,
- * its details in its environment). */
+ * VM's name in text and JSON log lines, the latency histogram's buckets,
+ * the metrics text of a host and the event counters (with the label
+ * vm="NAME" on every sample), and a hook run on a real libev loop
+ * (spawned, its exit seen, its details in its environment). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,7 +93,7 @@ static void host_metrics_and_events(void **state)
 	char *text;
 
 	(void)state;
-	assert_int_equal(repl_metrics_new("primary", &m), 0);
+	assert_int_equal(repl_metrics_new("primary", NULL, &m), 0);
 	ops = (struct repl_ops){ .metrics = m };
 	text = render(m);
 	assert_non_null(strstr(text, "understudy_role{role=\"primary\"} 1\n"));
@@ -115,6 +116,68 @@ static void host_metrics_and_events(void **state)
 	repl_metrics_free(m);
 }
 
+/* With a name, every sample carries vm="NAME", last among its labels; the
+ * comments do not change. */
+static void metrics_label_vm(void **state)
+{
+	struct repl_metrics *m;
+	char *text, *line, *save = NULL;
+	unsigned samples = 0;
+
+	(void)state;
+	assert_int_equal(repl_metrics_new("secondary", "web-1.a", &m), 0);
+	text = render(m);
+	assert_non_null(strstr(text, "understudy_role{role=\"secondary\",vm=\"web-1.a\"} 1\n"));
+	assert_non_null(strstr(text, "understudy_takeovers_total{vm=\"web-1.a\"} 0\n"));
+	assert_non_null(strstr(text, "understudy_drills_total{result=\"pass\",vm=\"web-1.a\"} 0\n"));
+	assert_non_null(strstr(text, "# TYPE understudy_takeovers_total counter\n"));
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (line[0] == '#')
+			continue;
+		samples++;
+		assert_non_null(strstr(line, "vm=\"web-1.a\"} "));
+	}
+	assert_true(samples > 10);
+	free(text);
+	repl_metrics_free(m);
+}
+
+/* The log line of each format for a process with a role and a VM name. */
+static void log_line_names_vm(void **state)
+{
+	char path[] = "/tmp/test_ops_log.XXXXXX", buf[2048] = "";
+	int fd = mkstemp(path), saved = dup(2);
+	FILE *f;
+
+	(void)state;
+	assert_true(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	assert_int_equal(dup2(fd, 2), 2);
+	log_set_role("run");
+	log_set_vm("web1");
+	log_info("cli", "text line");
+	log_set_format(LOG_FORMAT_JSON);
+	log_info("cli", "json line");
+	log_set_format(LOG_FORMAT_TEXT);
+	log_set_vm("");
+	log_info("cli", "no name");
+	log_set_role("");
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	assert_true(fread(buf, 1, sizeof(buf) - 1, f) > 0);
+	fclose(f);
+	unlink(path);
+	assert_non_null(strstr(buf, "understudy[run] vm=web1 +"));
+	assert_non_null(strstr(buf, " INFO  cli: text line\n"));
+	assert_non_null(strstr(buf, "\"module\":\"cli\",\"role\":\"run\",\"vm\":\"web1\","));
+	assert_non_null(strstr(buf, "\"message\":\"json line\"}\n"));
+	assert_null(strstr(strstr(buf, "no name") - 60, "vm="));   /* no name: no vm= */
+}
+
 static void on_give_up(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)w;
@@ -127,7 +190,8 @@ static void hook_runs_with_details(void **state)
 	struct ev_loop *loop = ev_default_loop(0);
 	char dir[] = "/tmp/test_ops.XXXXXX", cmd[512], path[64], buf[1024] = "";
 	struct repl_event_info info = { .role = "secondary", .epoch = 42, .peer = "10.0.0.1:7000",
-					.vm = "counter", .reason = "a \"quoted\" reason" };
+					.vm = "web1", .guest = "dirty:mb=8",
+					.reason = "a \"quoted\" reason" };
 	uint64_t counts[REPL_HOOK_RESULTS];
 	struct repl_hooks *h;
 	ev_timer give_up;
@@ -159,7 +223,8 @@ static void hook_runs_with_details(void **state)
 	assert_non_null(strstr(buf, "UNDERSTUDY_ROLE=secondary\n"));
 	assert_non_null(strstr(buf, "UNDERSTUDY_EPOCH=42\n"));
 	assert_non_null(strstr(buf, "UNDERSTUDY_PEER=10.0.0.1:7000\n"));
-	assert_non_null(strstr(buf, "UNDERSTUDY_VM=counter\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_VM=web1\n"));
+	assert_non_null(strstr(buf, "UNDERSTUDY_GUEST=dirty\n"));
 	assert_non_null(strstr(buf, "UNDERSTUDY_REASON=a \"quoted\" reason\n"));
 	assert_non_null(strstr(buf, "UNDERSTUDY_TIME=20"));
 	repl_hooks_free(h);
@@ -174,6 +239,8 @@ int main(void)
 		cmocka_unit_test(json_escaping_truncates_whole),
 		cmocka_unit_test(histogram_buckets),
 		cmocka_unit_test(host_metrics_and_events),
+		cmocka_unit_test(metrics_label_vm),
+		cmocka_unit_test(log_line_names_vm),
 		cmocka_unit_test(hook_runs_with_details),
 	};
 

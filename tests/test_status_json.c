@@ -86,7 +86,7 @@ static const char *str(json_object *o, const char *key)
 #define B json_type_boolean
 
 static const struct field primary_fields[] = {
-	{ "role", S }, { "state", S }, { "peer", S }, { "epoch", I }, { "acked", I },
+	{ "role", S }, { "state", S }, { "name", S }, { "peer", S }, { "epoch", I }, { "acked", I },
 	{ "pause_p50_us", D }, { "pause_p99_us", D }, { "dirty_pages_last", I },
 	{ "dirty_pages_avg", D }, { "bytes_sent", I }, { "lag_ms", D }, { "stretched", I },
 	{ "since_heartbeat_ms", D }, { "pause_max_us", D }, { "pause_max_pages", I },
@@ -98,7 +98,8 @@ static const struct field primary_fields[] = {
 };
 
 static const struct field secondary_fields[] = {
-	{ "role", S }, { "state", S }, { "epoch", I }, { "acked", I }, { "apply_p50_us", D },
+	{ "role", S }, { "state", S }, { "name", S }, { "peer", S }, { "epoch", I }, { "acked", I },
+	{ "apply_p50_us", D },
 	{ "apply_p99_us", D }, { "dirty_pages_last", I }, { "bytes_received", I },
 	{ "since_heartbeat_ms", D }, { "verify_ok", I }, { "verify_failed", I }, { "reason", S },
 	{ "fencing", S }, { "switchovers", I }, { "switch_epoch", I }, { "switch_downtime_ms", D },
@@ -124,7 +125,7 @@ static struct repl_primary *engine(struct repl_primary_opts *o, const char *what
 
 static void primary_status_escapes_reason(void **state)
 {
-	struct repl_primary_opts o = { 0 };
+	struct repl_primary_opts o = { .ops.name = "web1" };
 	struct repl_primary *p = engine(&o, NASTY);
 	char *text = repl_primary_status_text(p, "status json");
 	json_object *js;
@@ -133,6 +134,7 @@ static void primary_status_escapes_reason(void **state)
 	assert_non_null(text);
 	js = parse_one(text);
 	assert_string_equal(str(js, "reason"), "peer protocol error: " NASTY);
+	assert_string_equal(str(js, "name"), "web1");
 	assert_string_equal(str(js, "state"), "protected");
 	assert_string_equal(str(js, "peer"), "[::1]:7000");
 	fields_are(js, primary_fields, sizeof(primary_fields) / sizeof(primary_fields[0]));
@@ -145,7 +147,7 @@ static void primary_status_escapes_reason(void **state)
  * make a second "state" line a reader could take for the real one. */
 static void primary_status_text_one_line_per_field(void **state)
 {
-	struct repl_primary_opts o = { 0 };
+	struct repl_primary_opts o = { .cfg.guest = "counter" };
 	struct repl_primary *p = engine(&o, NASTY);
 	char *text = repl_primary_status_text(p, "status");
 	const char *at;
@@ -156,6 +158,7 @@ static void primary_status_text_one_line_per_field(void **state)
 	assert_non_null(at);
 	assert_true(!strncmp(at, "\nstate protected\n", 17));
 	assert_null(strstr(at + 1, "\nstate "));
+	assert_non_null(strstr(text, "\nname counter\n"));   /* no --name: the guest's */
 	assert_non_null(strstr(text, "\nreason peer protocol error: said \"no\" at C:\\vm\\disk"));
 	free(text);
 	free(p);
@@ -182,6 +185,7 @@ static void secondary_status_escapes_reason(void **state)
 	assert_string_equal(str(js, "reason"), "peer lost: " NASTY);
 	assert_string_equal(str(js, "role"), "secondary");
 	assert_string_equal(str(js, "state"), "standby");
+	assert_string_equal(str(js, "name"), "");   /* neither a name nor a primary's guest yet */
 	fields_are(js, secondary_fields, sizeof(secondary_fields) / sizeof(secondary_fields[0]));
 	json_object_put(js);
 	free(text);

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Named VMs without KVM: the name's checks, where the default name comes
+# from, `understudy list` and the client commands' --name against stand-in
+# agents (tests/fake_agent.py: a real control socket, no VM), and the
+# refusal of a second VM of a name, which comes before any VM is built.
+#   1. --name and the config key name: a bad name exits 2, naming --name or
+#      FILE:LINE; a client's --name is checked the same way;
+#   2. list: three sockets in UNDERSTUDY_RUN_DIR (a primary, a standby, one
+#      nobody answers on): a header and one line each, sorted, the stale one
+#      "not answering", exit 0; --json: one array, the same three; --dir;
+#      a directory that does not exist lists nothing, exit 0;
+#   3. status --name NAME asks RUN_DIR/NAME.sock;
+#   4. run, primary, secondary and restore-free starts with a name whose
+#      socket answers exit 2 naming it: the name given, the config file's
+#      (vm7.conf: vm7), the guest's (counter); a socket nobody answers on
+#      does not stop a start; the run directory is made 0700.
+set -u
+cd "$(dirname "$0")/.." && . tests/lib.sh
+[ -x "$BIN" ] || fail "no binary at $BIN"
+tmp=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+run=$tmp/run
+mkdir -m 0700 "$run"
+export UNDERSTUDY_RUN_DIR=$run
+
+# agent NAME SCRIPT_JSON: a stand-in agent at $run/NAME.sock
+agent() {
+	printf '%s\n' "$2" >"$tmp/$1.json"
+	python3 tests/fake_agent.py "$run/$1.sock" "$tmp/$1.json" "$tmp/$1.requests" &
+	pids+=($!)
+	for _ in $(seq 100); do [ -S "$run/$1.sock" ] && return 0; sleep 0.05; done
+	fail "the stand-in agent $1 did not start"
+}
+# expect2 WHAT PATTERN ARGS...: understudy ARGS exits 2 saying PATTERN
+expect2() {
+	local what=$1 pat=$2 out rc
+	shift 2
+	out=$(timeout 20 "$BIN" "$@" 2>&1 </dev/null); rc=$?
+	[ $rc = 2 ] || fail "$what: exit $rc, want 2: $out"
+	echo "$out" | grep -qF -- "$pat" || fail "$what: no '$pat' in: $out"
+}
+
+# 1.
+expect2 "leading dot" "--name '.x'" run --guest counter --name .x
+expect2 "a space" "--name 'a b'" run --guest counter --name 'a b'
+expect2 "a slash" "--name 'a/b'" primary --guest counter --peer 127.0.0.1:1 --insecure --name a/b
+expect2 "64 characters" "--name" secondary --listen 127.0.0.1:1 --console tcp:127.0.0.1:2 \
+	--insecure --name "$(printf 'x%.0s' $(seq 64))"
+expect2 "empty" "--name ''" restore "$tmp/nosuch" --name ''
+printf 'guest = counter\nname = web/1\n' >"$tmp/bad.conf"
+expect2 "config key" "$tmp/bad.conf:2: bad value for 'name'" run --config "$tmp/bad.conf"
+expect2 "client --name" "--name 'a b'" status --name 'a b'
+ok "1. bad names exit 2 (leading dot, space, slash, 64 characters, empty, FILE:LINE from a config file, a client's)"
+
+# 2.
+agent web1 '{"status json": [{"role": "primary", "state": "protected", "name": "web1",
+ "peer": "10.0.0.2:7000", "epoch": 42, "acked": 41, "lag_ms": 1.5}]}'
+agent db '{"status json": [{"role": "secondary", "state": "standby", "name": "db",
+ "peer": "10.0.0.1:41000", "epoch": 7, "acked": 7}]}'
+python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])' "$run/stale.sock"
+[ -S "$run/stale.sock" ] || fail "no stale socket file"
+out=$("$BIN" list 2>&1) || fail "list exited $?: $out"
+[ "$(echo "$out" | wc -l)" = 4 ] || fail "list: want a header and 3 lines: $out"
+echo "$out" | head -1 | grep -qE '^NAME +ROLE +STATE +EPOCH +LAG_MS +PEER$' || fail "list header: $out"
+echo "$out" | sed -n 2p | grep -qE '^db +secondary +standby +7 +- +10\.0\.0\.1:41000$' || fail "list db: $out"
+echo "$out" | sed -n 3p | grep -qE '^stale +- +not answering +- +- +-$' || fail "list stale: $out"
+echo "$out" | sed -n 4p | grep -qE '^web1 +primary +protected +42 +1\.500 +10\.0\.0\.2:7000$' || fail "list web1: $out"
+out=$("$BIN" list --json 2>&1) || fail "list --json exited $?: $out"
+python3 - "$out" "$run" <<'PY' || fail "list --json: $out"
+import json, sys
+rows = json.loads(sys.argv[1])
+assert [r["name"] for r in rows] == ["db", "stale", "web1"], rows
+db, stale, web = rows
+assert (db["role"], db["state"], db["epoch"], db["peer"], db["answering"]) == \
+    ("secondary", "standby", 7, "10.0.0.1:41000", True), db
+assert "lag_ms" not in db, db
+assert (stale["answering"], stale["state"]) == (False, "not answering") and stale["why"], stale
+assert stale["socket"] == sys.argv[2] + "/stale.sock", stale
+assert (web["role"], web["state"], web["epoch"], web["lag_ms"]) == ("primary", "protected", 42, 1.5), web
+PY
+mkdir "$tmp/other"
+out=$(UNDERSTUDY_RUN_DIR=/nonexistent "$BIN" list --dir "$run" --json) && [ "$(echo "$out" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 3 ] ||
+	fail "list --dir: $out"
+out=$("$BIN" list --dir "$tmp/other" --json) && [ "$out" = "[]" ] || fail "an empty directory: $out"
+out=$("$BIN" list --dir "$tmp/nonexistent") && [ "$(echo "$out" | wc -l)" = 1 ] || fail "no directory: $out"
+ok "2. list: db, stale (not answering), web1, one line each after a header, and as JSON; --dir; none"
+
+# 3.
+out=$("$BIN" status --name web1 --json) || fail "status --name web1: $out"
+[ "$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')" = web1 ] ||
+	fail "status --name web1: $out"
+grep -qx "status json" "$tmp/web1.requests" || fail "web1 was not asked: $(cat "$tmp/web1.requests")"
+out=$("$BIN" status --name nosuch 2>&1); [ $? = 1 ] && echo "$out" | grep -qF "$run/nosuch.sock" ||
+	fail "status --name nosuch: $out"
+ok "3. status --name web1 asked $run/web1.sock; --name nosuch names $run/nosuch.sock, exit 1"
+
+# 4.
+expect2 "run --name web1" "$run/web1.sock" run --guest counter --name web1 --console tcp:127.0.0.1:1
+expect2 "secondary --name db" "$run/db.sock" secondary --listen 127.0.0.1:1 \
+	--console tcp:127.0.0.1:2 --insecure --name db
+agent vm7 '{"status json": [{"role": "primary", "state": "unprotected", "name": "vm7"}]}'
+printf 'guest = counter\nconsole = tcp:127.0.0.1:1\n' >"$tmp/vm7.conf"
+expect2 "run --config vm7.conf" "a VM named 'vm7' runs on this host already: its agent answers on $run/vm7.sock" \
+	run --config "$tmp/vm7.conf"
+agent counter '{"status json": [{"role": "primary", "state": "unprotected", "name": "counter"}]}'
+expect2 "primary --guest counter" "$run/counter.sock" primary --guest counter --peer 127.0.0.1:1 --insecure
+# --control: the given socket, the default one not even asked
+n=$(wc -l <"$tmp/counter.requests")
+out=$(timeout 5 "$BIN" run --guest counter --control "$tmp/own.ctl" --console tcp:127.0.0.1:1 2>&1); rc=$?
+[ $rc != 2 ] || fail "run --control: exit 2: $out"
+[ "$(wc -l <"$tmp/counter.requests")" = "$n" ] || fail "run --control asked the default socket"
+# nobody answers on stale.sock: the start goes on (to KVM, or a running VM
+# timeout stops); a fresh run directory is made 0700
+out=$(timeout 5 "$BIN" run --guest counter --name stale --console tcp:127.0.0.1:1 2>&1); rc=$?
+[ $rc != 2 ] || fail "a stale socket refused a start: $out"
+out=$(UNDERSTUDY_RUN_DIR=$tmp/fresh timeout 5 "$BIN" run --guest counter --console tcp:127.0.0.1:1 2>&1); rc=$?
+[ $rc != 2 ] || fail "a fresh run directory: exit 2: $out"
+[ "$(stat -c %a "$tmp/fresh")" = 700 ] || fail "the run directory is $(stat -c %a "$tmp/fresh"), want 700"
+ok "4. a live socket of the name refuses run, primary, secondary (exit 2, the socket named): --name, vm7.conf, the guest; --control and a stale socket do not; the run directory is 0700"
+echo PASS
