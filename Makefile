@@ -273,7 +273,8 @@ certs: $(BIN)
 # make plots: the figures of a `make bench` run as PNGs under $(PLOTS), drawn
 # by gnuplot (bench/plots.py describes results.json). Without RESULTS=FILE it
 # reads $(BUILD)/bench/results.json, made first from the output of
-# `make bench | tee $(BUILD)/bench/bench.log` when that log is newer.
+# `make bench | tee $(BUILD)/bench/bench.log` when that log is newer. Titles
+# name the machine of the run, or say "sample data" (results without one).
 PLOTS   ?= $(BUILD)/plots
 .PHONY: plots
 plots:

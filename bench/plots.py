@@ -21,6 +21,12 @@ results.json (every part optional; times in the unit their name says):
    "migration": [{"case": "idle, RAM untouched", "downtime_ms": 0.64, "total_ms": 27.4,
                   "qemu_downtime_ms": 4, "qemu_total_ms": 28}, ...]}
 
+Each plot's title says where its figures come from: the machine of the
+`make bench` run that made them (its MACHINE line, "machine" above, which
+`make bench` prints before any figure), else "sample data" (a results file
+without it, such as tests/data/bench_results_sample.json, is no
+measurement).
+
 Figures: pause vs dirty pages beside memcpy of the same bytes
 (pause_vs_dirty.png), guest slowdown vs dirty rate (slowdown.png), the
 output-commit latency CDF protected vs unprotected (output_latency_cdf.png:
@@ -88,11 +94,24 @@ def write(path, rows):
             f.write(r + "\n")
 
 
-def gnuplot(out, name, script):
+def origin(res):
+    """Where the figures come from, for the titles: the machine of the
+    `make bench` run, or that they are sample data."""
+    m = res.get("machine")
+    if not isinstance(m, dict):
+        return "sample data (no make bench run): not a measurement"
+    return "make bench on %s, %s cores, KVM %s, kernel %s" % (
+        m.get("cpu", "?"), m.get("cores", "?"), m.get("kvm", "?"), m.get("kernel", "?"))
+
+
+def gnuplot(out, name, title, origin_text, script):
     gp = os.path.join(out, name + ".gp")
     png = os.path.join(out, name + ".png")
+    # title and origin on two lines, as text (no enhanced-mode markup)
+    clean = lambda t: t.replace("\\", "/").replace('"', "'")
     with open(gp, "w") as f:
-        f.write(TERM + "set output '%s'\n" % png + script)
+        f.write(TERM + "set output '%s'\n" % png +
+                'set title "%s\\n%s" noenhanced\n' % (clean(title), clean(origin_text)) + script)
     r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
     if r.returncode or not os.path.getsize(png):
         raise RuntimeError("gnuplot %s: %s" % (gp, r.stderr.strip()))
@@ -103,8 +122,9 @@ def plot_pause(res, out):
     rows = sorted(res["checkpoint_pause"], key=lambda r: r["dirty_pages"])
     write(os.path.join(out, "pause.dat"), ["%d %g %g" % (r["dirty_pages"], r["pause_us"] / 1e3,
                                                          r["memcpy_us"] / 1e3) for r in rows])
-    return gnuplot(out, "pause_vs_dirty", """
-set title 'Checkpoint pause vs dirty pages (median), beside memcpy of the same bytes'
+    return gnuplot(out, "pause_vs_dirty",
+                   "Checkpoint pause vs dirty pages (median), beside memcpy of the same bytes",
+                   origin(res), """
 set xlabel 'dirty pages in the epoch'; set ylabel 'ms'
 set logscale xy; set grid; set key top left
 plot '{d}/pause.dat' using 1:2 with linespoints lw 2 pt 7 title 'checkpoint pause', \\
@@ -115,8 +135,9 @@ plot '{d}/pause.dat' using 1:2 with linespoints lw 2 pt 7 title 'checkpoint paus
 def plot_slowdown(res, out):
     rows = sorted(res["slowdown"], key=lambda r: r["rate_mib_s"])
     write(os.path.join(out, "slowdown.dat"), ["%g %g" % (r["rate_mib_s"], r["slowdown_pct"]) for r in rows])
-    return gnuplot(out, "slowdown", """
-set title 'Guest slowdown under protection vs its dirty rate (25 ms epochs)'
+    return gnuplot(out, "slowdown",
+                   "Guest slowdown under protection vs its dirty rate (25 ms epochs)",
+                   origin(res), """
 set xlabel 'guest dirty rate (MiB/s)'; set ylabel 'less compute than unprotected (%)'
 set logscale x; set grid; set key top left; set yrange [0:*]
 plot '{d}/slowdown.dat' using 1:2 with linespoints lw 2 pt 7 title 'protected', \\
@@ -149,8 +170,9 @@ def plot_latency(res, out):
                 dat, "dt 2" if kind == "unprotected" else "", title))
     if not curves:
         raise KeyError("output_latency")
-    return gnuplot(out, "output_latency_cdf", """
-set title 'Output-commit latency (incr on the counter guest, request -> reply): CDF'
+    return gnuplot(out, "output_latency_cdf",
+                   "Output-commit latency (incr on the counter guest, request -> reply): CDF",
+                   origin(res), """
 set xlabel 'latency (ms)'; set ylabel 'fraction of requests'
 set logscale x; set grid; set key bottom right; set yrange [0:1.02]
 plot """ + ", \\\n     ".join(curves) + "\n")
@@ -161,8 +183,9 @@ def plot_migration(res, out):
     write(os.path.join(out, "migration.dat"), ['"%s" %g %s' % (
         r["case"], r["downtime_ms"], "%g" % r["qemu_downtime_ms"] if "qemu_downtime_ms" in r else "NaN")
         for r in rows])
-    return gnuplot(out, "migration_downtime", """
-set title 'Live migration downtime (p50), beside QEMU on the same RAM size where measured'
+    return gnuplot(out, "migration_downtime",
+                   "Live migration downtime (p50), beside QEMU on the same RAM size where measured",
+                   origin(res), """
 set ylabel 'downtime (ms)'; set logscale y; set grid ytics
 set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1
 set boxwidth 0.9; set xtics rotate by -20 scale 0; set key top left; set yrange [0.1:*]

@@ -238,6 +238,26 @@ int cli_status_read(const char *control, int timeout_ms, struct proto_json_reade
 	__attribute__((warn_unused_result));
 /* Prints the document o as one line on stdout, flushed; drops o. */
 void cli_print_json(struct json_object *o);
+/* A progress line on a stream (cli/meter.c): on a terminal one line redrawn
+ * in place, cut to the terminal's width (fields dropped from the right);
+ * elsewhere one whole line per update. */
+struct cli_meter {
+	FILE *f;
+	bool tty;       /* f is a terminal */
+	int drawn;      /* columns of the line drawn in place now, 0 when none */
+};
+void cli_meter_init(struct cli_meter *m, FILE *f);
+/* The columns of the terminal at fd: its size, else $COLUMNS, else 80. */
+int cli_meter_width(int fd);
+/* Draws the fields, separated by a space: on a terminal those from the
+ * left that fit in width - 1 columns, over the line drawn before. */
+void cli_meter_draw(struct cli_meter *m, const char *const *fields, int nfields);
+/* Ends a line drawn in place, so that what follows starts a line. */
+void cli_meter_end(struct cli_meter *m);
+/* A line of text after the progress (a summary): on a terminal wrapped at
+ * spaces to width - 1 columns. */
+void cli_meter_say(struct cli_meter *m, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 int cli_cmd_snapshot(int argc, char **argv);
 int cli_cmd_restore(int argc, char **argv);
 int cli_cmd_drill(int argc, char **argv);

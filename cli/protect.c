@@ -367,7 +367,58 @@ static void read_progress(struct proto_json_reader *js, struct progress *g)
 	g->left_bytes = proto_json_need_num(js, "left_bytes");
 }
 
-/* Follows the migration until it ends: 0 migrated, 1 failed or cancelled. */
+/* The progress line: state, bar, round, MiB sent of the total and its
+ * share, rate, dirty rate, predicted downtime, throttle, time so far; a
+ * narrow terminal drops them from the right. */
+static void draw_progress(struct cli_meter *m, const char *state, const struct progress *g,
+			  unsigned epoch_ms, double elapsed_s)
+{
+	/* The prediction the source switches on (pause + round trip + the last
+	 * epoch at the link's bandwidth); before its first, pause + lag. */
+	double predicted = g->predicted_ms > 0 ? g->predicted_ms : g->pause_p50_us / 1e3 + g->lag_ms;
+	double dirty = g->dirty_pages * 4096.0 / 1048576.0 / (epoch_ms / 1e3);
+	/* total: what left so far plus what is still to go (before encoding:
+	 * zero pages and deltas send less) */
+	double total = g->bytes + g->left_bytes;
+	/* Before the sync what left is the handshake and nothing is known to
+	 * be left to send: the share is 0, not the whole. */
+	bool syncing = strcmp(state, "connecting") && strcmp(state, "hello");
+	double frac = syncing && total > 0 ? g->bytes / total : 0.0;
+	int filled = (int)(frac * 20 + 0.5);
+	char f[10][48];
+	const char *fields[10];
+
+	snprintf(f[0], sizeof(f[0]), "%-10s", state);
+	/* [#####...............]: what has left of what there is to send */
+	f[1][0] = '[';
+	for (int i = 0; i < 20; i++)
+		f[1][1 + i] = i < filled ? '#' : '.';
+	snprintf(f[1] + 21, sizeof(f[1]) - 21, "]");
+	snprintf(f[2], sizeof(f[2]), "round %-5.0f", g->epoch);
+	snprintf(f[3], sizeof(f[3]), "%7.1f / %.1f MiB", g->bytes / 1048576.0, total / 1048576.0);
+	snprintf(f[4], sizeof(f[4]), "%3.0f %%", 100.0 * frac);
+	snprintf(f[5], sizeof(f[5]), "%6.1f MiB/s", g->bytes / 1048576.0 / (elapsed_s + 1e-9));
+	snprintf(f[6], sizeof(f[6]), "dirty %6.1f MiB/s", dirty);
+	snprintf(f[7], sizeof(f[7]), "predicted %6.2f ms", predicted);
+	snprintf(f[8], sizeof(f[8]), "throttle %2.0f %%", g->throttle);
+	snprintf(f[9], sizeof(f[9]), "%.0f s", elapsed_s);
+	for (int i = 0; i < 10; i++)
+		fields[i] = f[i];
+	cli_meter_draw(m, fields, 10);
+}
+
+/* The last line of a migration that did not end migrated: what became of
+ * it, in which state, after how long, with how much sent. */
+static void say_unfinished(struct cli_meter *m, const char *what, const char *state,
+			   const struct progress *g, double elapsed_s)
+{
+	cli_meter_say(m, "not migrated: %s after %.1f s (state %s), %.1f MiB sent, %.0f epochs", what,
+		      elapsed_s, state[0] ? state : "unknown", g->bytes / 1048576.0, g->epoch);
+}
+
+/* Follows the migration until it ends: 0 migrated, 1 failed or cancelled.
+ * Without --json a progress line once a second on stderr and a summary at
+ * the end; with it an object a line on stdout, then a summary object. */
 static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool json)
 {
 	double t0 = mono_s(), last_print = 0;
@@ -375,21 +426,26 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 	char last_bad[sizeof(((struct proto_json_reader *)0)->why)] = "";
 	struct proto_json_reader js;
 	struct progress g = { .downtime = -1, .total_ms = -1 };
+	struct cli_meter m;
 	double throttle = 0;
 	double pc_faults = -1, pc_p50 = -1, pc_p99 = -1, pc_ms = -1;
 	bool postcopy = false;
 	int r;
 
+	cli_meter_init(&m, stderr);
 	for (;;) {
 		double now = mono_s();
 
 		if ((interrupted || now - t0 > max_s) && strcmp(state, "switching") &&
 		    strcmp(state, "postcopy")) {
 			r = control_request(control, "cancel", 5000, &reply);
-			fprintf(stderr, "\nunderstudy migrate: %s%s%s%s: %s", interrupted ? "interrupted" :
+			cli_meter_end(&m);
+			fprintf(stderr, "understudy migrate: %s%s%s%s: %s", interrupted ? "interrupted" :
 				"--max-time reached", last_bad[0] ? " (the last status answer was " : "",
 				last_bad, last_bad[0] ? ")" : "", r < 0 ? "cancel failed\n" : reply);
 			free(reply);
+			if (!json)
+				say_unfinished(&m, r < 0 ? "cancel failed" : "cancelled", state, &g, now - t0);
 			return 1;
 		}
 		r = cli_status_read(control, 5000, &js);
@@ -409,19 +465,19 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			/* The source exits after the hand-over; its last word was read. */
 			if (!strcmp(state, "migrated"))
 				break;
-			if (!strcmp(state, "switching")) {
+			cli_meter_end(&m);
+			if (!strcmp(state, "switching"))
 				/* A migrated source says so for a while before it exits. */
-				fprintf(stderr, "\nunderstudy migrate: the source ended during the "
+				fprintf(stderr, "understudy migrate: the source ended during the "
 					"hand-over (see its log): the destination runs the guest only "
 					"if it took it over (see its status)\n");
-				return 1;
-			}
-			if (!strcmp(state, "postcopy")) {
-				fprintf(stderr, "\nunderstudy migrate: the source ended during post-copy: the "
+			else if (!strcmp(state, "postcopy"))
+				fprintf(stderr, "understudy migrate: the source ended during post-copy: the "
 					"VM is lost (see the logs)\n");
-				return 1;
-			}
-			fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
+			else
+				fprintf(stderr, "understudy migrate: %s: %s\n", control, strerror(-r));
+			if (!json)
+				say_unfinished(&m, "the source ended", state, &g, now - t0);
 			return 1;
 		}
 		last_bad[0] = 0;
@@ -441,59 +497,42 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 			pc_ms = proto_json_need_num(&js, "postcopy_ms");
 		}
 		if (js.why[0]) {
-			fprintf(stderr, "\nunderstudy migrate: %s: a bad status: %s\n", control, js.why);
+			cli_meter_end(&m);
+			fprintf(stderr, "understudy migrate: %s: a bad status: %s\n", control, js.why);
 			proto_json_reader_fini(&js);
 			return 1;
 		}
-		if (json && now - last_print >= 1.0) {
-			json_object *line = json_object_new_object();
+		if (now - last_print >= 1.0) {
+			if (json) {
+				json_object *line = json_object_new_object();
 
-			/* one object a line: the source's status as it answered */
-			proto_json_add_fixed(line, "elapsed_s", now - t0, 1);
-			if (line)
-				json_object_object_add(line, "status", json_object_get(js.o));
-			cli_print_json(line);
-			last_print = now;
-		} else if (!json && now - last_print >= 1.0) {
-			/* The prediction the source switches on (pause + round trip + the
-			 * last epoch at the link's bandwidth); before its first, pause + lag. */
-			double predicted = g.predicted_ms;
-			double dirty;
-
-			if (predicted <= 0)
-				predicted = g.pause_p50_us / 1e3 + g.lag_ms;
-			dirty = g.dirty_pages * 4096.0 / 1048576.0 / (epoch_ms / 1e3);
-
-			/* total: what left so far plus what is still to go (before
-			 * encoding: zero pages and deltas send less) */
-			double total = g.bytes + g.left_bytes;
-			double frac = total > 0 ? g.bytes / total : 0.0;
-			char bar[21];
-
-			/* [#####...............]: what has left of what there is to send */
-			for (int i = 0; i < 20; i++)
-				bar[i] = i < (int)(frac * 20 + 0.5) ? '#' : '.';
-			bar[20] = 0;
-			/* On a terminal the line redraws itself; in a log, a line a second. */
-			fprintf(stderr, "%s%-12s [%s] round %-6.0f %8.1f / %.1f MiB %3.0f %%  %6.1f MiB/s  "
-				"dirty %6.1f MiB/s  predicted %6.2f ms  throttle %2.0f %%  %.0f s ",
-				isatty(STDERR_FILENO) ? "\r" : "\n", state, bar,
-				g.epoch, g.bytes / 1048576.0, total / 1048576.0, 100.0 * frac,
-				g.bytes / 1048576.0 / (now - t0 + 1e-9), dirty, predicted,
-				g.throttle, now - t0);
+				/* one object a line (flushed): the source's status as it answered */
+				proto_json_add_fixed(line, "elapsed_s", now - t0, 1);
+				if (line)
+					json_object_object_add(line, "status", json_object_get(js.o));
+				cli_print_json(line);
+			} else {
+				draw_progress(&m, state, &g, epoch_ms, now - t0);
+			}
 			last_print = now;
 		}
 		proto_json_reader_fini(&js);
 		if (!strcmp(state, "migrated"))
 			break;
 		if (migration_over(state)) {
-			fprintf(stderr, "\nunderstudy migrate: failed: the source is %s (%s)\n", state, why);
+			cli_meter_end(&m);
+			fprintf(stderr, "understudy migrate: failed: the source is %s (%s)\n", state, why);
+			if (!json)
+				say_unfinished(&m, "failed", state, &g, now - t0);
 			return 1;
 		}
 		if (!strcmp(state, "in-doubt")) {
-			fprintf(stderr, "\nunderstudy migrate: in doubt (%s): the guest stays paused at the "
+			cli_meter_end(&m);
+			fprintf(stderr, "understudy migrate: in doubt (%s): the guest stays paused at the "
 				"source; if the destination does not run it, `understudy takeover --control "
 				"%s` resumes it there\n", why, control);
+			if (!json)
+				say_unfinished(&m, "in doubt", state, &g, now - t0);
 			return 1;
 		}
 		usleep(100000);
@@ -502,7 +541,7 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		json_object *sum = json_object_new_object();
 
 		proto_json_add_bool(sum, "summary", true);
-		proto_json_add_str(sum, "result", strcmp(state, "migrated") ? "unknown" : "migrated");
+		proto_json_add_str(sum, "result", "migrated");
 		proto_json_add_fixed(sum, "total_s", g.total_ms > 0 ? g.total_ms / 1e3 : mono_s() - t0, 3);
 		proto_json_add_fixed(sum, "downtime_ms", g.downtime, 3);
 		proto_json_add_fixed(sum, "bytes", g.bytes, 0);
@@ -514,17 +553,17 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		proto_json_add_fixed(sum, "fault_p99_us", pc_p99, 0);
 		proto_json_add_fixed(sum, "postcopy_ms", pc_ms, 3);
 		cli_print_json(sum);
+		return 0;
 	}
-	else
-		fprintf(stderr, "\nmigrated in %.3f s: downtime %.3f ms (pause to the destination's "
-			"word), %.1f MiB sent, %.0f epochs, throttle reached %.0f %%\n",
-			g.total_ms > 0 ? g.total_ms / 1e3 : mono_s() - t0, g.downtime, g.bytes / 1048576.0, g.epoch,
-			throttle);
-	if (!json && postcopy)
-		fprintf(stderr, "post-copy: %.0f faults fetched on demand (wait p50 %.0f us, p99 %.0f us), "
-			"all pages in %.1f ms after the destination started\n", pc_faults, pc_p50, pc_p99,
-			pc_ms);
-	return strcmp(state, "migrated") ? 1 : 0;
+	/* The downtime: from the pause to the destination's word that it runs. */
+	cli_meter_say(&m, "migrated in %.3f s: downtime %.3f ms, %.1f MiB sent, %.0f epochs, "
+		      "throttle reached %.0f %%", g.total_ms > 0 ? g.total_ms / 1e3 : mono_s() - t0,
+		      g.downtime, g.bytes / 1048576.0, g.epoch, throttle);
+	if (postcopy)
+		cli_meter_say(&m, "post-copy: %.0f faults fetched on demand (wait p50 %.0f us, p99 %.0f "
+			      "us), all pages in %.1f ms after the destination started", pc_faults,
+			      pc_p50, pc_p99, pc_ms);
+	return 0;
 }
 
 int cli_cmd_migrate(int argc, char **argv)

@@ -2,7 +2,9 @@
 # make plots on sample figures (tests/data): results.json in, four PNGs out;
 # the text of `make bench` (a sample log in the format the benchmarks print)
 # turned into results.json and drawn; a missing part named and left out; no
-# results at all is an error that says how to make them.
+# results at all is an error that says how to make them. Every plot's title
+# says "sample data" unless the figures come from a `make bench` run (its
+# MACHINE line, in results.json as "machine"), and then names that machine.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 command -v gnuplot >/dev/null || { echo "SKIP: gnuplot not installed (make deps)"; exit 77; }
@@ -22,14 +24,39 @@ pngs() {
 	done
 }
 
+# titles DIR PATTERN: the title gnuplot drew on each figure of DIR (from the
+# script it was given, kept beside the PNG) matches PATTERN
+titles() {
+	local f t
+	for f in $figs; do
+		t=$(grep '^set title ' "$1/$f.gp") || fail "$1/$f.gp: no title"
+		echo "$t" | grep -qE "$2" || fail "$f's title does not match '$2': $t"
+	done
+}
+
 make --no-print-directory plots RESULTS=tests/data/bench_results_sample.json PLOTS="$tmp/json" \
 	>"$tmp/json.out" 2>&1 || fail "make plots on the sample results: $(cat "$tmp/json.out")"
 pngs "$tmp/json"
-ok "make plots RESULTS=tests/data/bench_results_sample.json: 4 PNGs ($(du -sh "$tmp/json" | cut -f1))"
+titles "$tmp/json" '\\nsample data '
+ok "make plots RESULTS=tests/data/bench_results_sample.json: 4 PNGs ($(du -sh "$tmp/json" | cut -f1)), titled sample data"
+
+# The same figures with the MACHINE line of a run: titled with that machine.
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["machine"] = {"cores": 8, "kernel": "6.1.0-99-amd64", "kvm": "kvm_intel", "cpu": "Test CPU \"X\" @ 2.0GHz"}
+json.dump(r, open(sys.argv[2], "w"))' tests/data/bench_results_sample.json "$tmp/run.json"
+python3 bench/plots.py --results "$tmp/run.json" --out "$tmp/run" >"$tmp/run.out" 2>&1 ||
+	fail "plots of a run's results: $(cat "$tmp/run.out")"
+pngs "$tmp/run"
+titles "$tmp/run" "\\\\nmake bench on Test CPU 'X' @ 2.0GHz, 8 cores, KVM kvm_intel, kernel 6.1.0-99-amd64\" noenhanced$"
+grep -l "sample data" "$tmp"/run/*.gp && fail "a run's figures titled sample data"
+ok "a make bench run's results: titles name its machine, not sample data"
 
 python3 bench/plots.py --from-log tests/data/bench_sample.log --results "$tmp/log/results.json" \
 	--out "$tmp/log" >"$tmp/log.out" 2>&1 || fail "plots from the sample bench log: $(cat "$tmp/log.out")"
 pngs "$tmp/log"
+titles "$tmp/log" '\\nsample data '
 python3 - "$tmp/log/results.json" <<'PY' || fail "figures read from the bench log are wrong: $(cat "$tmp/log/results.json")"
 import json, sys
 r = json.load(open(sys.argv[1]))
