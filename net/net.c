@@ -217,8 +217,8 @@ bool net_peer_closed(const struct net_conn *c)
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
 
-	/* RDMA: its setup socket says nothing about the stream. */
-	if (c->dead || c->fd < 0 || c->t == &net_rdma_ops)
+	/* No flush (RDMA): the socket only carries the setup, not the stream. */
+	if (c->dead || c->fd < 0 || !c->t->flush)
 		return false;
 	if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 || len < sizeof(ti.tcpi_state))
 		return false;
