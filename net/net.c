@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -208,6 +210,19 @@ size_t net_rx_pending(const struct net_conn *c)
 	if (c->fd >= 0 && ioctl(c->fd, SIOCINQ, &inq) == 0 && inq > 0)
 		return (size_t)inq;
 	return 0;
+}
+
+bool net_peer_closed(const struct net_conn *c)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	/* No flush (RDMA): the socket only carries the setup, not the stream. */
+	if (c->dead || c->fd < 0 || !c->t->flush)
+		return false;
+	if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 || len < sizeof(ti.tcpi_state))
+		return false;
+	return ti.tcpi_state == TCP_CLOSE_WAIT;
 }
 
 const char *net_peer_name(const struct net_conn *c)

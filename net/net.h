@@ -179,6 +179,10 @@ size_t net_unsent_bytes(const struct net_conn *c);
  * records not yet decrypted; RDMA: only its setup socket's, so 0): the peer
  * sent them even if the loop has not got round to reading them. */
 size_t net_rx_pending(const struct net_conn *c);
+/* The peer closed its end: its FIN is here (what it sent before may still
+ * wait to be read). TCP and TLS peers close, they never half-close, so
+ * nothing sent from now on is read there. False for RDMA, or when unknown. */
+bool net_peer_closed(const struct net_conn *c);
 /* "HOST:PORT" of the peer, for log lines. */
 const char *net_peer_name(const struct net_conn *c);
 /* Two such names with the same HOST (the same source, whatever its port). */

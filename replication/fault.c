@@ -100,8 +100,11 @@ char *repl_fault_test_wedge(const char *req)
 	return out;
 }
 
-/* The destination stopped right after it read the hand-over order
- * (sys_migrate_doubt kills it there: the order left the source). */
+/* A migration's two sides stop at a named point of the hand-over, for
+ * sys_migrate_handover to kill the destination there: "paused" (the
+ * source, the guest paused for the final epoch, nothing of it written
+ * yet) and "handover" (the destination, right after it read the order:
+ * the order left the source). */
 void repl_fault_test_stop(const char *where)
 {
 	const char *hooks = getenv("UNDERSTUDY_TEST_HOOKS"), *at = getenv("UNDERSTUDY_TEST_STOP");

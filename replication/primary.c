@@ -528,6 +528,20 @@ static void send_handover(struct repl_primary *p)
 {
 	int r;
 
+	if (!p->switching_over && !repl_pc_src_switched(p)) {
+		/* Test hook: the guest paused, the final epoch queued, the order
+		 * next (sys_migrate_handover kills the destination here). */
+		repl_fault_test_stop("paused");
+		/* A destination that closed its end never reads the order: it is
+		 * not sent, and the link's end, read next after anything the
+		 * destination said before, decides (handover_failed). */
+		if (p->link.conn && net_peer_closed(p->link.conn)) {
+			log_warn(TAG, "migration: the destination closed the connection before the "
+				 "hand-over order (epoch %llu) was sent: not sent",
+				 (unsigned long long)p->final_epoch);
+			return;
+		}
+	}
 	/* A switchover: nothing more leaves here; the new primary replays the
 	 * output past this mark (no line twice, none lost). */
 	if (p->switching_over)
