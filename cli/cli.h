@@ -195,16 +195,21 @@ int cli_name_set(struct cli_name *nm, const char *arg);
  * (cfg may be NULL); else the name stays "". 0 or 2 after printing why. */
 int cli_name_resolve(struct cli_name *nm, const struct cli_config *cf,
 		     const struct machine_config *cfg);
-/* $UNDERSTUDY_RUN_DIR, else CLI_RUN_DIR. */
-const char *cli_run_dir(void);
+/* The directory of this host's control sockets, written into buf (returned):
+ * $UNDERSTUDY_RUN_DIR, else (the default, *is_default) CLI_RUN_DIR for root,
+ * else $XDG_RUNTIME_DIR/understudy, else /tmp/understudy-UID. */
+const char *cli_run_dir(char *buf, size_t len, bool *is_default);
 /* DIR/NAME.sock into out; 0 or 2 after printing why (too long). */
 int cli_name_socket(const char *dir, const char *name, char *out, size_t len);
 /* A client command's socket: control if given, else the one of --name in
  * the run directory, else NULL. */
 const char *cli_name_client_control(struct cli_name *nm, const char *control);
-/* An agent's socket: *control if given (as it is), else, for a known name,
- * RUN_DIR/NAME.sock (the directory made 0700 if missing); 2 after printing
- * why when an agent already answers there (another VM of the name). */
+/* An agent's socket: *control if given (its directory made 0700 when
+ * missing; 2 after printing why when it cannot be), else, for a known name,
+ * RUN_DIR/NAME.sock (the directory made 0700 if missing; a default one that
+ * cannot be made leaves *control NULL after a warning: no control socket);
+ * 2 after printing why when an agent already answers there (another VM of
+ * the name) or a given UNDERSTUDY_RUN_DIR cannot be made. */
 int cli_name_agent_control(const char *cmd, struct cli_name *nm, const char **control);
 
 /* ---- the subcommands: argv[0] is the subcommand; returns the exit status -- */

@@ -25,7 +25,7 @@ static const char primary_help[] =
 	"(--min-epoch-ms >= --epoch-ms: the timer only). A guest's reboot boots it again\n"
 	"on the same machine, still protected: the next epoch carries it to the standby.\n"
 	"Without --control the control socket is $UNDERSTUDY_RUN_DIR/NAME.sock (default\n"
-	"/run/understudy/NAME.sock).\n\n"
+	"/run/understudy/NAME.sock as root, else $XDG_RUNTIME_DIR/understudy/NAME.sock).\n\n"
 	VM_OPTIONS_HELP CLI_NAME_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)

@@ -37,7 +37,8 @@ static const char secondary_help[] =
 	"N commits; with --disk-sync ack (default commit) ACK(N) waits until they are durable\n"
 	"(fdatasync). A VM with a disk needs --disk here, and the sizes must match.\n"
 	"Without --control, a secondary whose VM has a name (--name, its config file, --guest\n"
-	"or --kernel) listens at $UNDERSTUDY_RUN_DIR/NAME.sock (default /run/understudy).\n\n"
+	"or --kernel) listens at $UNDERSTUDY_RUN_DIR/NAME.sock (default /run/understudy as\n"
+	"root, else $XDG_RUNTIME_DIR/understudy).\n\n"
 	CLI_NAME_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
 	OPS_OPTIONS_HELP;
 
