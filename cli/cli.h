@@ -94,6 +94,34 @@ int cli_parse_witness_option(struct witness_options *w, int opt, const char *arg
 /* Completes the witness options (default key from guest, may be ""); 0 or 2. */
 int cli_witness_options_check(struct witness_options *w, const char *guest);
 
+/* Replication ports not assigned by hand: a --listen or --peer that gives
+ * a HOST without a port takes port --port-base + --index (config keys
+ * port-base, index): the VMs of a host numbered 0, 1, 2... as DRBD
+ * resources are given 7788, 7789, ... An explicit HOST:PORT wins. */
+#define CLI_PORT_BASE 7800
+#define CLI_PORTS_LONG \
+	{ "port-base", required_argument, NULL, 1410 }, \
+	{ "index", required_argument, NULL, 1411 }
+#define CLI_PORTS_HELP \
+	"  --index N             the VM's number on its hosts (0..65535): a --listen or --peer\n" \
+	"                        of a HOST without :PORT means port --port-base + N\n" \
+	"  --port-base BASE      the first such port (default 7800)\n"
+struct cli_ports {
+	unsigned base;
+	unsigned index;
+	bool index_given;
+	char addr[300];               /* HOST:PORT once derived */
+};
+void cli_ports_init(struct cli_ports *p);
+/* --port-base or --index (ids 1410, 1411): 0, or 2 after printing why. */
+int cli_parse_ports_option(struct cli_ports *p, int opt, const char *arg);
+/* --listen/--peer's value: HOST:PORT as cli_check_host_port, or a HOST
+ * alone ("name", "10.0.0.2", "[fe80::1]"), completed by cli_ports_resolve. */
+int cli_check_host_maybe_port(const char *flag, const char *arg);
+/* *addr given as a HOST alone becomes HOST:BASE+INDEX (in p->addr); 2
+ * after printing why when there is no --index or the sum is over 65535. */
+int cli_ports_resolve(struct cli_ports *p, const char *flag, const char **addr);
+
 /* A HOST:PORT value of flag (--peer, --listen), checked with net's one
  * parser (net_parse_host_port: port 1..65535, never 0 from the command
  * line): 0, or 2 after printing why. --console is checked by
