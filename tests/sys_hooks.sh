@@ -214,7 +214,7 @@ gone() {
 		sleep 0.05
 	done
 	kill -0 "$1" 2>/dev/null && fail "$3: the agent still runs $END_S s after the signal"
-	fail "$3: the hook's group $pg still runs $END_S s after its agent ended: $(ps -o pid,args -g "$pg" | tail -n +2)"
+	fail "$3: the hook's group $pg still runs $END_S s after its agent ended: $(pgrep -a -g "$pg")"
 }
 start_pair "$tmp/linger.sh" --on-event-timeout-ms 600000
 for _ in $(seq 1 $((100 * X))); do [ -s "$tmp/ev/linger.pri.protected.pgid" ] && break; sleep 0.05; done
