@@ -94,6 +94,34 @@ int cli_parse_witness_option(struct witness_options *w, int opt, const char *arg
 /* Completes the witness options (default key from guest, may be ""); 0 or 2. */
 int cli_witness_options_check(struct witness_options *w, const char *guest);
 
+/* Replication ports not assigned by hand: a --listen or --peer that gives
+ * a HOST without a port takes port --port-base + --index (config keys
+ * port-base, index): the VMs of a host numbered 0, 1, 2... as DRBD
+ * resources are given 7788, 7789, ... An explicit HOST:PORT wins. */
+#define CLI_PORT_BASE 7800
+#define CLI_PORTS_LONG \
+	{ "port-base", required_argument, NULL, 1410 }, \
+	{ "index", required_argument, NULL, 1411 }
+#define CLI_PORTS_HELP \
+	"  --index N             the VM's number on its hosts (0..65535): a --listen or --peer\n" \
+	"                        of a HOST without :PORT means port --port-base + N\n" \
+	"  --port-base BASE      the first such port (default 7800)\n"
+struct cli_ports {
+	unsigned base;
+	unsigned index;
+	bool index_given;
+	char addr[300];               /* HOST:PORT once derived */
+};
+void cli_ports_init(struct cli_ports *p);
+/* --port-base or --index (ids 1410, 1411): 0, or 2 after printing why. */
+int cli_parse_ports_option(struct cli_ports *p, int opt, const char *arg);
+/* --listen/--peer's value: HOST:PORT as cli_check_host_port, or a HOST
+ * alone ("name", "10.0.0.2", "[fe80::1]"), completed by cli_ports_resolve. */
+int cli_check_host_maybe_port(const char *flag, const char *arg);
+/* *addr given as a HOST alone becomes HOST:BASE+INDEX (in p->addr); 2
+ * after printing why when there is no --index or the sum is over 65535. */
+int cli_ports_resolve(struct cli_ports *p, const char *flag, const char **addr);
+
 /* A HOST:PORT value of flag (--peer, --listen), checked with net's one
  * parser (net_parse_host_port: port 1..65535, never 0 from the command
  * line): 0, or 2 after printing why. --console is checked by
@@ -195,16 +223,21 @@ int cli_name_set(struct cli_name *nm, const char *arg);
  * (cfg may be NULL); else the name stays "". 0 or 2 after printing why. */
 int cli_name_resolve(struct cli_name *nm, const struct cli_config *cf,
 		     const struct machine_config *cfg);
-/* $UNDERSTUDY_RUN_DIR, else CLI_RUN_DIR. */
-const char *cli_run_dir(void);
+/* The directory of this host's control sockets, written into buf (returned):
+ * $UNDERSTUDY_RUN_DIR, else (the default, *is_default) CLI_RUN_DIR for root,
+ * else $XDG_RUNTIME_DIR/understudy, else /tmp/understudy-UID. */
+const char *cli_run_dir(char *buf, size_t len, bool *is_default);
 /* DIR/NAME.sock into out; 0 or 2 after printing why (too long). */
 int cli_name_socket(const char *dir, const char *name, char *out, size_t len);
 /* A client command's socket: control if given, else the one of --name in
  * the run directory, else NULL. */
 const char *cli_name_client_control(struct cli_name *nm, const char *control);
-/* An agent's socket: *control if given (as it is), else, for a known name,
- * RUN_DIR/NAME.sock (the directory made 0700 if missing); 2 after printing
- * why when an agent already answers there (another VM of the name). */
+/* An agent's socket: *control if given (its directory made 0700 when
+ * missing; 2 after printing why when it cannot be), else, for a known name,
+ * RUN_DIR/NAME.sock (the directory made 0700 if missing; a default one that
+ * cannot be made leaves *control NULL after a warning: no control socket);
+ * 2 after printing why when an agent already answers there (another VM of
+ * the name) or a given UNDERSTUDY_RUN_DIR cannot be made. */
 int cli_name_agent_control(const char *cmd, struct cli_name *nm, const char **control);
 
 /* ---- the subcommands: argv[0] is the subcommand; returns the exit status -- */

@@ -2,6 +2,7 @@
  * directory (cli/name.c), each asked for its `status json`. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,8 @@
 static const char list_help[] =
 	"usage: understudy list [--dir DIR] [--json]\n"
 	"Every VM of this host: the control sockets NAME.sock in DIR (default\n"
-	"$UNDERSTUDY_RUN_DIR, else /run/understudy), each asked for its status: name,\n"
+	"$UNDERSTUDY_RUN_DIR, else /run/understudy as root, else $XDG_RUNTIME_DIR/understudy\n"
+	"or /tmp/understudy-UID), each asked for its status: name,\n"
 	"role, state, epoch, lag (ms, a protected primary's), peer; one line each after a\n"
 	"header, or with --json one JSON array of objects (name, socket, answering, role,\n"
 	"state, epoch, lag_ms, peer, why). A socket nobody answers on (an agent that\n"
@@ -110,7 +112,9 @@ int cli_cmd_list(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *dir = cli_run_dir();
+	char run_dir[PATH_MAX];
+	bool is_default;
+	const char *dir = cli_run_dir(run_dir, sizeof(run_dir), &is_default);
 	struct dirent **ents = NULL;
 	json_object *arr = NULL;
 	bool json = false;

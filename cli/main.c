@@ -38,7 +38,8 @@ static void usage(FILE *f)
 	fprintf(f, "\n--config FILE: options from FILE, one 'key = value' per line, the keys named like\n"
 		"the long options (listen = 127.0.0.1:7000, insecure = true); the command line\n"
 		"wins. By convention /etc/understudy/NAME.conf: NAME is then the VM's name (--name),\n"
-		"its control socket /run/understudy/NAME.sock ($UNDERSTUDY_RUN_DIR). See understudy(8).\n");
+		"its control socket /run/understudy/NAME.sock (root; else in $XDG_RUNTIME_DIR/understudy;\n"
+		"$UNDERSTUDY_RUN_DIR). See understudy(8).\n");
 }
 
 int main(int argc, char **argv)

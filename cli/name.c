@@ -1,14 +1,17 @@
 /* The VM's name (--name, config key name) and where the control sockets of
- * the VMs of this host are: $UNDERSTUDY_RUN_DIR, else /run/understudy, one
- * NAME.sock each. An agent given no --control listens there; a client
+ * the VMs of this host are: $UNDERSTUDY_RUN_DIR, else /run/understudy for
+ * root, else $XDG_RUNTIME_DIR/understudy (/tmp/understudy-UID without it),
+ * one NAME.sock each. An agent given no --control listens there; a client
  * command given --name instead of --control asks there. */
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "net/control.h"
 
@@ -74,11 +77,21 @@ int cli_name_resolve(struct cli_name *nm, const struct cli_config *cf,
 	return 0;
 }
 
-const char *cli_run_dir(void)
+const char *cli_run_dir(char *buf, size_t len, bool *is_default)
 {
 	const char *d = getenv("UNDERSTUDY_RUN_DIR");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
 
-	return d && d[0] ? d : CLI_RUN_DIR;
+	*is_default = !(d && d[0]);
+	if (d && d[0])
+		snprintf(buf, len, "%s", d);
+	else if (geteuid() == 0)
+		snprintf(buf, len, "%s", CLI_RUN_DIR);
+	else if (xdg && xdg[0] == '/')
+		snprintf(buf, len, "%s/understudy", xdg);
+	else
+		snprintf(buf, len, "/tmp/understudy-%u", (unsigned)geteuid());
+	return buf;
 }
 
 int cli_name_socket(const char *dir, const char *name, char *out, size_t len)
@@ -98,24 +111,84 @@ const char *cli_name_client_control(struct cli_name *nm, const char *control)
 		return control;
 	if (!nm->given)
 		return NULL;
-	if (cli_name_socket(cli_run_dir(), nm->name, nm->control, sizeof(nm->control)))
+	char dir[PATH_MAX];
+	bool is_default;
+
+	if (cli_name_socket(cli_run_dir(dir, sizeof(dir), &is_default), nm->name, nm->control,
+			    sizeof(nm->control)))
 		return NULL;
 	return nm->control;
 }
 
+/* The directory of the control sockets: made 0700 when missing (its
+ * parent must exist). A default one must then be a directory of ours that
+ * nobody else may write to (/tmp/understudy-UID could have been made by
+ * another user). 0 or -errno. */
+static int make_socket_dir(const char *dir, bool is_default)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	if (!is_default)
+		return 0;
+	if (lstat(dir, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	if (st.st_uid != geteuid() || (st.st_mode & 022))
+		return -EPERM;
+	return 0;
+}
+
+/* The directory part of a socket path: "." for a bare file name. */
+static void dir_of(const char *path, char *out, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		snprintf(out, len, ".");
+	else if (slash == path)
+		snprintf(out, len, "/");
+	else
+		snprintf(out, len, "%.*s", (int)(slash - path), path);
+}
+
 int cli_name_agent_control(const char *cmd, struct cli_name *nm, const char **control)
 {
-	const char *dir = cli_run_dir();
+	char dir[PATH_MAX];
 	char *reply = NULL;
+	bool is_default;
+	int r;
 
-	if (*control || !nm->name[0])
+	if (*control) {
+		/* Given (--control, control =): its directory is made when
+		 * missing; one that cannot be is the operator's to fix. An
+		 * existing directory (/tmp, a shared one) is taken as it is. */
+		dir_of(*control, dir, sizeof(dir));
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+			fprintf(stderr, "understudy %s: --control %s: cannot make its directory "
+				"%s: %s\n", cmd, *control, dir, strerror(errno));
+			return 2;
+		}
 		return 0;
+	}
+	if (!nm->name[0])
+		return 0;
+	cli_run_dir(dir, sizeof(dir), &is_default);
 	if (cli_name_socket(dir, nm->name, nm->control, sizeof(nm->control)))
 		return 2;
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "understudy %s: %s: %s (the directory of the control sockets; "
-			"UNDERSTUDY_RUN_DIR or --control to put it elsewhere)\n", cmd, dir,
-			strerror(errno));
+	r = make_socket_dir(dir, is_default);
+	if (r < 0 && is_default) {
+		/* No default place for the socket: the VM runs all the same,
+		 * without one (status, list and --name cannot reach it). */
+		log_warn("cli", "%s: %s: running without a control socket (--control PATH or "
+			 "UNDERSTUDY_RUN_DIR to have one)", dir, strerror(-r));
+		return 0;
+	}
+	if (r < 0) {
+		fprintf(stderr, "understudy %s: UNDERSTUDY_RUN_DIR %s: %s (the directory of the "
+			"control sockets)\n", cmd, dir, strerror(-r));
 		return 2;
 	}
 	/* A socket file whose agent answers is another VM of this name; one

@@ -347,6 +347,64 @@ int cli_check_host_port(const char *flag, const char *arg)
 	}
 }
 
+void cli_ports_init(struct cli_ports *p)
+{
+	*p = (struct cli_ports){ .base = CLI_PORT_BASE };
+}
+
+int cli_parse_ports_option(struct cli_ports *p, int opt, const char *arg)
+{
+	if (opt == 1410)
+		return cli_parse_count("--port-base", arg, "a port", 1, 65535, &p->base);
+	p->index_given = true;
+	return cli_parse_count("--index", arg, "a number", 0, 65535, &p->index);
+}
+
+/* A HOST without a port: no ':' at all, or an IPv6 address in brackets. */
+static bool host_alone(const char *arg)
+{
+	size_t n = strlen(arg);
+
+	if (arg[0] == '[')
+		return n > 2 && arg[n - 1] == ']' && !strchr(arg + 1, '[') && strchr(arg, ']') == arg + n - 1;
+	return n && !strchr(arg, ':');
+}
+
+int cli_check_host_maybe_port(const char *flag, const char *arg)
+{
+	if (!host_alone(arg))
+		return cli_check_host_port(flag, arg);
+	if (strlen(arg) >= 256 || strspn(arg, " \t") == strlen(arg)) {
+		fprintf(stderr, "understudy: %s '%s': need HOST:PORT, or HOST with --index\n", flag,
+			arg);
+		return 2;
+	}
+	return 0;
+}
+
+int cli_ports_resolve(struct cli_ports *p, const char *flag, const char **addr)
+{
+	unsigned long port = (unsigned long)p->base + p->index;
+
+	if (!*addr || !host_alone(*addr))
+		return 0;
+	if (!p->index_given) {
+		fprintf(stderr, "understudy: %s '%s': no port: give HOST:PORT, or --index N for port "
+			"--port-base + N (%u + N)\n", flag, *addr, p->base);
+		return 2;
+	}
+	if (port > 65535) {
+		fprintf(stderr, "understudy: --port-base %u + --index %u = %lu: over 65535 (%s '%s')\n",
+			p->base, p->index, port, flag, *addr);
+		return 2;
+	}
+	snprintf(p->addr, sizeof(p->addr), "%s:%lu", *addr, port);
+	log_info("cli", "%s %s: port %lu (--port-base %u + --index %u)", flag, p->addr, port,
+		 p->base, p->index);
+	*addr = p->addr;
+	return 0;
+}
+
 void cli_witness_options_init(struct witness_options *w)
 {
 	memset(w, 0, sizeof(*w));

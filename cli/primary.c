@@ -25,8 +25,8 @@ static const char primary_help[] =
 	"(--min-epoch-ms >= --epoch-ms: the timer only). A guest's reboot boots it again\n"
 	"on the same machine, still protected: the next epoch carries it to the standby.\n"
 	"Without --control the control socket is $UNDERSTUDY_RUN_DIR/NAME.sock (default\n"
-	"/run/understudy/NAME.sock).\n\n"
-	VM_OPTIONS_HELP CLI_NAME_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
+	"/run/understudy/NAME.sock as root, else $XDG_RUNTIME_DIR/understudy/NAME.sock).\n\n"
+	VM_OPTIONS_HELP CLI_NAME_HELP CLI_PORTS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP OPS_OPTIONS_HELP;
 
 int cli_cmd_primary(int argc, char **argv)
 {
@@ -42,6 +42,7 @@ int cli_cmd_primary(int argc, char **argv)
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
 		CLI_NAME_LONG,
+		CLI_PORTS_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -51,6 +52,7 @@ int cli_cmd_primary(int argc, char **argv)
 	struct repl_primary_opts o = { .epoch_ms = 25, .timeout_ms = 500,
 				       .handshake_timeout_ms = REPL_HANDSHAKE_TIMEOUT_MS };
 	struct witness_options wo;
+	struct cli_ports ports;
 	struct ops_options ops;
 	struct cli_ops co;
 	int opt, status;
@@ -58,6 +60,7 @@ int cli_cmd_primary(int argc, char **argv)
 	cli_ops_options_init(&ops);
 	cli_vm_options_init(&vo);
 	cli_witness_options_init(&wo);
+	cli_ports_init(&ports);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
 	optind = 1;
@@ -66,7 +69,7 @@ int cli_cmd_primary(int argc, char **argv)
 
 		switch (opt) {
 		case 'h': fputs(primary_help, stdout); return 0;
-		case 'p': o.peer = optarg; r = cli_check_host_port("--peer", optarg); break;
+		case 'p': o.peer = optarg; r = cli_check_host_maybe_port("--peer", optarg); break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &o.epoch_ms); break;
 		case 'm': r = cli_parse_ms("--min-epoch-ms", optarg, 1, &o.min_epoch_ms); break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &o.timeout_ms); break;
@@ -75,6 +78,7 @@ int cli_cmd_primary(int argc, char **argv)
 			break;
 		case 'c': o.control = optarg; r = cli_check_control("--control", optarg); break;
 		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
+		case 1410: case 1411: r = cli_parse_ports_option(&ports, opt, optarg); break;
 		default:
 			r = cli_is_ops_option(opt) ? cli_parse_ops_option("primary", &ops, opt, optarg) :
 			    opt >= 1200 ? cli_parse_witness_option(&wo, opt, optarg) :
@@ -90,6 +94,8 @@ int cli_cmd_primary(int argc, char **argv)
 		fprintf(stderr, "understudy primary: --peer HOST:PORT is required\n");
 		return 2;
 	}
+	if (cli_ports_resolve(&ports, "--peer", &o.peer))
+		return 2;
 	if (cli_vm_options_check(&vo) || cli_name_resolve(&nm, &cf, &vo.cfg) ||
 	    cli_net_options_check(&o.net, false) ||
 	    cli_witness_options_check(&wo, nm.name) || cli_ops_options_check("primary", &ops))

@@ -27,7 +27,8 @@ static const char restore_help[] =
 	"that one (another is refused, exit 2).\n"
 	"A restored guest's reboot ends the VM with status 0 (it is not booted again).\n"
 	"Without --control the control socket is $UNDERSTUDY_RUN_DIR/NAME.sock (default\n"
-	"/run/understudy/NAME.sock), NAME by default the saved guest's or kernel's.\n\n"
+	"/run/understudy/NAME.sock as root, else $XDG_RUNTIME_DIR/understudy/NAME.sock),\n"
+	"NAME by default the saved guest's or kernel's.\n\n"
 	CLI_NAME_HELP OPS_OPTIONS_HELP;
 
 /* The tap of --net for the saved VM of cfg into cfg->net_tap. A mac= must

@@ -12,7 +12,8 @@ static const char run_help[] =
 	VM_OPTIONS_HELP
 	CLI_NAME_HELP
 	"  --control PATH        control socket (understudy snapshot --control PATH ...); default\n"
-	"                        $UNDERSTUDY_RUN_DIR/NAME.sock (/run/understudy/NAME.sock)\n"
+	"                        $UNDERSTUDY_RUN_DIR/NAME.sock (/run/understudy/NAME.sock as\n"
+	"                        root, else $XDG_RUNTIME_DIR/understudy/NAME.sock)\n"
 	OPS_OPTIONS_HELP
 	"\nexit status: the guest's power-off status; 1 on errors; 2 on bad options\n"
 	"(a guest's reboot boots the VM again)\n";

@@ -37,8 +37,9 @@ static const char secondary_help[] =
 	"N commits; with --disk-sync ack (default commit) ACK(N) waits until they are durable\n"
 	"(fdatasync). A VM with a disk needs --disk here, and the sizes must match.\n"
 	"Without --control, a secondary whose VM has a name (--name, its config file, --guest\n"
-	"or --kernel) listens at $UNDERSTUDY_RUN_DIR/NAME.sock (default /run/understudy).\n\n"
-	CLI_NAME_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
+	"or --kernel) listens at $UNDERSTUDY_RUN_DIR/NAME.sock (default /run/understudy as\n"
+	"root, else $XDG_RUNTIME_DIR/understudy).\n\n"
+	CLI_NAME_HELP CLI_PORTS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
 	OPS_OPTIONS_HELP;
 
 /* --fence-retries N: 0..REPL_FENCE_RETRIES_MAX. */
@@ -68,6 +69,7 @@ int cli_cmd_secondary(int argc, char **argv)
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "control", required_argument, NULL, 'c' },
 		CLI_NAME_LONG,
+		CLI_PORTS_LONG,
 		{ "takeover", required_argument, NULL, 'T' },
 		{ "fence-cmd", required_argument, NULL, 'F' },
 		{ "fence-timeout-ms", required_argument, NULL, 'f' },
@@ -85,6 +87,7 @@ int cli_cmd_secondary(int argc, char **argv)
 					 .fence_retries = REPL_FENCE_RETRIES_DEFAULT };
 	bool fence_timeout_given = false, fence_retries_given = false, disk_sync_given = false;
 	struct witness_options wo;
+	struct cli_ports ports;
 	struct ops_options ops;
 	struct cli_ops co;
 	int opt, status;
@@ -92,6 +95,7 @@ int cli_cmd_secondary(int argc, char **argv)
 	cli_ops_options_init(&ops);
 	cli_vm_options_init(&vo);
 	cli_witness_options_init(&wo);
+	cli_ports_init(&ports);
 	vo.console = NULL;
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
@@ -101,13 +105,14 @@ int cli_cmd_secondary(int argc, char **argv)
 
 		switch (opt) {
 		case 'h': fputs(secondary_help, stdout); return 0;
-		case 'l': o.listen = optarg; r = cli_check_host_port("--listen", optarg); break;
+		case 'l': o.listen = optarg; r = cli_check_host_maybe_port("--listen", optarg); break;
 		case 't': r = cli_parse_ms("--failover-timeout-ms", optarg, 10, &o.timeout_ms); break;
 		case 'H':
 			r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &o.handshake_timeout_ms);
 			break;
 		case 'c': o.control = optarg; r = cli_check_control("--control", optarg); break;
 		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
+		case 1410: case 1411: r = cli_parse_ports_option(&ports, opt, optarg); break;
 		case 'T':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "manual")) {
 				fprintf(stderr, "understudy secondary: --takeover auto|manual, not '%s'\n",
@@ -156,6 +161,8 @@ int cli_cmd_secondary(int argc, char **argv)
 				"are required\n");
 		return 2;
 	}
+	if (cli_ports_resolve(&ports, "--listen", &o.listen))
+		return 2;
 	/* --kernel pins a Linux guest (checked like the primary's: the
 	 * standby takes over the same machine). */
 	if (vo.cfg.kernel[0] && cli_vm_options_check(&vo))

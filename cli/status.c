@@ -145,7 +145,8 @@ int cli_cmd_status(int argc, char **argv)
 			     "object a line). Ctrl-C ends it (status 0); an agent that goes away ends it\n"
 			     "with a message and status 1.\n"
 			     "--name NAME: the VM NAME of this host, at $UNDERSTUDY_RUN_DIR/NAME.sock\n"
-			     "(default /run/understudy/NAME.sock), instead of --control.");
+			     "(default /run/understudy as root, else $XDG_RUNTIME_DIR/understudy), instead\n"
+			     "of --control.");
 			return 0;
 		default: return 2;
 		}

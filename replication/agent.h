@@ -138,7 +138,7 @@ struct repl_secondary {
 	struct repl_witness *wit;        /* NULL: heartbeat only */
 	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
 	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
-	char peer_addr[128];             /* the primary's, for the fence command */
+	char peer_addr[128];             /* the primary's host (no port), for the fence command */
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	struct repl_primary *engine;     /* active and protected again (understudy protect) */

@@ -96,16 +96,70 @@ void repl_hooks_counts(const struct repl_hooks *h, uint64_t out[REPL_HOOK_RESULT
 		out[i] = h ? h->ended[i] : 0;
 }
 
+/* True when nothing of r's process group is left. The shell is reaped
+ * here (the loop, whose child watcher would, no longer runs); what it left
+ * in its group keeps the group id taken, so signalling the group stays
+ * safe until kill(-pgid, 0) says it is empty. */
+static bool group_gone(struct hook_run *r)
+{
+	int st;
+
+	while (waitpid(r->pid, &st, WNOHANG) < 0 && errno == EINTR)
+		;
+	return kill(-r->pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Waits until every group still running is gone, or until deadline_ns.
+ * True when all are gone. */
+static bool wait_groups(struct repl_hooks *h, uint64_t deadline_ns)
+{
+	for (;;) {
+		bool left = false;
+
+		for (int i = 0; i < REPL_HOOKS_MAX; i++)
+			if (h->run[i] && !group_gone(h->run[i]))
+				left = true;
+		if (!left)
+			return true;
+		if (now_ns() >= deadline_ns)
+			return false;
+		usleep(10000);
+	}
+}
+
+static void signal_groups(struct repl_hooks *h, int sig)
+{
+	for (int i = 0; i < REPL_HOOKS_MAX; i++) {
+		struct hook_run *r = h->run[i];
+
+		if (!r || group_gone(r))
+			continue;
+		log_warn(TAG, "the '%s' hook (pid %d) still runs as the agent ends: %s to its "
+			 "process group", repl_event_name(r->ev), (int)r->pid,
+			 sig == SIGTERM ? "SIGTERM" : "SIGKILL");
+		(void)kill(-r->pid, sig);
+		if (sig == SIGTERM)
+			(void)kill(-r->pid, SIGCONT);
+	}
+}
+
+/* Hooks end with their agent, as they would under systemd: a short grace
+ * to finish (a hook for the agent's last event), then SIGTERM to each
+ * group still there, then SIGKILL. */
 void repl_hooks_free(struct repl_hooks *h)
 {
 	if (!h)
 		return;
-	for (int i = 0; i < REPL_HOOKS_MAX; i++)
-		if (h->run[i]) {
-			log_info(TAG, "leaving the '%s' hook (pid %d) to finish on its own",
-				 repl_event_name(h->run[i]->ev), (int)h->run[i]->pid);
-			run_free(h->run[i]);
+	if (!wait_groups(h, now_ns() + REPL_HOOKS_EXIT_GRACE_MS * 1000000ull)) {
+		signal_groups(h, SIGTERM);
+		if (!wait_groups(h, now_ns() + REPL_HOOKS_KILL_GRACE_MS * 1000000ull)) {
+			signal_groups(h, SIGKILL);
+			(void)wait_groups(h, now_ns() + REPL_HOOKS_KILL_GRACE_MS * 1000000ull);
 		}
+	}
+	for (int i = 0; i < REPL_HOOKS_MAX; i++)
+		if (h->run[i])
+			run_free(h->run[i]);
 	free(h->cmd);
 	free(h);
 }

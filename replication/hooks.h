@@ -6,7 +6,10 @@
  *                      migrated|drill-pass|drill-fail
  *   UNDERSTUDY_ROLE    primary|secondary (a standby that took over: primary)
  *   UNDERSTUDY_EPOCH   the last epoch acknowledged (primary) or applied
- *   UNDERSTUDY_PEER    HOST:PORT of the other side, as known ("" if not)
+ *   UNDERSTUDY_PEER    the other side: a primary's --peer HOST:PORT; on a
+ *                      secondary (and the takeover) the primary's HOST only,
+ *                      the port it connected from being an ephemeral one
+ *                      ("" if not known)
  *   UNDERSTUDY_VM      the VM's name (--name), else its guest
  *   UNDERSTUDY_GUEST   the guest: counter, linux, ...
  *   UNDERSTUDY_REASON  one line for people ("" if none)
@@ -16,7 +19,8 @@
  *
  * The agent never waits for it: the command is spawned, its exit is seen by
  * a libev child watcher, and one still running after the timeout gets
- * SIGTERM (then SIGKILL a second later) with its whole process group. Each
+ * SIGTERM (then SIGKILL a second later) with its whole process group, as
+ * does one still running when the agent ends (repl_hooks_free). Each
  * end is logged and counted (understudy_hook_runs_total). At most
  * REPL_HOOKS_MAX run at once; an event beyond that is logged and dropped. */
 #ifndef US_REPL_HOOKS_H
@@ -28,6 +32,7 @@
 
 #define REPL_HOOKS_MAX 16
 #define REPL_HOOKS_KILL_GRACE_MS 1000
+#define REPL_HOOKS_EXIT_GRACE_MS 1000
 
 struct repl_hooks;
 
@@ -37,8 +42,11 @@ int repl_hooks_new(struct ev_loop *loop, const char *cmd, unsigned timeout_ms,
 		   struct repl_hooks **out) __attribute__((warn_unused_result));
 /* Runs that ended so far, by result (all 0 for h NULL). */
 void repl_hooks_counts(const struct repl_hooks *h, uint64_t out[REPL_HOOK_RESULTS]);
-/* Commands still running are left to finish on their own (a hook for the
- * last event of an agent that exits still runs to its end). */
+/* Commands still running end with the agent: REPL_HOOKS_EXIT_GRACE_MS to
+ * finish on their own (a hook for the agent's last event), then SIGTERM to
+ * their process groups, SIGKILL REPL_HOOKS_KILL_GRACE_MS later. An agent
+ * killed -9 cannot do this: its hooks run on (systemd's control group ends
+ * them; see docs/design.md). */
 void repl_hooks_free(struct repl_hooks *h);
 /* Starts the command for ev; h may be NULL (no --on-event). */
 void repl_hooks_run(struct repl_hooks *h, enum repl_event ev, const struct repl_event_info *info);

@@ -739,9 +739,13 @@ static int cand_hello(void *ctx, struct repl_link *l, const struct proto_frame *
 static void cand_promote(void *ctx, struct net_conn *c)
 {
 	struct repl_secondary *s = ctx;
+	int port;
 
 	log_info(TAG, "primary %s connected", net_peer_name(c));
-	snprintf(s->peer_addr, sizeof(s->peer_addr), "%s", net_peer_name(c));
+	/* Its host only: the port it connected from is an ephemeral one that
+	 * nothing (a fence command, a hook, status) can use. */
+	if (net_parse_host_port(net_peer_name(c), true, s->peer_addr, sizeof(s->peer_addr), &port))
+		snprintf(s->peer_addr, sizeof(s->peer_addr), "%s", net_peer_name(c));
 	s->fault.kind = REPL_FAULT_NONE;   /* the reason was the last connection's */
 	s->rx_fault.kind = REPL_FAULT_NONE;
 	s->link.conn = c;

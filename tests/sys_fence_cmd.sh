@@ -69,6 +69,9 @@ wait_log "$tmp/$n.sec.log" "TOOK OVER" 60 || fail "no takeover: $(tail -5 "$tmp/
 wait $pp 2>/dev/null
 kill -0 $pp 2>/dev/null && fail "the old primary still runs after the fence"
 grep -q "^UNDERSTUDY_PEER_HOST=127.0.0.1$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
+# the primary's host, not the ephemeral port it connected from
+grep -q "^UNDERSTUDY_PEER=127.0.0.1$" "$FENCE_OUT" && grep -q "^UNDERSTUDY_PEER_PORT=$" "$FENCE_OUT" ||
+	fail "env: $(cat "$FENCE_OUT")"
 grep -q "^UNDERSTUDY_VM=counter$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
 grep -q "^UNDERSTUDY_ACTION=off$" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"
 grep -q "^UNDERSTUDY_EPOCH=[1-9]" "$FENCE_OUT" || fail "env: $(cat "$FENCE_OUT")"

@@ -11,7 +11,12 @@
 #      logged; understudy_hook_runs_total{result="timeout"} counts it;
 #   3. a VM under `run` migrated away: 'migrated' with the destination;
 #   4. a planned switchover: 'switchover' on both sides with the new roles,
-#      and the metrics follow (switchovers_total, role, state).
+#      and the metrics follow (switchovers_total, role, state);
+#   5. hooks end with their agent: a primary's hanging 'protected' hook
+#      (timeout far away) is gone within a bound of the primary's SIGTERM,
+#      and a survivor's hanging 'takeover' hook within a bound of its
+#      SIGINT; the takeover's UNDERSTUDY_PEER is the primary's host, not
+#      the port it connected from (also in 1).
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -87,7 +92,7 @@ f=$tmp/ev/sec.takeover
 [ "$(field "$f" UNDERSTUDY_ROLE)" = primary ] || fail "takeover role: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_EPOCH)" -gt 0 ] || fail "takeover epoch: $(cat "$f")"
 [ "$(field "$f" UNDERSTUDY_VM)" = counter ] || fail "takeover vm: $(cat "$f")"
-field "$f" UNDERSTUDY_PEER | grep -q '^127\.0\.0\.1:[0-9]' || fail "takeover peer: $(cat "$f")"
+[ "$(field "$f" UNDERSTUDY_PEER)" = 127.0.0.1 ] || fail "takeover peer: $(cat "$f")"
 field "$f" UNDERSTUDY_REASON | grep -q "silent" || fail "takeover reason: $(cat "$f")"
 field "$f" UNDERSTUDY_TIME | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]{3}Z$' ||
 	fail "takeover time: $(cat "$f")"
@@ -101,7 +106,8 @@ kill -9 $sp; wait $sp 2>/dev/null
 # 2. A hanging hook on both sides.
 cat >"$tmp/hang.sh" <<SH
 #!/bin/sh
-echo \$\$ >"$tmp/ev/hang.\$1.\$UNDERSTUDY_EVENT.pgid"
+# the process group (the agent's /bin/sh -c, whose child this may be)
+awk '{ print \$5 }' /proc/\$\$/stat >"$tmp/ev/hang.\$1.\$UNDERSTUDY_EVENT.pgid"
 sleep 600
 SH
 chmod +x "$tmp/hang.sh"
@@ -188,4 +194,43 @@ for _ in $(seq 1 $((200 * X))); do [ -s "$f" ] && break; sleep 0.05; done
 [ -n "$(field "$f" UNDERSTUDY_REASON)" ] || fail "unprotected without a reason: $(cat "$f")"
 ok "   the standby killed: the primary said 'unprotected' ($(field "$f" UNDERSTUDY_REASON))"
 kill $bp; wait $bp 2>/dev/null
+
+# 5. Hooks end with their agent. The agent gives a hook a second to finish,
+#    then SIGTERM, SIGKILL a second later: gone within END_S of the signal.
+END_S=$(nested 5 20)
+cat >"$tmp/linger.sh" <<SH
+#!/bin/sh
+env | grep '^UNDERSTUDY_' | sort >"$tmp/ev/linger.\$1.\$UNDERSTUDY_EVENT"
+awk '{ print \$5 }' /proc/\$\$/stat >"$tmp/ev/linger.\$1.\$UNDERSTUDY_EVENT.pgid"
+sleep 600
+SH
+chmod +x "$tmp/linger.sh"
+# gone AGENT_PID PGID_FILE WHAT: the agent exits and the group is gone within END_S
+gone() {
+	local pg
+	pg=$(cat "$2") || fail "$3: the hook did not run"
+	for _ in $(seq 1 $((END_S * 20))); do
+		kill -0 "$1" 2>/dev/null || kill -0 -- -"$pg" 2>/dev/null || return 0
+		sleep 0.05
+	done
+	kill -0 "$1" 2>/dev/null && fail "$3: the agent still runs $END_S s after the signal"
+	fail "$3: the hook's group $pg still runs $END_S s after its agent ended: $(pgrep -a -g "$pg")"
+}
+start_pair "$tmp/linger.sh" --on-event-timeout-ms 600000
+for _ in $(seq 1 $((100 * X))); do [ -s "$tmp/ev/linger.pri.protected.pgid" ] && break; sleep 0.05; done
+kill -0 -- -"$(cat "$tmp/ev/linger.pri.protected.pgid")" || fail "the 'protected' hook is not running"
+kill -TERM $pp
+gone $pp "$tmp/ev/linger.pri.protected.pgid" "primary SIGTERM"
+grep -q "'protected' hook (pid [0-9]*) still runs as the agent ends: SIGTERM" "$tmp/$n.pri.log" ||
+	fail "the primary did not say it ended its hook: $(grep hooks "$tmp/$n.pri.log")"
+kill -9 $sp 2>/dev/null; wait 2>/dev/null
+start_pair "$tmp/linger.sh" --on-event-timeout-ms 600000
+kill -9 $pp; wait $pp 2>/dev/null
+wait_log "$tmp/$n.sec.log" "TOOK OVER" $((30 * X)) || fail "no takeover: $(tail -5 "$tmp/$n.sec.log")"
+for _ in $(seq 1 $((100 * X))); do [ -s "$tmp/ev/linger.sec.takeover.pgid" ] && break; sleep 0.05; done
+[ "$(field "$tmp/ev/linger.sec.takeover" UNDERSTUDY_PEER)" = 127.0.0.1 ] ||
+	fail "takeover peer: $(cat "$tmp/ev/linger.sec.takeover")"
+kill -INT $sp
+gone $sp "$tmp/ev/linger.sec.takeover.pgid" "survivor SIGINT"
+ok "5. hooks end with their agent: the primary's 'protected' hook after its SIGTERM, the survivor's 'takeover' hook after its SIGINT, each within $END_S s; the takeover's UNDERSTUDY_PEER is 127.0.0.1"
 echo "PASS sys_hooks"

@@ -14,6 +14,13 @@
 #      socket answers exit 2 naming it: the name given, the config file's
 #      (vm7.conf: vm7), the guest's (counter); a socket nobody answers on
 #      does not stop a start; the run directory is made 0700.
+#   5. not root, no UNDERSTUDY_RUN_DIR (as nobody): run starts (it fails
+#      later, at KVM, not with exit 2) with its socket directory
+#      $XDG_RUNTIME_DIR/understudy made 0700, else /tmp/understudy-UID;
+#      status --name and list look there; a default directory that cannot
+#      be made is one warning and no socket, not a refusal; a --control or
+#      control = whose directory is missing gets it made 0700, and one
+#      whose directory cannot be made exits 2 naming it.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || fail "no binary at $BIN"
@@ -118,4 +125,55 @@ out=$(UNDERSTUDY_RUN_DIR=$tmp/fresh timeout 5 "$BIN" run --guest counter --conso
 [ $rc != 2 ] || fail "a fresh run directory: exit 2: $out"
 [ "$(stat -c %a "$tmp/fresh")" = 700 ] || fail "the run directory is $(stat -c %a "$tmp/fresh"), want 700"
 ok "4. a live socket of the name refuses run, primary, secondary (exit 2, the socket named): --name, vm7.conf, the guest; --control and a stale socket do not; the run directory is 0700"
+
+# 5.
+as_nobody() {
+	env -u UNDERSTUDY_RUN_DIR XDG_RUNTIME_DIR="$xdg" \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$@"
+}
+command -v setpriv >/dev/null || fail "no setpriv (util-linux) to run as nobody"
+[ "$(id -u)" = 0 ] || fail "run as root: part 5 runs commands as nobody"
+nob=$(mktemp -d /tmp/understudy-nobody.XXXXXX)
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$tmp" "$nob"' EXIT
+chmod 0755 "$nob"
+xdg=$nob/xdg
+mkdir -m 0700 "$xdg" && chown 65534:65534 "$xdg"
+as_nobody test -x "$BIN" || fail "nobody cannot run $BIN"
+out=$(as_nobody timeout 5 "$BIN" run --guest counter --name web --console tcp:127.0.0.1:1 2>&1); rc=$?
+[ $rc != 2 ] || fail "run as nobody without --control: exit 2: $out"
+[ "$(stat -c '%a %u' "$xdg/understudy")" = "700 65534" ] ||
+	fail "$xdg/understudy: $(stat -c '%a %u' "$xdg/understudy" 2>&1), want 700 65534: $out"
+out=$(as_nobody "$BIN" status --name web 2>&1); [ $? = 1 ] && echo "$out" | grep -qF "$xdg/understudy/web.sock" ||
+	fail "status --name web as nobody: $out"
+python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])' \
+	"$xdg/understudy/gone.sock" && chown 65534:65534 "$xdg/understudy/gone.sock" || fail "no socket file"
+out=$(as_nobody "$BIN" list --json) || fail "list as nobody: $out"
+[ "$(echo "$out" | python3 -c 'import json,sys; print([r["name"] for r in json.load(sys.stdin)])')" = "['gone']" ] ||
+	fail "list as nobody: $out"
+# no XDG_RUNTIME_DIR: /tmp/understudy-65534 (made here only when missing)
+had=$([ -e /tmp/understudy-65534 ] && echo yes)
+out=$(xdg='' as_nobody timeout 5 "$BIN" run --guest counter --name web --console tcp:127.0.0.1:1 2>&1); rc=$?
+[ $rc != 2 ] && [ "$(stat -c '%a %u' /tmp/understudy-65534)" = "700 65534" ] ||
+	fail "no XDG_RUNTIME_DIR: exit $rc, /tmp/understudy-65534: $(stat -c '%a %u' /tmp/understudy-65534 2>&1): $out"
+[ "$had" ] || rmdir /tmp/understudy-65534
+# a default directory that cannot be made: a warning, no socket, no refusal
+mkdir -m 0555 "$nob/ro"
+out=$(xdg=$nob/ro as_nobody timeout 5 "$BIN" run --guest counter --name web --console tcp:127.0.0.1:1 2>&1); rc=$?
+[ $rc != 2 ] || fail "an unusable default directory refused the start: $out"
+[ "$(echo "$out" | grep -c "running without a control socket")" = 1 ] &&
+	echo "$out" | grep -qF "$nob/ro/understudy: Permission denied" ||
+	fail "an unusable default directory: want one warning naming it: $out"
+# --control and control = in a directory that is missing: made 0700
+out=$(timeout 5 "$BIN" run --guest counter --console tcp:127.0.0.1:1 --control "$tmp/ctl/vm.sock" 2>&1); rc=$?
+[ $rc != 2 ] && [ "$(stat -c %a "$tmp/ctl")" = 700 ] ||
+	fail "--control in a missing directory: exit $rc, $(stat -c %a "$tmp/ctl" 2>&1): $out"
+printf 'guest = counter\nconsole = tcp:127.0.0.1:1\ncontrol = %s/ctl2/vm1.sock\n' "$tmp" >"$tmp/vm1.conf"
+out=$(timeout 5 "$BIN" run --config "$tmp/vm1.conf" 2>&1); rc=$?
+[ $rc != 2 ] && [ "$(stat -c %a "$tmp/ctl2")" = 700 ] ||
+	fail "control = in a missing directory: exit $rc, $(stat -c %a "$tmp/ctl2" 2>&1): $out"
+out=$(as_nobody timeout 5 "$BIN" run --guest counter --console tcp:127.0.0.1:1 \
+	--control "$nob/ro/sub/vm.sock" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -qF -- "--control $nob/ro/sub/vm.sock: cannot make its directory $nob/ro/sub" ||
+	fail "--control in a directory nobody may make: exit $rc, want 2 naming it: $out"
+ok "5. as nobody: the socket directory $xdg/understudy (0700, nobody's), else /tmp/understudy-65534; status --name and list look there; an unusable default: one warning, no refusal; --control and control = get a missing directory made 0700, one that cannot be made exits 2 naming it"
 echo PASS
