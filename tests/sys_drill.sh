@@ -78,11 +78,17 @@ while not os.path.exists(stop):
     if n != last + 1:
         sys.exit("reply %r after %d: out of order" % (line, last))
     last, k = n, k + 1
+    if k == 1:
+        open(stop + ".first", "w").close()   # a reply released: acknowledged
     time.sleep(0.02)
 print("n=%d replies=%d max_gap_ms=%.0f" % (last, k, gap * 1000))
 PY
 python3 "$tmp/client.py" $PCON "$tmp/stop" >"$tmp/client.out" 2>&1 &
 cpid=$!
+# The drill's clone must start after a reply was acknowledged, for its probe
+# to have one to compare with (in the nested VM the client takes seconds).
+for _ in $(seq 1 1200); do [ -e "$tmp/stop.first" ] && break; sleep 0.05; done
+[ -e "$tmp/stop.first" ] || fail "the client had no reply in 60 s: $(cat "$tmp/client.out")"
 sleep 1
 e0=$(primary_epoch)
 "$BIN" drill test-failover --control "$SEC_CTL" --seconds 3 --json --report-dir "$reports" \
