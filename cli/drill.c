@@ -243,9 +243,15 @@ static void print_human(json_object *rep)
 	printf("  RTO         %.3f ms (activation: state copied from the standby, vCPUs running; "
 	       "the VM was built ahead in %.3f ms, as a standby is)\n", num(rep, "rto_ms"),
 	       num(rep, "clone_build_ms"));
-	printf("  RPO         acknowledged outputs lost: %s; unacknowledged epochs discarded: %.0f\n",
-	       get(rep, "rpo.acked_outputs_lost") ? str(rep, "rpo.acked_outputs_lost") : "not known",
-	       num(rep, "rpo.unacked_epochs_discarded"));
+	/* A report kept by an older version has no reason: say so. */
+	if (get(rep, "rpo.acked_outputs_lost"))
+		printf("  RPO         acknowledged outputs lost: %s (%s)", str(rep, "rpo.acked_outputs_lost"),
+		       get(rep, "rpo.acked_outputs_lost_why") ? str(rep, "rpo.acked_outputs_lost_why") :
+		       "no reason in this report");
+	else
+		printf("  RPO         acknowledged outputs lost: %s", get(rep, "rpo.acked_outputs_lost_why") ?
+		       str(rep, "rpo.acked_outputs_lost_why") : "not known (the report says not why)");
+	printf("; unacknowledged epochs discarded: %.0f\n", num(rep, "rpo.unacked_epochs_discarded"));
 	printf("  output      %.0f bytes held for replay; the clone wrote %.0f, released 0\n",
 	       num(rep, "output.held_bytes"), num(rep, "output.clone_output_bytes"));
 	printf("  probe       %s (%s)\n", str(rep, "probe.result"), str(rep, "probe.kind"));

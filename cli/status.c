@@ -138,8 +138,10 @@ int cli_cmd_status(int argc, char **argv)
 			break;
 		case 'h':
 			puts("usage: understudy status --control PATH|--name NAME [--json] [--watch [--interval S]]\n"
-			     "Role, epoch, last acknowledged epoch, pause p50/p99, dirty pages per epoch,\n"
-			     "bytes sent, replication lag, time since the last heartbeat.\n"
+			     "Role, state, the guest, memory, vCPUs, uptime on this host and devices; then\n"
+			     "what applies to the role: epoch, last acknowledged epoch, pause p50/p99,\n"
+			     "dirty pages per epoch, bytes sent, lag, time since the last heartbeat; a\n"
+			     "takeover, switchover or migration once one happened. --json: every field.\n"
 			     "--watch refreshes every S seconds (default 1) like watch(1): the screen\n"
 			     "is cleared on a terminal, else the blocks follow each other (--json: one\n"
 			     "object a line). Ctrl-C ends it (status 0); an agent that goes away ends it\n"

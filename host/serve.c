@@ -59,18 +59,24 @@ static char *fmt(const char *f, ...)
 	return s;
 }
 
-/* status of a VM no secondary protects: no engine to ask. */
-static char *unprotected_status(const char *request, const char *name)
+/* status of a VM no secondary protects: no engine to ask, what the VM is. */
+static char *unprotected_status(const char *request, const char *name, const struct repl_vm *vm)
 {
+	char text[1024];
+	size_t n;
 	json_object *o;
 
-	if (!strstr(request, "json"))
-		return fmt("role primary\nstate unprotected\nfencing: none (no secondary)\nname %s\n",
-			   name);
+	if (!strstr(request, "json")) {
+		n = (size_t)snprintf(text, sizeof(text), "role primary\nstate unprotected\nname %s\n",
+				     name);
+		repl_vm_status_text(vm, &vm->m->cfg, text, sizeof(text), &n);
+		return fmt("%sfencing: none (no secondary)\n", text);
+	}
 	o = json_object_new_object();
 	proto_json_add_str(o, "role", "primary");
 	proto_json_add_str(o, "state", "unprotected");
 	proto_json_add_str(o, "name", name);
+	repl_vm_status_json(vm, &vm->m->cfg, o);
 	return proto_json_line(o);
 }
 
@@ -256,7 +262,7 @@ static char *on_control(void *ctx, const char *request)
 	if (!strncmp(request, "status", 6)) {
 		if (r->engine)
 			return repl_primary_status_text(r->engine, request);
-		return unprotected_status(request, repl_ops_vm(&r->ops, r->vm->m->cfg.guest));
+		return unprotected_status(request, repl_ops_vm(&r->ops, r->vm->m->cfg.guest), r->vm);
 	}
 	if (strncmp(request, "snapshot", 8) || (request[8] && request[8] != ' '))
 		return control_reply_unknown(request, "status, snapshot, protect, migrate, cancel, "
@@ -290,6 +296,7 @@ int host_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_pat
 	sigint_w.data = sigterm_w.data = &ctx;
 	ev_signal_start(loop, &sigint_w);
 	ev_signal_start(loop, &sigterm_w);
+	repl_vm_mark_running(vm);
 	machine_resume(vm->m);
 	net_notify(NET_NOTIFY_READY, "the VM runs (unprotected)");
 	ev_run(loop, 0);

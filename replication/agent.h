@@ -127,6 +127,7 @@ struct repl_secondary {
 	struct repl_staging stage;
 	struct repl_fault rx_fault;      /* set by a frame that failed on our side */
 	struct repl_fault fault;         /* the last failure: status reason */
+	struct repl_fault fault_at_takeover;   /* ...when it took over (status: not repeated) */
 
 	int exit_status;
 	ev_timer watch_w, hb_w;

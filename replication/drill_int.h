@@ -58,6 +58,8 @@ struct drill_run {
 	char probe[256];                 /* what the probe found */
 	bool probe_done, probe_ok;
 	bool counter_checked;            /* the answer matched the acknowledged output */
+	bool counter_compared;           /* the answer was compared with a reply: */
+	int64_t counter_want, counter_got;   /* ...the one expected, the clone's */
 
 	bool failed;
 	char reason[256];

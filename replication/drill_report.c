@@ -93,6 +93,11 @@ static void judge_counter(struct drill_run *r, const char *pre, const char *post
 		drill_fail(r, "probe: get answered '%s', not a counter reply", post);
 		return;
 	}
+	if (want) {
+		r->counter_compared = true;
+		r->counter_want = counter_n(want);
+		r->counter_got = counter_n(post);
+	}
 	if (!want) {
 		r->probe_ok = true;
 		snprintf(r->probe, sizeof(r->probe), "get -> '%s' (no reply acknowledged since this "
@@ -242,11 +247,59 @@ static void verdict(struct repl_secondary *s, struct drill_run *r)
 		drill_fail(r, "the probe did not run");
 }
 
+/* Acknowledged outputs the clone lost (-1: not known) and how that is
+ * known, or why it is not. The clone is the standby at epoch E, which had
+ * acknowledged exactly up to E (E+1 had not begun), and the primary
+ * releases output only once acknowledged: nothing released can come from
+ * past E. The counter's probe proves it on the guest's own replies (or
+ * counts the replies missing); otherwise the RAM digest proves that the
+ * clone holds the primary's state at E. */
+static int64_t acked_lost(const struct drill_run *r, char *why, size_t len)
+{
+	uint64_t e = r->epoch_start, acked;
+
+	if (r->counter_compared && r->counter_got >= r->counter_want) {
+		snprintf(why, len, "the probe: get answered %lld, the last acknowledged reply %lld%s",
+			 (long long)r->counter_got, (long long)r->counter_want,
+			 r->counter_got > r->counter_want ? " (beyond it: nothing acknowledged lost, but "
+			 "the state is not the acknowledged one)" : "");
+		return 0;
+	}
+	if (r->counter_compared) {
+		snprintf(why, len, "the probe: get answered %lld, the last acknowledged reply was %lld",
+			 (long long)r->counter_got, (long long)r->counter_want);
+		return r->counter_want - r->counter_got;
+	}
+	if (!r->have_digest) {
+		snprintf(why, len, "not known: the primary's RAM digest did not arrive, so the clone's "
+			 "state was never compared with the primary's");
+		return -1;
+	}
+	if (r->clone_crc != r->primary.mem_crc32c) {
+		snprintf(why, len, "not known: the clone's RAM differs from the primary's at epoch %llu",
+			 (unsigned long long)r->primary.epoch);
+		return -1;
+	}
+	acked = r->primary.epoch > r->primary.unacked_at_digest ?
+		r->primary.epoch - 1 - r->primary.unacked_at_digest : 0;
+	if (r->primary.epoch != e || acked > e) {
+		snprintf(why, len, "not known: the clone started from epoch %llu, the primary digested "
+			 "epoch %llu with %llu acknowledged", (unsigned long long)e,
+			 (unsigned long long)r->primary.epoch, (unsigned long long)acked);
+		return -1;
+	}
+	snprintf(why, len, "the RAM digest: the clone holds epoch %llu as the primary had it, and "
+		 "nothing past it was acknowledged: the primary had acknowledged up to epoch %llu",
+		 (unsigned long long)e, (unsigned long long)acked);
+	return 0;
+}
+
 void drill_report_build(struct repl_secondary *s)
 {
 	struct drill_run *r = &s->drill->run;
 	json_object *o = json_object_new_object(), *x;
-	char t[40];
+	char t[40], why[300];
+	int64_t lost;
 
 	verdict(s, r);
 	add_str(o, "kind", "test-failover");
@@ -273,9 +326,10 @@ void drill_report_build(struct repl_secondary *s)
 		json_object_object_add(o, "rto_ms", NULL);
 	add_ms(o, "clone_build_ms", r->build_ns);
 	x = json_object_new_object();
-	/* Only the counter's probe compares with the acknowledged output. */
-	json_object_object_add(x, "acked_outputs_lost", r->probe_ok && r->counter_checked ?
-			       json_object_new_int(0) : NULL);
+	lost = acked_lost(r, why, sizeof(why));
+	json_object_object_add(x, "acked_outputs_lost", lost >= 0 ? json_object_new_int64(lost) : NULL);
+	add_str(x, "acked_outputs_lost_why", why);
+	add_u64(x, "clone_epoch", r->epoch_start);
 	add_u64(x, "unacked_epochs_discarded", r->primary.unacked_at_digest);
 	json_object_object_add(o, "rpo", x);
 	x = json_object_new_object();

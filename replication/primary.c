@@ -1481,6 +1481,7 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 		log_info(TAG, "fencing: " REPL_FENCING);
 	net_notify(NET_NOTIFY_STATUS, "connecting to the secondary at %s", o->peer);
 	engine_start(p);
+	repl_vm_mark_running(p->vm);
 	machine_resume(p->vm->m);
 	ev_run(p->loop, 0);
 	status = p->exit_status;

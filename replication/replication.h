@@ -83,6 +83,14 @@ struct repl_vm {
 	void (*on_output)(void *ctx);
 	void (*on_hangup)(void *ctx);
 	void *cb_ctx;
+
+	/* Its history on this host, for status (status.c). */
+	uint64_t running_since_ns;      /* the guest runs here since (now_ns), 0: it does not */
+	struct timespec running_since;  /* ...the same on the wall clock */
+	bool took_over;                 /* a takeover resumed it here */
+	uint64_t took_over_epoch;       /* ...from this epoch */
+	struct timespec took_over_at;   /* ...then (wall clock) */
+	double took_over_silence_ms;    /* ...after the primary was silent this long */
 };
 
 /* console may be NULL: a standby gets the console it bound at start when it
@@ -116,6 +124,22 @@ int repl_vm_boot(struct repl_vm *v) US_MUST_CHECK;
  * paused; on an error it is half reset and must not run or be captured.
  * -ENOTSUP: not booted by repl_vm_boot. */
 int repl_vm_reboot(struct repl_vm *v) US_MUST_CHECK;
+
+/* The guest runs here from now on (a start, a restore, a takeover, a
+ * switchover's new primary): status counts its uptime here from this call. */
+void repl_vm_mark_running(struct repl_vm *v);
+/* It does not run here any more (it became a standby). */
+void repl_vm_mark_standby(struct repl_vm *v);
+/* A takeover resumed it here from epoch after silence_ms of the primary's silence. */
+void repl_vm_mark_took_over(struct repl_vm *v, uint64_t epoch, double silence_ms);
+/* What every VM's status shows (status.c): the guest, memory, vCPUs,
+ * uptime on this host, devices, and a takeover that brought it here. v may
+ * be NULL (a standby not built yet), cfg then what is known of the guest
+ * (guest "" when nothing is). The text appends lines to out at *n. */
+void repl_vm_status_text(const struct repl_vm *v, const struct machine_config *cfg, char *out,
+			 size_t len, size_t *n);
+void repl_vm_status_json(const struct repl_vm *v, const struct machine_config *cfg,
+			 struct json_object *o);
 
 /* vm_net.c: the tap of a VM with a NIC (cfg->nnets), opened with the
  * machine (a standby's too: at setup, not at takeover); frames from it go

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TAG "vm"
 
@@ -291,6 +292,26 @@ int repl_vm_reboot(struct repl_vm *v)
 	    (r = machine_boot(v->m)) < 0)
 		log_error(TAG, "rebooting the guest: %s", strerror(-r));
 	return r;
+}
+
+void repl_vm_mark_running(struct repl_vm *v)
+{
+	v->running_since_ns = now_ns();
+	clock_gettime(CLOCK_REALTIME, &v->running_since);
+}
+
+void repl_vm_mark_standby(struct repl_vm *v)
+{
+	v->running_since_ns = 0;
+	v->took_over = false;
+}
+
+void repl_vm_mark_took_over(struct repl_vm *v, uint64_t epoch, double silence_ms)
+{
+	v->took_over = true;
+	v->took_over_epoch = epoch;
+	v->took_over_silence_ms = silence_ms;
+	clock_gettime(CLOCK_REALTIME, &v->took_over_at);
 }
 
 int repl_vm_open_console(struct repl_vm *v, const char *console)

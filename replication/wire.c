@@ -145,9 +145,9 @@ int repl_link_send_section(struct repl_link *l, const char *name, const void *da
 char *repl_status_reply(int (*format)(void *ctx, const char *req, char *out, size_t len),
 			void *ctx, const char *req)
 {
-	char *out = malloc(4096);
+	char *out = malloc(8192);
 
-	if (out && format(ctx, req, out, 4096) < 0) {
+	if (out && format(ctx, req, out, 8192) < 0) {
 		free(out);
 		return NULL;
 	}

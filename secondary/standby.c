@@ -829,6 +829,7 @@ static void adopt_standby(struct repl_secondary *s, const struct repl_switch *sw
 {
 	s->cfg = s->vm->m->cfg;
 	s->hello_digest = machine_config_digest(&s->cfg);
+	repl_vm_mark_standby(s->vm);
 	repl_vm_set_gated(s->vm, true);
 	s->vm->on_stopped = NULL;
 	s->vm->cb_ctx = NULL;

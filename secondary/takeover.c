@@ -91,6 +91,7 @@ static void protect_after_switch(struct repl_secondary *s)
 	/* The guest runs from here (output gated, writes logged); the engine is
 	 * attached once the loop has sent the old primary our word. */
 	announce(s);
+	repl_vm_mark_running(s->vm);
 	machine_resume(m);
 	s->switch_in_ms = s->switch_paused_us / 1e3 + (now_ns() - s->switch_fence_ns) / 1e6;
 	/* A moment later: the loop first sends the old primary our word (its
@@ -150,6 +151,9 @@ static void take_over(struct repl_secondary *s)
 	if (g->verify_ok && !repl_verify_standby(s->vm->m, &g->verify_last, g->applied))
 		g->verify_failed++;
 	announce(s);
+	repl_vm_mark_running(s->vm);
+	repl_vm_mark_took_over(s->vm, g->applied, (t0 - s->link.last_rx_ns) / 1e6);
+	s->fault_at_takeover = s->fault;
 	machine_resume(s->vm->m);
 	net_notify(NET_NOTIFY_STATUS, "TOOK OVER: runs the guest from epoch %llu",
 		   (unsigned long long)g->applied);

@@ -16,7 +16,10 @@
 #  5. --report-dir kept each report; drill history lists them;
 #  6. the primary killed -9 during a drill: the drill FAILs (production
 #     changed), the clone is gone, and the real takeover still happens with
-#     the acknowledged counter value.
+#     the acknowledged counter value;
+#  7. the RPO's acknowledged outputs lost: a number with how it is known
+#     (the counter's probe, else the RAM digest at the clone's epoch), or
+#     "not known:" and why, never a bare "not known".
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -75,11 +78,17 @@ while not os.path.exists(stop):
     if n != last + 1:
         sys.exit("reply %r after %d: out of order" % (line, last))
     last, k = n, k + 1
+    if k == 1:
+        open(stop + ".first", "w").close()   # a reply released: acknowledged
     time.sleep(0.02)
 print("n=%d replies=%d max_gap_ms=%.0f" % (last, k, gap * 1000))
 PY
 python3 "$tmp/client.py" $PCON "$tmp/stop" >"$tmp/client.out" 2>&1 &
 cpid=$!
+# The drill's clone must start after a reply was acknowledged, for its probe
+# to have one to compare with (in the nested VM the client takes seconds).
+for _ in $(seq 1 1200); do [ -e "$tmp/stop.first" ] && break; sleep 0.05; done
+[ -e "$tmp/stop.first" ] || fail "the client had no reply in 60 s: $(cat "$tmp/client.out")"
 sleep 1
 e0=$(primary_epoch)
 "$BIN" drill test-failover --control "$SEC_CTL" --seconds 3 --json --report-dir "$reports" \
@@ -104,6 +113,9 @@ assert rep["digest"]["match"] and rep["digest"]["clone"] == rep["digest"]["prima
 assert rep["epochs"]["applied_during"] > 10, rep["epochs"]
 assert rep["rto_ms"] > 0 and rep["rto_ms"] < 2000, rep["rto_ms"]
 assert rep["rpo"]["acked_outputs_lost"] == 0
+# the number comes with how it is known: here the probe's reply against the acknowledged one
+assert rep["rpo"]["acked_outputs_lost_why"].startswith("the probe: get answered "), rep["rpo"]
+assert rep["rpo"]["clone_epoch"] == rep["epochs"]["start"], rep["rpo"]
 assert rep["output"]["released_bytes"] == 0
 assert rep["probe"]["ok"] and rep["probe"]["result"].startswith("get -> "), rep["probe"]
 # the clone answered the value of its start epoch, the client went further
@@ -154,6 +166,9 @@ cat "$tmp/d3.out"
 [ $rc = 0 ] || fail "drill on the stress guest exited $rc"
 grep -q "probe *check -> 'ok cpus=2" "$tmp/d3.out" || fail "stress probe"
 grep -q "digest .*: match" "$tmp/d3.out" || fail "stress digest"
+# no reply to compare: the RAM digest at the clone's epoch says that nothing acknowledged was lost
+grep -q "RPO *acknowledged outputs lost: 0 (the RAM digest: the clone holds epoch [0-9]* as the primary had it" \
+	"$tmp/d3.out" || fail "stress RPO: $(grep RPO "$tmp/d3.out")"
 ok "stress: PASS, check answered ok, digest matched (corrupt hook refused without the env)"
 
 # ---- 5. history -----------------------------------------------------------------------
@@ -194,4 +209,10 @@ if lines[-1].split()[0] != "4":
     sys.exit("the taken-over guest answered %r, want 4" % lines)
 PY
 ok "the primary killed during a drill: the drill FAILs (exit 1), the takeover happens, the counter holds at 4"
+# every report gave the RPO's number or said why it has none
+for f in "$tmp"/d2.out "$tmp"/d3.out "$tmp"/d6.out "$tmp"/p1.out "$tmp"/p2.out; do
+	grep -q "RPO *acknowledged outputs lost: \([0-9]* (.\+)\|not known: .\+\);" "$f" ||
+		fail "$(basename "$f"): the RPO line gives no number nor why: $(grep RPO "$f")"
+done
+ok "every drill's RPO line: $(grep -ho 'outputs lost: [^;]*' "$tmp"/d[236].out "$tmp"/p[12].out | cut -c1-60 | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
 echo "PASS: sys_drill"

@@ -84,9 +84,16 @@ static const char *str(json_object *o, const char *key)
 #define I json_type_int
 #define S json_type_string
 #define B json_type_boolean
+#define A json_type_array
+
+/* What every VM's status has (repl_vm_status_json), after "name". */
+#define VM_FIELDS \
+	{ "guest", S }, { "mem_bytes", I }, { "vcpus", I }, { "uptime_s", D }, \
+	{ "running_since", S }, { "devices", A }, { "took_over", B }, { "took_over_epoch", I }, \
+	{ "took_over_at", S }, { "took_over_silence_ms", D }
 
 static const struct field primary_fields[] = {
-	{ "role", S }, { "state", S }, { "name", S }, { "peer", S }, { "epoch", I }, { "acked", I },
+	{ "role", S }, { "state", S }, { "name", S }, VM_FIELDS, { "peer", S }, { "epoch", I }, { "acked", I },
 	{ "pause_p50_us", D }, { "pause_p99_us", D }, { "dirty_pages_last", I },
 	{ "dirty_pages_avg", D }, { "bytes_sent", I }, { "lag_ms", D }, { "stretched", I },
 	{ "since_heartbeat_ms", D }, { "pause_max_us", D }, { "pause_max_pages", I },
@@ -98,7 +105,7 @@ static const struct field primary_fields[] = {
 };
 
 static const struct field secondary_fields[] = {
-	{ "role", S }, { "state", S }, { "name", S }, { "peer", S }, { "epoch", I }, { "acked", I },
+	{ "role", S }, { "state", S }, { "name", S }, VM_FIELDS, { "peer", S }, { "epoch", I }, { "acked", I },
 	{ "apply_p50_us", D },
 	{ "apply_p99_us", D }, { "dirty_pages_last", I }, { "bytes_received", I },
 	{ "since_heartbeat_ms", D }, { "verify_ok", I }, { "verify_failed", I }, { "reason", S },
@@ -360,12 +367,170 @@ static void reader_refuses_what_is_not_an_object(void **state)
 	}
 }
 
+/* A VM as status sees it: a machine's configuration, no KVM. */
+static struct repl_vm *fake_vm(const char *guest)
+{
+	struct repl_vm *v = calloc(1, sizeof(*v));
+
+	assert_non_null(v);
+	v->m = calloc(1, sizeof(*v->m));
+	assert_non_null(v->m);
+	snprintf(v->m->cfg.guest, sizeof(v->m->cfg.guest), "%s", guest);
+	v->m->cfg.mem_bytes = 64ull << 20;
+	v->m->cfg.ncpus = 2;
+	return v;
+}
+
+static void fake_vm_free(struct repl_vm *v)
+{
+	free(v->m);
+	free(v);
+}
+
+static bool has_line(const char *text, const char *start)
+{
+	const char *at = text;
+	size_t n = strlen(start);
+
+	for (; at; at = strchr(at, '\n'), at = at ? at + 1 : NULL)
+		if (!strncmp(at, start, n))
+			return true;
+	return false;
+}
+
+/* The lines every running VM shows. */
+static void vm_lines_present(const char *text, const char *guest)
+{
+	char want[64];
+
+	snprintf(want, sizeof(want), "guest %s\n", guest);
+	if (!strstr(text, want) || !has_line(text, "memory 64 MiB") || !has_line(text, "vCPUs 2") ||
+	    !has_line(text, "uptime ") || !strstr(text, " on this host (since ") ||
+	    !has_line(text, "devices serial console"))
+		fail_msg("the guest, memory, vCPUs, uptime or devices missing:\n%s", text);
+}
+
+/* A fresh protected primary: no switchover, migration, throttle or
+ * pre-copy behind it, so no such line; the VM's own lines are there. */
+static void fresh_primary_text_only_what_applies(void **state)
+{
+	struct repl_primary_opts o = { 0 };
+	struct repl_primary *p = engine(&o, "");
+	static const char *const absent[] = {
+		"resumed from", "migration ", "switchover", "throttle", "pre-copy", "left to send",
+		"predicted downtime", "took over", "since heartbeat",
+	};
+	char *text;
+
+	(void)state;
+	p->fault.kind = REPL_FAULT_NONE;
+	p->vm = fake_vm("counter");
+	repl_vm_mark_running(p->vm);
+	text = repl_primary_status_text(p, "status");
+	assert_non_null(text);
+	vm_lines_present(text, "counter");
+	for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
+		if (strstr(text, absent[i]))
+			fail_msg("a fresh primary shows \"%s\":\n%s", absent[i], text);
+	assert_true(has_line(text, "reason none"));
+	free(text);
+	/* ...and once they happened, they show. */
+	o.resume_epoch = 12;
+	o.switch_downtime_ms = 3.5;
+	p->migrate_ms = 30;
+	p->throttle_pct = 20;
+	p->downtime_ms = 4.25;
+	p->migration_ms = 900;
+	p->ep.st.pre_passes = 3;
+	text = repl_primary_status_text(p, "status");
+	assert_true(has_line(text, "resumed from epoch 12 (switchover, downtime about 3.500 ms)"));
+	assert_true(has_line(text, "migration downtime 4.250 ms"));
+	assert_true(has_line(text, "migration total 900.000 ms"));
+	assert_true(has_line(text, "throttle 20 %"));
+	assert_true(has_line(text, "pre-copy 3 passes"));
+	assert_true(has_line(text, "predicted downtime"));
+	free(text);
+	fake_vm_free(p->vm);
+	free(p);
+}
+
+/* A standby that took over: the takeover in one line, none of the
+ * standby's link lines (a silence that grows, applies, the reason that
+ * led to the takeover); its JSON keeps every field. */
+static void survivor_text_says_took_over(void **state)
+{
+	struct repl_secondary_opts o = { 0 };
+	struct repl_secondary *s = calloc(1, sizeof(*s));
+	static const char *const absent[] = {
+		"since heartbeat", "apply p50", "apply p99", "reason ", "bytes received", "switchovers",
+		"verified epochs",
+	};
+	char *text;
+	json_object *js;
+
+	(void)state;
+	assert_non_null(s);
+	s->o = &o;
+	s->state = S_STANDBY;
+	s->stage.applied = 77;
+	s->link.last_rx_ns = now_ns() - 2000000000ull;
+	s->link.conn = (void *)1;       /* only tested for NULL */
+	s->vm = fake_vm("counter");
+	s->cfg = s->vm->m->cfg;
+	repl_fault_set(&s->fault, REPL_FAULT_PEER_LOST, 0, "silent for 512 ms");
+	text = repl_sec_status_text(s, "status");
+	assert_true(has_line(text, "role secondary"));
+	assert_true(has_line(text, "since heartbeat"));
+	assert_true(has_line(text, "reason peer lost: silent for 512 ms"));
+	assert_true(has_line(text, "uptime none: the guest does not run on this host"));
+	assert_false(has_line(text, "switchovers"));
+	free(text);
+
+	s->state = S_ACTIVE;            /* as take_over leaves it */
+	s->link.conn = NULL;
+	repl_vm_mark_running(s->vm);
+	repl_vm_mark_took_over(s->vm, 77, 512.4);
+	s->fault_at_takeover = s->fault;
+	text = repl_sec_status_text(s, "status");
+	assert_non_null(text);
+	assert_true(has_line(text, "role primary"));
+	assert_true(has_line(text, "state unprotected"));
+	vm_lines_present(text, "counter");
+	if (!has_line(text, "took over at epoch 77, 20") || !strstr(text, " UTC, after 512 ms of silence\n"))
+		fail_msg("no took-over line:\n%s", text);
+	for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
+		if (strstr(text, absent[i]))
+			fail_msg("a survivor shows \"%s\":\n%s", absent[i], text);
+	free(text);
+	/* A failure after the takeover is news: shown. */
+	repl_fault_set(&s->fault, REPL_FAULT_LOCAL_FATAL, -EIO, "disk gone");
+	text = repl_sec_status_text(s, "status");
+	assert_true(has_line(text, "reason local fatal failure: disk gone"));
+	free(text);
+
+	text = repl_sec_status_text(s, "status json");
+	js = parse_one(text);
+	fields_are(js, secondary_fields, sizeof(secondary_fields) / sizeof(secondary_fields[0]));
+	assert_true(json_object_get_boolean(json_object_object_get(js, "took_over")));
+	assert_int_equal(json_object_get_int64(json_object_object_get(js, "took_over_epoch")), 77);
+	assert_int_equal(json_object_get_int64(json_object_object_get(js, "vcpus")), 2);
+	assert_int_equal(json_object_get_int64(json_object_object_get(js, "mem_bytes")), 64 << 20);
+	assert_string_equal(str(js, "guest"), "counter");
+	assert_true(strlen(str(js, "took_over_at")) == 20);   /* 2026-12-05T16:20:01Z */
+	json_object_put(js);
+	free(text);
+	fake_vm_free(s->vm);
+	free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(primary_status_escapes_reason),
 		cmocka_unit_test(primary_status_text_one_line_per_field),
 		cmocka_unit_test(secondary_status_escapes_reason),
+		cmocka_unit_test(fresh_primary_text_only_what_applies),
+		cmocka_unit_test(survivor_text_says_took_over),
 		cmocka_unit_test(primary_status_disk_fields),
 		cmocka_unit_test(status_without_reason),
 		cmocka_unit_test(drill_status_idle),
