@@ -77,7 +77,7 @@ totem {
 	transport: knet
 	crypto_cipher: none
 	crypto_hash: none
-	token: ${TOKEN_MS:-1000}
+	token: ${TOKEN_MS:-$((1000 * SLOW))}
 }
 nodelist {
 CONF
@@ -99,7 +99,7 @@ start_node() {
 }
 # on N CMD...: run CMD inside node N (its network, mount and UTS namespaces)
 on() { local n=$1; shift; nsenter -t "$(cat "$state/node$n/holder.pid")" -n -m -u -- "$@"; }
-client() { ip netns exec ust-c python3 tests/cluster/console.py "$@"; }
+client() { FAILOVER_LIMIT_S=$((60 * SLOW)) ip netns exec ust-c python3 tests/cluster/console.py "$@"; }
 # role N [VM]: "primary/protected/EPOCH", "secondary/standby/12", ... or "none"
 role() {
 	local js
