@@ -335,7 +335,9 @@ deb:
 	rm -rf $(BUILD)/deb/src
 	@ls $(BUILD)/deb/*.deb
 
-# A real two-node Pacemaker cluster on this machine (network and mount
-# namespaces, fencing): kill the primary, cut the link (tests/cluster/).
+# A real Pacemaker cluster on this machine (network and mount namespaces,
+# fencing), tests/cluster/: two nodes, one guest (kill the primary, a node
+# dies, cut the link, move), then three nodes and six guests (a node dies:
+# every guest runs on and is protected again on the spare node).
 check-cluster: all
-	@BUILD=$(BUILD) bash tests/cluster/run.sh
+	@BUILD=$(BUILD) bash tests/cluster/run.sh && BUILD=$(BUILD) bash tests/cluster/fleet.sh

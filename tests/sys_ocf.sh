@@ -2,11 +2,14 @@
 # The Pacemaker resource agent (ocf/understudy) outside a cluster: ocf-tester
 # (Debian resource-agents) runs every action of it against a real standby on
 # loopback (start, monitor, promote = a fresh boot protected by a second
-# standby that stands for the other node, demote, stop, twice and idempotent),
-# then the agent's own rules are checked by hand: a promote from a standby
-# that holds a checkpoint is a takeover and the counter goes on; a node with
-# no checkpoint is never promoted unless a fresh boot is allowed and the
-# guest never ran.
+# standby that stands for the other node, demote = a switchover to it,
+# stop, twice and idempotent), then the agent's own rules are checked by
+# hand: a promote from a standby that holds a checkpoint is a takeover and
+# the counter goes on; the promoted instance protects its guest again on a
+# standby that comes back, by itself; a demote hands the guest over with
+# the counter going on, and refuses (the guest runs on) when no standby can
+# hold it; a node with no checkpoint is never promoted unless a fresh boot
+# is allowed and the guest never ran.
 set -u
 # the agent's daemons outlive their starter: reap them here, not as zombies of PID 1
 if [ -z "${UNDERSTUDY_REAPED:-}" ]; then
@@ -43,8 +46,9 @@ params=(binary="$BIN" insecure=true "listen=127.0.0.1:$lport" "peer=127.0.0.1:$p
 	"console=tcp:127.0.0.1:$lcon" statedir="$tmp/state" allow_fresh_boot=true protect_timeout=15
 	primary_args="--timeout-ms $(nested 1000 3000)")
 
-# The other node's standby: started again whenever it ends (a demote powers
-# the guest off, and a standby whose primary stopped the guest ends too).
+# The other node's standby: started again whenever it ends (a standby whose
+# primary stopped the guest ends, and so does a primary that ocf-tester's
+# promote, a takeover, fenced).
 (
 	while :; do
 		"$BIN" secondary --listen 127.0.0.1:$pport --console tcp:127.0.0.1:$pcon --insecure \
@@ -66,8 +70,14 @@ fi
 grep -q "passed all tests" "$tmp/tester.log" || { cat "$tmp/tester.log"; fail "ocf-tester did not pass"; }
 grep -q "Testing: promotion of promoted resource" "$tmp/tester.log" || fail "ocf-tester did not run promote"
 n=$(grep -c "protected: secondary holds" "$tmp/state/understudy_t.log")
-[ "$n" -ge 2 ] || fail "expected at least 2 fresh primaries protected by the peer standby, saw $n"
-ok "ocf-tester: $(grep -m1 "passed all tests" "$tmp/tester.log") ($n fresh boots, each protected)"
+[ "$n" -ge 2 ] || fail "expected at least 2 protections by the peer standby, saw $n"
+d=$(grep -c "demoted: the guest moved to its standby" "$tmp/state/understudy_t.log")
+[ "$d" -ge 2 ] || fail "expected 2 demotes that hand the guest over, saw $d"
+ok "ocf-tester: $(grep -m1 "passed all tests" "$tmp/tester.log") ($n protections, $d demotes handed over)"
+# the peer ran the guest last (the final demote handed it over): a standby again
+kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
+sleep 0.5
+wait_port $pport $((10 * X)) || fail "the peer standby did not listen again"
 
 # ---- the agent's own rules, action by action -----------------------------
 export OCF_ROOT=/usr/lib/ocf OCF_RESOURCE_INSTANCE=understudy_u OCF_RESKEY_CRM_meta_timeout=20000
@@ -91,9 +101,20 @@ ra monitor; rc=$?
 [ $rc = 8 ] || fail "monitor after that promote: $rc, want 8"
 out=$(python3 tests/counter_client.py $lcon incr) || fail "console of the fresh primary"
 [ "${out%% *}" = 1 ] || fail "fresh primary's counter: $out, want 1"
-ra demote || fail "demote of the fresh primary"
+ok "the standby ended with the guest (other node's stop): promote started a standby and booted fresh (counter $out)"
+# demote = switchover: the guest moves to the peer's standby, the counter goes
+# on there, and this node's process waits as the guest's standby
+python3 tests/counter_client.py $lcon incr incr >/dev/null || fail "console of the fresh primary"
+ra demote || fail "demote of the protected primary: $(tail -5 "$tmp/ra.log")"
+grep -q "demoted: the guest moved to its standby" "$tmp/state/understudy_u.log" ||
+	fail "the demote did not hand the guest over: $(tail -5 "$tmp/ra.log")"
+out=$(python3 tests/counter_client.py $pcon incr) || fail "console of the peer after the demote"
+[ "${out%% *}" = 4 ] || fail "the counter after the demote (switchover) reads '$out' on the peer, want 4"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor after the demote: $rc, want 0 (a standby of the guest)"
+ok "demote = switchover: the guest moved to the peer's standby, the counter went on (3 -> $out); this node is its standby"
 ra stop || fail "stop"
-ok "the standby ended with the guest (other node's demote): promote started a standby and booted fresh (counter $out)"
+kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null   # the guest ends; the peer is a fresh standby again
 
 kill "$peer_loop"; peer_loop=
 kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
@@ -130,6 +151,41 @@ t1=$(date +%s%N)
 ok "promote = takeover from the checkpoint: counter 4 went on ($(( (t1 - t0) / 1000000 )) ms promote to reply)"
 ra promote || fail "promote of a promoted resource"
 
+# the only copy is never powered off: with no standby anywhere the demote
+# fails (after trying to protect the guest) and the guest runs on
+OCF_RESKEY_CRM_meta_timeout=$(nested 8000 16000) ra demote && fail "demoted the only copy of the guest"
+grep -q "demote refused: the guest runs here and no standby holds a copy" "$tmp/ra.log" ||
+	fail "the refused demote does not say why: $(tail -3 "$tmp/ra.log")"
+ra monitor; rc=$?
+[ $rc = 8 ] || fail "monitor after the refused demote: $rc, want 8 (the guest runs here)"
+out=$(python3 tests/counter_client.py $lcon get) || fail "console after the refused demote"
+[ "${out%% *}" = 4 ] || fail "after the refused demote the counter reads '$out', want 4"
+ok "demote of the only copy refused: the guest runs on (counter 4)"
+
+# re-protection: the guest runs here unprotected (its primary died, nothing
+# protects it). A standby comes up where peer points: a probe leaves it
+# alone, the next recurring monitor protects the guest on it by itself.
+"$BIN" secondary --listen 127.0.0.1:$pport --console tcp:127.0.0.1:$pcon --insecure \
+	--takeover manual --control "$tmp/peer2.ctl" >"$tmp/peer2.log" 2>&1 &
+echo $! > "$tmp/peer.pid"
+wait_port $pport $((10 * X)) || fail "the second peer standby did not listen"
+ustate() { "$BIN" status --control "$tmp/state/understudy_u.sock" --json 2>/dev/null |
+	python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+ra monitor; rc=$?
+[ $rc = 8 ] || fail "probe of the unprotected promoted instance: $rc, want 8"
+st=$(ustate)
+[ "$st" = unprotected ] || fail "a probe changed the guest: state '$st', want unprotected"
+for _ in $(seq $((40 * X))); do
+	OCF_RESKEY_CRM_meta_interval=1000 ra monitor; rc=$?
+	[ $rc = 8 ] || fail "monitor of the promoted instance while it protects its guest: $rc, want 8"
+	st=$(ustate)
+	[ "$st" = protected ] && break
+	sleep 0.5
+done
+[ "$st" = protected ] || fail "the promoted instance did not protect its guest again: state '$st': $(tail -3 "$tmp/ra.log")"
+grep -q "protecting it on the standby at 127.0.0.1:$pport" "$tmp/ra.log" || fail "the monitor did not say where it protects the guest"
+ok "re-protection: the promoted instance protected its guest on the standby that came up (a probe left it alone)"
+
 # the guest dies here (a crash, not a stop): the ran marker stays, no fresh boot
 kill -9 "$(cat "$tmp/state/understudy_u.pid")"
 sleep $(nested 0.2 1)   # it is gone
@@ -141,6 +197,12 @@ ra monitor; rc=$?
 ra promote && fail "fresh boot after the guest had run (and crashed)"
 grep -q "the guest ran before" "$tmp/ra.log" || fail "refusal does not name the ran marker: $(tail -3 "$tmp/ra.log")"
 ok "after a crash of the promoted guest: monitor 9, demote back to standby, fresh boot refused (ran before)"
+# the standby it was protected on holds every acknowledged reply
+out=$("$BIN" takeover --control "$tmp/peer2.ctl" 2>&1) || fail "takeover on the re-protecting standby: $out"
+out=$(python3 tests/counter_client.py $pcon get) || fail "console of the standby that took over"
+[ "${out%% *}" = 4 ] || fail "after the re-protected guest died, its standby's counter reads '$out', want 4"
+ok "the standby of the re-protected guest took over with the counter at 4"
+kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
 ra stop || fail "stop"
 ra monitor; rc=$?
 [ $rc = 7 ] || fail "monitor after stop: $rc, want 7"

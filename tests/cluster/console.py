@@ -4,7 +4,8 @@
   console.py get HOST PORT             print "n digest"
   console.py failover HOST PORT [PID]  kill -9 PID (if given), then connect to
       HOST:PORT and ask "get" until a reply comes: print "<n> <digest> <ms>",
-      ms from the kill (or the start) to the first byte of the reply."""
+      ms from the kill (or the start) to the first byte of the reply; gives
+      up after FAILOVER_LIMIT_S seconds (default 60)."""
 import os, signal, socket, sys, time
 
 
@@ -20,7 +21,7 @@ def ask(host, port, reqs, timeout=10):
     return line.decode().strip()
 
 
-def failover(host, port, pid, limit=60):
+def failover(host, port, pid, limit=int(os.environ.get("FAILOVER_LIMIT_S", "60"))):
     t0 = time.monotonic()
     if pid:
         os.kill(pid, signal.SIGKILL)

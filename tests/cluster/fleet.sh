@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# make check-cluster, the fleet: VMS counter guests (default 6) on a real
+# three-node Pacemaker cluster on this one machine (tests/cluster/lib.sh),
+# each a promotable clone of ocf/understudy with clone-max=2, so that one node
+# is a spare for each guest. Then the node that runs the most primaries dies
+# (every process killed, a power-off) and, with no person involved:
+#  - every guest whose primary was there is promoted on the node of its
+#    standby (Pacemaker fences the dead node first) with every acknowledged
+#    reply kept;
+#  - every guest is protected again: Pacemaker starts a new standby on the
+#    spare node and the promoted instance protects its guest on it (the
+#    agent's re-protection), also for the guests whose standby died;
+#  - at no moment do two nodes run the same guest (sampled all along from
+#    every node's control socket);
+#  - the dead node comes back as a spare: nothing moves back.
+# Figures per guest: power-off -> the counter answers again, and power-off ->
+# protected again. Bounds: 60 s to protected again on a host's KVM, SLOW
+# times that in the nested VM (tests/cluster/lib.sh).
+set -u
+# the agent's daemons outlive their starter: reap them here, not as zombies of PID 1
+if [ -z "${UNDERSTUDY_REAPED:-}" ]; then
+	UNDERSTUDY_REAPED=1 exec python3 "$(dirname "$0")/reaper.py" bash "$0" "$@"
+fi
+cd "$(dirname "$0")/../.." || exit 1
+NODES=3
+. tests/cluster/lib.sh
+VMS=${VMS:-6}
+vms=$(seq "$VMS")
+port() { echo $((7100 + 10 * $1)); }   # guest I: standbys on port(I), console on port(I)+1
+
+# where VM I runs: sets PRI (node of its primary, or empty), STB (node of a
+# standby holding a checkpoint, or empty), RUNS (how many nodes run it)
+where() {
+	local n r
+	PRI= STB= RUNS=0
+	for n in $ALL; do
+		alive "$n" || continue
+		r=$(role "$n" "vm$1")
+		case "$r" in
+		primary/*|secondary/active/*) PRI=$n RUNS=$((RUNS + 1)) ;;
+		secondary/standby/[1-9]*) STB=$n ;;
+		esac
+	done
+}
+protected() {
+	where "$1"
+	[ "$RUNS" = 1 ] && [ -n "$STB" ] || return 1
+	case "$(role "$PRI" "vm$1")" in primary/protected/*) return 0 ;; esac
+	return 1
+}
+all_protected() { local i; for i in $vms; do protected "$i" || return 1; done; }
+dump() {
+	local i n
+	for i in $vms; do
+		echo "--- vm$i: $(for n in $ALL; do alive "$n" && printf 'node%s %s  ' "$n" "$(role "$n" "vm$i")"; done)"
+	done
+	for n in $ALL; do alive "$n" && on "$n" crm_mon -1 2>&1 | sed "s/^/node$n| /" | head -40 && break; done
+	cat "$state/fence.log" 2>/dev/null
+}
+
+cluster_up
+t=$(date +%s)
+for i in $vms; do add_vm "vm$i" "$(port "$i")"; done
+wait_for 180 "all $VMS guests protected" all_protected
+ok "$VMS guests booted, each protected on another node ($(( $(date +%s) - t )) s)"
+
+# clients: each guest's counter to 3+I, through the console of its primary
+declare -A count prinode stbnode
+for i in $vms; do
+	where "$i"
+	out=$(client incr 10.213.0.$PRI $(($(port "$i") + 1)) $((3 + i))) || fail "client of vm$i on node$PRI"
+	count[$i]=${out%% *}
+	[ "${count[$i]}" = $((3 + i)) ] || fail "vm$i's counter: $out, want $((3 + i))"
+	prinode[$i]=$PRI stbnode[$i]=$STB
+done
+sleep 1   # every standby's checkpoint after the last reply
+# the victim: the node with the most primaries
+victim=1 best=-1
+for n in $ALL; do
+	c=0
+	for i in $vms; do [ "${prinode[$i]}" = "$n" ] && c=$((c + 1)); done
+	[ $c -gt $best ] && { best=$c; victim=$n; }
+done
+lostp=() losts=()
+for i in $vms; do
+	[ "${prinode[$i]}" = "$victim" ] && lostp+=("vm$i")
+	[ "${stbnode[$i]}" = "$victim" ] && losts+=("vm$i")
+done
+ok "placement: node$victim runs the primaries of ${lostp[*]:-none} and the standbys of ${losts[*]:-none}"
+
+# ---- node death ------------------------------------------------------------------
+echo "$(date +%s.%N) test: power-off of node$victim" >> "$state/fence.log"
+t0=$(date +%s%N)
+power_off "$victim" >/dev/null
+declare -A up_ms prot_ms
+left=$VMS
+deadline=$(( $(date +%s) + 60 * SLOW ))
+while [ "$left" -gt 0 ] && [ "$(date +%s)" -lt "$deadline" ]; do
+	for i in $vms; do
+		[ -n "${prot_ms[$i]:-}" ] && continue
+		where "$i"
+		[ "$RUNS" -le 1 ] || { dump; fail "vm$i runs on $RUNS nodes at once"; }
+		[ -n "$PRI" ] || continue
+		if [ -z "${up_ms[$i]:-}" ]; then
+			out=$(client get 10.213.0.$PRI $(($(port "$i") + 1)) 2>/dev/null) || continue
+			[ "${out%% *}" = "${count[$i]}" ] || { dump; fail "vm$i on node$PRI reads '$out' after the power-off, want ${count[$i]}"; }
+			up_ms[$i]=$(( ($(date +%s%N) - t0) / 1000000 ))
+		fi
+		case "$(role "$PRI" "vm$i")" in primary/protected/*) ;; *) continue ;; esac
+		[ -n "$STB" ] || continue
+		prot_ms[$i]=$(( ($(date +%s%N) - t0) / 1000000 ))
+		left=$((left - 1))
+	done
+	sleep 0.2
+done
+[ "$left" = 0 ] || { dump; fail "$left guests not protected again within $(( 60 * SLOW )) s of node$victim's power-off"; }
+for i in $vms; do
+	where "$i"
+	[ "$PRI" != "$victim" ] && [ "$STB" != "$victim" ] || fail "vm$i still placed on the dead node$victim"
+	out=$(client incr 10.213.0.$PRI $(($(port "$i") + 1)) 1) || fail "client of vm$i on node$PRI"
+	[ "${out%% *}" = $((count[$i] + 1)) ] || fail "vm$i on node$PRI: $out, want $((count[$i] + 1))"
+	count[$i]=${out%% *} prinode[$i]=$PRI
+	why=kept
+	[[ " ${lostp[*]} " == *" vm$i "* ]] && why="primary died"
+	[[ " ${losts[*]} " == *" vm$i "* ]] && why="standby died"
+	echo "result: vm$i ($why): answering after ${up_ms[$i]} ms, protected again after ${prot_ms[$i]} ms (node$PRI, standby node$STB)"
+	ok "vm$i: every acknowledged reply kept, protected again on node$STB, counter goes on (${count[$i]})"
+done
+[ "${prot_ms[*]}" ] && echo "result: power-off -> protected again, $VMS guests (ms): $(printf '%s\n' "${prot_ms[@]}" | sort -n | tr '\n' ' ')"
+grep -q "fence .* node$victim: done" "$state/fence.log" || { dump; fail "nobody fenced node$victim"; }
+
+# ---- the node comes back: a spare, nothing moves back ------------------------------
+start_node "$victim"
+# shellcheck disable=SC2086
+wait_for 90 "node$victim back in the cluster" online 1 $ALL
+sleep $((10 * SLOW))   # what Pacemaker would move, it would have by now
+for i in $vms; do
+	where "$i"
+	[ "$RUNS" = 1 ] && [ "$PRI" = "${prinode[$i]}" ] || { dump; fail "vm$i moved after node$victim came back (node$PRI, $RUNS copies)"; }
+	protected "$i" || { dump; fail "vm$i not protected after node$victim came back"; }
+done
+ok "node$victim came back as a spare: every guest stayed where it ran, protected"
+sed 's/^/    fence log: /' "$state/fence.log"
+echo "PASS: check-cluster fleet"
