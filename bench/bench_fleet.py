@@ -26,7 +26,7 @@ not be (a pair never protected, an agent died), 2 on a bad argument, 77 where
 there is no usable /dev/kvm.
 usage: bench_fleet.py [--n 1,4,16] [--seconds S] [--epoch-ms MS] [--mem SIZE]
                       [--timeout-ms MS] [--interval S]"""
-import argparse, os, socket, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import HOST, BenchError, free_port, wait_port   # noqa: E402
@@ -75,7 +75,6 @@ def rss_mib(pid):
 
 def status(ctl, timeout_s=10):
     """The agent's "status json" reply on its control socket, as a dict."""
-    import json
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(timeout_s)
     try:
