@@ -73,7 +73,7 @@ def rss_mib(pid):
     return 0.0
 
 
-def status(ctl, timeout_s=10):
+def status(ctl, timeout_s=30):
     """The agent's "status json" reply on its control socket, as a dict."""
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(timeout_s)
@@ -149,19 +149,20 @@ def run_fleet(n, a, tmp):
         for p in pairs:
             p.start_secondary()
         for p in pairs:
-            wait_port(p.sport, 30 + 2 * n)
+            wait_port(p.sport, 30)
+        # One primary at a time: N initial syncs at once on two cores can
+        # starve a handshake phase past its deadline, which measures the
+        # start, not the steady state this is about.
         for p in pairs:
             p.start_primary()
-        end = time.monotonic() + a.protect_s + 15 * n
-        while not all(p.protected() for p in pairs):
-            bad = next((d for d in (p.dead() for p in pairs) if d), None)
-            if bad:
-                raise BenchError(bad)
-            if time.monotonic() > end:
-                left = [p.name for p in pairs if not p.protected()]
-                raise BenchError("not protected after %.0f s: %s (logs in %s)"
-                                 % (a.protect_s + 15 * n, " ".join(left), tmp))
-            time.sleep(0.2)
+            end = time.monotonic() + a.protect_s
+            while not p.protected():
+                bad = p.dead()
+                if bad:
+                    raise BenchError(bad)
+                if time.monotonic() > end:
+                    raise BenchError("%s not protected after %.0f s" % (p.name, a.protect_s))
+                time.sleep(0.1)
         print("  N=%d: all %d protected; settling %.0f s, then %.0f s of samples"
               % (n, n, a.settle_s, a.seconds), flush=True)
         time.sleep(a.settle_s)
@@ -309,7 +310,10 @@ def main():
                    ("--timeout-ms", a.timeout_ms), ("--interval", a.interval)):
         if v <= 0:
             ap.error("%s: must be above 0, not %s" % (opt, v))
-    a.protect_s, a.settle_s = 60.0, 3.0
+    # Inside the nested VM of tests/nested/run.sh everything is many times
+    # slower: more time for a pair to become protected.
+    a.protect_s = 180.0 if os.environ.get("UNDERSTUDY_NESTED") == "1" else 60.0
+    a.settle_s = 3.0
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         print("bench_fleet: SKIP: /dev/kvm not usable here (the agents run KVM guests)")
         return 77
