@@ -12,7 +12,8 @@ what `understudy status --json` prints) are sampled. Per N it prints:
   - per-VM CPU of the primary and of the secondary, % of one core (median
     over the VMs, min..max), and the pair's sum: goal < 1 % for an idle guest;
   - per-VM peak RSS of each agent in MiB and as a multiple of guest RAM (the
-    secondary's holds one copy of the guest: ~1x);
+    secondary's holds one copy of the guest: at most ~1x, less where the
+    guest never touched its RAM, as an idle one does not);
   - epochs per second per VM against 1000 / --epoch-ms, and the primary's
     stretched epochs (status "stretched") and lag_ms;
   - spurious takeovers: a secondary whose status turned to role primary or
@@ -23,7 +24,9 @@ what `understudy status --json` prints) are sampled. Per N it prints:
 
 A benchmark, not a test: it exits 0 once the runs are made, 1 when one could
 not be (a pair never protected, an agent died), 2 on a bad argument, 77 where
-there is no usable /dev/kvm.
+there is no usable /dev/kvm. Inside the nested VM of tests/nested/run.sh
+(QEMU's emulator) its CPU and time figures mean nothing and 500 ms timeouts
+are too short for it: --timeout-ms 5000 there.
 usage: bench_fleet.py [--n 1,4,16] [--seconds S] [--epoch-ms MS] [--mem SIZE]
                       [--timeout-ms MS] [--interval S]"""
 import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
@@ -248,7 +251,7 @@ def report(n, vms, flips, pri_left, wall, a, base):
           % (len(flips), "".join("\n    %s: %s" % kv for kv in sorted(flips.items())),
              len(pri_left), "".join("\n    %s: %s" % kv for kv in sorted(pri_left.items()))),
           flush=True)
-    what = "%d idle %s guests (%s) protected on one host pair, %d ms epochs" % (n, GUEST, a.mem,
+    what = "N=%d idle %s guests (%s each) on one host pair, %d ms epochs" % (n, GUEST, a.mem,
                                                                                    a.epoch_ms)
     ref = lambda k: ("the same per-VM figure at N=1, same run", base[k] if base else None)
     for key, label, m in (("pair", "pair (primary + secondary) CPU per VM", pair),
@@ -270,7 +273,7 @@ def report(n, vms, flips, pri_left, wall, a, base):
                    met=m[0] / rv <= RSS_FLAT, runs=n, spread=[round(m[1], 1), round(m[2], 1)])
         else:
             figure("%s, %s" % (label, what), m[0], "MiB", "guest RAM (MiB)", ram,
-                   goal="~1x guest RAM" if key == "sec_rss" else None,
+                   goal="<= ~1x guest RAM (1.25x)" if key == "sec_rss" else None,
                    met=(m[0] / ram <= 1.25) if key == "sec_rss" else None, runs=n,
                    spread=[round(m[1], 1), round(m[2], 1)])
     figure("epochs per second per VM, %s" % what, ep[0], "epochs/s", "1000 / epoch_ms", want,
