@@ -26,9 +26,10 @@ A benchmark, not a test: it exits 0 once the runs are made, 1 when one could
 not be (a pair never protected, an agent died), 2 on a bad argument, 77 where
 there is no usable /dev/kvm. Inside the nested VM of tests/nested/run.sh
 (QEMU's emulator) its CPU and time figures mean nothing and 500 ms timeouts
-are too short for it: --timeout-ms 5000 there.
+are too short for it: --timeout-ms 5000 there, and with more pairs than its
+two vCPUs can run, --handshake-timeout-ms 60000 for the later ones to connect.
 usage: bench_fleet.py [--n 1,4,16] [--seconds S] [--epoch-ms MS] [--mem SIZE]
-                      [--timeout-ms MS] [--interval S]"""
+                      [--timeout-ms MS] [--handshake-timeout-ms MS] [--interval S]"""
 import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -109,7 +110,8 @@ class Pair:
         self.sec = subprocess.Popen(
             [BIN, "secondary", "--name", self.name, "--listen", "%s:%d" % (HOST, self.sport),
              "--console", "tcp:%s:%d" % (HOST, self.scon), "--insecure", "--control", self.sctl,
-             "--failover-timeout-ms", str(self.a.timeout_ms)],
+             "--failover-timeout-ms", str(self.a.timeout_ms),
+             "--handshake-timeout-ms", str(self.a.handshake_ms)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(self.slog, "w"))
 
     def start_primary(self):
@@ -117,7 +119,7 @@ class Pair:
             [BIN, "primary", "--name", self.name, "--guest", GUEST, "--mem", self.a.mem,
              "--peer", "%s:%d" % (HOST, self.sport), "--console", "tcp:%s:%d" % (HOST, self.pcon),
              "--insecure", "--control", self.pctl, "--epoch-ms", str(self.a.epoch_ms),
-             "--timeout-ms", str(self.a.timeout_ms)],
+             "--timeout-ms", str(self.a.timeout_ms), "--handshake-timeout-ms", str(self.a.handshake_ms)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(self.plog, "w"))
 
     def protected(self):
@@ -293,6 +295,8 @@ def main():
     ap.add_argument("--mem", default="64M", help="guest RAM of each VM")
     ap.add_argument("--timeout-ms", type=int, default=500,
                     help="the primary's --timeout-ms and the secondary's --failover-timeout-ms")
+    ap.add_argument("--handshake-timeout-ms", dest="handshake_ms", type=int, default=5000,
+                    help="both agents' --handshake-timeout-ms")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
     a = ap.parse_args()
     try:
@@ -310,7 +314,8 @@ def main():
         except ValueError:
             ap.error("FLEET_SECONDS: %r is not a number of seconds" % env)
     for opt, v in (("--seconds", a.seconds), ("--epoch-ms", a.epoch_ms),
-                   ("--timeout-ms", a.timeout_ms), ("--interval", a.interval)):
+                   ("--timeout-ms", a.timeout_ms), ("--handshake-timeout-ms", a.handshake_ms),
+                   ("--interval", a.interval)):
         if v <= 0:
             ap.error("%s: must be above 0, not %s" % (opt, v))
     # Inside the nested VM of tests/nested/run.sh everything is many times
