@@ -133,6 +133,14 @@ class Pair:
         with open(self.slog) as f:
             return [l.strip() for l in f if "TOOK OVER" in l]
 
+    def tails(self, n=3):
+        """The last n lines of each agent's log, for a message."""
+        out = []
+        for who, log in (("secondary", self.slog), ("primary", self.plog)):
+            with open(log) as f:
+                out.append("%s log ends: %s" % (who, " | ".join(f.read().strip().splitlines()[-n:])))
+        return "; ".join(out)
+
     def dead(self):
         for who, p, log in (("secondary", self.sec, self.slog), ("primary", self.pri, self.plog)):
             if p is not None and p.poll() is not None:
@@ -169,7 +177,8 @@ def run_fleet(n, a, tmp):
                 if bad:
                     raise BenchError(bad)
                 if time.monotonic() > end:
-                    raise BenchError("%s not protected after %.0f s" % (p.name, a.protect_s))
+                    raise BenchError("%s not protected after %.0f s; %s" % (p.name, a.protect_s,
+                                                                          p.tails()))
                 time.sleep(0.1)
         print("  N=%d: all %d protected; settling %.0f s, then %.0f s of samples"
               % (n, n, a.settle_s, a.seconds), flush=True)
