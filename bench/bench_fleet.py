@@ -171,7 +171,8 @@ def run_fleet(n, a, tmp):
         # start, not the steady state this is about.
         for p in pairs:
             p.start_primary()
-            end = time.monotonic() + a.protect_s
+            t0 = time.monotonic()
+            end = t0 + a.protect_s
             while not p.protected():
                 bad = p.dead()
                 if bad:
@@ -180,6 +181,8 @@ def run_fleet(n, a, tmp):
                     raise BenchError("%s not protected after %.0f s; %s" % (p.name, a.protect_s,
                                                                           p.tails()))
                 time.sleep(0.1)
+            if n > 1:
+                print("  %s protected after %.1f s" % (p.name, time.monotonic() - t0), flush=True)
         print("  N=%d: all %d protected; settling %.0f s, then %.0f s of samples"
               % (n, n, a.settle_s, a.seconds), flush=True)
         time.sleep(a.settle_s)
