@@ -9,6 +9,9 @@
 #   make bench      run the benchmarks (figure, reference, ratio)
 #   make bench-soak failover false-alarm soak, 10 minutes (SOAK_SECONDS=N,
 #                   SOAK_KILLS=N); not part of make bench or make check
+#   make bench-fleet per-VM cost of 1, 4 and 16 protected idle VMs on one
+#                   host pair, 10 minutes each (FLEET_SECONDS=N, FLEET_N=1,4,16);
+#                   not part of make bench (make bench FLEET=1 adds it)
 #   make plots      the benchmark figures as PNGs (gnuplot), under build/plots
 #   make SAN=1 check   the same with ASan + UBSan (in build/san), the agents of
 #                      the system tests too; any report fails (tests/run.sh)
@@ -75,7 +78,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check check-build check-nested deps-nested demo bench bench-run bench-soak deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
+.PHONY: all check check-build check-nested deps-nested demo bench bench-run bench-soak bench-fleet deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
 .SECONDARY:
 all: $(BIN)
 
@@ -259,6 +262,9 @@ bench-run:
 	@echo "== bench/bench_net_guest.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_net_guest.py
 	@echo "== bench/bench_disk.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_disk.py
 	@echo "== bench/bench_kv.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_kv.py
+	@if [ "$(FLEET)" = 1 ]; then echo "== bench/bench_fleet.py"; \
+	  UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_fleet.py --n $(FLEET_N); \
+	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]; fi
 
 # Spurious takeovers under load at a 50 ms failover timeout, and kill ->
 # first reply (bench/bench_soak.py); SOAK_SECONDS (default 600), SOAK_KILLS.
@@ -266,6 +272,21 @@ bench-soak: all
 	@mkdir -p $(BUILD)/bench
 	@python3 bench/figures.py machine | tee $(BUILD)/bench/soak.log
 	@UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_soak.py 2>&1 | tee -a $(BUILD)/bench/soak.log
+
+# Per-VM CPU and memory of N protected idle VMs on one host pair, N in
+# FLEET_N (bench/bench_fleet.py); FLEET_SECONDS per N (default 600). The
+# figures go to $(BUILD)/bench/fleet.log and fleet.json (results.json's
+# format); make bench FLEET=1 puts them in results.json with the rest.
+# Without /dev/kvm it says SKIP and stops there.
+FLEET_N ?= 1,4,16
+bench-fleet: all
+	@mkdir -p $(BUILD)/bench
+	@python3 bench/figures.py machine | tee $(BUILD)/bench/fleet.log
+	@{ UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_fleet.py --n $(FLEET_N); \
+	  echo $$? > $(BUILD)/bench/.fleet-rc; } 2>&1 | tee -a $(BUILD)/bench/fleet.log
+	@rc=$$(cat $(BUILD)/bench/.fleet-rc); [ $$rc = 77 ] && exit 0; [ $$rc = 0 ] || exit $$rc; \
+	  python3 bench/plots.py --from-log $(BUILD)/bench/fleet.log --results $(BUILD)/bench/fleet.json \
+	    --no-draw
 
 certs: $(BIN)
 	tests/mkcerts.sh $(BUILD)/certs
