@@ -237,6 +237,9 @@ def sample(pairs, a):
             "applied_s": (sec1[p.name]["epoch"] - sec0[p.name]["epoch"]) / wall,
             "stretched": st1[p.name].get("stretched", 0) - st0[p.name].get("stretched", 0),
             "lag_ms": st1[p.name].get("lag_ms", 0.0),
+            "link_Bps": (st1[p.name].get("bytes_sent", 0) - st0[p.name].get("bytes_sent", 0)) / wall,
+            "B_epoch": (st1[p.name].get("bytes_sent", 0) - st0[p.name].get("bytes_sent", 0)) /
+                       max(st1[p.name]["epoch"] - st0[p.name]["epoch"], 1),
         })
     return vms, flips, pri_left, wall
 
@@ -269,6 +272,9 @@ def report(n, vms, flips, pri_left, wall, a, base):
     print("  epochs/s per VM: committed %.2f (%.2f..%.2f), applied %.2f, at --epoch-ms %d: %.0f/s; "
           "stretched %d in all, largest lag_ms %.3f" % (ep + (ap[0], a.epoch_ms, want, stretched, lag)))
     print("  pair CPU per committed epoch: %.3f ms (%.3f..%.3f)" % per_ep)
+    bpe, bps = med(vms, "B_epoch"), med(vms, "link_Bps")
+    print("  replication link per VM: %.0f bytes per committed epoch (%.0f..%.0f), %.1f KiB/s "
+          "(%.1f..%.1f)" % (bpe + tuple(x / 1024 for x in bps)))
     print("  spurious takeovers: %d%s; primaries that left protected: %d%s"
           % (len(flips), "".join("\n    %s: %s" % kv for kv in sorted(flips.items())),
              len(pri_left), "".join("\n    %s: %s" % kv for kv in sorted(pri_left.items()))),
@@ -305,6 +311,10 @@ def report(n, vms, flips, pri_left, wall, a, base):
                    spread=[round(m[1], 1), round(m[2], 1)])
     figure("epochs per second per VM, %s" % what, ep[0], "epochs/s", "1000 / epoch_ms", want,
            runs=n, spread=[round(ep[1], 2), round(ep[2], 2)])
+    figure("replication bytes per committed epoch per VM, %s" % what, bpe[0], "bytes",
+           runs=n, spread=[round(bpe[1]), round(bpe[2])])
+    figure("replication link per VM, %s" % what, bps[0] / 1024, "KiB/s",
+           runs=n, spread=[round(bps[1] / 1024, 1), round(bps[2] / 1024, 1)])
     figure("stretched epochs, all VMs, %s, %.0f s" % (what, wall), stretched, "epochs")
     figure("spurious takeovers, %s, %.0f s" % (what, wall), len(flips), "takeovers",
            goal="0", met=not flips)
