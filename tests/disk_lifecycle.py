@@ -119,6 +119,7 @@ def log_cmd(rng):
 def kill_and_take_over(victim, con, scon, label, rng):
     """SIGKILL the VM's host at a random moment; the standby's guest goes on.
     Returns (acknowledged top before the kill, the survivor's console)."""
+    df.first_ack(con, label)
     time.sleep(rng.uniform(0.5, 2.0))
     victim.send_signal(signal.SIGKILL)
     victim.wait()
