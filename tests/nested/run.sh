@@ -74,8 +74,12 @@ rm -rf "$V/root"
 
 [ -n "${ONLY:-}" ] || ONLY=$(tests/kvm_tests.sh)
 
-echo "== build ($BUILD, guests with IOPL 3)"
-make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
+# NESTED_BUILT=1: tests/run.sh built it already (two VMs side by side must
+# not both run make in one tree).
+if [ "${NESTED_BUILT:-0}" != 1 ]; then
+	echo "== build ($BUILD, guests with IOPL 3)"
+	make -s -j"$(nproc)" BUILD="$BUILD" GUEST_IOPL=3 check-build || exit 1
+fi
 
 # What the VM runs (stage2.sh calls it), logs into the writable share.
 cmd=${NESTED_CMD:-BUILD=$BUILD ONLY=$(printf %q "${ONLY:-}") tests/run.sh}
