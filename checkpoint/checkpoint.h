@@ -120,16 +120,19 @@ struct ckpt_image {
  * after every section is in place, to rebuild derived state a device keeps
  * outside its plain-data state. absent, if set, makes the section optional:
  * a blob without it (written before the section existed) decodes, absent()
- * filling its part of img as the build that wrote the blob left it. */
+ * filling its part of img as the build that wrote the blob left it. oldest,
+ * if set, is the oldest version load still reads (load is told which). */
 struct ckpt_section_ops {
 	const char *name;
 	uint32_t version;
 	int (*count)(const struct ckpt_image *img);
 	size_t (*size)(const struct ckpt_image *img, int inst);
 	void (*save)(const struct ckpt_image *img, int inst, uint8_t *out);
-	int (*load)(struct ckpt_image *img, int inst, const uint8_t *in, size_t len);
+	int (*load)(struct ckpt_image *img, int inst, uint32_t version, const uint8_t *in,
+		    size_t len);
 	int (*post_load)(struct machine *m, const struct ckpt_image *img);
 	void (*absent)(struct ckpt_image *img);
+	uint32_t oldest;
 };
 
 /* Reads the image of a paused machine. */

@@ -338,7 +338,8 @@ static uint32_t digest_pci(const struct pci_state *p)
 }
 
 /* The platform devices but for stop_req (a request acted on at once, not
- * carried). CMOS whole: the time registers hold the last time read or set. */
+ * carried). CMOS whole: the time registers hold the last time read or set,
+ * register C the RTC's flags as of rtc_sync_ns. */
 static uint32_t digest_platform(const struct platform_state *p)
 {
 	uint32_t c = 0;
@@ -348,6 +349,7 @@ static uint32_t digest_platform(const struct platform_state *p)
 	MIX(c, p->pm1_en);
 	MIX(c, p->pm1_cnt);
 	MIX(c, p->rtc_offset);
+	MIX(c, p->rtc_sync_ns);
 	return proto_crc32c(c, p->cmos, sizeof(p->cmos));
 }
 

@@ -49,10 +49,12 @@ static bool vcpu_fields_valid(const struct kvm_vcpu_state *v)
 	return v->mp_state.mp_state <= KVM_MP_STATE_AP_RESET_HOLD;
 }
 
-static int vcpu_load(struct ckpt_image *img, int i, const uint8_t *in, size_t len)
+static int vcpu_load(struct ckpt_image *img, int i, uint32_t version, const uint8_t *in,
+                     size_t len)
 {
 	int r = proto_vcpu_state_decode(in, len, &img->vcpus[i]);
 
+	(void)version;
 	if (r < 0)
 		return r;
 	return vcpu_fields_valid(&img->vcpus[i]) ? 0 : -EBADMSG;
@@ -79,8 +81,10 @@ static void vm_save(const struct ckpt_image *img, int i, uint8_t *out)
 	proto_vm_state_encode(&img->ms.vm, out);
 }
 
-static int vm_load(struct ckpt_image *img, int i, const uint8_t *in, size_t len)
+static int vm_load(struct ckpt_image *img, int i, uint32_t version, const uint8_t *in,
+                   size_t len)
 {
+	(void)version;
 	(void)i;
 	return proto_vm_state_decode(in, len, &img->ms.vm);
 }
@@ -100,8 +104,10 @@ static void uart_save(const struct ckpt_image *img, int i, uint8_t *out)
 	proto_uart_state_encode(&img->ms.uart, out);
 }
 
-static int uart_load(struct ckpt_image *img, int i, const uint8_t *in, size_t len)
+static int uart_load(struct ckpt_image *img, int i, uint32_t version, const uint8_t *in,
+                     size_t len)
 {
+	(void)version;
 	(void)i;
 	return proto_uart_state_decode(in, len, &img->ms.uart);
 }
@@ -121,8 +127,10 @@ static void pci_save(const struct ckpt_image *img, int i, uint8_t *out)
 	proto_pci_state_encode(&img->ms.pci, out);
 }
 
-static int pci_load(struct ckpt_image *img, int i, const uint8_t *in, size_t len)
+static int pci_load(struct ckpt_image *img, int i, uint32_t version, const uint8_t *in,
+                    size_t len)
 {
+	(void)version;
 	(void)i;
 	return proto_pci_state_decode(in, len, &img->ms.pci);
 }
@@ -142,10 +150,11 @@ static void platform_save(const struct ckpt_image *img, int i, uint8_t *out)
 	proto_platform_state_encode(&img->ms.platform, out);
 }
 
-static int platform_load(struct ckpt_image *img, int i, const uint8_t *in, size_t len)
+static int platform_load(struct ckpt_image *img, int i, uint32_t version, const uint8_t *in,
+                         size_t len)
 {
 	(void)i;
-	return proto_platform_state_decode(in, len, &img->ms.platform);
+	return proto_platform_state_decode(in, len, version, &img->ms.platform);
 }
 
 /* A blob of a build before the section: the restore of it then left the
@@ -166,7 +175,7 @@ static const struct ckpt_section_ops sections[] = {
 	{ PROTO_STATE_PCI, PROTO_STATE_PCI_VERSION, one, pci_size, pci_save, pci_load, NULL },
 	/* stop_req is not carried: machine_set_state clears it */
 	{ PROTO_STATE_PLATFORM, PROTO_STATE_PLATFORM_VERSION, one, platform_size, platform_save,
-	  platform_load, NULL, platform_absent },
+	  platform_load, NULL, platform_absent, 1 },
 };
 #define NSECTION_KINDS (sizeof(sections) / sizeof(sections[0]))
 
@@ -291,9 +300,10 @@ static int decode_section(const struct proto_section *s, uint32_t n, uint32_t *s
 		log_error(TAG, "state: unknown section '%s'", s->name);
 		return -EBADMSG;
 	}
-	if (s->version != ops->version) {
-		log_error(TAG, "state: section '%s' version %u, this build reads %u", s->name,
-			  s->version, ops->version);
+	if (s->version != ops->version &&
+	    !(ops->oldest && s->version >= ops->oldest && s->version < ops->version)) {
+		log_error(TAG, "state: section '%s' version %u, this build reads %u%s", s->name,
+			  s->version, ops->version, ops->oldest ? " and older" : "");
 		return -EPROTONOSUPPORT;
 	}
 	if (s->instance >= (uint32_t)ops->count(img) || (seen[kind] >> s->instance) & 1) {
@@ -301,7 +311,7 @@ static int decode_section(const struct proto_section *s, uint32_t n, uint32_t *s
 			  s->instance);
 		return -EBADMSG;
 	}
-	if ((r = ops->load(img, (int)s->instance, s->data, s->len)) < 0) {
+	if ((r = ops->load(img, (int)s->instance, s->version, s->data, s->len)) < 0) {
 		log_error(TAG, "state: section '%s' %u malformed", s->name, s->instance);
 		return r;
 	}

@@ -17,6 +17,17 @@ void uart_post_load(struct machine *m);
 
 /* platform.c: true when port is one of the platform devices' (then done). */
 bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data);
+/* The same with the host's UTC clock reading now_ns (ns since 1970): the
+ * RTC's time and interrupts go by it. */
+bool platform_io_at(struct machine *m, uint16_t port, int size, bool write, uint8_t *data,
+		    int64_t now_ns);
+/* The RTC's update cycles, periodic ticks and alarm that fell due up to
+ * now_ns, run into register C; true when IRQF went on (IRQ 8 is then the
+ * caller's to raise). */
+bool platform_rtc_advance(struct platform_state *p, int64_t now_ns);
+/* When the next event that would turn IRQF on falls due (host UTC ns),
+ * INT64_MAX if none can. */
+int64_t platform_rtc_next(const struct platform_state *p, int64_t now_ns);
 /* kvm_vcpu_set_state, leaving the paravirtual wall clock's bytes in RAM as
  * they were (platform.c says why). On a paused machine. */
 int platform_set_vcpu_state(struct machine *m, int cpu, const struct kvm_vcpu_state *st);

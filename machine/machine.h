@@ -73,7 +73,11 @@ struct uart_state {
  * before the vCPU that made it runs again. The RTC's clock is the host's
  * UTC clock plus rtc_offset, the seconds by which the guest set it off
  * (0 until it writes the time): after a takeover or a restore the guest's
- * wall clock goes on from the same offset. */
+ * wall clock goes on from the same offset. Its update cycles (at the host
+ * clock's second boundaries), periodic ticks and alarm have been run into
+ * register C's flags up to rtc_sync_ns, so a machine that takes the state
+ * over runs the ones due since (an alarm that fell in a failover's gap
+ * included). */
 #define LINUX_ACPI_PM1_EVT 0x600   /* ACPI PM1a status (2 bytes) and enable (2 bytes) */
 #define LINUX_ACPI_PM1_CNT 0x604   /* ACPI PM1a control (2 bytes) */
 #define LINUX_RESET_PORT   0xcf9   /* reset control register */
@@ -85,6 +89,8 @@ struct platform_state {
 	uint8_t pad;
 	uint16_t pm1_en, pm1_cnt;     /* ACPI PM1a enable and control (status stays 0) */
 	int64_t rtc_offset;           /* guest RTC time - host UTC time, seconds */
+	int64_t rtc_sync_ns;          /* host UTC time (ns since 1970) register C is
+				       * up to date for; 0: none yet (the first access) */
 	uint8_t cmos[128];            /* CMOS RAM; the time registers hold the last
 				       * time read or set (the clock runs outside) */
 };
@@ -188,6 +194,7 @@ struct machine_stats {
 	uint64_t snap_used;          /* state reads answered from the pause's snapshot */
 	uint64_t pause_ns_last;
 	uint64_t pause_ns_max;
+	uint64_t rtc_irqs;           /* IRQ 8 edges the RTC raised */
 };
 
 struct machine {
@@ -230,6 +237,7 @@ struct machine {
 	int nranges;
 	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
 	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
+	struct rtc_timer *rtc;       /* the RTC's timer thread, NULL but on a --kernel machine */
 
 	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
 	_Atomic uint64_t *vmm_dirty;

@@ -1,21 +1,38 @@
 /* The PC platform devices a Linux guest probes at boot, beside the UART and
- * PCI: the CMOS real-time clock at 0x70/0x71, the i8042's status and reset
- * command at 0x64, and the reset control register at 0xCF9, the ACPI PM1a
- * registers (linux_acpi.c's FADT names them). An ACPI power-off stops the
- * machine with status 0, a reset with MACHINE_STATUS_REBOOT (`run` then
- * boots a fresh machine).
+ * PCI: the CMOS real-time clock at 0x70/0x71 with its IRQ 8, the i8042's
+ * status and reset command at 0x64, and the reset control register at
+ * 0xCF9, the ACPI PM1a registers (linux_acpi.c's FADT names them). An ACPI
+ * power-off stops the machine with status 0, a reset with
+ * MACHINE_STATUS_REBOOT (`run` then boots a fresh machine).
  *
  * The RTC tells the host's UTC time plus the offset the guest set
  * (struct platform_state), in BCD or binary and in 24- or 12-hour mode as
  * register B says. Setting the time the way Linux does (SET in register B,
  * the time registers written, SET cleared) or writing one time register
  * with SET clear moves the offset; while SET is on, the time registers
- * hold still. The rest of CMOS is plain RAM. Everything but the power-off
- * or reset request is checkpointed (the "platform" section).
- * Called with machine.lock held. */
+ * hold still. The rest of CMOS is plain RAM.
+ *
+ * Its interrupts are an MC146818's: with the time base running (register
+ * A's divider 010) an update cycle ends at every second boundary of the
+ * host's UTC clock (UF; UIP reads set for the 244 us before it; none while
+ * SET is on), the alarm (AF) at the update whose hours, minutes and seconds
+ * match registers 5, 3 and 1 (a value of 0xC0-0xFF matches any), the
+ * periodic flag (PF) at the rate register A's low bits select (256 Hz,
+ * 128 Hz, then 8192 Hz >> (rate - 3)). A flag is set in register C whether
+ * or not its enable bit in B is; IRQF is set while a flag and its enable
+ * are, and as it goes on IRQ 8 (ISA, edge) gets an edge (KVM_IRQ_LINE 1
+ * then 0); reading C clears it all. The flags are brought up to date
+ * lazily, at each access (rtc_advance: what fell due since rtc_sync_ns),
+ * and, for an interrupt the guest enabled, by the RTC's timer thread at
+ * the moment it falls due, while the machine runs (never while it is
+ * paused: a capture sees the state hold still).
+ *
+ * Everything but the power-off or reset request is checkpointed (the
+ * "platform" section). Called with machine.lock held. */
 #include "machine/devices.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -25,10 +42,14 @@
 #define RTC_PORT_DATA  0x71
 #define I8042_PORT_CMD 0x64
 #define RESET_PORT     LINUX_RESET_PORT
+#define RTC_IRQ 8
 
 #define RTC_SEC 0x00
+#define RTC_SEC_ALARM 0x01
 #define RTC_MIN 0x02
+#define RTC_MIN_ALARM 0x03
 #define RTC_HOUR 0x04
+#define RTC_HOUR_ALARM 0x05
 #define RTC_WDAY 0x06
 #define RTC_MDAY 0x07
 #define RTC_MON 0x08
@@ -39,14 +60,37 @@
 #define RTC_REG_D 0x0d
 #define RTC_CENTURY 0x32
 
-#define RTC_A_UIP 0x80               /* update in progress: never */
+#define RTC_A_UIP 0x80               /* update in progress: computed, never stored */
+#define RTC_A_DV 0x70                /* divider: 010 is the 32.768 kHz time base running */
+#define RTC_A_DV_RUN 0x20
+#define RTC_A_RATE 0x0f
 #define RTC_B_SET 0x80               /* the guest is setting the time */
+#define RTC_B_PIE 0x40
+#define RTC_B_AIE 0x20
+#define RTC_B_UIE 0x10
 #define RTC_B_BINARY 0x04            /* binary, not BCD */
 #define RTC_B_24H 0x02
+#define RTC_C_IRQF 0x80
+#define RTC_C_PF 0x40
+#define RTC_C_AF 0x20
+#define RTC_C_UF 0x10
+#define RTC_INTS 0x70                /* PIE AIE UIE in B, PF AF UF in C */
 #define RTC_D_VRT 0x80               /* battery good */
+#define RTC_UIP_NS 244000            /* UIP is set this long before an update */
+#define RTC_HZ 32768
+#define NS 1000000000ll
 #define PM1_SCI_EN 0x0001
 #define PM1_SLP_EN 0x2000
 #define RESET_CTL_BITS 0x0a          /* 0xCF9: the bits that are kept */
+
+/* The RTC's runtime part: a thread that runs the interrupts the guest
+ * enabled when they fall due (it waits on machine.cond, which a resume, a
+ * state load and a stop broadcast). */
+struct rtc_timer {
+	pthread_t thread;
+	bool quit;
+	int64_t armed_ns;            /* the host UTC time it waits for; INT64_MAX: none */
+};
 
 void platform_reset(struct platform_state *p)
 {
@@ -59,10 +103,14 @@ void platform_reset(struct platform_state *p)
 
 int platform_check(const struct platform_state *p)
 {
+	uint8_t c = p->cmos[RTC_REG_C];
+	bool irqf = p->cmos[RTC_REG_B] & c & RTC_INTS;
+
 	if (p->cmos_index > 0x7f || (p->reset_ctl & ~RESET_CTL_BITS) ||
 	    !(p->pm1_cnt & PM1_SCI_EN) || (p->pm1_cnt & PM1_SLP_EN) ||
 	    p->rtc_offset > PLATFORM_RTC_OFFSET_MAX || p->rtc_offset < -PLATFORM_RTC_OFFSET_MAX ||
-	    (p->cmos[RTC_REG_A] & RTC_A_UIP) || p->cmos[RTC_REG_C] || p->cmos[RTC_REG_D] != RTC_D_VRT)
+	    p->rtc_sync_ns < 0 || (p->cmos[RTC_REG_A] & RTC_A_UIP) || (c & 0x0f) ||
+	    !(c & RTC_C_IRQF) != !irqf || p->cmos[RTC_REG_D] != RTC_D_VRT)
 		return -EINVAL;
 	return 0;
 }
@@ -97,10 +145,10 @@ static int rtc_decode_hour(const struct platform_state *p, uint8_t v)
 	return rtc_decode(p, v & 0x7f) % 12 + (v & 0x80 ? 12 : 0);
 }
 
-/* The guest's time now into the time registers. */
-static void rtc_latch(struct platform_state *p)
+/* The guest's time at host time now_ns into the time registers. */
+static void rtc_latch(struct platform_state *p, int64_t now_ns)
 {
-	time_t now = time(NULL) + (time_t)p->rtc_offset;
+	time_t now = (time_t)(now_ns / NS) + (time_t)p->rtc_offset;
 	struct tm tm;
 
 	gmtime_r(&now, &tm);
@@ -116,7 +164,7 @@ static void rtc_latch(struct platform_state *p)
 
 /* The time registers as the guest set them: the offset from the host's
  * clock from now on (kept within what a checkpoint accepts). */
-static void rtc_commit(struct platform_state *p)
+static void rtc_commit(struct platform_state *p, int64_t now_ns)
 {
 	struct tm tm = { 0 };
 	time_t t;
@@ -130,7 +178,7 @@ static void rtc_commit(struct platform_state *p)
 	tm.tm_year = rtc_decode(p, p->cmos[RTC_CENTURY]) * 100 + rtc_decode(p, p->cmos[RTC_YEAR]) -
 		     1900;
 	t = timegm(&tm);
-	off = (int64_t)t - (int64_t)time(NULL);
+	off = (int64_t)t - now_ns / NS;
 	if (off > PLATFORM_RTC_OFFSET_MAX)
 		off = PLATFORM_RTC_OFFSET_MAX;
 	if (off < -PLATFORM_RTC_OFFSET_MAX)
@@ -138,43 +186,257 @@ static void rtc_commit(struct platform_state *p)
 	p->rtc_offset = off;
 }
 
-static uint8_t rtc_read(struct platform_state *p, uint8_t reg)
+/* ---- interrupts --------------------------------------------------------------- */
+
+static bool rtc_base_runs(const struct platform_state *p)
 {
-	if (rtc_is_time(reg) && !(p->cmos[RTC_REG_B] & RTC_B_SET))
-		rtc_latch(p);
-	return p->cmos[reg];         /* reg C: no interrupt flags, ever */
+	return (p->cmos[RTC_REG_A] & RTC_A_DV) == RTC_A_DV_RUN;
 }
 
-static void rtc_write(struct platform_state *p, uint8_t reg, uint8_t v)
+static bool rtc_updates(const struct platform_state *p)
+{
+	return rtc_base_runs(p) && !(p->cmos[RTC_REG_B] & RTC_B_SET);
+}
+
+/* The periodic interrupt's period in ticks of the 32.768 kHz base; 0: off. */
+static int64_t rtc_period_ticks(const struct platform_state *p)
+{
+	unsigned rate = p->cmos[RTC_REG_A] & RTC_A_RATE;
+
+	if (!rate || !rtc_base_runs(p))
+		return 0;
+	return rate <= 2 ? 1ll << (rate + 6) : 1ll << (rate - 1);
+}
+
+static int64_t ns_to_ticks(int64_t ns)
+{
+	return ns / NS * RTC_HZ + ns % NS * RTC_HZ / NS;
+}
+
+/* The first host time at or after the start of tick number ticks. */
+static int64_t ticks_to_ns(int64_t ticks)
+{
+	return ticks / RTC_HZ * NS + (ticks % RTC_HZ * NS + RTC_HZ - 1) / RTC_HZ;
+}
+
+static bool alarm_field(uint8_t alarm, uint8_t now)
+{
+	return (alarm & 0xc0) == 0xc0 || alarm == now;
+}
+
+/* Whether the update that makes the guest's clock read guest_s sets AF. */
+static bool rtc_alarm_at(const struct platform_state *p, int64_t guest_s)
+{
+	int64_t tod = (guest_s % 86400 + 86400) % 86400;
+
+	return alarm_field(p->cmos[RTC_SEC_ALARM], rtc_encode(p, (int)(tod % 60))) &&
+	       alarm_field(p->cmos[RTC_MIN_ALARM], rtc_encode(p, (int)(tod / 60 % 60))) &&
+	       alarm_field(p->cmos[RTC_HOUR_ALARM], rtc_encode_hour(p, (int)(tod / 3600)));
+}
+
+/* IRQF from the flags and their enables; true when it has just gone on
+ * (IRQ 8 then gets an edge). */
+static bool rtc_irqf(struct platform_state *p)
+{
+	uint8_t c = p->cmos[RTC_REG_C];
+	bool on = p->cmos[RTC_REG_B] & c & RTC_INTS;
+
+	p->cmos[RTC_REG_C] = (uint8_t)(on ? c | RTC_C_IRQF : c & ~RTC_C_IRQF);
+	return on && !(c & RTC_C_IRQF);
+}
+
+/* Runs what fell due in (rtc_sync_ns, now_ns]: a periodic tick sets PF,
+ * an update cycle UF and, if the alarm matches the time it makes, AF. The
+ * alarm repeats every day at most, so a longer gap is looked at over its
+ * last day. A clock gone back runs nothing. True when IRQF went on. */
+bool platform_rtc_advance(struct platform_state *p, int64_t now_ns)
+{
+	int64_t last = p->rtc_sync_ns, period = rtc_period_ticks(p);
+
+	p->rtc_sync_ns = now_ns;
+	if (last <= 0 || now_ns <= last)
+		return false;
+	if (period && ns_to_ticks(now_ns) / period != ns_to_ticks(last) / period)
+		p->cmos[RTC_REG_C] |= RTC_C_PF;
+	if (rtc_updates(p) && now_ns / NS > last / NS) {
+		int64_t s = now_ns / NS - last / NS > 86400 ? now_ns / NS - 86399 : last / NS + 1;
+
+		p->cmos[RTC_REG_C] |= RTC_C_UF;
+		for (; s <= now_ns / NS && !(p->cmos[RTC_REG_C] & RTC_C_AF); s++)
+			if (rtc_alarm_at(p, s + p->rtc_offset))
+				p->cmos[RTC_REG_C] |= RTC_C_AF;
+	}
+	return rtc_irqf(p);
+}
+
+/* The host time of the next event that would turn IRQF on, INT64_MAX if
+ * none can (it is on already, or no flag that would is enabled). The alarm
+ * is looked for at every update while AIE is on. */
+int64_t platform_rtc_next(const struct platform_state *p, int64_t now_ns)
+{
+	uint8_t b = p->cmos[RTC_REG_B], c = p->cmos[RTC_REG_C];
+	uint8_t want = b & RTC_INTS & ~c;
+	int64_t next = INT64_MAX, period = rtc_period_ticks(p);
+
+	if (c & RTC_C_IRQF)
+		return INT64_MAX;
+	if ((want & RTC_B_PIE) && period)
+		next = ticks_to_ns((ns_to_ticks(now_ns) / period + 1) * period);
+	if ((want & (RTC_B_AIE | RTC_B_UIE)) && rtc_updates(p) && (now_ns / NS + 1) * NS < next)
+		next = (now_ns / NS + 1) * NS;
+	return next;
+}
+
+static void rtc_pulse(struct machine *m)
+{
+	m->stats.rtc_irqs++;
+	if (kvm_vm_irq_line(&m->vm, RTC_IRQ, 1) < 0 || kvm_vm_irq_line(&m->vm, RTC_IRQ, 0) < 0)
+		log_warn(TAG, "raising IRQ %d (RTC) failed", RTC_IRQ);
+}
+
+static uint8_t rtc_read(struct platform_state *p, uint8_t reg, int64_t now_ns)
+{
+	uint8_t v;
+
+	if (rtc_is_time(reg) && !(p->cmos[RTC_REG_B] & RTC_B_SET))
+		rtc_latch(p, now_ns);
+	switch (reg) {
+	case RTC_REG_A:
+		v = p->cmos[reg];
+		if (rtc_updates(p) && now_ns % NS >= NS - RTC_UIP_NS)
+			v |= RTC_A_UIP;
+		return v;
+	case RTC_REG_C:
+		v = p->cmos[reg];
+		p->cmos[reg] = 0;            /* read to clear; IRQF goes off with the flags */
+		return v;
+	default:
+		return p->cmos[reg];
+	}
+}
+
+/* True when IRQF went on (the enable of a flag that is set). */
+static bool rtc_write(struct platform_state *p, uint8_t reg, uint8_t v, int64_t now_ns)
 {
 	bool setting = p->cmos[RTC_REG_B] & RTC_B_SET;
 
 	if (rtc_is_time(reg)) {
 		if (!setting)
-			rtc_latch(p);        /* one register changes, the rest is now */
+			rtc_latch(p, now_ns);   /* one register changes, the rest is now */
 		p->cmos[reg] = v;
 		if (!setting)
-			rtc_commit(p);
-		return;
+			rtc_commit(p, now_ns);
+		return false;
 	}
 	switch (reg) {
 	case RTC_REG_A:
 		p->cmos[reg] = v & (uint8_t)~RTC_A_UIP;
-		return;
+		return false;
 	case RTC_REG_B:
+		/* SET stops the update cycle (UIE then means nothing) */
+		if (v & RTC_B_SET)
+			v &= (uint8_t)~RTC_B_UIE;
 		p->cmos[reg] = v;
 		if ((v & RTC_B_SET) && !setting)
-			rtc_latch(p);        /* the registers hold still from here */
+			rtc_latch(p, now_ns);   /* the registers hold still from here */
 		else if (!(v & RTC_B_SET) && setting)
-			rtc_commit(p);
-		return;
+			rtc_commit(p, now_ns);
+		return rtc_irqf(p);
 	case RTC_REG_C:
 	case RTC_REG_D:
-		return;                  /* read-only */
+		return false;            /* read-only */
 	default:
 		p->cmos[reg] = v;
-		return;
+		return false;
 	}
+}
+
+/* One access to the data port at host time now_ns: what fell due is run
+ * first, so the access sees (and a read of C clears) it, and the timer
+ * thread is told when the next interrupt's time changed. */
+static void rtc_data_io(struct machine *m, bool write, uint8_t *data, int64_t now_ns)
+{
+	struct platform_state *p = &m->platform;
+	bool edge = platform_rtc_advance(p, now_ns);
+
+	if (!write)
+		*data = rtc_read(p, p->cmos_index, now_ns);
+	else if (rtc_write(p, p->cmos_index, *data, now_ns))
+		edge = true;
+	if (edge)
+		rtc_pulse(m);
+	if (m->rtc && platform_rtc_next(p, now_ns) != m->rtc->armed_ns)
+		pthread_cond_broadcast(&m->cond);
+}
+
+static int64_t utc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
+}
+
+static void *rtc_thread(void *arg)
+{
+	struct machine *m = arg;
+	struct rtc_timer *t = m->rtc;
+
+	pthread_mutex_lock(&m->lock);
+	while (!t->quit) {
+		int64_t now = utc_now_ns(), next = INT64_MAX;
+
+		if (!m->pause_req && !m->stopping) {
+			if (platform_rtc_advance(&m->platform, now))
+				rtc_pulse(m);
+			next = platform_rtc_next(&m->platform, now);
+		}
+		t->armed_ns = next;
+		if (next == INT64_MAX) {
+			pthread_cond_wait(&m->cond, &m->lock);
+		} else {
+			/* machine.cond runs on CLOCK_MONOTONIC */
+			struct timespec until;
+			int64_t at;
+
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			at = (int64_t)until.tv_sec * NS + until.tv_nsec + (next - now);
+			until.tv_sec = (time_t)(at / NS);
+			until.tv_nsec = (long)(at % NS);
+			pthread_cond_timedwait(&m->cond, &m->lock, &until);
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+static int rtc_timer_start(struct machine *m)
+{
+	int r;
+
+	m->rtc = calloc(1, sizeof(*m->rtc));
+	if (!m->rtc)
+		return -ENOMEM;
+	m->rtc->armed_ns = INT64_MAX;
+	if ((r = -pthread_create(&m->rtc->thread, NULL, rtc_thread, m)) < 0) {
+		log_error(TAG, "RTC timer thread: %s", strerror(-r));
+		free(m->rtc);
+		m->rtc = NULL;
+	}
+	return r;
+}
+
+static void platform_detach(struct machine *m)
+{
+	if (!m->rtc)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->rtc->quit = true;
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	pthread_join(m->rtc->thread, NULL);
+	free(m->rtc);
+	m->rtc = NULL;
 }
 
 static void reset(struct machine *m, const char *how)
@@ -213,6 +475,12 @@ static void pm1_io(struct machine *m, uint16_t port, int size, bool write, uint8
 
 bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data)
 {
+	return platform_io_at(m, port, size, write, data, utc_now_ns());
+}
+
+bool platform_io_at(struct machine *m, uint16_t port, int size, bool write, uint8_t *data,
+		    int64_t now_ns)
+{
 	struct platform_state *p = &m->platform;
 
 	if (port >= LINUX_ACPI_PM1_EVT && port < LINUX_ACPI_PM1_CNT + 2) {
@@ -227,10 +495,7 @@ bool platform_io(struct machine *m, uint16_t port, int size, bool write, uint8_t
 			*data = p->cmos_index;
 		return true;
 	case RTC_PORT_DATA:
-		if (!write)
-			*data = rtc_read(p, p->cmos_index);
-		else
-			rtc_write(p, p->cmos_index, *data);
+		rtc_data_io(m, write, data, now_ns);
 		return true;
 	case I8042_PORT_CMD:
 		/* No keyboard: status reads "input buffer empty, no output", so
@@ -280,7 +545,7 @@ static int platform_attach(struct machine *m)
 	    (r = machine_bus_add(m, MACHINE_PIO, LINUX_ACPI_PM1_EVT,
 				 LINUX_ACPI_PM1_CNT + 2 - LINUX_ACPI_PM1_EVT, platform_bus_io)) < 0)
 		return r;
-	return 0;
+	return rtc_timer_start(m);
 }
 
 static void platform_save(struct machine *m, struct machine_state *st)
@@ -292,10 +557,14 @@ static void platform_load(struct machine *m, const struct machine_state *st)
 {
 	m->platform = st->platform;
 	m->platform.stop_req = 0;    /* a request of the machine that made it */
+	/* IRQ 8 is edge-triggered: an edge already raised is in the
+	 * irqchip's state, which the VM's part of the state carries. The
+	 * timer thread looks at the new state (when the machine runs). */
+	pthread_cond_broadcast(&m->cond);
 }
 
 const struct machine_device platform_device = {
-	"platform", platform_attach, NULL, platform_save, platform_load, NULL,
+	"platform", platform_attach, platform_detach, platform_save, platform_load, NULL,
 };
 
 /* KVM's paravirtual wall clock (struct pvclock_wall_clock: version, seconds,

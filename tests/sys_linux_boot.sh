@@ -8,7 +8,10 @@
 #     ut.mode=poweroff: the guest's /init prints its ready marker, "ut:
 #     nproc 1", powers off; `run` exits with status 0.
 #  2. --cpus 2, ut.mode=shell: a shell prompt on the console; typed
-#     `nproc` says 2; typed `reboot -f` restarts the guest (its ready
+#     `nproc` says 2; an RTC alarm set 2 s ahead through
+#     /sys/class/rtc/rtc0/wakealarm wakes a read of /dev/rtc0 with AF
+#     after 1-2 s and IRQ 8's count in /proc/interrupts grows (the RTC's
+#     interrupt); typed `reboot -f` restarts the guest (its ready
 #     marker again, still 2 vCPUs); typed `poweroff -f` ends `run` with
 #     status 0.
 # Skips (77) while `run` has no --kernel. Cost: two boots and a reboot of
@@ -72,6 +75,33 @@ echo "nproc | sed 's/^/ut-nproc /'" >&3
 wait_console "$T/b.out" '^ut-nproc [0-9]+$' 60 || fail "typed nproc: no answer: $(tail -c 300 "$T/b.out")"
 console_has "$T/b.out" '^ut-nproc 2$' || fail "typed nproc: $(tr -d '\r' <"$T/b.out" | grep '^ut-nproc')"
 ok "run --kernel --cpus 2, ut.mode=shell: a shell on the serial console after $t_up s; typed nproc says 2"
+# The RTC's alarm interrupt: an alarm 2 s ahead through sysfs (rtc_cmos
+# programs the alarm registers and AIE), then a read of /dev/rtc0, which
+# returns only once IRQ 8 has come (rtc_cmos's handler reads register C and
+# reports AF). Without the interrupt the read waits until timeout kills it.
+irq8() { tr -d '\r' <"$T/b.out" | sed -n "s/^ut-irq-$1 *8: *//p" | awk '{ n = 0; for (i = 1; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n; exit }'; }
+# Short typed lines; the markers are put together by the guest's shell, so
+# that the echo of a typed line (wrapped by the line editor) never matches.
+echo "i=\$(grep ' 8:' /proc/interrupts); echo \"ut\"\"-irq-a \$i\"" >&3
+echo "t0=\$(date +%s); echo +2 >/sys/class/rtc/rtc0/wakealarm" >&3
+echo "a=\$(grep alarm_IRQ /proc/driver/rtc); echo \"ut\"\"-rtc-set \$a\"" >&3
+echo "x=\$(timeout 60 dd if=/dev/rtc0 bs=8 count=1 2>/dev/null | od -An -tx1)" >&3
+echo "[ -n \"\$x\" ] && echo \"ut\"\"-rtc-woke \$((\$(date +%s) - t0)) \$x\"" >&3
+echo "i=\$(grep ' 8:' /proc/interrupts); echo \"ut\"\"-irq-b \$i\"; echo \"ut\"\"-rtc-done\"" >&3
+wait_console "$T/b.out" '^ut-rtc-done' 120 || fail "RTC alarm: the typed commands did not finish: $(tail -c 400 "$T/b.out")"
+console_has "$T/b.out" '^ut-rtc-set alarm_IRQ[[:space:]]*: yes' ||
+	fail "RTC alarm: /proc/driver/rtc does not show the alarm set: $(tr -d '\r' <"$T/b.out" | grep '^ut-rtc-set')"
+woke=$(tr -d '\r' <"$T/b.out" | sed -n 's/^ut-rtc-woke //p' | head -1)
+[ -n "$woke" ] || fail "RTC alarm: the read of /dev/rtc0 never returned (no IRQ 8 in 60 s): $(tr -d '\r' <"$T/b.out" | grep '^ut-irq')"
+set -- $woke
+# 1 or 2 s after the write, the alarm being whole seconds of the RTC; the
+# 8 bytes are the count (1) and AF | IRQF (0x20 | 0x80) in the low byte
+[ "$1" -ge 1 ] && [ "$1" -le 10 ] || fail "RTC alarm: the read returned after $1 s, not at the alarm 2 s ahead"
+[ "$2" = a0 ] && [ "$3" = 01 ] || fail "RTC alarm: /dev/rtc0 read $woke, want 'a0 01 ...' (one alarm interrupt)"
+before=$(irq8 a) after=$(irq8 b)
+[ -n "$before" ] && [ -n "$after" ] && [ "$after" -gt "$before" ] ||
+	fail "RTC alarm: IRQ 8's count in /proc/interrupts did not grow ($before -> $after): $(tr -d '\r' <"$T/b.out" | grep '^ut-irq')"
+ok "RTC alarm (wakealarm +2): IRQ 8 came $1 s after it was set, /dev/rtc0 read AF, /proc/interrupts' IRQ 8 went $before -> $after"
 echo "reboot -f" >&3
 wait_console "$T/b.out" '^ut: shell$' "$BOOT_S" 2 ||
 	fail "typed reboot -f: the guest did not come back (run: $(kill -0 $VMPID 2>/dev/null && echo running || echo ended)): $(console_gist "$T/b.out") err: $(tail -3 "$T/b.err")"

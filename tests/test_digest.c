@@ -178,7 +178,7 @@ static void names_the_part(void **state)
 		"vcpu1.lapic", "vcpu1.events", "vcpu1.mp_state", "vcpu1.debugregs",
 		"pic-master", "pic-slave", "ioapic", "pit", "uart",
 		"vcpu1.tsc(backward)", "clock(backward)", "memory", "pci", "pci", "platform",
-		"platform",
+		"platform", "platform", "platform",
 	};
 
 	(void)state;
@@ -222,6 +222,8 @@ static void names_the_part(void **state)
 		case 18: x->ms.pci.net.dev_flags ^= 1; break;
 		case 19: x->ms.platform.cmos[0x40] ^= 1; break;
 		case 20: x->ms.platform.rtc_offset += 1; break;
+		case 21: x->ms.platform.cmos[0x0c] ^= 0x10; break;   /* the RTC's UF */
+		case 22: x->ms.platform.rtc_sync_ns += 1; break;
 		default: break;
 		}
 		memset(&d, 0, sizeof(d));

@@ -2,10 +2,18 @@
  * needed:
  *  - the RTC: the guest sets the time (SET in register B, or one register),
  *    the registers hold still while SET is on, binary and 12-hour modes;
+ *  - its interrupts, at a clock the test sets: register C's flags (set with
+ *    or without their enables, cleared by a read), IRQF and IRQ 8's edge,
+ *    UIP, SET and the divider stopping updates, the alarm with its
+ *    "don't care" bytes in BCD, binary and 12-hour modes, an alarm that
+ *    fell in a gap between accesses (a failover's), every periodic rate,
+ *    and the timer thread raising IRQ 8 on its own while the machine
+ *    runs, never while it is paused;
  *    the offset it set travels with the state, so the guest's wall clock
  *    reads on from the same time on the machine the state goes to;
  *  - the "platform" section: fixed little-endian layout, round trip, every
- *    other length and every impossible value refused (-EBADMSG);
+ *    other length and every impossible value refused (-EBADMSG); a
+ *    version 1 section (before the interrupts) still read;
  *  - in a state blob: decoded as sent; a blob of a build before the section
  *    (no "platform") reads as the power-on state; a platform section that
  *    is malformed, cut, repeated or of an unknown version is refused;
@@ -40,8 +48,28 @@ static struct machine *fake_machine(void)
 	struct machine *m = calloc(1, sizeof(*m));
 
 	assert_non_null(m);
+	m->vm.fd = -1;                  /* no KVM: IRQ 8's edges are only counted */
 	platform_reset(&m->platform);
 	return m;
+}
+
+#define NS 1000000000ll
+static const int64_t T2031_NS = 1927901106ll * NS;   /* 2031-02-03 16:05:06 UTC */
+
+/* The registers at a host clock of the test's. */
+static uint8_t cmos_get_at(struct machine *m, uint8_t reg, int64_t now_ns)
+{
+	uint8_t v = reg;
+
+	assert_true(platform_io_at(m, PORT_INDEX, 1, true, &v, now_ns));
+	assert_true(platform_io_at(m, PORT_DATA, 1, false, &v, now_ns));
+	return v;
+}
+
+static void cmos_put_at(struct machine *m, uint8_t reg, uint8_t v, int64_t now_ns)
+{
+	assert_true(platform_io_at(m, PORT_INDEX, 1, true, &reg, now_ns));
+	assert_true(platform_io_at(m, PORT_DATA, 1, true, &v, now_ns));
 }
 
 static uint8_t cmos_get(struct machine *m, uint8_t reg)
@@ -126,13 +154,16 @@ static void rtc_set_by_guest(void **state)
 	assert_int_equal(cmos_get(m, 0x09), 0x40);
 	assert_int_equal(cmos_get(m, 0x08), 0x02);
 	assert_int_equal(cmos_get(m, 0x32), 0x20);
-	/* read-only bits and registers stay as they are */
-	cmos_put(m, 0x0a, 0xa6);
-	assert_int_equal(cmos_get(m, 0x0a), 0x26);
-	cmos_put(m, 0x0c, 0xff);
-	cmos_put(m, 0x0d, 0x00);
-	assert_int_equal(cmos_get(m, 0x0c), 0);
-	assert_int_equal(cmos_get(m, 0x0d), 0x80);
+	/* read-only bits and registers stay as they are (mid-second: no
+	 * update in progress, none ended since the last access) */
+	t = time(NULL) + 1;
+	cmos_put_at(m, 0x0a, 0xa6, t * NS + NS / 2);
+	assert_int_equal(cmos_get_at(m, 0x0a, t * NS + NS / 2), 0x26);
+	cmos_put_at(m, 0x0c, 0xff, t * NS + NS / 2);
+	cmos_put_at(m, 0x0d, 0x00, t * NS + NS / 2);
+	assert_int_equal(cmos_get_at(m, 0x0c, t * NS + NS / 2) & 0x80, 0);   /* flags, no IRQF */
+	assert_int_equal(cmos_get_at(m, 0x0c, t * NS + NS / 2), 0);
+	assert_int_equal(cmos_get_at(m, 0x0d, t * NS + NS / 2), 0x80);
 	assert_int_equal(platform_check(&m->platform), 0);
 	free(m);
 }
@@ -180,7 +211,12 @@ static void section_roundtrip(void **state)
 	assert_int_equal((int64_t)off, m->platform.rtc_offset);
 	assert_int_equal(a[16 + 0x40], 0x5a);
 	assert_int_equal(a[16 + 0x7f], 0xa5);
-	assert_int_equal(proto_platform_state_decode(a, sizeof(a), &s), 0);
+	off = 0;
+	for (int k = 0; k < 8; k++)
+		off |= (uint64_t)a[144 + k] << (8 * k);
+	assert_int_equal((int64_t)off, m->platform.rtc_sync_ns);
+	assert_true(off > 0);                     /* the accesses above synced it */
+	assert_int_equal(proto_platform_state_decode(a, sizeof(a), PROTO_STATE_PLATFORM_VERSION, &s), 0);
 	assert_int_equal(proto_platform_state_encode(&s, b), sizeof(b));
 	assert_memory_equal(a, b, sizeof(a));
 
@@ -215,34 +251,243 @@ static void section_refuses_bad(void **state)
 		{ "RTC offset of 2^34 + 2^32 s", 12, 0x05 },
 		{ "RTC offset of -2^63", 15, 0x80 },
 		{ "register A with UIP", 16 + 0x0a, 0xa6 },
-		{ "register C with a flag", 16 + 0x0c, 0x10 },
+		{ "register C with IRQF and no flag", 16 + 0x0c, 0x80 },
+		{ "register C with a low bit", 16 + 0x0c, 0x01 },
+		{ "register C with IRQF, UF not enabled", 16 + 0x0c, 0x90 },
+		{ "register B enabling UF, C's UF without IRQF", 16 + 0x0b, 0x16 },
 		{ "register D battery dead", 16 + 0x0d, 0x00 },
+		{ "RTC events synced at a negative time", 144 + 7, 0x80 },
 	};
 
 	(void)state;
 	program_devices(m);
+	m->platform.cmos[0x0c] = 0x10;            /* UF, not enabled (B 0x06): no IRQF */
+	m->platform.rtc_sync_ns = T2031_NS;
 	proto_platform_state_encode(&m->platform, a);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES,
+						     PROTO_STATE_PLATFORM_VERSION, &s), 0);
 	a[PROTO_PLATFORM_STATE_BYTES] = 0;
 	memcpy(b, a, sizeof(a));
 	/* every other length: cut anywhere, or one byte more */
 	for (size_t len = 0; len <= sizeof(a); len++)
 		if (len != PROTO_PLATFORM_STATE_BYTES)
-			assert_int_equal(proto_platform_state_decode(a, len, &s), -EBADMSG);
+			assert_int_equal(proto_platform_state_decode(a, len, PROTO_STATE_PLATFORM_VERSION, &s), -EBADMSG);
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
 		a[bad[k].at] = bad[k].v;
-		if (proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, &s) != -EBADMSG)
+		if (proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, PROTO_STATE_PLATFORM_VERSION,
+						     &s) != -EBADMSG)
 			fail_msg("accepted: %s", bad[k].what);
 		memcpy(a, b, sizeof(a));
 	}
 	/* the largest offsets either way are fine */
 	m->platform.rtc_offset = PLATFORM_RTC_OFFSET_MAX;
 	proto_platform_state_encode(&m->platform, a);
-	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, &s), 0);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, PROTO_STATE_PLATFORM_VERSION,
+						     &s), 0);
 	m->platform.rtc_offset = -PLATFORM_RTC_OFFSET_MAX;
 	proto_platform_state_encode(&m->platform, a);
-	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, &s), 0);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, PROTO_STATE_PLATFORM_VERSION,
+						     &s), 0);
 	assert_int_equal(s.rtc_offset, -PLATFORM_RTC_OFFSET_MAX);
 	free(m);
+}
+
+/* ---- the RTC's interrupts ------------------------------------------------------ */
+
+/* Flags with and without their enables, read to clear, IRQF and IRQ 8's
+ * edge, UIP, and what stops the update cycle (SET, the divider). */
+static void rtc_flags(void **state)
+{
+	struct machine *m = fake_machine();
+	int64_t t = T2031_NS + NS / 2;           /* mid-second */
+
+	(void)state;
+	cmos_put_at(m, 0x0a, 0x20, t);                             /* no periodic rate: no PF */
+	assert_int_equal(cmos_get_at(m, 0x0c, t), 0);
+	assert_int_equal(m->platform.rtc_sync_ns, t);
+	/* an update ends at the second boundary: UF, though UIE is off */
+	assert_int_equal(cmos_get_at(m, 0x0c, t + NS / 4), 0);
+	assert_int_equal(cmos_get_at(m, 0x0c, t + NS), 0x10);
+	assert_int_equal(cmos_get_at(m, 0x0c, t + NS), 0);          /* read to clear */
+	assert_int_equal(m->stats.rtc_irqs, 0);
+	/* UIP for the 244 us before an update, not otherwise */
+	assert_int_equal(cmos_get_at(m, 0x0a, T2031_NS + 3 * NS - 200000), 0xa0);
+	assert_int_equal(cmos_get_at(m, 0x0a, T2031_NS + 3 * NS - 300000), 0x20);
+	assert_int_equal(cmos_get_at(m, 0x0a, T2031_NS + 3 * NS), 0x20);
+	t = T2031_NS + 3 * NS + NS / 2;
+	/* a flag already set when its enable goes on: IRQF and an edge at once */
+	assert_int_equal(cmos_get_at(m, 0x0c, t), 0x10);
+	assert_int_equal(cmos_get_at(m, 0x0c, t + NS), 0x10 | 0);
+	cmos_get_at(m, 0x0d, t + 2 * NS);                          /* UF set, not read */
+	cmos_put_at(m, 0x0b, 0x12, t + 2 * NS);                    /* UIE */
+	assert_int_equal(m->stats.rtc_irqs, 1);
+	assert_int_equal(platform_check(&m->platform), 0);
+	assert_int_equal(cmos_get_at(m, 0x0c, t + 2 * NS), 0x90);
+	assert_int_equal(cmos_get_at(m, 0x0c, t + 2 * NS), 0);
+	/* the next update, as the timer thread would run it: one edge */
+	assert_int_equal(platform_rtc_next(&m->platform, t + 2 * NS), T2031_NS + 6 * NS);
+	assert_true(platform_rtc_advance(&m->platform, T2031_NS + 6 * NS));
+	assert_false(platform_rtc_advance(&m->platform, T2031_NS + 7 * NS));   /* IRQF on: no edge */
+	assert_int_equal(platform_rtc_next(&m->platform, T2031_NS + 7 * NS), INT64_MAX);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 7 * NS + 1), 0x90);
+	/* SET stops updates (and clears UIE); so does a divider held in reset */
+	cmos_put_at(m, 0x0b, 0x92, T2031_NS + 8 * NS + NS / 2);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 8 * NS + NS / 2), 0x10);   /* 16:05:14's */
+	assert_int_equal(cmos_get_at(m, 0x0b, T2031_NS + 8 * NS + NS / 2), 0x82);
+	assert_int_equal(cmos_get_at(m, 0x0a, T2031_NS + 9 * NS - 100000), 0x20);   /* no UIP */
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 10 * NS), 0);
+	cmos_put_at(m, 0x0b, 0x12, T2031_NS + 10 * NS);
+	cmos_put_at(m, 0x0a, 0x76, T2031_NS + 10 * NS);
+	assert_int_equal(platform_rtc_next(&m->platform, T2031_NS + 10 * NS), INT64_MAX);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 12 * NS), 0);
+	cmos_put_at(m, 0x0a, 0x20, T2031_NS + 12 * NS + 1);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 13 * NS), 0x90);
+	assert_int_equal(m->stats.rtc_irqs, 3);
+	assert_int_equal(platform_check(&m->platform), 0);
+	free(m);
+}
+
+/* 16:05:06 on 2031-02-03 at T2031_NS: the alarm registers (1, 3, 5) in
+ * BCD, binary and 12-hour modes, with "don't care" bytes. */
+static void rtc_alarm(void **state)
+{
+	struct machine *m = fake_machine();
+	int64_t t = T2031_NS + NS / 2;
+
+	(void)state;
+	cmos_put_at(m, 0x0a, 0x20, t);
+	cmos_put_at(m, 0x05, 0x16, t);
+	cmos_put_at(m, 0x03, 0x05, t);
+	cmos_put_at(m, 0x01, 0x08, t);
+	cmos_put_at(m, 0x0b, 0x22, t);                             /* AIE, 24-hour BCD */
+	assert_int_equal(cmos_get_at(m, 0x0c, t + NS), 0x10);       /* 16:05:07: UF only */
+	assert_int_equal(m->stats.rtc_irqs, 0);
+	assert_true(platform_rtc_advance(&m->platform, T2031_NS + 2 * NS));   /* 16:05:08 */
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 2 * NS + 1), 0xb0);
+	/* don't care: any hour (0xC0), any minute (0xFF), second 10 */
+	cmos_put_at(m, 0x05, 0xc0, T2031_NS + 2 * NS + 2);
+	cmos_put_at(m, 0x03, 0xff, T2031_NS + 2 * NS + 2);
+	cmos_put_at(m, 0x01, 0x10, T2031_NS + 2 * NS + 2);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 3 * NS), 0x10);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 4 * NS - 1), 0);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 4 * NS), 0xb0);   /* 16:05:10 */
+	/* the alarm's second fell between two accesses (a failover's gap):
+	 * it is seen at the next one; and a day later, again */
+	cmos_put_at(m, 0x01, 0x20, T2031_NS + 5 * NS);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 5 * NS), 0x10);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 30 * NS), 0xb0);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 40 * NS), 0x10);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 86400ll * 3 * NS), 0xb0);
+	cmos_put_at(m, 0x05, 0x17, T2031_NS + 86400ll * 3 * NS);      /* 17:xx:20: not in 15 s */
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + (86400ll * 3 + 60) * NS), 0x10);
+	/* binary: 16:05:06 is 0x10 0x05 0x06 */
+	cmos_put_at(m, 0x0b, 0x26, T2031_NS + 86400ll * 4 * NS);
+	cmos_put_at(m, 0x05, 16, T2031_NS + 86400ll * 4 * NS);
+	cmos_put_at(m, 0x03, 5, T2031_NS + 86400ll * 4 * NS);
+	cmos_put_at(m, 0x01, 7, T2031_NS + 86400ll * 4 * NS);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + (86400ll * 4 + 1) * NS), 0xb0);
+	/* 12-hour BCD: 4 PM is 0x84; 0x04 (4 AM) does not match */
+	cmos_put_at(m, 0x0b, 0x20, T2031_NS + 86400ll * 5 * NS);
+	cmos_put_at(m, 0x05, 0x04, T2031_NS + 86400ll * 5 * NS);
+	cmos_put_at(m, 0x03, 0x05, T2031_NS + 86400ll * 5 * NS);
+	cmos_put_at(m, 0x01, 0x07, T2031_NS + 86400ll * 5 * NS);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + (86400ll * 5 + 1) * NS), 0x10);
+	cmos_put_at(m, 0x05, 0x84, T2031_NS + (86400ll * 5 + 1) * NS);
+	cmos_put_at(m, 0x01, 0x08, T2031_NS + (86400ll * 5 + 1) * NS);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + (86400ll * 5 + 2) * NS), 0xb0);
+	/* the guest's own time (its offset) is what the alarm matches */
+	cmos_put_at(m, 0x0b, 0x22, T2031_NS + (86400ll * 5 + 3) * NS);
+	m->platform.rtc_offset = 3600;                             /* 17:05:xx */
+	cmos_put_at(m, 0x05, 0x17, T2031_NS + (86400ll * 5 + 3) * NS);
+	cmos_put_at(m, 0x01, 0x10, T2031_NS + (86400ll * 5 + 3) * NS);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + (86400ll * 5 + 4) * NS), 0xb0);
+	assert_int_equal(platform_check(&m->platform), 0);
+	free(m);
+}
+
+/* Every rate of register A: 256 and 128 Hz for 1 and 2, 8192 Hz >> (r - 3)
+ * from 3 on; none for 0. PF is set without PIE; the deadline is only for PIE. */
+static void rtc_periodic(void **state)
+{
+	struct machine *m = fake_machine();
+
+	(void)state;
+	for (int r = 0; r < 16; r++) {
+		int want = r == 0 ? 0 : r <= 2 ? 256 >> (r - 1) : 65536 >> r, n = 0;
+		int64_t now = T2031_NS, next;
+
+		platform_reset(&m->platform);
+		m->platform.cmos[0x0a] = (uint8_t)(0x20 | r);
+		m->platform.cmos[0x0b] = 0x42;                     /* PIE */
+		m->platform.rtc_sync_ns = now;
+		while ((next = platform_rtc_next(&m->platform, now)) <= T2031_NS + NS) {
+			assert_true(next > now);
+			assert_true(platform_rtc_advance(&m->platform, next));
+			assert_true(m->platform.cmos[0x0c] & 0x40);
+			assert_false(platform_rtc_advance(&m->platform, next));   /* once */
+			m->platform.cmos[0x0c] = 0;                    /* read */
+			now = next;
+			n++;
+		}
+		if (n != want)
+			fail_msg("rate %d: %d periodic interrupts in a second, want %d", r, n, want);
+		/* half a period on from a tick: no PF; a whole one: PF, PIE or not */
+		if (r) {
+			m->platform.cmos[0x0b] = 0x02;
+			m->platform.rtc_sync_ns = T2031_NS;
+			assert_false(platform_rtc_advance(&m->platform, T2031_NS + NS / want / 2 - 1));
+			assert_int_equal(m->platform.cmos[0x0c], 0);
+			assert_false(platform_rtc_advance(&m->platform, T2031_NS + NS / want + 1));
+			assert_int_equal(m->platform.cmos[0x0c], 0x40);
+		}
+	}
+	free(m);
+}
+
+/* The RTC's state in the section: flags, IRQF and where its events stand
+ * travel; a version 1 section reads with events from the first access. */
+static void rtc_section(void **state)
+{
+	struct machine *m = fake_machine(), *n = fake_machine();
+	uint8_t a[PROTO_PLATFORM_STATE_BYTES];
+	struct platform_state s;
+
+	(void)state;
+	cmos_put_at(m, 0x0a, 0x20, T2031_NS - NS / 2);
+	cmos_put_at(m, 0x01, 0x20, T2031_NS - NS / 2);
+	cmos_put_at(m, 0x03, 0x05, T2031_NS - NS / 2);
+	cmos_put_at(m, 0x05, 0x16, T2031_NS - NS / 2);
+	cmos_put_at(m, 0x0b, 0x22, T2031_NS - NS / 2);
+	assert_int_equal(cmos_get_at(m, 0x0d, T2031_NS + NS / 2), 0x80);   /* UF set */
+	proto_platform_state_encode(&m->platform, a);
+	assert_int_equal(proto_platform_state_decode(a, sizeof(a), PROTO_STATE_PLATFORM_VERSION, &s), 0);
+	assert_int_equal(s.cmos[0x0c], 0x10);
+	assert_int_equal(s.rtc_sync_ns, T2031_NS + NS / 2);
+	/* the machine that takes over runs the alarm due at 16:05:20, which
+	 * fell while no one ran the RTC: an edge at its first look */
+	n->platform = s;
+	assert_true(platform_rtc_advance(&n->platform, T2031_NS + 15 * NS));
+	assert_int_equal(cmos_get_at(n, 0x0c, T2031_NS + 15 * NS), 0xb0);
+	/* version 1: 144 bytes, no sync time, C 0 */
+	m->platform.cmos[0x0c] = 0;
+	proto_platform_state_encode(&m->platform, a);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_V1_BYTES, 1, &s), 0);
+	assert_int_equal(s.rtc_sync_ns, 0);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, 1, &s), -EBADMSG);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_V1_BYTES,
+						     PROTO_STATE_PLATFORM_VERSION, &s), -EBADMSG);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, 3, &s),
+			 -EPROTONOSUPPORT);
+	a[16 + 0x0c] = 0x10;
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_V1_BYTES, 1, &s), -EBADMSG);
+	/* from the first access on */
+	a[16 + 0x0c] = 0;
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_V1_BYTES, 1, &s), 0);
+	n->platform = s;
+	assert_int_equal(cmos_get_at(n, 0x0c, T2031_NS + 30 * NS), 0);
+	assert_int_equal(cmos_get_at(n, 0x0c, T2031_NS + 31 * NS), 0x10);
+	free(m);
+	free(n);
 }
 
 /* ---- in a state blob ---------------------------------------------------------- */
@@ -257,7 +502,7 @@ static void plausible_image(struct ckpt_image *img, const struct platform_state 
 	img->ms.platform = *p;
 }
 
-enum variant { PLAT_OK, PLAT_NONE, PLAT_BAD, PLAT_CUT, PLAT_TWICE, PLAT_V2 };
+enum variant { PLAT_OK, PLAT_NONE, PLAT_BAD, PLAT_CUT, PLAT_TWICE, PLAT_V3, PLAT_V1 };
 
 /* A blob of img's sections as a build writes them, its "platform" as variant. */
 static size_t build_blob(uint8_t *buf, const struct ckpt_image *img, enum variant v)
@@ -282,8 +527,10 @@ static size_t build_blob(uint8_t *buf, const struct ckpt_image *img, enum varian
 		data[4] = 0;                       /* PM1a control without SCI_EN */
 	if (v == PLAT_CUT)
 		n--;
+	if (v == PLAT_V1)
+		n = PROTO_PLATFORM_STATE_V1_BYTES;  /* the layout before the RTC's interrupts */
 	if (v != PLAT_NONE)
-		ADD(PROTO_STATE_PLATFORM, v == PLAT_V2 ? 2 : PROTO_STATE_PLATFORM_VERSION, n);
+		ADD(PROTO_STATE_PLATFORM, v == PLAT_V3 ? 3 : v == PLAT_V1 ? 1 : PROTO_STATE_PLATFORM_VERSION, n);
 	if (v == PLAT_TWICE)
 		ADD(PROTO_STATE_PLATFORM, PROTO_STATE_PLATFORM_VERSION, n);
 #undef ADD
@@ -341,8 +588,13 @@ static void blob_sections(void **state)
 	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), -EBADMSG);
 	len = build_blob(buf, img, PLAT_TWICE);
 	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), -EBADMSG);
-	len = build_blob(buf, img, PLAT_V2);
+	len = build_blob(buf, img, PLAT_V3);
 	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), -EPROTONOSUPPORT);
+	/* a version 1 section (a build before the RTC's interrupts): read */
+	len = build_blob(buf, img, PLAT_V1);
+	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), 0);
+	assert_int_equal(got->ms.platform.rtc_offset, m->platform.rtc_offset);
+	assert_int_equal(got->ms.platform.rtc_sync_ns, 0);
 	/* the blob cut anywhere in its platform section */
 	len = build_blob(buf, img, PLAT_OK);
 	for (size_t cut = len - proto_section_bytes(PROTO_PLATFORM_STATE_BYTES); cut < len; cut++)
@@ -414,9 +666,17 @@ static struct machine *bus_machine(bool linux_guest)
 {
 	struct machine *m = calloc(1, sizeof(*m));
 
+	pthread_condattr_t ca;
+
 	assert_non_null(m);
 	m->linux_guest = linux_guest;
+	m->vm.fd = -1;
+	m->pause_req = true;                       /* as machine_new leaves it */
 	assert_int_equal(pthread_mutex_init(&m->lock, NULL), 0);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* as machine.c's */
+	assert_int_equal(pthread_cond_init(&m->cond, &ca), 0);
+	pthread_condattr_destroy(&ca);
 	assert_int_equal(machine_devices_attach(m), 0);
 	return m;
 }
@@ -424,6 +684,7 @@ static struct machine *bus_machine(bool linux_guest)
 static void bus_free(struct machine *m)
 {
 	machine_devices_detach(m);
+	pthread_cond_destroy(&m->cond);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 }
@@ -493,17 +754,71 @@ static void bus_dispatch(void **state)
 	free(st);
 }
 
+static uint64_t rtc_irqs(struct machine *m)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&m->lock);
+	n = m->stats.rtc_irqs;
+	pthread_mutex_unlock(&m->lock);
+	return n;
+}
+
+/* A --kernel machine's RTC timer thread, at the host's clock: with UIE on
+ * it raises IRQ 8 at the next update on its own (no access in between),
+ * not while the machine is paused, and once per clearing of register C. */
+static void rtc_timer_thread(void **state)
+{
+	struct machine *m = bus_machine(true);
+	uint32_t v;
+	int i;
+
+	(void)state;
+	assert_non_null(m->rtc);
+	v = 0x0b;
+	assert_int_equal(pio(m, 0x70, 1, true, &v), 0);
+	v = 0x12;                                  /* UIE */
+	assert_int_equal(pio(m, 0x71, 1, true, &v), 0);
+	v = 0x0c;
+	assert_int_equal(pio(m, 0x70, 1, true, &v), 0);
+	assert_int_equal(pio(m, 0x71, 1, false, &v), 0);   /* C read: no flag pending */
+	usleep(1300000);                           /* paused: an update ends, no edge */
+	assert_int_equal(rtc_irqs(m), 0);
+	pthread_mutex_lock(&m->lock);
+	m->pause_req = false;                      /* machine_resume */
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	for (i = 0; i < 300 && rtc_irqs(m) == 0; i++)
+		usleep(10000);
+	assert_int_equal(rtc_irqs(m), 1);          /* the update missed while paused, at resume */
+	usleep(1500000);
+	assert_int_equal(rtc_irqs(m), 1);          /* IRQF still on: no new edge */
+	v = 0;
+	assert_int_equal(pio(m, 0x71, 1, false, &v), 0);
+	assert_int_equal(v & 0x90, 0x90);
+	for (i = 0; i < 150 && rtc_irqs(m) == 1; i++)
+		usleep(10000);
+	assert_int_equal(rtc_irqs(m), 2);          /* the next update, within a second */
+	bus_free(m);                               /* joins the thread */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rtc_set_by_guest),
+		cmocka_unit_test(rtc_flags),
+		cmocka_unit_test(rtc_alarm),
+		cmocka_unit_test(rtc_periodic),
+		cmocka_unit_test(rtc_section),
 		cmocka_unit_test(section_roundtrip),
 		cmocka_unit_test(section_refuses_bad),
 		cmocka_unit_test(blob_sections),
 		cmocka_unit_test(snapshot_file),
 		cmocka_unit_test(bus_dispatch),
+		cmocka_unit_test(rtc_timer_thread),
 	};
 
 	log_set_level(LOG_WARN);
+	log_set_level(LOG_ERROR);   /* no KVM: "raising IRQ 8 failed" is expected */
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
