@@ -10,6 +10,20 @@ show_logs() {
 	done
 	return 0
 }
+# test_tmp: the test's temporary directory $tmp, removed when the test
+# exits after its background jobs are killed (stopped ones too); FAIL_LOGS
+# defaults to the agents' logs there ($tmp/*.log).
+test_tmp() {
+	tmp=$(mktemp -d)
+	FAIL_LOGS=${FAIL_LOGS:-"$tmp/*.log"}
+	trap test_tmp_cleanup EXIT
+}
+test_tmp_cleanup() {
+	kill -CONT $(jobs -p) 2>/dev/null
+	kill -9 $(jobs -p) 2>/dev/null
+	wait 2>/dev/null
+	rm -rf "$tmp"
+}
 # fail WHY: says why, then show_logs; exits 1.
 fail() { echo "FAIL: $*"; show_logs; exit 1; }
 ok() { echo "ok - $*"; }

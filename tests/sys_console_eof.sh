@@ -17,9 +17,7 @@ cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 command -v nc >/dev/null || { echo "SKIP: nc not installed (netcat-openbsd, make deps)"; exit 77; }
 nc -h 2>&1 | grep -q -- '-N' || { echo "SKIP: this nc has no -N (netcat-openbsd needed)"; exit 77; }
-tmp=$(mktemp -d)
-cleanup() { kill -CONT $(jobs -p) 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+test_tmp
 
 # two_replies FILE N: FILE holds exactly "N D" twice (incr then get)
 two_replies() {

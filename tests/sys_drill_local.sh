@@ -19,9 +19,7 @@ cd "$(dirname "$0")/.." && . tests/lib.sh
 need_host_kvm "a kill landing between a reply and its acknowledgement, the timing the release_early mutant's verdict depends on"
 [ "$(id -u)" = 0 ] || { echo "SKIP: drill local needs root (a network namespace)"; exit 77; }
 for t in ip nft tc; do command -v $t >/dev/null || { echo "SKIP: $t missing (make deps)"; exit 77; }; done
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+test_tmp
 seed=${UNDERSTUDY_SEED:-$(date +%s)}
 echo "seed $seed (UNDERSTUDY_SEED=$seed replays the moments)"
 

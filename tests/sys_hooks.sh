@@ -20,10 +20,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-FAIL_LOGS="$tmp/*.log"
+test_tmp
 # In the nested VM (tests/lib.sh nested) QEMU's emulator stalls the agents
 # for a second or more: their silence bounds there are 3 s, not 400 ms, so
 # that none gives up a live peer before the test's kill, and the waits for

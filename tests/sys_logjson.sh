@@ -12,9 +12,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_host_kvm "a takeover within its 400 ms failover timeout"
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+test_tmp
 
 # 1.
 "$BIN" run --guest counter --log-format yaml 2>"$tmp/bad.log"

@@ -14,10 +14,7 @@ cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
 command -v curl >/dev/null || { echo "SKIP: curl not installed (make deps)"; exit 77; }
 command -v promtool >/dev/null || { echo "SKIP: promtool not installed (prometheus, make deps)"; exit 77; }
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-FAIL_LOGS="$tmp/*.log"
+test_tmp
 # The agents' silence bounds: 400 ms on a host's KVM, 3 s in the nested VM
 # (tests/lib.sh nested), where QEMU's emulator stalls an agent for a second
 # or more and a short bound gives up a live peer; waits X times longer there.

@@ -22,9 +22,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
-tmp=$(mktemp -d)
-cleanup() { kill -CONT $(jobs -p) 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+test_tmp
 FAIL_LOGS="$tmp/*.log $tmp/*.out"
 # The destination never fails over here (it is killed): its failover timeout
 # is long, so that the source's own stop at the hook (the test's kill and

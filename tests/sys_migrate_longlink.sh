@@ -8,9 +8,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+test_tmp
 count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
 
 dport=$(free_port); dcon=$(free_port); pport=$(free_port); scon=$(free_port)

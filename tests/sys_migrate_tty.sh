@@ -17,10 +17,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-FAIL_LOGS="$tmp/*.log"
+test_tmp
 count() { python3 tests/counter_client.py "$@" | tail -1 | cut -d' ' -f1; }
 bw=$(nested 4 2)
 bound=$(nested 1.5 6)

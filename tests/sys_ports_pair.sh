@@ -9,10 +9,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-FAIL_LOGS="$tmp/*.log"
+test_tmp
 T=$(nested 500 3000)
 W=$(nested 20 90)
 

@@ -17,10 +17,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-FAIL_LOGS="$tmp/*.log"
+test_tmp
 # The pair's silence bounds: 1 s on a host's KVM, 3 s in the nested VM
 # (tests/lib.sh nested), where QEMU's emulator stalls an agent for a second
 # or more and a short bound gives up a live peer; waits X times longer there.

@@ -13,9 +13,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_host_kvm "a bound on the bytes resent while the guest dirties its memory, which a slow copy loop cannot meet"
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+test_tmp
 field() {   # KEY JSON: the value, or nothing when JSON is not (yet) a status
 	python3 -c '
 import json, sys

@@ -19,10 +19,7 @@
 #    says it is protected.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-FAIL_LOGS="$tmp/*.log"
+test_tmp
 # The pairs' silence bounds: 300 ms and 1 s on a host's KVM, 3 s in the
 # nested VM (tests/lib.sh nested), where QEMU's emulator stalls an agent
 # for a second or more and a short bound gives up a live peer; waits X

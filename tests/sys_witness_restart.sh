@@ -10,9 +10,7 @@
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || fail "no binary at $BIN (make first)"
-tmp=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+test_tmp
 
 vouched=$(sed -n 's/^#define REPL_EXIT_STANDBY_VOUCHED \([0-9]*\).*/\1/p' replication/replication.h)
 [ -n "$vouched" ] || fail "REPL_EXIT_STANDBY_VOUCHED not found in replication/replication.h"
