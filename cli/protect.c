@@ -18,14 +18,15 @@
 #include "proto/proto.h"
 
 static const char protect_help[] =
-	"usage: understudy protect --control PATH|--name NAME --peer HOST:PORT [--epoch-ms N] [--timeout-ms N]\n"
-	"                          [--handshake-timeout-ms N] [--no-wait] [link options]\n"
+	"usage: understudy protect --control PATH|--name NAME --peer HOST[:PORT] [--index N] [--port-base BASE]\n"
+	"                          [--epoch-ms N] [--timeout-ms N] [--handshake-timeout-ms N] [--no-wait]\n"
+	"                          [link options]\n"
 	"Attaches the secondary waiting at --peer (understudy secondary) to the running VM\n"
 	"whose control socket is PATH: initial sync while the guest runs, then protected\n"
 	"epochs as `understudy primary` does. Waits until the secondary holds the first\n"
 	"checkpoint (exit 0), or says why not (exit 1). A VM that lost its secondary can be\n"
 	"protected again the same way; a secondary that took over is protected by a new one.\n\n"
-	NET_OPTIONS_HELP;
+	CLI_PORTS_HELP NET_OPTIONS_HELP;
 
 /* Appends " key=value" to req; a relative path is made absolute (the agent
  * resolves it in its own directory). */
@@ -152,6 +153,7 @@ int cli_cmd_protect(int argc, char **argv)
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "no-wait", no_argument, NULL, 'n' },
+		CLI_PORTS_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -161,9 +163,11 @@ int cli_cmd_protect(int argc, char **argv)
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, timeout_ms = 500, hs_ms = 5000;
 	bool wait = true;
+	struct cli_ports ports;
 	char req[4 * PATH_MAX], *reply = NULL;
 	int opt, r;
 
+	cli_ports_init(&ports);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
 	optind = 1;
@@ -173,11 +177,12 @@ int cli_cmd_protect(int argc, char **argv)
 		case 'h': fputs(protect_help, stdout); return 0;
 		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
 		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
-		case 'p': peer = optarg; r = cli_check_host_port("--peer", optarg); break;
+		case 'p': peer = optarg; r = cli_check_host_maybe_port("--peer", optarg); break;
 		case 'e': r = cli_parse_ms("--epoch-ms", optarg, 1, &epoch_ms); break;
 		case 't': r = cli_parse_ms("--timeout-ms", optarg, 10, &timeout_ms); break;
 		case 'H': r = cli_parse_ms("--handshake-timeout-ms", optarg, 10, &hs_ms); break;
 		case 'n': wait = false; break;
+		case 1410: case 1411: r = cli_parse_ports_option(&ports, opt, optarg); break;
 		default: r = cli_parse_option(opt, optarg, NULL, &net); break;
 		}
 		if (r)
@@ -191,7 +196,7 @@ int cli_cmd_protect(int argc, char **argv)
 			"are required\n");
 		return 2;
 	}
-	if (cli_net_options_check(&net, false))
+	if (cli_ports_resolve(&ports, "--peer", &peer) || cli_net_options_check(&net, false))
 		return 2;
 	if (link_request(req, sizeof(req), "protect", peer, epoch_ms, timeout_ms, hs_ms, &net))
 		return 2;
@@ -213,7 +218,8 @@ int cli_cmd_protect(int argc, char **argv)
 /* ---- understudy migrate ------------------------------------------------------ */
 
 static const char migrate_help[] =
-	"usage: understudy migrate --control PATH|--name NAME --to HOST:PORT [--downtime-ms N] [--max-time S]\n"
+	"usage: understudy migrate --control PATH|--name NAME --to HOST[:PORT] [--index N] [--port-base BASE]\n"
+	"                          [--downtime-ms N] [--max-time S]\n"
 	"                          [--epoch-ms N] [--timeout-ms N] [--no-auto-converge] [--json]\n"
 	"                          [--bandwidth MiB/s] [--postcopy-after ROUNDS|never] [--with-disk]\n"
 	"                          [--handshake-timeout-ms N] [link options]\n"
@@ -256,7 +262,7 @@ static const char migrate_help[] =
 	"migrates only with --with-disk (exit 2 without it), and not by post-copy.\n"
 	"--handshake-timeout-ms (default 5000): each phase before the destination holds the\n"
 	"first checkpoint must progress within it, as for protect.\n\n"
-	NET_OPTIONS_HELP;
+	CLI_PORTS_HELP NET_OPTIONS_HELP;
 
 static volatile sig_atomic_t interrupted;
 
@@ -584,12 +590,14 @@ int cli_cmd_migrate(int argc, char **argv)
 		{ "postcopy-after", required_argument, NULL, 'P' },
 		{ "with-disk", no_argument, NULL, 'D' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
+		CLI_PORTS_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	struct cli_name nm = { 0 };
 	struct net_config net = { 0 };
+	struct cli_ports ports;
 	const char *control = NULL, *peer = NULL;
 	unsigned epoch_ms = 25, downtime_ms = 30, max_ms = 300000, link_timeout_ms = 500;
 	unsigned bandwidth = 0, pc_after = 0, hs_ms = 5000;
@@ -597,6 +605,7 @@ int cli_cmd_migrate(int argc, char **argv)
 	char req[4 * PATH_MAX], num[32], *reply = NULL;
 	int opt, r;
 
+	cli_ports_init(&ports);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
 	optind = 1;
@@ -606,7 +615,8 @@ int cli_cmd_migrate(int argc, char **argv)
 		case 'h': fputs(migrate_help, stdout); return 0;
 		case 'c': control = optarg; r = cli_check_control("--control", optarg); break;
 		case CLI_NAME_OPTION: r = cli_name_set(&nm, optarg); break;
-		case 'p': peer = optarg; r = cli_check_host_port("--to", optarg); break;
+		case 'p': peer = optarg; r = cli_check_host_maybe_port("--to", optarg); break;
+		case 1410: case 1411: r = cli_parse_ports_option(&ports, opt, optarg); break;
 		case 'd': r = cli_parse_ms("--downtime-ms", optarg, 1, &downtime_ms); break;
 		case 'm':
 			r = cli_parse_count("--max-time", optarg, "seconds", 1, 86400, &max_ms);
@@ -640,7 +650,7 @@ int cli_cmd_migrate(int argc, char **argv)
 			"are required\n");
 		return 2;
 	}
-	if (cli_net_options_check(&net, false) ||
+	if (cli_ports_resolve(&ports, "--to", &peer) || cli_net_options_check(&net, false) ||
 	    link_request(req, sizeof(req), "migrate", peer, epoch_ms, link_timeout_ms, hs_ms, &net))
 		return 2;
 	snprintf(num, sizeof(num), "%u", downtime_ms);

@@ -18,8 +18,8 @@
 #include "proto/proto.h"
 
 static const char switchover_help[] =
-	"usage: understudy switchover --control PATH|--name NAME --listen HOST:PORT [--timeout-ms N]\n"
-	"                             [--no-wait] [--json]\n"
+	"usage: understudy switchover --control PATH|--name NAME --listen HOST[:PORT] [--index N]\n"
+	"                             [--port-base BASE] [--timeout-ms N] [--no-wait] [--json]\n"
 	"Swaps the roles of a protected pair with nothing lost: the primary at PATH stops at\n"
 	"an epoch boundary, its secondary resumes the guest from that epoch and protects it\n"
 	"onto HOST:PORT, where this host's VM waits as the new standby (the same control\n"
@@ -28,6 +28,8 @@ static const char switchover_help[] =
 	"  --listen HOST:PORT  where this host's standby listens for the new primary (port\n"
 	"                      1..65535; with TLS, both certificates need serverAuth and\n"
 	"                      clientAuth)\n"
+	"  --index N, --port-base BASE  a --listen HOST without :PORT listens at port\n"
+	"                      BASE (default 7800) + N, the VM's number on its hosts\n"
 	"  --timeout-ms N      give up waiting for the outcome after N ms (default 30000)\n"
 	"  --no-wait           return once the roles are swapped, before the new primary is\n"
 	"                      protected (by default it waits until this host's standby\n"
@@ -243,6 +245,7 @@ int cli_cmd_switchover(int argc, char **argv)
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-wait", no_argument, NULL, 'n' },
+		CLI_PORTS_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -251,9 +254,11 @@ int cli_cmd_switchover(int argc, char **argv)
 	bool json = false, wait = true;
 	struct cli_config cf CLI_CONFIG_AUTO = { 0 };
 	struct cli_name nm = { 0 };
+	struct cli_ports ports;
 	char req[256], *reply = NULL, *end;
 	int opt, r;
 
+	cli_ports_init(&ports);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
 	optind = 1;
@@ -278,6 +283,10 @@ int cli_cmd_switchover(int argc, char **argv)
 			break;
 		case 'j': json = true; break;
 		case 'n': wait = false; break;
+		case 1410: case 1411:
+			if (cli_parse_ports_option(&ports, opt, optarg))
+				return cli_config_blame(&cf, argv, optind);
+			break;
 		case 'h': fputs(switchover_help, stdout); return 0;
 		default: fputs(switchover_help, stderr); return 2;
 		}
@@ -287,7 +296,7 @@ int cli_cmd_switchover(int argc, char **argv)
 		fputs(switchover_help, stderr);
 		return 2;
 	}
-	if (cli_check_host_port("--listen", listen))
+	if (cli_check_host_maybe_port("--listen", listen) || cli_ports_resolve(&ports, "--listen", &listen))
 		return 2;
 	if (strlen(listen) > 127 || strchr(listen, ' ')) {
 		fprintf(stderr, "understudy switchover: --listen '%.40s': %s\n", listen,

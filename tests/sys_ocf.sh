@@ -83,9 +83,20 @@ wait_port $pport $((10 * X)) || fail "the peer standby did not listen again"
 export OCF_ROOT=/usr/lib/ocf OCF_RESOURCE_INSTANCE=understudy_u OCF_RESKEY_CRM_meta_timeout=20000
 for p in "${params[@]}"; do export "OCF_RESKEY_${p%%=*}=${p#*=}"; done
 ra() { "$AGENT" "$1" >>"$tmp/ra.log" 2>&1; }
+# From here this node's standby address is derived: listen names the host
+# alone and index + port_base make its port (the same lport), as a
+# cluster's nodes="node1=10.0.0.1 ..." would; the agent passes them to
+# secondary, switchover (the demote) and protect.
+export OCF_RESKEY_listen=127.0.0.1 OCF_RESKEY_index=3 OCF_RESKEY_port_base=$((lport - 3))
+OCF_RESKEY_index=x ra validate-all; rc=$?
+[ $rc = 6 ] || fail "validate-all with index=x: $rc, want 6 (OCF_ERR_CONFIGURED)"
+OCF_RESKEY_index= ra validate-all; rc=$?
+[ $rc = 6 ] || fail "validate-all with port_base and no index: $rc, want 6"
 # The other node powers the guest off (its demote): our standby ends with
 # it, and a promote that follows (a move) starts over from a fresh boot.
 ra start || fail "start: $(tail -5 "$tmp/ra.log")"
+grep -qF -- "--listen 127.0.0.1:$lport: port $lport (--port-base $((lport - 3)) + --index 3)" \
+	"$tmp/state/understudy_u.log" || fail "the standby's port is not derived from index: $(tail -5 "$tmp/state/understudy_u.log")"
 xcon=$(free_port)
 "$BIN" primary --guest counter --console tcp:127.0.0.1:$xcon --peer 127.0.0.1:$lport --insecure \
 	--timeout-ms $T 2>"$tmp/xpri.log" &
@@ -101,7 +112,7 @@ ra monitor; rc=$?
 [ $rc = 8 ] || fail "monitor after that promote: $rc, want 8"
 out=$(python3 tests/counter_client.py $lcon incr) || fail "console of the fresh primary"
 [ "${out%% *}" = 1 ] || fail "fresh primary's counter: $out, want 1"
-ok "the standby ended with the guest (other node's stop): promote started a standby and booted fresh (counter $out)"
+ok "the standby ended with the guest (other node's stop): promote started a standby and booted fresh (counter $out); its standby listened on the port index 3 + port_base made"
 # demote = switchover: the guest moves to the peer's standby, the counter goes
 # on there, and this node's process waits as the guest's standby
 python3 tests/counter_client.py $lcon incr incr >/dev/null || fail "console of the fresh primary"

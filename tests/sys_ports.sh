@@ -11,7 +11,11 @@
 #      (index, port-base keys) too; the default base is 7800; an explicit
 #      HOST:PORT wins over --index;
 #   3. primary --peer HOST --index N: the derived HOST:B+N is logged, and
-#      an IPv6 [ADDR] keeps its brackets.
+#      an IPv6 [ADDR] keeps its brackets;
+#   4. protect --peer, migrate --to and switchover --listen take a HOST and
+#      --index the same way: the request a stand-in agent (tests/fake_agent.py,
+#      a real control socket) gets names HOST:B+N; without --index, exit 2
+#      naming the option.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || fail "no binary at $BIN"
@@ -101,4 +105,32 @@ out=$(UNDERSTUDY_RUN_DIR=$tmp timeout 10 "$BIN" primary --guest counter --peer '
 	--insecure --console tcp:127.0.0.1:$(free_port) 2>&1)
 echo "$out" | grep -qF -- "--peer [::1]:7804: port 7804" || fail "primary IPv6: $out"
 ok "3. primary --peer 127.0.0.1 --index 4: 127.0.0.1:$((base + 4)); [::1] keeps its brackets: [::1]:7804"
+
+# 4. The commands that name a standby on a running VM's control socket.
+printf '%s\n' '{"protect": ["ok protecting\n"], "migrate": ["error: not here\n"],
+ "switchover": ["error: not here\n"], "status json": [{"role": "primary", "state": "unprotected"}]}' \
+	>"$tmp/agent.json"
+python3 tests/fake_agent.py "$tmp/vm.ctl" "$tmp/agent.json" "$tmp/requests" &
+pids+=($!)
+for _ in $(seq 100); do [ -S "$tmp/vm.ctl" ] && break; sleep 0.05; done
+[ -S "$tmp/vm.ctl" ] || fail "4. the stand-in agent did not start"
+timeout 20 "$BIN" protect --control "$tmp/vm.ctl" --peer 127.0.0.1 --index 6 --port-base $base \
+	--insecure --no-wait >/dev/null 2>&1
+timeout 20 "$BIN" migrate --control "$tmp/vm.ctl" --to node-b --index 1 --insecure >/dev/null 2>&1
+timeout 20 "$BIN" switchover --control "$tmp/vm.ctl" --listen '[::1]' --index 2 --port-base $base \
+	--no-wait >/dev/null 2>&1
+grep -q "^protect 127.0.0.1:$((base + 6)) " "$tmp/requests" || fail "4. protect: $(cat "$tmp/requests")"
+grep -q "^migrate node-b:7801 " "$tmp/requests" || fail "4. migrate: $(cat "$tmp/requests")"
+grep -qxF "switchover listen=[::1]:$((base + 2))" "$tmp/requests" || fail "4. switchover: $(cat "$tmp/requests")"
+grep -v '^status json$' "$tmp/requests" >"$tmp/orders"
+[ "$(wc -l <"$tmp/orders")" = 3 ] || fail "4. requests: $(cat "$tmp/requests")"
+expect2 "protect without --index" "--peer '127.0.0.1': no port" \
+	protect --control "$tmp/vm.ctl" --peer 127.0.0.1 --insecure
+expect2 "migrate without --index" "--to 'node-b': no port" \
+	migrate --control "$tmp/vm.ctl" --to node-b --insecure
+expect2 "switchover without --index" "--listen 'node-b': no port" \
+	switchover --control "$tmp/vm.ctl" --listen node-b
+[ "$(grep -vc '^status json$' "$tmp/requests")" = 3 ] ||
+	fail "4. a refused command reached the agent: $(cat "$tmp/requests")"
+ok "4. protect --peer 127.0.0.1, migrate --to node-b, switchover --listen [::1] with --index: the agent got 127.0.0.1:$((base + 6)), node-b:7801, [::1]:$((base + 2)); without --index exit 2"
 echo PASS
