@@ -23,6 +23,11 @@ console shows a fresh boot (the kernel's "Linux version" banner and the
 shell again), and the guest answers with a new boot_id, reads the mark
 back from the survivor's disk and writes a second one, which the
 survivor's image holds; the survivor logs the reboot once.
+With MODE "restore" (sys_linux_reboot_restore.sh): `run --kernel` (a shell
+on its stdio console, a virtio disk); the guest writes a mark, `snapshot`,
+run killed -9, `restore --kernel` of the snapshot on the same image; the
+restored guest (same boot_id) runs `reboot -f`: restore does not end, the
+shell comes back, the guest has a new boot_id and reads the mark back.
 Usage: linux_reboot.py BIN VM_NS TMPDIR KERNEL INITRD APPEND [MODE]
 Knobs (environment): LINUX_BOOT_S (600) a boot may take, LINUX_MEM (256M),
 LINUX_CPUS (1), LINUX_FAILOVER_MS (2000, 15000 in the nested VM). Exit 0
@@ -106,6 +111,115 @@ class Console:
         if not self.wait(pat, secs, n + 1):
             return None
         return self.lines(pat)[n].strip()
+
+
+class PipedConsole(Console):
+    """An understudy process whose console is its stdio (--console stdio),
+    read into a file and typed into like a Console; its stderr is log."""
+
+    def __init__(self, args, log, path):
+        self.p = subprocess.Popen(LAB.ns([BIN] + args + ["--console", "stdio"]),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=open(log, "w"))
+        self.log, self.path, self.text = log, path, ""
+        self.lock = threading.Lock()
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        with open(self.path, "a", errors="replace") as f:
+            while True:
+                d = self.p.stdout.read1(4096)
+                if not d:
+                    return
+                t = d.decode(errors="replace").replace("\r", "")
+                f.write(t)
+                f.flush()
+                with self.lock:
+                    self.text += t
+
+    def type(self, line):
+        self.p.stdin.write(line.encode() + b"\n")
+        self.p.stdin.flush()
+
+    def gist(self):
+        with open(self.log, errors="replace") as f:
+            tail = [ln.strip() for ln in f][-3:]
+        return "%s (exit %s): %s" % (os.path.basename(self.log), self.p.poll(), " | ".join(tail))
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+def restored():
+    """The guest reboots after `restore --kernel` (MODE restore)."""
+    t0 = time.time()
+    img, snap = os.path.join(TMP, "run.img"), os.path.join(TMP, "guest.snap")
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    boot = ["--kernel", KERNEL, "--initrd", INITRD, "--append", APPEND + " ut.mode=shell"]
+    procs = []
+    try:
+        run = PipedConsole(["run"] + boot + ["--mem", MEM, "--cpus", CPUS, "--disk", img,
+                                             "--control", os.path.join(TMP, "run.ctl")],
+                           os.path.join(TMP, "run.log"), os.path.join(TMP, "run.console"))
+        procs.append(run)
+        if not wait_until(lambda: run.p.poll() is not None or run.lines(r"^ut: shell\n"), BOOT_S) \
+                or run.p.poll() is not None:
+            say("FAIL: no shell under run: %s" % run.gist())
+            return 1
+        boot_a = run.ask("ut-boot-a", "cat /proc/sys/kernel/random/boot_id")
+        wrote = run.ask("ut-wrote-a", "printf 'ut-mark-a\\n' | dd of=/dev/vda bs=512 seek=1 "
+                        "2>/dev/null; sync; echo done")
+        if not boot_a or not re.fullmatch(BOOT_ID, boot_a) or wrote != "done":
+            say("FAIL: under run: boot_id %r, mark written %r: %s" % (boot_a, wrote, run.gist()))
+            return 1
+        out = LAB.cli(["snapshot", "--control", os.path.join(TMP, "run.ctl"), "--out", snap])
+        if out.returncode != 0:
+            say("FAIL: snapshot: exit %d: %s" % (out.returncode, (out.stdout + out.stderr)[-400:]))
+            return 1
+        run.stop()
+        say("under run: boot_id %s, ut-mark-a on sector 1; snapshot written, run killed -9 "
+            "(%.0f s)" % (boot_a, time.time() - t0))
+
+        res = PipedConsole(["restore", snap, "--disk", img, "--control",
+                            os.path.join(TMP, "res.ctl")] + boot,
+                           os.path.join(TMP, "res.log"), os.path.join(TMP, "res.console"))
+        procs.append(res)
+        boot_r = res.ask("ut-boot-r", "cat /proc/sys/kernel/random/boot_id", BOOT_S)
+        if boot_r != boot_a:
+            say("FAIL: the restored guest has boot_id %r, the saved one %s: %s"
+                % (boot_r, boot_a, res.gist()))
+            return 1
+        shells = len(res.lines(r"^ut: shell\n"))
+        t_reboot = time.time()
+        res.type("reboot -f")
+        if not wait_until(lambda: res.p.poll() is not None or
+                          len(res.lines(r"^ut: shell\n")) > shells, BOOT_S) or \
+                res.p.poll() is not None:
+            say("FAIL: typed reboot -f in the restored guest: it did not boot again (restore "
+                "exit %s): %s" % (res.p.poll(), res.gist()))
+            return 1
+        back_s = time.time() - t_reboot
+        boot_b = res.ask("ut-boot-b", "cat /proc/sys/kernel/random/boot_id")
+        kept = res.ask("ut-read-a", "dd if=/dev/vda bs=512 skip=1 count=1 2>/dev/null | "
+                       "tr -d '\\000' | head -1")
+        if not boot_b or not re.fullmatch(BOOT_ID, boot_b) or boot_b == boot_a:
+            say("FAIL: after the reboot: boot_id %r (before: %s): not a new boot" % (boot_b, boot_a))
+            return 1
+        if kept != "ut-mark-a":
+            say("FAIL: after the reboot: sector 1 reads %r" % kept)
+            return 1
+        if count(res.log, r"the guest rebooted: booting it again from ") != 1:
+            say("FAIL: restore did not log the reboot once: %s" % res.gist())
+            return 1
+        say("ok - the restored guest rebooted and restore runs on: boot_id %s (new), ut-mark-a "
+            "read back; reboot to shell %.0f s (%.0f s in all)" % (boot_b, back_s, time.time() - t0))
+        return 0
+    finally:
+        for p in procs:
+            p.stop()
 
 
 def connect_local(port):
@@ -366,4 +480,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(survivor() if MODE == "survivor" else main())
+    sys.exit(survivor() if MODE == "survivor" else restored() if MODE == "restore" else main())
