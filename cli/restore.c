@@ -13,6 +13,7 @@
 static const char restore_help[] =
 	"usage: understudy restore FILE [DIFF...] [--console stdio|tcp:HOST:PORT] [--control PATH]\n"
 	"                          [--name NAME] [--disk IMAGE] [--net tap:NAME[,mac=MAC]]\n"
+	"                          [--kernel FILE [--initrd FILE] [--append CMDLINE]]\n"
 	"Rebuilds the VM saved in FILE (a full snapshot), applies the incremental\n"
 	"snapshots DIFF... in the order they were taken, and resumes the guest.\n"
 	"Nothing runs unless every file is intact and they form one chain.\n"
@@ -25,7 +26,11 @@ static const char restore_help[] =
 	"is asked to announce itself there). The NIC keeps the saved MAC (the one given\n"
 	"with mac= when the VM was started, else the derived one); a mac= here must be\n"
 	"that one (another is refused, exit 2).\n"
-	"A restored guest's reboot ends the VM with status 0 (it is not booted again).\n"
+	"A restored Linux guest's reboot boots it again (a fresh machine of the same\n"
+	"configuration, as under run; protected, on the same machine) from --kernel,\n"
+	"--initrd and --append, which the snapshot does not hold: give the files it was\n"
+	"started with (checked as run checks them, exit 2). Without --kernel its\n"
+	"reboot ends the VM with status 0.\n"
 	"Without --control the control socket is $UNDERSTUDY_RUN_DIR/NAME.sock (default\n"
 	"/run/understudy/NAME.sock as root, else $XDG_RUNTIME_DIR/understudy/NAME.sock),\n"
 	"NAME by default the saved guest's or kernel's.\n\n"
@@ -60,6 +65,28 @@ static int restore_net(struct machine_config *cfg, const char *net)
 	return 0;
 }
 
+/* The files a restored Linux guest boots from when it reboots (boot's
+ * --kernel, --initrd, --append) into cfg, checked as `run` checks them.
+ * 0, or 2 after printing why. */
+static int restore_kernel(struct machine_config *cfg, struct vm_options *boot, const char *file)
+{
+	if (!boot->cfg.kernel[0] && !boot->cfg.initrd[0] && !boot->cfg.append[0])
+		return 0;
+	if (strcmp(cfg->guest, MACHINE_LINUX_GUEST)) {
+		fprintf(stderr, "understudy restore: --kernel, --initrd, --append: %s is of a VM "
+			"running the built-in guest %s, not a Linux kernel\n", file, cfg->guest);
+		return 2;
+	}
+	boot->cfg.mem_bytes = cfg->mem_bytes;
+	boot->cfg.ncpus = cfg->ncpus;
+	if (cli_vm_options_check(boot))
+		return 2;
+	memcpy(cfg->kernel, boot->cfg.kernel, sizeof(cfg->kernel));
+	memcpy(cfg->initrd, boot->cfg.initrd, sizeof(cfg->initrd));
+	memcpy(cfg->append, boot->cfg.append, sizeof(cfg->append));
+	return 0;
+}
+
 /* Applies the chain (files[0], already read into c, and the diffs after it)
  * to vm, saying what is wrong with the first file that does not fit. */
 static int apply_files(struct repl_vm *vm, struct ckpt *c, uint64_t base_id, char **files, int n)
@@ -88,6 +115,9 @@ int cli_cmd_restore(int argc, char **argv)
 		{ "control", required_argument, NULL, 'c' },
 		{ "disk", required_argument, NULL, 'D' },
 		{ "net", required_argument, NULL, 'N' },
+		{ "kernel", required_argument, NULL, 1004 },
+		{ "initrd", required_argument, NULL, 1005 },
+		{ "append", required_argument, NULL, 1006 },
 		CLI_NAME_LONG,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -102,10 +132,12 @@ int cli_cmd_restore(int argc, char **argv)
 	struct repl_vm *vm;
 	struct ckpt c;
 	struct ops_options ops;
+	struct vm_options boot;      /* --kernel, --initrd, --append */
 	struct cli_ops co;
 	int opt, r;
 
 	cli_ops_options_init(&ops);
+	cli_vm_options_init(&boot);
 	if (cli_config_apply(&cf, &argc, &argv, "h", longopts))
 		return 2;
 	optind = 1;
@@ -119,6 +151,9 @@ int cli_cmd_restore(int argc, char **argv)
 		case 'N': net = optarg; break;
 		case CLI_NAME_OPTION: bad = cli_name_set(&nm, optarg); break;
 		case 'h': fputs(restore_help, stdout); return 0;
+		case 1004:
+		case 1005:
+		case 1006: bad = cli_parse_option(opt, optarg, &boot, NULL); break;
 		default:
 			if (!cli_is_ops_option(opt)) {
 				fputs(restore_help, stderr);
@@ -175,6 +210,10 @@ int cli_cmd_restore(int argc, char **argv)
 		ckpt_fini(&c);
 		return 2;
 	}
+	if (restore_kernel(&cfg, &boot, argv[optind])) {
+		ckpt_fini(&c);
+		return 2;
+	}
 	if (!nm.name[0]) {   /* the saved VM's guest or kernel (never 2 from it) */
 		(void)cli_name_resolve(&nm, NULL, &cfg);
 		log_set_vm(nm.name);
@@ -195,6 +234,11 @@ int cli_cmd_restore(int argc, char **argv)
 	loop = ev_default_loop(0);
 	if (repl_vm_new(loop, &cfg, console, &vm) < 0)
 		goto err;
+	/* Before the snapshot applies: protected later, a reboot in place
+	 * starts from it (never a reason not to restore). */
+	if (repl_vm_keep_poweron(vm) < 0)
+		log_warn("restore", "a reboot of this guest will end it here: its power-on state "
+			 "could not be read");
 	if (apply_files(vm, &c, info.id, argv + optind, argc - optind) < 0) {
 		repl_vm_free(vm);
 		goto err;
@@ -211,8 +255,25 @@ int cli_cmd_restore(int argc, char **argv)
 	}
 	r = host_serve(loop, vm, control, &co.ops);
 	cli_ops_stop(&co);
+	/* A reboot boots a fresh machine of the same configuration from
+	 * --kernel, as `run` does; without it the VM ends. */
+	while (r == MACHINE_STATUS_REBOOT && cfg.kernel[0]) {
+		log_info("restore", "the guest rebooted: booting it again from %s", cfg.kernel);
+		if (repl_vm_new(loop, &cfg, console, &vm) < 0)
+			return 1;
+		if (repl_vm_boot(vm) < 0) {
+			repl_vm_free(vm);
+			return 1;
+		}
+		if (cli_ops_start(&ops, loop, "primary", nm.name, &co)) {
+			repl_vm_free(vm);
+			return 1;
+		}
+		r = host_serve(loop, vm, control, &co.ops);
+		cli_ops_stop(&co);
+	}
 	if (r == MACHINE_STATUS_REBOOT) {
-		log_info("restore", "the guest rebooted: the VM ends");
+		log_info("restore", "the guest rebooted: the VM ends (no --kernel to boot it from)");
 		return 0;
 	}
 	return r;

@@ -20,6 +20,9 @@ int proto_config_encode(const struct machine_config *cfg, void *buf, size_t len)
 	mc.guest = (char *)cfg->guest;
 	mc.guest_args = (char *)cfg->guest_args;
 	mc.disk_bytes = cfg->ndisks ? cfg->disk_bytes : 0;
+	mc.kernel = (char *)cfg->kernel;
+	mc.initrd = (char *)cfg->initrd;
+	mc.append = (char *)cfg->append;
 	n = protobuf_c_message_get_packed_size(&mc.base);
 	if (n > len || n > INT_MAX)
 		return -ENOSPC;
@@ -31,7 +34,12 @@ static bool config_valid(const Understudy__MachineConfig *mc)
 	return mc->vcpus >= 1 && mc->vcpus <= KVM_MAX_VCPUS && mc->mem_bytes >= (8ull << 20) &&
 	       mc->mem_bytes <= MACHINE_MAX_MEM && !(mc->mem_bytes % (2ull << 20)) &&
 	       strlen(mc->guest) < sizeof(((struct machine_config *)0)->guest) &&
-	       strlen(mc->guest_args) < sizeof(((struct machine_config *)0)->guest_args);
+	       strlen(mc->guest_args) < sizeof(((struct machine_config *)0)->guest_args) &&
+	       strlen(mc->kernel) < sizeof(((struct machine_config *)0)->kernel) &&
+	       strlen(mc->initrd) < sizeof(((struct machine_config *)0)->initrd) &&
+	       strlen(mc->append) < sizeof(((struct machine_config *)0)->append) &&
+	       (!mc->kernel[0] || !strcmp(mc->guest, MACHINE_LINUX_GUEST)) &&
+	       (mc->kernel[0] || (!mc->initrd[0] && !mc->append[0]));
 }
 
 int proto_config_decode(const void *data, size_t len, struct machine_config *cfg)
@@ -50,6 +58,9 @@ int proto_config_decode(const void *data, size_t len, struct machine_config *cfg
 		strcpy(cfg->guest_args, mc->guest_args);
 		cfg->disk_bytes = mc->disk_bytes;
 		cfg->ndisks = mc->disk_bytes ? 1 : 0;
+		strcpy(cfg->kernel, mc->kernel);
+		strcpy(cfg->initrd, mc->initrd);
+		strcpy(cfg->append, mc->append);
 		r = 0;
 	}
 	understudy__machine_config__free_unpacked(mc, NULL);

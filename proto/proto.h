@@ -468,7 +468,10 @@ void proto_config_digest_encode(uint64_t digest, uint8_t out[PROTO_META_U64_BYTE
  * The machine configuration ("machine-config" Section, and the digest in
  * Hello) as a packed MachineConfig: encode returns its length or -ENOSPC;
  * decode -EBADMSG for bytes that do not unpack or a configuration out of
- * range (vCPUs, memory size and alignment, string lengths). */
+ * range (vCPUs, memory size and alignment, string lengths, a kernel for
+ * another guest than "linux", an initrd or command line without kernel).
+ * PROTO_CONFIG_MAX_BYTES holds any configuration encoded. */
+#define PROTO_CONFIG_MAX_BYTES 4096
 struct machine_config;
 int proto_config_encode(const struct machine_config *cfg, void *buf, size_t len);
 int proto_config_decode(const void *data, size_t len, struct machine_config *cfg) US_MUST_CHECK;

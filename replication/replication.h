@@ -72,8 +72,9 @@ struct repl_vm {
 	ev_io tap_w;
 	struct repl_net_held net;
 
-	/* The machine's state right after repl_vm_boot (no RAM): a guest's
-	 * reboot starts from it (repl_vm_reboot). NULL: booted otherwise. */
+	/* The machine's power-on state (no RAM), from repl_vm_boot or
+	 * repl_vm_keep_poweron: a guest's reboot starts from it
+	 * (repl_vm_reboot). NULL: the guest's reboot ends the VM. */
 	struct ckpt *poweron;
 
 	/* Loop-thread callbacks of the owner. */
@@ -116,13 +117,20 @@ void repl_vm_release(struct repl_vm *v, uint64_t upto);
 void repl_vm_set_gated(struct repl_vm *v, bool gated);
 /* machine_boot, then the power-on state kept for repl_vm_reboot. */
 int repl_vm_boot(struct repl_vm *v) US_MUST_CHECK;
+/* For a Linux guest's machine this process did not boot (a standby, a
+ * restore), fresh, before any checkpoint applies: its power-on state kept
+ * for repl_vm_reboot, which loads cfg->kernel, cfg->initrd and cfg->append
+ * then. Without a kernel readable here (logged once, as a warning) none is
+ * kept and a reboot of the guest ends the VM; 0 then too. Other guests:
+ * nothing. -errno only if the state cannot be read. */
+int repl_vm_keep_poweron(struct repl_vm *v) US_MUST_CHECK;
 /* The guest asked for a reset and its machine stopped: the same machine
  * boots it again as at power-on (RAM zero, the kernel, initrd and command
  * line loaded again and those pages dirty, vCPUs and devices in their
  * power-on state; the disk image and the tap as they are). The zeroed
  * pages are not marked dirty (machine_ram_clear). Returns with the machine
  * paused; on an error it is half reset and must not run or be captured.
- * -ENOTSUP: not booted by repl_vm_boot. */
+ * -ENOTSUP: no power-on state kept. */
 int repl_vm_reboot(struct repl_vm *v) US_MUST_CHECK;
 
 /* The guest runs here from now on (a start, a restore, a takeover, a

@@ -248,13 +248,12 @@ static void poweron_free(struct repl_vm *v)
 	v->poweron = NULL;
 }
 
-int repl_vm_boot(struct repl_vm *v)
+/* The machine's state as it is now (no pages) into v->poweron. */
+static int keep_poweron(struct repl_vm *v)
 {
 	struct ckpt_image *img;
 	int r;
 
-	if ((r = machine_boot(v->m)) < 0)
-		return r;
 	img = malloc(sizeof(*img));
 	v->poweron = malloc(sizeof(*v->poweron));
 	if (!img || !v->poweron) {
@@ -275,6 +274,44 @@ int repl_vm_boot(struct repl_vm *v)
 		poweron_free(v);
 	}
 	return r;
+}
+
+int repl_vm_boot(struct repl_vm *v)
+{
+	int r;
+
+	if ((r = machine_boot(v->m)) < 0)
+		return r;
+	return keep_poweron(v);
+}
+
+/* Taken on the fresh machine, before any checkpoint: vCPUs as KVM made
+ * them, devices at reset. machine_boot, which repl_vm_reboot calls after
+ * applying it, sets the boot registers and loads RAM as on a booting
+ * primary, so nothing is loaded here: RAM stays untouched (zero, as a
+ * standby's initial sync expects) and no file is read but the headers. */
+int repl_vm_keep_poweron(struct repl_vm *v)
+{
+	const struct machine_config *cfg = &v->m->cfg;
+	char why[512];
+	int r;
+
+	if (!v->m->linux_guest || v->poweron)
+		return 0;
+	if (!cfg->kernel[0]) {
+		log_warn(TAG, "a reboot of this guest will end it here: no kernel named to boot it "
+			 "from (--kernel; an older primary does not send its own)");
+		return 0;
+	}
+	if (machine_linux_check(cfg, why, sizeof(why)) < 0) {
+		log_warn(TAG, "a reboot of this guest will end it here: %s", why);
+		return 0;
+	}
+	if ((r = keep_poweron(v)) < 0)
+		return r;
+	log_info(TAG, "a reboot of this guest boots it here again from %s%s%s", cfg->kernel,
+		 cfg->initrd[0] ? " and " : "", cfg->initrd);
+	return 0;
 }
 
 /* The state first, then the loader: machine_boot writes RAM (marking it)

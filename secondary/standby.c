@@ -361,6 +361,14 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 			log_warn(TAG, "could not tell the primary why");
 		return -ECONNREFUSED;
 	}
+	/* What a Linux guest boots from if it reboots here after a takeover:
+	 * this secondary's own --kernel, else the primary's files, which must
+	 * be at the same paths on this host (repl_vm_keep_poweron says if not). */
+	if (pin->kernel[0]) {
+		memcpy(s->cfg.kernel, pin->kernel, sizeof(s->cfg.kernel));
+		memcpy(s->cfg.initrd, pin->initrd, sizeof(s->cfg.initrd));
+		memcpy(s->cfg.append, pin->append, sizeof(s->cfg.append));
+	}
 	if ((avail = machine_host_mem_available()) && s->cfg.mem_bytes > avail) {
 		snprintf(err, sizeof(err), "the primary's VM has %llu MiB of RAM and this host has %llu "
 			 "MiB available (MemAvailable): the standby must be able to hold all of it",
@@ -377,6 +385,10 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 			       strerror(-r));
 		return r;
 	}
+	/* Before the sync writes anything into it: never a reason to refuse. */
+	if (repl_vm_keep_poweron(s->vm) < 0)
+		log_warn(TAG, "a reboot of this guest will end it here: its power-on state "
+			 "could not be read");
 	repl_vm_set_gated(s->vm, true);
 	repl_staging_attach(&s->stage, s->vm, s->hello_digest);
 	s->stage.disk_sync = s->o->disk_sync_ack;

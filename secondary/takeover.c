@@ -18,6 +18,8 @@
 
 #define TAG "secondary"
 
+static void on_vm_stopped(void *ctx, int status);
+
 void repl_sec_drop_standby(struct repl_secondary *s)
 {
 	repl_vm_free(s->vm);
@@ -26,10 +28,37 @@ void repl_sec_drop_standby(struct repl_secondary *s)
 	repl_staging_attach(&s->stage, NULL, 0);
 }
 
+/* The guest this side took over asked for a reset, no engine protecting
+ * it: it boots again on the same machine, as on a booting primary, from
+ * the power-on state kept when the standby was built
+ * (repl_vm_keep_poweron). false: the reset failed part-way. */
+static bool reboot_here(struct repl_secondary *s)
+{
+	int r;
+
+	if ((r = repl_vm_reboot(s->vm)) < 0) {
+		log_error(TAG, "the guest rebooted and could not be booted again here (%s): the VM "
+			  "ends", strerror(-r));
+		return false;
+	}
+	s->vm->on_stopped = on_vm_stopped;   /* on_wake took it off */
+	log_info(TAG, "the guest rebooted (after epoch %llu): booted again on this machine "
+		 "(no standby holds it)", (unsigned long long)s->stage.applied);
+	net_notify(NET_NOTIFY_STATUS, "the guest rebooted: booted again here (unprotected)");
+	machine_resume(s->vm->m);
+	return true;
+}
+
 static void on_vm_stopped(void *ctx, int status)
 {
 	struct repl_secondary *s = ctx;
 
+	/* Without a power-on state the reset ends the VM, as a power-off. */
+	if (status == MACHINE_STATUS_REBOOT && s->vm->poweron) {
+		if (reboot_here(s))
+			return;
+		status = 1;
+	}
 	log_info(TAG, "guest stopped (status %d)", status);
 	s->exit_status = status < 0 ? 1 : status;
 	s->state = S_DONE;

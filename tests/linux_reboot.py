@@ -15,7 +15,20 @@ checkpoint, typed on the primary's console:
     the guest answers with boot_id B (the rebooted guest, not the one of
     before the reboot) and reads both marks; the secondary's image holds
     both marks.
-Usage: linux_reboot.py BIN VM_NS TMPDIR KERNEL INITRD APPEND
+With MODE "survivor" (sys_linux_reboot_survivor.sh), the reboot comes after
+the takeover instead: the primary is killed (kill -9) once the secondary
+holds a checkpoint and the guest wrote a mark; on the survivor's console
+the guest (same boot_id) runs `reboot -f`; the survivor must not end: its
+console shows a fresh boot (the kernel's "Linux version" banner and the
+shell again), and the guest answers with a new boot_id, reads the mark
+back from the survivor's disk and writes a second one, which the
+survivor's image holds; the survivor logs the reboot once.
+With MODE "restore" (sys_linux_reboot_restore.sh): `run --kernel` (a shell
+on its stdio console, a virtio disk); the guest writes a mark, `snapshot`,
+run killed -9, `restore --kernel` of the snapshot on the same image; the
+restored guest (same boot_id) runs `reboot -f`: restore does not end, the
+shell comes back, the guest has a new boot_id and reads the mark back.
+Usage: linux_reboot.py BIN VM_NS TMPDIR KERNEL INITRD APPEND [MODE]
 Knobs (environment): LINUX_BOOT_S (600) a boot may take, LINUX_MEM (256M),
 LINUX_CPUS (1), LINUX_FAILOVER_MS (2000, 15000 in the nested VM). Exit 0
 pass, 1 fail."""
@@ -33,6 +46,7 @@ from linuxguest import say, wait_until
 
 BIN, VM_NS, TMP = sys.argv[1], sys.argv[2], sys.argv[3]
 KERNEL, INITRD, APPEND = sys.argv[4], sys.argv[5], sys.argv[6]
+MODE = sys.argv[7] if len(sys.argv) > 7 else "primary"
 BOOT_S = float(os.environ.get("LINUX_BOOT_S", "600"))
 MEM = os.environ.get("LINUX_MEM", "256M")
 CPUS = os.environ.get("LINUX_CPUS", "1")
@@ -99,6 +113,115 @@ class Console:
         return self.lines(pat)[n].strip()
 
 
+class PipedConsole(Console):
+    """An understudy process whose console is its stdio (--console stdio),
+    read into a file and typed into like a Console; its stderr is log."""
+
+    def __init__(self, args, log, path):
+        self.p = subprocess.Popen(LAB.ns([BIN] + args + ["--console", "stdio"]),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=open(log, "w"))
+        self.log, self.path, self.text = log, path, ""
+        self.lock = threading.Lock()
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        with open(self.path, "a", errors="replace") as f:
+            while True:
+                d = self.p.stdout.read1(4096)
+                if not d:
+                    return
+                t = d.decode(errors="replace").replace("\r", "")
+                f.write(t)
+                f.flush()
+                with self.lock:
+                    self.text += t
+
+    def type(self, line):
+        self.p.stdin.write(line.encode() + b"\n")
+        self.p.stdin.flush()
+
+    def gist(self):
+        with open(self.log, errors="replace") as f:
+            tail = [ln.strip() for ln in f][-3:]
+        return "%s (exit %s): %s" % (os.path.basename(self.log), self.p.poll(), " | ".join(tail))
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+def restored():
+    """The guest reboots after `restore --kernel` (MODE restore)."""
+    t0 = time.time()
+    img, snap = os.path.join(TMP, "run.img"), os.path.join(TMP, "guest.snap")
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    boot = ["--kernel", KERNEL, "--initrd", INITRD, "--append", APPEND + " ut.mode=shell"]
+    procs = []
+    try:
+        run = PipedConsole(["run"] + boot + ["--mem", MEM, "--cpus", CPUS, "--disk", img,
+                                             "--control", os.path.join(TMP, "run.ctl")],
+                           os.path.join(TMP, "run.log"), os.path.join(TMP, "run.console"))
+        procs.append(run)
+        if not wait_until(lambda: run.p.poll() is not None or run.lines(r"^ut: shell\n"), BOOT_S) \
+                or run.p.poll() is not None:
+            say("FAIL: no shell under run: %s" % run.gist())
+            return 1
+        boot_a = run.ask("ut-boot-a", "cat /proc/sys/kernel/random/boot_id")
+        wrote = run.ask("ut-wrote-a", "printf 'ut-mark-a\\n' | dd of=/dev/vda bs=512 seek=1 "
+                        "2>/dev/null; sync; echo done")
+        if not boot_a or not re.fullmatch(BOOT_ID, boot_a) or wrote != "done":
+            say("FAIL: under run: boot_id %r, mark written %r: %s" % (boot_a, wrote, run.gist()))
+            return 1
+        out = LAB.cli(["snapshot", "--control", os.path.join(TMP, "run.ctl"), "--out", snap])
+        if out.returncode != 0:
+            say("FAIL: snapshot: exit %d: %s" % (out.returncode, (out.stdout + out.stderr)[-400:]))
+            return 1
+        run.stop()
+        say("under run: boot_id %s, ut-mark-a on sector 1; snapshot written, run killed -9 "
+            "(%.0f s)" % (boot_a, time.time() - t0))
+
+        res = PipedConsole(["restore", snap, "--disk", img, "--control",
+                            os.path.join(TMP, "res.ctl")] + boot,
+                           os.path.join(TMP, "res.log"), os.path.join(TMP, "res.console"))
+        procs.append(res)
+        boot_r = res.ask("ut-boot-r", "cat /proc/sys/kernel/random/boot_id", BOOT_S)
+        if boot_r != boot_a:
+            say("FAIL: the restored guest has boot_id %r, the saved one %s: %s"
+                % (boot_r, boot_a, res.gist()))
+            return 1
+        shells = len(res.lines(r"^ut: shell\n"))
+        t_reboot = time.time()
+        res.type("reboot -f")
+        if not wait_until(lambda: res.p.poll() is not None or
+                          len(res.lines(r"^ut: shell\n")) > shells, BOOT_S) or \
+                res.p.poll() is not None:
+            say("FAIL: typed reboot -f in the restored guest: it did not boot again (restore "
+                "exit %s): %s" % (res.p.poll(), res.gist()))
+            return 1
+        back_s = time.time() - t_reboot
+        boot_b = res.ask("ut-boot-b", "cat /proc/sys/kernel/random/boot_id")
+        kept = res.ask("ut-read-a", "dd if=/dev/vda bs=512 skip=1 count=1 2>/dev/null | "
+                       "tr -d '\\000' | head -1")
+        if not boot_b or not re.fullmatch(BOOT_ID, boot_b) or boot_b == boot_a:
+            say("FAIL: after the reboot: boot_id %r (before: %s): not a new boot" % (boot_b, boot_a))
+            return 1
+        if kept != "ut-mark-a":
+            say("FAIL: after the reboot: sector 1 reads %r" % kept)
+            return 1
+        if count(res.log, r"the guest rebooted: booting it again from ") != 1:
+            say("FAIL: restore did not log the reboot once: %s" % res.gist())
+            return 1
+        say("ok - the restored guest rebooted and restore runs on: boot_id %s (new), ut-mark-a "
+            "read back; reboot to shell %.0f s (%.0f s in all)" % (boot_b, back_s, time.time() - t0))
+        return 0
+    finally:
+        for p in procs:
+            p.stop()
+
+
 def connect_local(port):
     """A socket connected to 127.0.0.1:port inside VM_NS (this process runs
     there: sys_linux_reboot.sh starts it with ip netns exec)."""
@@ -124,6 +247,124 @@ def sector(img, n):
     with open(img, "rb") as f:
         f.seek(512 * n)
         return f.read(16).split(b"\n")[0].decode(errors="replace")
+
+
+def start_pair():
+    """A secondary (no --kernel: what it boots comes from the primary) and
+    a protected primary with a shell on its console, the secondary holding
+    a checkpoint: (sec, pri, console of pri, sec's image, pri's image,
+    agents), or None after saying why."""
+    sec_img, pri_img = os.path.join(TMP, "sec.img"), os.path.join(TMP, "pri.img")
+    open(sec_img, "w").close()
+    with open(pri_img, "wb") as f:
+        f.truncate(64 << 20)
+    sport = LAB.free_port()
+    sec = agent("sec", ["secondary", "--listen", "127.0.0.1:%d" % sport, "--failover-timeout-ms",
+                        str(FAILOVER_MS), "--handshake-timeout-ms", HANDSHAKE_MS, "--insecure",
+                        "--disk", sec_img])
+    agents = [sec]
+    if not sec.has("waiting for a primary", 20):
+        say("FAIL: the secondary never listened: %s" % sec.gist())
+        return None, agents
+    pri = agent("pri", ["primary", "--kernel", KERNEL, "--initrd", INITRD,
+                        "--append", APPEND + " ut.mode=shell", "--mem", MEM, "--cpus", CPUS,
+                        "--disk", pri_img, "--peer", "127.0.0.1:%d" % sport,
+                        "--epoch-ms", "25", "--timeout-ms", str(3 * FAILOVER_MS),
+                        "--handshake-timeout-ms", HANDSHAKE_MS, "--insecure"])
+    agents.append(pri)
+    con = Console(pri.con_port, pri.console, 60)
+    if not wait_until(lambda: pri.p.poll() is not None or con.lines(r"^ut: shell\n"), BOOT_S) or \
+            pri.p.poll() is not None:
+        say("FAIL: no shell under protection (primary exit %s): %s" % (pri.p.poll(), pri.gist()))
+        return None, agents
+    if not wait_text(sec.log, "first checkpoint applied", 60):
+        say("FAIL: the secondary holds no checkpoint: %s" % sec.gist())
+        return None, agents
+    return (sec, pri, con, sec_img, pri_img), agents
+
+
+def survivor():
+    """The guest reboots on the survivor of a takeover (MODE survivor)."""
+    t0 = time.time()
+    pair, agents = start_pair()
+    try:
+        if not pair:
+            return 1
+        sec, pri, con, sec_img, _ = pair
+        say("protected; a shell on the primary's console after %.0f s" % (time.time() - t0))
+        boot_a = con.ask("ut-boot-a", "cat /proc/sys/kernel/random/boot_id")
+        wrote = con.ask("ut-wrote-a", "printf 'ut-mark-a\\n' | dd of=/dev/vda bs=512 seek=1 "
+                        "2>/dev/null; sync; echo done")
+        if not boot_a or not re.fullmatch(BOOT_ID, boot_a) or wrote != "done":
+            say("FAIL: on the primary: boot_id %r, mark written %r: %s" % (boot_a, wrote, pri.gist()))
+            return 1
+        say("on the primary: boot_id %s, ut-mark-a on sector 1 of /dev/vda" % boot_a)
+
+        t_kill = time.time()
+        pri.p.kill()
+        pri.p.wait()
+        if not wait_text(sec.log, "TOOK OVER", 120):
+            say("FAIL: no takeover after kill -9 of the primary: %s" % sec.gist())
+            return 1
+        say("kill -9 of the primary: the secondary TOOK OVER %.1f s later" % (time.time() - t_kill))
+        scon = Console(sec.con_port, sec.console, 60)
+        boot_s = scon.ask("ut-boot-s", "cat /proc/sys/kernel/random/boot_id")
+        if boot_s != boot_a:
+            say("FAIL: the survivor's guest has boot_id %r, the primary's had %s: %s"
+                % (boot_s, boot_a, sec.gist()))
+            return 1
+        banners = len(scon.lines(r"Linux version "))
+        shells = len(scon.lines(r"^ut: shell\n"))
+
+        t_reboot = time.time()
+        scon.type("reboot -f")
+        if not wait_until(lambda: sec.p.poll() is not None or
+                          len(scon.lines(r"^ut: shell\n")) > shells, BOOT_S) \
+                or sec.p.poll() is not None:
+            say("FAIL: typed reboot -f on the survivor: the guest did not boot again there "
+                "(survivor exit %s): %s" % (sec.p.poll(), sec.gist()))
+            return 1
+        fresh = len(scon.lines(r"Linux version ")) - banners
+        back_s = time.time() - t_reboot
+        say("typed reboot -f on the survivor: a fresh boot on its console (%d kernel banner), "
+            "a shell %.0f s later" % (fresh, back_s))
+        boot_b = scon.ask("ut-boot-b", "cat /proc/sys/kernel/random/boot_id")
+        ncpus = scon.ask("ut-nproc-b", "nproc")
+        kept = scon.ask("ut-read-a", "dd if=/dev/vda bs=512 skip=1 count=1 2>/dev/null | "
+                        "tr -d '\\000' | head -1")
+        wrote = scon.ask("ut-wrote-b", "printf 'ut-mark-b\\n' | dd of=/dev/vda bs=512 seek=2 "
+                         "2>/dev/null; sync; echo done")
+        if fresh != 1:
+            say("FAIL: %d new kernel banners on the survivor's console (one boot wanted)" % fresh)
+            return 1
+        if not boot_b or not re.fullmatch(BOOT_ID, boot_b) or boot_b == boot_a:
+            say("FAIL: after the reboot: boot_id %r (before: %s): not a new boot" % (boot_b, boot_a))
+            return 1
+        if ncpus != CPUS:
+            say("FAIL: after the reboot the guest has %r vCPUs, not %s" % (ncpus, CPUS))
+            return 1
+        if kept != "ut-mark-a" or wrote != "done":
+            say("FAIL: after the reboot: sector 1 reads %r (the disk kept?), mark b %r" % (kept, wrote))
+            return 1
+        if sec.p.poll() is not None:
+            say("FAIL: the survivor ended (exit %s) after the rebooted guest answered" % sec.p.poll())
+            return 1
+        on_img = (sector(sec_img, 1), sector(sec_img, 2))
+        if on_img != ("ut-mark-a", "ut-mark-b"):
+            say("FAIL: the survivor's image holds %r on sectors 1-2" % (on_img,))
+            return 1
+        pat = r"the guest rebooted \(after epoch \d+\)"
+        if count(sec.log, pat) != 1:
+            say("FAIL: the survivor's log says %d times /%s/ (once wanted): %s"
+                % (count(sec.log, pat), pat, sec.gist()))
+            return 1
+        say("ok - the survivor rebooted the guest and runs on: boot_id %s (new), %s vCPU(s), "
+            "ut-mark-a read back, ut-mark-b in its image; reboot to shell %.0f s (%.0f s in all)"
+            % (boot_b, ncpus, back_s, time.time() - t0))
+        return 0
+    finally:
+        for a in agents:
+            a.stop()
 
 
 def main():
@@ -239,4 +480,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(survivor() if MODE == "survivor" else restored() if MODE == "restore" else main())

@@ -959,9 +959,36 @@ static void test_section_messages(void **state)
 	assert_string_equal(back.guest_args, "n=3");
 	assert_true(back.disk_bytes == 1 << 20 && back.ndisks == 1);
 	assert_int_equal(proto_config_encode(&cfg, buf, 4), -ENOSPC);
+	assert_string_equal(back.kernel, "");
 	cfg.ncpus = KVM_MAX_VCPUS + 1;
 	n = proto_config_encode(&cfg, buf, sizeof(buf));
 	assert_int_equal(proto_config_decode(buf, (size_t)n, &back), -EBADMSG);
+
+	/* A Linux guest's files travel (a standby boots its reboot from them);
+	 * a kernel for a built-in guest, or an initrd without kernel, does not. */
+	{
+		struct machine_config lc = { .mem_bytes = 256ull << 20, .ncpus = 1,
+					     .guest = MACHINE_LINUX_GUEST, .kernel = "/boot/vmlinuz",
+					     .initrd = "/tmp/i.cpio", .append = "console=ttyS0" }, lb;
+		uint8_t big[PROTO_CONFIG_MAX_BYTES];
+
+		memset(lc.append, 'a', sizeof(lc.append) - 1);
+		memset(lc.kernel, 'k', sizeof(lc.kernel) - 1);
+		memset(lc.initrd, 'i', sizeof(lc.initrd) - 1);
+		n = proto_config_encode(&lc, big, sizeof(big));
+		assert_true(n > 0);
+		assert_int_equal(proto_config_decode(big, (size_t)n, &lb), 0);
+		assert_memory_equal(lb.kernel, lc.kernel, sizeof(lc.kernel));
+		assert_memory_equal(lb.initrd, lc.initrd, sizeof(lc.initrd));
+		assert_memory_equal(lb.append, lc.append, sizeof(lc.append));
+		snprintf(lc.guest, sizeof(lc.guest), "counter");
+		n = proto_config_encode(&lc, big, sizeof(big));
+		assert_int_equal(proto_config_decode(big, (size_t)n, &lb), -EBADMSG);
+		snprintf(lc.guest, sizeof(lc.guest), MACHINE_LINUX_GUEST);
+		lc.kernel[0] = 0;
+		n = proto_config_encode(&lc, big, sizeof(big));
+		assert_int_equal(proto_config_decode(big, (size_t)n, &lb), -EBADMSG);
+	}
 
 	n = proto_drill_request_encode(0x1234567890ull, buf, sizeof(buf));
 	assert_true(n > 0);
