@@ -188,6 +188,7 @@ struct machine_stats {
 	uint64_t snap_used;          /* state reads answered from the pause's snapshot */
 	uint64_t pause_ns_last;
 	uint64_t pause_ns_max;
+	uint64_t reprotected;        /* pages harvests re-protected in KVM (hot pages not) */
 };
 
 struct machine {

@@ -60,7 +60,7 @@ want = {
         "pause_max_pages", "pause_max_harvest_us", "pause_max_copy_us", "pause_max_state_us",
         "reason", "fencing", "migration_downtime_ms", "migration_total_ms", "throttle_pct",
         "resumed_epoch", "switch_in_ms", "precopy_passes", "precopy_pages", "precopy_resent",
-        "left_bytes", "predicted_downtime_ms"],
+        "left_bytes", "predicted_downtime_ms", "hot_pages", "hot_budget", "reprotected_pages"],
     "secondary": ["role", "state", "name"] + vm + [
         "peer", "epoch", "acked", "apply_p50_us", "apply_p99_us", "dirty_pages_last",
         "bytes_received", "since_heartbeat_ms", "verify_ok", "verify_failed", "reason", "fencing",
