@@ -278,14 +278,17 @@ bench-run:
 #   NESTED_MEM=5G NESTED_CMD="make -s bench-counts BUILD=build/nested" \
 #     BUILD=build/nested NESTED_VM=build/nested/counts-vm tests/nested/run.sh
 # The figures go to $(BUILD)/bench/counts.log and counts.json (results.json's
-# format). COUNTS_ROUNDS rounds (default 3).
+# format). COUNTS_ROUNDS rounds (default 3), COUNTS_REQUESTS requests a
+# round of bench_latency.py (default 100).
 COUNTS_ROUNDS ?= 3
-COUNTS_BENCH := bench_latency.py@--counts bench_hot.py@--counts bench_syscalls.py
+COUNTS_REQUESTS ?= 100
+COUNTS_BENCH := bench_latency.py@--counts@--requests@$(COUNTS_REQUESTS) bench_hot.py@--counts \
+	bench_syscalls.py
 bench-counts: all
 	@mkdir -p $(BUILD)/bench
 	@python3 bench/figures.py machine | tee $(BUILD)/bench/counts.log
 	@{ rc=0; for b in $(COUNTS_BENCH); do echo "== bench/$${b%%@*}"; \
-	  UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/$$(echo $$b | tr @ ' ') \
+	  PYTHONUNBUFFERED=1 UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/$$(echo $$b | tr @ ' ') \
 	    --rounds $(COUNTS_ROUNDS); r=$$?; [ $$r = 0 ] || [ $$r = 77 ] || rc=$$r; done; \
 	  echo $$rc > $(BUILD)/bench/.counts-rc; } 2>&1 | tee -a $(BUILD)/bench/counts.log
 	@rc=$$(cat $(BUILD)/bench/.counts-rc); [ $$rc = 0 ] || exit $$rc; \

@@ -121,7 +121,9 @@ def main():
     tmp = tempfile.mkdtemp()
     res = {"unprotected": [], "hot off": [], "hot on": []}
     st, cnt = {}, {"hot off": [], "hot on": []}
-    for _ in range(rounds):
+    for i in range(rounds):
+        if i:
+            print("  (round %d done)" % i, flush=True)
         if not a.counts:
             res["unprotected"].append(unprotected(tmp)[0])
         for mode, hot in (("hot off", False), ("hot on", True)):

@@ -138,6 +138,7 @@ def count_rounds(tmp, rounds, n):
         for mode in MODES:
             log = os.path.join(tmp, "%s-%d.events" % (mode, r))
             _, c = run_mode(tmp, mode, n, events=log)
+            print("  (counts round %d, %s: done)" % (r + 1, mode), flush=True)
             for k in c:
                 res[mode][k].append(c[k])
     print("counts (host-independent), counter incr, 25 ms epochs, %d rounds x %d requests, "

@@ -72,6 +72,7 @@ def main():
     for _ in range(a.rounds):
         for kind in GUESTS:
             calls, epochs = one_round(tmp, kind, a.seconds)
+            print("  (%s guest: %d epochs in the window)" % (kind, epochs), flush=True)
             if epochs <= 0:
                 raise SystemExit("bench_syscalls: no epoch committed in %.1f s (%s guest)" %
                                  (a.seconds, kind))
