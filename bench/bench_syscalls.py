@@ -5,8 +5,9 @@ round and round at 50 MiB/s), 25 ms epochs, a real pair on 127.0.0.1.
 
 The method: `strace -f -c -p PID` on every thread of the primary and of the
 secondary for SECONDS seconds once the pair is protected, the primary's
-epoch count (status json) read before strace attaches and after it
-detaches; calls / epochs. strace slows every system call down a great
+epoch count (status json) read once strace is attached and again before
+it detaches (the two status requests' own calls, a few dozen on the
+primary, are in the count); calls / epochs. strace slows every system call down a great
 deal, so the times it reports are not printed; the calls per epoch are a
 count, and what the agents do for an epoch does not change under it (the
 epochs are fewer). The vCPU threads' KVM_RUN are in ioctl: a guest exit to
@@ -37,11 +38,16 @@ def one_round(tmp, kind, seconds):
                                               bp.STEADY_TIMEOUT_MS, d)
         sec = procs.procs[0]
         time.sleep(1.0)          # past the first epochs' faults
-        e0 = bp.status(pctl)["epoch"]
         tr = counts.Strace([pri.pid, sec.pid])
-        time.sleep(seconds)
-        calls = tr.stop()
-        e1 = bp.status(pctl)["epoch"]
+        try:
+            # Both readings while traced: the window's epochs are the ones
+            # strace saw (attaching and detaching may take long), and the
+            # two status requests' own calls on the primary are counted.
+            e0 = bp.status(pctl)["epoch"]
+            time.sleep(seconds)
+            e1 = bp.status(pctl)["epoch"]
+        finally:
+            calls = tr.stop()
         return {"primary": calls[0], "secondary": calls[1]}, e1 - e0
     finally:
         procs.kill_all()

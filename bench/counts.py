@@ -103,7 +103,7 @@ class Strace:
             self.procs.append((subprocess.Popen(["strace", "-f", "-c", "-q", "-o", out, "-p", str(pid)],
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
                                out))
-        time.sleep(0.5)      # attached to every thread (strace -f -p walks /proc/PID/task)
+        time.sleep(1.0)      # attached to every thread (strace -f -p walks /proc/PID/task)
 
     def stop(self):
         """[{syscall: calls}] of each pid."""
