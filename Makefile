@@ -7,6 +7,8 @@
 #   make demo       install missing Debian packages, build, run the demo
 #   make demo-linux the same with a Linux guest and a TCP client (skips until --kernel)
 #   make bench      run the benchmarks (figure, reference, ratio)
+#   make bench-counts only the counts that do not depend on the host's speed
+#                   (per reply, per epoch); quick, and valid in the nested VM
 #   make bench-soak failover false-alarm soak, 10 minutes (SOAK_SECONDS=N,
 #                   SOAK_KILLS=N); not part of make bench or make check
 #   make bench-fleet per-VM cost of 1, 4 and 16 protected idle VMs on one
@@ -78,7 +80,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all check check-build check-nested deps-nested demo bench bench-run bench-soak bench-fleet deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
+.PHONY: all check check-build check-nested deps-nested demo bench bench-run bench-counts bench-soak bench-fleet deps clean certs fuzz fuzz-corpus fuzz-run check-mutants lint
 .SECONDARY:
 all: $(BIN)
 
@@ -262,9 +264,36 @@ bench-run:
 	@echo "== bench/bench_net_guest.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_net_guest.py
 	@echo "== bench/bench_disk.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_disk.py
 	@echo "== bench/bench_kv.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_kv.py
+	@echo "== bench/bench_syscalls.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_syscalls.py; \
+	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]
 	@if [ "$(FLEET)" = 1 ]; then echo "== bench/bench_fleet.py"; \
 	  UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_fleet.py --n $(FLEET_N); \
 	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]; fi
+
+# Only the counts that do not depend on the host's speed (bench/counts.py):
+# epochs and round trips a reply waits for, pages sent and re-protected and
+# KVM's write faults per epoch, the agents' system calls per epoch. make
+# bench has them too, beside the times; this runs only them, quickly, and
+# means something in the nested VM, where times do not:
+#   NESTED_MEM=5G NESTED_CMD="make -s bench-counts BUILD=build/nested" \
+#     BUILD=build/nested NESTED_VM=build/nested/counts-vm tests/nested/run.sh
+# The figures go to $(BUILD)/bench/counts.log and counts.json (results.json's
+# format). COUNTS_ROUNDS rounds (default 3), COUNTS_REQUESTS requests a
+# round of bench_latency.py (default 100).
+COUNTS_ROUNDS ?= 3
+COUNTS_REQUESTS ?= 100
+COUNTS_BENCH := bench_latency.py@--counts@--requests@$(COUNTS_REQUESTS) bench_hot.py@--counts \
+	bench_syscalls.py
+bench-counts: all
+	@mkdir -p $(BUILD)/bench
+	@python3 bench/figures.py machine | tee $(BUILD)/bench/counts.log
+	@{ rc=0; for b in $(COUNTS_BENCH); do echo "== bench/$${b%%@*}"; \
+	  PYTHONUNBUFFERED=1 UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/$$(echo $$b | tr @ ' ') \
+	    --rounds $(COUNTS_ROUNDS); r=$$?; [ $$r = 0 ] || [ $$r = 77 ] || rc=$$r; done; \
+	  echo $$rc > $(BUILD)/bench/.counts-rc; } 2>&1 | tee -a $(BUILD)/bench/counts.log
+	@rc=$$(cat $(BUILD)/bench/.counts-rc); [ $$rc = 0 ] || exit $$rc; \
+	  python3 bench/plots.py --from-log $(BUILD)/bench/counts.log --results $(BUILD)/bench/counts.json \
+	    --no-draw
 
 # Spurious takeovers under load at a 50 ms failover timeout, and kill ->
 # first reply (bench/bench_soak.py); SOAK_SECONDS (default 600), SOAK_KILLS.

@@ -11,9 +11,20 @@ the same guest unprotected (the reference), all in one run, interleaved:
 
 A real pair on 127.0.0.1 (--insecure), 25 ms epochs. ROUNDS rounds of every
 mode in turn, REQUESTS requests each; medians of the per-round p50 and p99
-with their spread. A benchmark, not a test: it prints figures and exits 0
-unless a run could not be made. usage: bench_latency.py [--rounds N] [--requests N]"""
-import json, os, socket, statistics, subprocess, sys, tempfile, time
+with their spread.
+
+Then the counts, which do not depend on the host's speed (bench/counts.py),
+ROUNDS more rounds of each protected mode with the agent's event log on
+(not in the timed rounds: it costs a file write per event): per reply, the
+epochs captured and the ACKs received while it waited (between the request
+and its reply: the epochs and round trips it waited for), the epochs
+committed per reply over the run, and the bytes the link carried per
+epoch. --counts runs only these (make bench-counts; the nested VM).
+
+A benchmark, not a test: it prints figures and exits 0 unless a run could
+not be made (bad arguments: 2). usage:
+  bench_latency.py [--rounds N] [--requests N] [--counts]"""
+import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BIN = os.environ.get("UNDERSTUDY_BIN", os.path.join(ROOT, "build", "understudy"))
@@ -22,6 +33,7 @@ HOST = "127.0.0.1"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import free_port, wait_port   # noqa: E402  (one copy of each)
 from figures import figure, pct                   # noqa: E402
+import counts                                     # noqa: E402
 MODES = {
     "timer": (["--min-epoch-ms", "25"], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
     "output": ([], {"UNDERSTUDY_HOT_PAUSE_US": "0"}),
@@ -31,51 +43,78 @@ MODES = {
 
 
 
-def rtts(port, n):
+def rtts(port, n, mark=None):
+    """Latencies (ms) of n requests after 20 of warm-up, and their spans
+    (sent, replied) in time.monotonic_ns(); mark() is called once the
+    warm-up is done."""
     s = socket.create_connection((HOST, port), timeout=10)
     f = s.makefile("rwb", buffering=0)
-    out = []
+    out, spans = [], []
     for i in range(n + 20):
-        t = time.monotonic()
+        if i == 20 and mark:
+            mark()
+        t = time.monotonic_ns()
         f.write(b"incr\n")
         if not f.readline():
             raise SystemExit("console closed")
         if i >= 20:                        # warm-up: the first requests fault everything in
-            out.append((time.monotonic() - t) * 1e3)
+            t1 = time.monotonic_ns()
+            out.append((t1 - t) / 1e6)
+            spans.append((t, t1))
         time.sleep(0.003)
     s.close()
-    return out
+    return out, spans
 
 
-def run_mode(tmp, mode, n):
+def status(ctl):
+    r = subprocess.run([BIN, "status", "--control", ctl, "--json"], capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {}
+
+
+def run_mode(tmp, mode, n, events=None):
+    """Latencies of n requests in mode; with events (a path), the agent logs
+    its events there and the counts of the run come back too."""
     procs = []
     try:
         con = free_port()
         if mode == "unprotected":
             procs.append(subprocess.Popen([BIN, "run", "--guest", "counter", "--console",
                                            "tcp:%s:%d" % (HOST, con)], stderr=subprocess.DEVNULL))
-        else:
-            args, env = MODES[mode]
-            sport, scon = free_port(), free_port()
-            ctl = os.path.join(tmp, mode + ".ctl")
-            procs.append(subprocess.Popen([BIN, "secondary", "--listen", "%s:%d" % (HOST, sport),
-                                           "--console", "tcp:%s:%d" % (HOST, scon), "--insecure",
-                                           "--failover-timeout-ms", "3000"],
-                                          stderr=subprocess.DEVNULL))
-            wait_port(sport)
-            procs.append(subprocess.Popen([BIN, "primary", "--guest", "counter", "--peer",
-                                           "%s:%d" % (HOST, sport), "--console",
-                                           "tcp:%s:%d" % (HOST, con), "--insecure", "--epoch-ms",
-                                           "25", "--timeout-ms", "3000", "--control", ctl] + args,
-                                          stderr=subprocess.DEVNULL, env=dict(os.environ, **env)))
-            for _ in range(100):
-                r = subprocess.run([BIN, "status", "--control", ctl, "--json"], capture_output=True,
-                                   text=True)
-                if '"state":"protected"' in r.stdout:
-                    break
-                time.sleep(0.1)
+            wait_port(con)
+            return rtts(con, n)[0], None
+        args, env = MODES[mode]
+        env = dict(env, UNDERSTUDY_EVENT_LOG=events) if events else env
+        sport, scon = free_port(), free_port()
+        ctl = os.path.join(tmp, mode + ".ctl")
+        procs.append(subprocess.Popen([BIN, "secondary", "--listen", "%s:%d" % (HOST, sport),
+                                       "--console", "tcp:%s:%d" % (HOST, scon), "--insecure",
+                                       "--failover-timeout-ms", "3000"],
+                                      stderr=subprocess.DEVNULL))
+        wait_port(sport)
+        procs.append(subprocess.Popen([BIN, "primary", "--guest", "counter", "--peer",
+                                       "%s:%d" % (HOST, sport), "--console",
+                                       "tcp:%s:%d" % (HOST, con), "--insecure", "--epoch-ms",
+                                       "25", "--timeout-ms", "3000", "--control", ctl] + args,
+                                      stderr=subprocess.DEVNULL, env=dict(os.environ, **env)))
+        for _ in range(300):
+            if status(ctl).get("state") == "protected":
+                break
+            time.sleep(0.1)
         wait_port(con)
-        return rtts(con, n)
+        before = {}
+        lat, spans = rtts(con, n, mark=lambda: before.update(status(ctl)))
+        if not events:
+            return lat, None
+        after = status(ctl)
+        w = counts.waits(counts.read_events(events), spans)
+        d = lambda k: after.get(k, 0) - before.get(k, 0)
+        return lat, {"epochs_waited": statistics.mean(c for c, _ in w),
+                     "round_trips": statistics.mean(a for _, a in w),
+                     "epochs_per_reply": counts.per(d("acked"), n),
+                     "bytes_per_epoch": counts.per(d("bytes_sent"), d("epoch"))}
     finally:
         for p in procs:
             p.kill()
@@ -83,20 +122,62 @@ def run_mode(tmp, mode, n):
             p.wait()
 
 
+COUNTS = [("epochs_waited", "epochs captured while a reply waited, counter incr, 25 ms epochs, %s",
+           "epochs/reply"),
+          ("round_trips", "round trips (ACKs) while a reply waited, counter incr, 25 ms epochs, %s",
+           "ACKs/reply"),
+          ("epochs_per_reply", "epochs committed per reply, counter incr, 25 ms epochs, %s",
+           "epochs/reply"),
+          ("bytes_per_epoch", "bytes on the link per epoch, counter incr, 25 ms epochs, %s",
+           "bytes/epoch")]
+
+
+def count_rounds(tmp, rounds, n):
+    res = {m: {k: [] for k, _, _ in COUNTS} for m in MODES}
+    for r in range(rounds):
+        for mode in MODES:
+            log = os.path.join(tmp, "%s-%d.events" % (mode, r))
+            _, c = run_mode(tmp, mode, n, events=log)
+            print("  (counts round %d, %s: done)" % (r + 1, mode), flush=True)
+            for k in c:
+                res[mode][k].append(c[k])
+    print("counts (host-independent), counter incr, 25 ms epochs, %d rounds x %d requests, "
+          "agent's event log on (median of rounds, [min..max]):" % (rounds, n))
+    for mode, r in res.items():
+        print("  %-7s epochs waited %.2f [%.2f..%.2f]  round trips %.2f  epochs committed/reply "
+              "%.2f  bytes/epoch %.0f" % (mode, statistics.median(r["epochs_waited"]),
+                                          min(r["epochs_waited"]), max(r["epochs_waited"]),
+                                          statistics.median(r["round_trips"]),
+                                          statistics.median(r["epochs_per_reply"]),
+                                          statistics.median(r["bytes_per_epoch"])))
+        for k, name, unit in COUNTS:
+            counts.count_figure(name % mode, r[k], unit)
+    print("  (output-triggered and timer epochs are not told apart: the agent counts neither; "
+          "'timer' is the mode whose epochs only the 25 ms timer starts)")
+
+
 def main():
+    ap = argparse.ArgumentParser(description="output-commit latency of the counter guest")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--counts", action="store_true", help="only the host-independent counts")
+    a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds: must be at least 1")
+    if a.requests < 1:
+        ap.error("--requests: must be at least 1")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         print("bench_latency: SKIP: /dev/kvm not usable here")
         return 0
-    rounds, n = 3, 200
-    if "--rounds" in sys.argv:
-        rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
-    if "--requests" in sys.argv:
-        n = int(sys.argv[sys.argv.index("--requests") + 1])
+    rounds, n = a.rounds, a.requests
     tmp = tempfile.mkdtemp()
+    if a.counts:
+        count_rounds(tmp, rounds, min(n, 100))
+        return 0
     res = {m: {"p50": [], "p99": []} for m in ["unprotected"] + list(MODES)}
     for _ in range(rounds):
         for mode in res:
-            lat = run_mode(tmp, mode, n)
+            lat, _ = run_mode(tmp, mode, n)
             res[mode]["p50"].append(pct(lat, 50))
             res[mode]["p99"].append(pct(lat, 99))
     ref50 = statistics.median(res["unprotected"]["p50"])
@@ -113,7 +194,9 @@ def main():
                    "unprotected p99", ref99, goal="added p99 <= 3 ms", met=p99 - ref99 <= 3,
                    runs=rounds, spread=[min(r["p99"]), max(r["p99"])])
     print("  reference: unprotected p50 %.2f ms, p99 %.2f ms (same run)" % (ref50, ref99))
+    count_rounds(tmp, rounds, min(n, 100))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

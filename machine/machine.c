@@ -770,15 +770,19 @@ static int harvest(struct machine *m, uint64_t *bitmap, bool running)
 	for (int s = 0; s < m->vm.nslots; s++) {
 		uint64_t npages = m->vm.slots[s].size / KVM_PAGE_SIZE;
 		size_t sw = bitmap_words(npages);
+		uint64_t n = 0;     /* what this slot re-protects */
 
-		for (size_t w = 0; w < sw; w++)
+		for (size_t w = 0; w < sw; w++) {
 			m->kvm_dirty[w] = bitmap[first / 64 + w] & ~(m->hot ? m->hot[first / 64 + w] : 0);
+			n += (uint64_t)__builtin_popcountll(m->kvm_dirty[w]);
+		}
 		if ((r = kvm_vm_clear_dirty_log(&m->vm, s, m->kvm_dirty)) < 0) {
 			log_error(TAG, "dirty log of slot %d: %s", s, strerror(-r));
 			/* What was taken so far goes back: the next harvest has it. */
 			machine_requeue_dirty(m, bitmap);
 			return r;
 		}
+		m->stats.reprotected += n;
 		first += npages;     /* slots start on 64-page boundaries (0 and 3 GiB) */
 	}
 	if (!running)

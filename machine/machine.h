@@ -195,6 +195,7 @@ struct machine_stats {
 	uint64_t pause_ns_last;
 	uint64_t pause_ns_max;
 	uint64_t rtc_irqs;           /* IRQ 8 edges the RTC raised */
+	uint64_t reprotected;        /* pages harvests re-protected in KVM (hot pages not) */
 };
 
 struct machine {

@@ -201,6 +201,12 @@ static char *pri_status_json(const struct repl_primary *p)
 	proto_json_add_u64(o, "precopy_resent", q->st.pre_resent);
 	proto_json_add_u64(o, "left_bytes", left_bytes(p));
 	proto_json_add_fixed(o, "predicted_downtime_ms", p->predicted_ms, 3);
+	/* Counts of the hot set (machine_set_hot_budget) for the benchmarks:
+	 * the pages it holds now, its budget, and the pages every harvest so
+	 * far re-protected (each costs a write fault when rewritten). */
+	proto_json_add_u64(o, "hot_pages", p->vm ? p->vm->m->hot_pages : 0);
+	proto_json_add_u64(o, "hot_budget", p->vm ? p->vm->m->hot_budget : 0);
+	proto_json_add_u64(o, "reprotected_pages", p->vm ? p->vm->m->stats.reprotected : 0);
 	repl_pc_src_status_json(p, o);
 	/* Disk replication: blocks per epoch that had any, and their copy in the pause. */
 	if (d->nblocks) {

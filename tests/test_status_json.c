@@ -102,6 +102,7 @@ static const struct field primary_fields[] = {
 	{ "migration_total_ms", D }, { "throttle_pct", I }, { "resumed_epoch", I },
 	{ "switch_in_ms", D }, { "precopy_passes", I }, { "precopy_pages", I },
 	{ "precopy_resent", I }, { "left_bytes", I }, { "predicted_downtime_ms", D },
+	{ "hot_pages", I }, { "hot_budget", I }, { "reprotected_pages", I },
 };
 
 static const struct field secondary_fields[] = {
