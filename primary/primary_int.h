@@ -6,6 +6,7 @@
 #ifndef US_PRIMARY_INT_H
 #define US_PRIMARY_INT_H
 
+#include "primary/primary.h"
 #include "replication/postcopy.h"
 
 /* failure.c */

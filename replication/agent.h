@@ -104,6 +104,8 @@ int repl_pri_witness_setup(struct repl_primary *p);
 void repl_pri_witness_attach(struct repl_primary *p);
 void repl_pri_witness_detach(struct repl_primary *p);
 
+struct secondary_engine;
+
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
 	      S_DONE };
 
@@ -142,7 +144,7 @@ struct repl_secondary {
 	char peer_addr[128];             /* the primary's host (no port), for the fence command */
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
-	struct repl_primary *engine;     /* active and protected again (understudy protect) */
+	const struct secondary_engine *eng;   /* the host's engine, once active (secondary.h) */
 	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (postcopy.c) */
 	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
 	bool switching;                  /* ...taking over: protect onto switch_listen */
