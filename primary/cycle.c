@@ -333,7 +333,7 @@ void repl_primary_on_ack(struct repl_primary *p, uint64_t epoch)
 			 (unsigned long long)epoch, (now_ns() - p->sync.t0_ns) / 1e6);
 		net_notify(NET_NOTIFY_READY, "protected by %s (epoch %llu acknowledged)", p->o->peer,
 			   (unsigned long long)epoch);
-		repl_pri_event(p, REPL_EV_PROTECTED, "the secondary holds the first checkpoint");
+		repl_primary_event(p, REPL_EV_PROTECTED, "the secondary holds the first checkpoint");
 		if (p->wit) {
 			p->vouch_asked = true;
 			repl_witness_vouch(p->wit, p->standby_token);

@@ -139,7 +139,7 @@ static int postcopy_frame(struct repl_primary *p, uint16_t type, const ProtobufC
 	p->keep_standby = true;
 	log_info(TAG, "MIGRATED (post-copy): the destination holds every page; downtime %.3f ms, "
 		 "%llu bytes sent", p->downtime_ms, (unsigned long long)p->link.bytes_sent);
-	repl_pri_link_gone(p);
+	repl_primary_link_gone(p);
 	repl_primary_finish(p, 0);
 	return -ECANCELED;
 }
@@ -296,13 +296,13 @@ static void on_closed(struct net_conn *c, int reason, void *ctx)
 		return;
 	}
 	if (p->state == P_FENCED) {
-		repl_pri_link_gone(p);
+		repl_primary_link_gone(p);
 		return;
 	}
 	if (p->state == P_UNPROTECTED) {
 		log_info(TAG, "link to the secondary closed after the goodbye (%s)",
 			 reason ? strerror(-reason) : "delivered");
-		repl_pri_link_gone(p);
+		repl_primary_link_gone(p);
 		return;
 	}
 	if (p->state == P_CONNECTING && p->o->resume_epoch && reason == -ECONNREFUSED) {
@@ -612,7 +612,7 @@ void repl_primary_watchers_init(struct repl_primary *p)
 	ev_timer_init(&p->handshake_w, handshake_check, o->handshake_timeout_ms / 10e3,
 		      o->handshake_timeout_ms / 10e3);
 	ev_set_priority(&p->handshake_w, EV_MINPRI);
-	ev_timer_init(&p->lease_w, repl_pri_lease_check, 0.005, 0.005);
+	ev_timer_init(&p->lease_w, repl_primary_lease_check, 0.005, 0.005);
 	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
 	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
 	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->goodbye_w.data = p;

@@ -58,7 +58,7 @@ static void say_goodbye(struct repl_primary *p, const char *why)
 	int r;
 
 	if (!p->link.conn) {
-		repl_pri_link_gone(p);
+		repl_primary_link_gone(p);
 		return;
 	}
 	r = repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_CONTINUES,
@@ -66,7 +66,7 @@ static void say_goodbye(struct repl_primary *p, const char *why)
 	if (r < 0) {
 		log_error(TAG, "could not tell the secondary we go on without it (%s): closing "
 			  "without a goodbye", strerror(-r));
-		repl_pri_link_gone(p);
+		repl_primary_link_gone(p);
 		return;
 	}
 	log_info(TAG, "goodbye sent: the secondary is told to stand down (no takeover)");
@@ -83,7 +83,7 @@ void repl_primary_on_goodbye_timeout(struct ev_loop *loop, ev_timer *w, int reve
 	(void)revents;
 	log_warn(TAG, "the goodbye did not leave before its deadline (the secondary does not "
 		 "read): closing");
-	repl_pri_link_gone(p);
+	repl_primary_link_gone(p);
 }
 
 void repl_primary_drop_protection(struct repl_primary *p, const struct repl_fault *f)
@@ -100,7 +100,7 @@ void repl_primary_drop_protection(struct repl_primary *p, const struct repl_faul
 		log_error(TAG, "cannot protect the VM: %s (%s): it runs on unprotected", f->what,
 			  repl_fault_kind_name(f->kind));
 		p->state = P_UNPROTECTED;
-		repl_pri_link_gone(p);
+		repl_primary_link_gone(p);
 		repl_vm_set_gated(p->vm, false);
 		if (p->finishing)
 			repl_primary_finish(p, p->exit_status);
@@ -111,7 +111,7 @@ void repl_primary_drop_protection(struct repl_primary *p, const struct repl_faul
 		  (unsigned long long)p->ep.epoch, (unsigned long long)p->ep.acked);
 	net_notify(NET_NOTIFY_READY, "UNPROTECTED: %s", f->what);   /* the start is over */
 	p->state = P_UNPROTECTED;
-	repl_pri_event(p, REPL_EV_UNPROTECTED, f->what);
+	repl_primary_event(p, REPL_EV_UNPROTECTED, f->what);
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_sync_stop(&p->sync);
 	repl_primary_throttle_off(p);
@@ -175,15 +175,15 @@ int repl_primary_on_fence(struct repl_primary *p, const Understudy__Fence *f)
 			log_info(TAG, "SWITCHED OVER: the secondary runs the guest from epoch %llu; "
 				 "downtime %.3f ms; this VM is its standby from now on",
 				 (unsigned long long)f->epoch, p->downtime_ms);
-			repl_pri_link_gone(p);
+			repl_primary_link_gone(p);
 			repl_primary_finish(p, 0);
 			return -ECANCELED;
 		}
 		log_info(TAG, "MIGRATED: the destination runs the guest from epoch %llu; downtime %.3f "
 			 "ms (the pause to its word), %llu bytes sent", (unsigned long long)f->epoch,
 			 p->downtime_ms, (unsigned long long)p->link.bytes_sent);
-		repl_pri_event(p, REPL_EV_MIGRATED, "the destination runs the guest");
-		repl_pri_link_gone(p);
+		repl_primary_event(p, REPL_EV_MIGRATED, "the destination runs the guest");
+		repl_primary_link_gone(p);
 		repl_primary_finish(p, 0);
 		return -ECANCELED;
 	}
@@ -192,9 +192,9 @@ int repl_primary_on_fence(struct repl_primary *p, const Understudy__Fence *f)
 		       f->reason);
 	log_error(TAG, "%s: another copy runs the guest; this primary stops now and releases "
 		  "nothing more (acknowledged: %llu)", p->fault.what, (unsigned long long)p->ep.acked);
-	repl_pri_event(p, REPL_EV_FENCED, p->fault.what);
+	repl_primary_event(p, REPL_EV_FENCED, p->fault.what);
 	p->keep_standby = true;     /* it owns the guest now */
-	repl_pri_link_gone(p);
+	repl_primary_link_gone(p);
 	repl_primary_finish(p, REPL_EXIT_REPLACED);
 	return -ECANCELED;
 }
@@ -285,8 +285,8 @@ static void handover_failed(struct repl_primary *p, const struct repl_fault *f)
 	p->state = P_FENCED;
 	p->keep_standby = true;
 	ev_timer_stop(p->loop, &p->epoch_w);
-	repl_pri_link_gone(p);
-	repl_pri_event(p, REPL_EV_FENCED, p->fault.what);
+	repl_primary_link_gone(p);
+	repl_primary_event(p, REPL_EV_FENCED, p->fault.what);
 }
 
 void repl_primary_on_fault(struct repl_primary *p, const struct repl_fault *f)
@@ -296,7 +296,7 @@ void repl_primary_on_fault(struct repl_primary *p, const struct repl_fault *f)
 	if (repl_pc_src_switched(p) && p->state == P_SWITCHING) {
 		repl_pc_src_lost(p, f);   /* neither side alone holds the VM now */
 		p->keep_standby = true;
-		repl_pri_link_gone(p);
+		repl_primary_link_gone(p);
 		repl_primary_finish(p, 1);
 		return;
 	}

@@ -9,6 +9,16 @@
 #include "primary/primary.h"
 #include "replication/postcopy.h"
 
+/* lease.c: the witness lease and the fence */
+/* The epochs on the link are freed once nothing reads them any more. */
+void repl_primary_link_gone(struct repl_primary *p);
+void repl_primary_fence(struct repl_primary *p);
+void repl_primary_lease_check(struct ev_loop *loop, ev_timer *w, int revents);
+int repl_primary_witness_setup(struct repl_primary *p);
+/* Attached to a host's witness: the engine's callbacks on it until detach. */
+void repl_primary_witness_attach(struct repl_primary *p);
+void repl_primary_witness_detach(struct repl_primary *p);
+
 /* failure.c */
 void repl_primary_on_linger(struct ev_loop *loop, ev_timer *w, int revents);
 void repl_primary_done(struct repl_primary *p);

@@ -79,7 +79,7 @@ static int setup(struct repl_primary *p)
 {
 	int r;
 
-	if ((r = repl_pri_witness_setup(p)) < 0)
+	if ((r = repl_primary_witness_setup(p)) < 0)
 		return r;
 	if ((r = repl_vm_new(p->loop, &p->o->cfg, p->o->console, &p->vm)) < 0)
 		return r;
@@ -252,7 +252,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 		free(p);
 		return r;
 	}
-	repl_pri_witness_attach(p);
+	repl_primary_witness_attach(p);
 	p->ep.hot_off = p->migrate_ms != 0;
 	repl_metrics_watch_primary(p->o->ops.metrics, p);
 	repl_primary_start(p);
@@ -271,7 +271,7 @@ void repl_primary_detach(struct repl_primary *p)
 	 * With a witness, not before the standby's vouch is withdrawn. */
 	release = (p->state < P_PROTECTING || p->state == P_UNPROTECTED) &&
 		  !(p->wit && p->vouch_asked && !p->withdrawn);
-	repl_pri_witness_detach(p);
+	repl_primary_witness_detach(p);
 	if (p->link.conn && p->state >= P_SYNC && p->state < P_UNPROTECTED &&
 	    repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
 			    "protection detached") < 0)
@@ -318,7 +318,7 @@ char *repl_primary_resume_request(struct repl_primary *p)
 		 (unsigned long long)p->final_epoch);
 	p->in_doubt = p->finishing = p->keep_standby = false;
 	p->state = P_UNPROTECTED;
-	repl_pri_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
+	repl_primary_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
 	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: resumed after a migration in doubt");
 	repl_vm_set_gated(p->vm, false);
 	machine_resume(p->vm->m);

@@ -94,15 +94,6 @@ struct repl_primary {
 	} hs;
 };
 
-/* primary_fence.c */
-/* The epochs on the link are freed once nothing reads them any more. */
-void repl_pri_link_gone(struct repl_primary *p);
-void repl_pri_fence(struct repl_primary *p);
-void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents);
-int repl_pri_witness_setup(struct repl_primary *p);
-/* Attached to a host's witness: the engine's callbacks on it until detach. */
-void repl_pri_witness_attach(struct repl_primary *p);
-void repl_pri_witness_detach(struct repl_primary *p);
 
 struct secondary_engine;
 
