@@ -38,7 +38,7 @@
  * UNPROTECTED; held output is never held longer.
  * The reason is logged and shown by status. Without a witness, a secondary
  * that took over while this side was cut off (partition) is not detected.
- * With a witness (primary_fence.c) this side owns the witness key from the
+ * With a witness (lease.c) this side owns the witness key from the
  * start: output leaves only while its lease is provably valid, a standby
  * it gave up is withdrawn at the witness before held output leaves, and a
  * lease that lapses fences this copy for good (state fenced). */

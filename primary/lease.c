@@ -4,7 +4,7 @@
  * lease is no longer provably valid fences itself: the guest is paused for
  * good and nothing more leaves. Unprotected, with no standby vouched for,
  * it is the only copy: it pauses until the witness re-takes the key, and
- * fences only if that is refused. The agent's state machine is primary.c;
+ * fences only if that is refused. The engine's state machine is engine.c;
  * nothing here calls back into it. */
 #include "primary/primary_int.h"
 

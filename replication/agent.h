@@ -1,7 +1,7 @@
 /* replication/ inside: the state of the two agents' engines, shared by
- * the files of each (primary.c + primary_fence.c; secondary/standby.c +
+ * the files of each (primary/engine.c and its neighbours; secondary/standby.c +
  * secondary/takeover.c) and status.c. Calls go one way: the state machine
- * files (primary.c, secondary/standby.c) call the others, never the
+ * files (primary/engine.c, secondary/standby.c) call the others, never the
  * reverse. */
 #ifndef US_REPL_AGENT_H
 #define US_REPL_AGENT_H
@@ -68,7 +68,7 @@ struct repl_primary {
 	double migration_ms;           /* attach (or the migrate request) -> that word */
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
-	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (postcopy.c) */
+	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (primary/postcopy_src.c) */
 	void *handover_tx;             /* migration: the hand-over Fence while the link holds it */
 	bool handover_out;             /* ...it reached the kernel: the destination may have it */
 	bool resigned;                 /* the witness key was given up for the destination */
@@ -136,7 +136,7 @@ struct repl_secondary {
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
 	const struct secondary_engine *eng;   /* the host's engine, once active (secondary.h) */
-	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (postcopy.c) */
+	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (secondary/postcopy_dst.c) */
 	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
 	bool switching;                  /* ...taking over: protect onto switch_listen */
 	char switch_listen[128];         /* where the old primary waits as our standby */

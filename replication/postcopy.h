@@ -1,7 +1,7 @@
 /* Migration extras: the bandwidth limit of the migration stream and
- * post-copy (postcopy.c: the rate, the source; postcopy_dst.c: the
- * destination). Both sides of post-copy live here; primary.c and
- * secondary.c call in at a few points and never the reverse, except that
+ * post-copy (primary/postcopy_src.c: the rate, the source; postcopy_dst.c: the
+ * destination). Both sides of post-copy live here; primary/ and
+ * secondary/ call in at a few points and never the reverse, except that
  * the destination's outcome ends the secondary's loop (repl_pc_dst_*,
  * secondary/postcopy_dst.c). */
 #ifndef US_REPL_POSTCOPY_H

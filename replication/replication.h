@@ -79,7 +79,7 @@ struct repl_vm {
 	/* Loop-thread callbacks of the owner. */
 	void (*on_stopped)(void *ctx, int status);
 	/* Gated output arrived, the first since the last epoch's mark: an
-	 * output-triggered epoch may end now (replication/primary.c). */
+	 * output-triggered epoch may end now (primary/cycle.c). */
 	void (*on_output)(void *ctx);
 	void (*on_hangup)(void *ctx);
 	void *cb_ctx;
@@ -328,7 +328,7 @@ double repl_heartbeat_interval(unsigned timeout_ms);
 /* ---- failures and what they mean (fault.c) ------------------------------- */
 
 /* Not every failure means the peer is gone: each kind has its own policy,
- * decided by the agent that owns the link (see primary.c, secondary.c). */
+ * decided by the agent that owns the link (see primary/engine.c, secondary/standby.c). */
 enum repl_fault_kind {
 	REPL_FAULT_NONE,
 	REPL_FAULT_PEER_LOST,        /* connection closed, silent past the timeout */
@@ -485,7 +485,7 @@ int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id) 
 int repl_send_drill_report(struct repl_link *l, const char *name,
 			   const Understudy__DrillReport *m) US_MUST_CHECK;
 
-/* ---- the initial sync (sync.c) -------------------------------------------- */
+/* ---- the initial sync (primary/sync.c) -------------------------------------------- */
 
 /* Copies the guest's RAM to the secondary while it runs: round 0 every page
  * ever written, then the pages dirtied meanwhile, until few are left; the
@@ -622,7 +622,7 @@ void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c);
 void repl_candidates_expire(struct repl_candidates *cs);
 void repl_candidates_close_all(struct repl_candidates *cs, const char *why);
 
-/* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
+/* ---- the agents' engines (primary/, secondary/) ------------------------ */
 
 /* Default of handshake_timeout_ms (both agents). */
 #define REPL_HANDSHAKE_TIMEOUT_MS 5000

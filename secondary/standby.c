@@ -179,10 +179,11 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
-	repl_sec_engine_state(s, &eng);
-	if (s->wit && s->state == S_ACTIVE &&
-	    !(eng.state && (!strcmp(eng.state, "switching") || !strcmp(eng.state, "migrated"))))
-		repl_sec_lease_check(s);   /* not a source that gave the key up on purpose */
+	if (s->wit && s->state == S_ACTIVE) {
+		repl_sec_engine_state(s, &eng);
+		if (!(eng.state && (!strcmp(eng.state, "switching") || !strcmp(eng.state, "migrated"))))
+			repl_sec_lease_check(s);   /* not a source that gave the key up on purpose */
+	}
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	/* Judged by what arrived (a beat is stamped by its own thread), not by
@@ -923,7 +924,7 @@ static char *protect_request(struct repl_secondary *s, const char *req)
 }
 
 /* "switchback": a standby asks its primary for the guest back (a
- * switchover towards this side; the primary decides, see primary.c). */
+ * switchover towards this side; the primary decides, see primary/cycle.c). */
 static char *switchback_request(struct repl_secondary *s)
 {
 	if (s->state != S_STANDBY || !s->link.conn || !s->stage.have_ckpt)
@@ -985,7 +986,7 @@ static void watchers_init(struct repl_secondary *s)
 
 	ev_timer_init(&s->watch_w, on_watch, tick, tick);
 	ev_timer_init(&s->hb_w, on_hb, hb, hb);
-	/* Silence is judged after pending reads are handled (see primary.c);
+	/* Silence is judged after pending reads are handled (see primary/engine.c);
 	 * the same timer notices a stall of this process (repl_link_tick). */
 	ev_set_priority(&s->watch_w, EV_MINPRI);
 	ev_timer_init(&s->switch_w, on_switched, 0, 0);

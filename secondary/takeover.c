@@ -38,7 +38,7 @@ static void on_vm_stopped(void *ctx, int status)
 
 /* A primary that is only stopped or slow still holds the link: the last
  * thing it reads from it says that this side runs the guest now, so that
- * it stops instead of running on (see primary.c on_fence). */
+ * it stops instead of running on (see primary/failure.c on_fence). */
 static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
 {
 	char why[64];
