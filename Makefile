@@ -32,7 +32,7 @@ SANLINK  := -static-libasan -static-libubsan
 endif
 
 CC       ?= gcc
-MODULES  := kmod machine checkpoint replication net proto secondary host cli guest
+MODULES  := kmod machine checkpoint replication net proto primary secondary host cli guest
 PKGS     := libprotobuf-c openssl liblz4 libfabric libcurl json-c libmicrohttpd libsystemd
 VERSION  := 0.4.0
 

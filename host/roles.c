@@ -1,13 +1,131 @@
-/* The roles a host plays. Protected, the primary engine (replication/)
- * runs the epochs; after a planned switchover the same process goes on as
- * the new primary's standby (the VM it ran holds the switch epoch: no
- * resync). A secondary that takes over attaches an engine itself. */
-#include "host/host.h"
-#include "secondary/secondary.h"
+/* The roles a host plays, and where one becomes the other. Protected, the
+ * primary engine (primary/) runs the epochs; after a planned switchover
+ * the same process goes on as the new primary's standby (the VM it ran
+ * holds the switch epoch: no resync). A standby that took over runs its
+ * guest under an engine too: the one this file attaches for it
+ * (struct secondary_engine), since secondary/ and primary/ do not know
+ * each other. */
+#include "host/host_int.h"
+#include "primary/primary.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int engine_attach(void *ctx, struct ev_loop *loop, struct repl_vm *vm, struct repl_witness *wit,
+			 const struct repl_primary_opts *o, const struct repl_primary_host *cb)
+{
+	struct host_engine *h = ctx;
+
+	return repl_primary_attach(loop, vm, wit, o, cb, &h->p);
+}
+
+/* "protect PEER ..." on the guest a standby took over: the same engine as
+ * `understudy primary`, in place of the one before if it may be replaced. */
+static char *engine_protect(void *ctx, struct ev_loop *loop, const char *req, const char *not_now,
+			    struct repl_vm *vm, struct repl_witness *wit, const struct repl_ops *ops,
+			    const struct repl_primary_host *cb)
+{
+	struct host_engine *h = ctx;
+	struct repl_primary_opts o;
+	char *copy = strdup(req), err[256], *reply = NULL;
+	int r;
+
+	if (!copy)
+		return NULL;
+	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	o.ops = *ops;
+	if (r == 0 && not_now) {
+		snprintf(err, sizeof(err), "%s", not_now);
+		r = -EINVAL;
+	}
+	if (r == 0 && repl_protect_refusal(&o, vm->m)) {
+		snprintf(err, sizeof(err), "%s", repl_protect_refusal(&o, vm->m));
+		r = -EINVAL;
+	}
+	if (r == 0 && h->p && !repl_primary_replaceable(h->p)) {
+		snprintf(err, sizeof(err), "the VM is %s%s", repl_primary_state(h->p),
+			 repl_primary_protecting(h->p) ? ": one secondary at a time" :
+			 ": not now (a goodbye or withdrawal pending, or handed over)");
+		r = -EBUSY;
+	}
+	if (r == 0) {
+		repl_primary_detach(h->p);
+		h->p = NULL;
+		r = repl_primary_attach(loop, vm, wit, &o, cb, &h->p);
+		if (r < 0)
+			snprintf(err, sizeof(err), "cannot protect: %s", strerror(-r));
+	}
+	free(copy);
+	if (asprintf(&reply, r == 0 ? "ok protecting: connecting to the secondary\n" : "error %s\n",
+		     err) < 0)
+		return NULL;
+	return reply;
+}
+
+static void engine_detach(void *ctx)
+{
+	struct host_engine *h = ctx;
+
+	repl_primary_detach(h->p);
+	h->p = NULL;
+}
+
+static void engine_query(void *ctx, struct secondary_engine_state *st)
+{
+	struct host_engine *h = ctx;
+
+	if (!h->p)
+		return;
+	st->state = repl_primary_state(h->p);
+	st->protecting = repl_primary_protecting(h->p);
+	st->replaceable = repl_primary_replaceable(h->p);
+	st->keeps_standby = repl_primary_keeps_standby(h->p);
+}
+
+static bool engine_switched(void *ctx, struct repl_switch *sw)
+{
+	struct host_engine *h = ctx;
+
+	return h->p && repl_primary_switched(h->p, sw);
+}
+
+static char *engine_request(void *ctx, const char *req)
+{
+	struct host_engine *h = ctx;
+
+	if (!h->p)
+		return NULL;
+	if (!strncmp(req, "takeover", 8) && (!req[8] || req[8] == ' '))
+		return repl_primary_resume_request(h->p);   /* NULL: the standby's takeover */
+	if (!strncmp(req, "migrate ", 8) && repl_primary_protecting(h->p))
+		return repl_primary_migrate_request(h->p, req);   /* to its own secondary */
+	if (!strcmp(req, "cancel") && repl_primary_protecting(h->p) &&
+	    strcmp(repl_primary_state(h->p), "switching")) {
+		repl_primary_cancel(h->p);
+		return strdup("ok cancelled: the VM runs on here\n");
+	}
+	if (!strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
+		return repl_switchover_request(h->p, req);
+	if (!strncmp(req, "status", 6))
+		return repl_primary_status_text(h->p, req);
+	return NULL;
+}
+
+void host_engine_init(struct host_engine *h)
+{
+	h->p = NULL;
+	h->ops = (struct secondary_engine){
+		.ctx = h, .attach = engine_attach, .protect = engine_protect, .detach = engine_detach,
+		.query = engine_query, .switched = engine_switched, .request = engine_request,
+	};
+}
 
 int host_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 {
 	struct repl_secondary_opts so;
+	struct host_engine eng;
 	struct repl_switch sw;
 	struct repl_vm *vm = NULL;
 	int status;
@@ -19,10 +137,14 @@ int host_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
 	log_set_role("secondary");
 	repl_switch_secondary_opts(&sw, o->control, &so);
 	so.ops = o->ops;
-	return secondary_adopt(loop, &so, vm, &sw);
+	host_engine_init(&eng);
+	return secondary_adopt(loop, &so, &eng.ops, vm, &sw);
 }
 
 int host_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)
 {
-	return secondary_run(loop, o);
+	struct host_engine eng;
+
+	host_engine_init(&eng);
+	return secondary_run(loop, o, &eng.ops);
 }

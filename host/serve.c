@@ -4,8 +4,8 @@
  * which `understudy protect` attaches a secondary (the protection engine
  * of replication/, repl_primary_attach). While protected, snapshots are
  * refused: the engine owns the dirty log. */
-#include "host/host.h"
-#include "secondary/secondary.h"
+#include "host/host_int.h"
+#include "primary/primary.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -314,13 +314,15 @@ int host_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_pat
 	if (ctx.switched) {
 		/* Paused at the switch epoch, which the new primary holds too. */
 		struct repl_secondary_opts so;
+		struct host_engine eng;
 
 		vm->on_stopped = NULL;
 		vm->cb_ctx = NULL;
 		log_set_role("secondary");
 		repl_switch_secondary_opts(&ctx.sw, control_path, &so);
 		so.ops = ctx.ops;
-		return secondary_adopt(loop, &so, vm, &ctx.sw);
+		host_engine_init(&eng);
+		return secondary_adopt(loop, &so, &eng.ops, vm, &ctx.sw);
 	}
 	repl_vm_free(vm);
 	if (!ctx.stopped)

@@ -1,7 +1,7 @@
 /* replication/ inside: the state of the two agents' engines, shared by
- * the files of each (primary.c + primary_fence.c; secondary/standby.c +
+ * the files of each (primary/engine.c and its neighbours; secondary/standby.c +
  * secondary/takeover.c) and status.c. Calls go one way: the state machine
- * files (primary.c, secondary/standby.c) call the others, never the
+ * files (primary/engine.c, secondary/standby.c) call the others, never the
  * reverse. */
 #ifndef US_REPL_AGENT_H
 #define US_REPL_AGENT_H
@@ -68,7 +68,7 @@ struct repl_primary {
 	double migration_ms;           /* attach (or the migrate request) -> that word */
 	uint64_t migrate_t0_ns;
 	ev_timer lease_w;              /* the lease's validity, checked often */
-	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (postcopy.c) */
+	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (primary/postcopy_src.c) */
 	void *handover_tx;             /* migration: the hand-over Fence while the link holds it */
 	bool handover_out;             /* ...it reached the kernel: the destination may have it */
 	bool resigned;                 /* the witness key was given up for the destination */
@@ -94,15 +94,8 @@ struct repl_primary {
 	} hs;
 };
 
-/* primary_fence.c */
-/* The epochs on the link are freed once nothing reads them any more. */
-void repl_pri_link_gone(struct repl_primary *p);
-void repl_pri_fence(struct repl_primary *p);
-void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents);
-int repl_pri_witness_setup(struct repl_primary *p);
-/* Attached to a host's witness: the engine's callbacks on it until detach. */
-void repl_pri_witness_attach(struct repl_primary *p);
-void repl_pri_witness_detach(struct repl_primary *p);
+
+struct secondary_engine;
 
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
 	      S_DONE };
@@ -142,8 +135,8 @@ struct repl_secondary {
 	char peer_addr[128];             /* the primary's host (no port), for the fence command */
 	bool migrate_now;                /* the primary handed the guest over (Fence) */
 	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
-	struct repl_primary *engine;     /* active and protected again (understudy protect) */
-	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (postcopy.c) */
+	const struct secondary_engine *eng;   /* the host's engine, once active (secondary.h) */
+	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (secondary/postcopy_dst.c) */
 	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
 	bool switching;                  /* ...taking over: protect onto switch_listen */
 	char switch_listen[128];         /* where the old primary waits as our standby */

@@ -72,7 +72,7 @@ void repl_ops_drill_result(const struct repl_ops *ops, bool pass,
 	repl_ops_event(ops, pass ? REPL_EV_DRILL_PASS : REPL_EV_DRILL_FAIL, info);
 }
 
-void repl_pri_event(struct repl_primary *p, enum repl_event ev, const char *reason)
+void repl_primary_event(struct repl_primary *p, enum repl_event ev, const char *reason)
 {
 	struct repl_event_info info = {
 		.role = "primary", .epoch = p->ep.acked, .peer = p->o->peer,

@@ -82,7 +82,7 @@ void repl_ops_event(const struct repl_ops *ops, enum repl_event ev,
 void repl_ops_drill_result(const struct repl_ops *ops, bool pass,
 			   const struct repl_event_info *info);
 /* The engines' own events, with their details filled in from their state. */
-void repl_pri_event(struct repl_primary *p, enum repl_event ev, const char *reason);
+void repl_primary_event(struct repl_primary *p, enum repl_event ev, const char *reason);
 void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *reason);
 
 /* host_role: what this process is before any engine runs ("primary" for

@@ -1,7 +1,7 @@
 /* Migration extras: the bandwidth limit of the migration stream and
- * post-copy (postcopy.c: the rate, the source; postcopy_dst.c: the
- * destination). Both sides of post-copy live here; primary.c and
- * secondary.c call in at a few points and never the reverse, except that
+ * post-copy (primary/postcopy_src.c: the rate, the source; postcopy_dst.c: the
+ * destination). Both sides of post-copy live here; primary/ and
+ * secondary/ call in at a few points and never the reverse, except that
  * the destination's outcome ends the secondary's loop (repl_pc_dst_*,
  * secondary/postcopy_dst.c). */
 #ifndef US_REPL_POSTCOPY_H
@@ -11,7 +11,12 @@
 
 /* One page's share of a RAM digest (test mode): a sum, so that the order in
  * which pages are counted does not matter. */
-uint64_t repl_pc_page_sum(uint64_t gfn, const void *data);
+static inline uint64_t repl_pc_page_sum(uint64_t gfn, const void *data)
+{
+	uint64_t crc = proto_digest_page(0, gfn, data);
+
+	return ((crc << 32) | (gfn & 0xffffffffu)) * 0x9e3779b97f4a7c15ull;
+}
 
 static inline bool repl_bm_test(const uint64_t *bm, uint64_t i)
 {

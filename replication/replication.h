@@ -80,7 +80,7 @@ struct repl_vm {
 	/* Loop-thread callbacks of the owner. */
 	void (*on_stopped)(void *ctx, int status);
 	/* Gated output arrived, the first since the last epoch's mark: an
-	 * output-triggered epoch may end now (replication/primary.c). */
+	 * output-triggered epoch may end now (primary/cycle.c). */
 	void (*on_output)(void *ctx);
 	void (*on_hangup)(void *ctx);
 	void *cb_ctx;
@@ -336,7 +336,7 @@ double repl_heartbeat_interval(unsigned timeout_ms);
 /* ---- failures and what they mean (fault.c) ------------------------------- */
 
 /* Not every failure means the peer is gone: each kind has its own policy,
- * decided by the agent that owns the link (see primary.c, secondary.c). */
+ * decided by the agent that owns the link (see primary/engine.c, secondary/standby.c). */
 enum repl_fault_kind {
 	REPL_FAULT_NONE,
 	REPL_FAULT_PEER_LOST,        /* connection closed, silent past the timeout */
@@ -493,7 +493,7 @@ int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id) 
 int repl_send_drill_report(struct repl_link *l, const char *name,
 			   const Understudy__DrillReport *m) US_MUST_CHECK;
 
-/* ---- the initial sync (sync.c) -------------------------------------------- */
+/* ---- the initial sync (primary/sync.c) -------------------------------------------- */
 
 /* Copies the guest's RAM to the secondary while it runs: round 0 every page
  * ever written, then the pages dirtied meanwhile, until few are left; the
@@ -630,7 +630,7 @@ void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c);
 void repl_candidates_expire(struct repl_candidates *cs);
 void repl_candidates_close_all(struct repl_candidates *cs, const char *why);
 
-/* ---- the agents' engines (primary.c, secondary.c) ------------------------ */
+/* ---- the agents' engines (primary/, secondary/) ------------------------ */
 
 /* Default of handshake_timeout_ms (both agents). */
 #define REPL_HANDSHAKE_TIMEOUT_MS 5000
@@ -729,10 +729,6 @@ struct repl_secondary_opts {
  * cannot help: the unit's RestartPreventExitStatus= names it too. */
 #define REPL_EXIT_STANDBY_VOUCHED 4
 
-/* Run on the caller's loop until the guest powers off or a signal; return
- * the exit status. */
-int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
-
 /* The protection of a VM that already runs on a host agent's loop (`run`,
  * `restore`, a secondary that took over): `understudy protect`. The engine
  * is the one repl_primary_run uses, from the initial sync on; the host keeps
@@ -746,55 +742,10 @@ struct repl_primary_host {
 	void (*ended)(void *ctx, int status);
 	void *ctx;
 };
-/* Copies o (and its strings); o->cfg and o->console are not used. wit: the
- * host's witness (it must own the key) or NULL. The VM's output is gated from
- * now on, and its on_stopped goes to the engine until detach. */
-int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_witness *wit,
-			const struct repl_primary_opts *o, const struct repl_primary_host *host,
-			struct repl_primary **out) US_MUST_CHECK;
-/* Frees the engine (says goodbye to a secondary still there); the VM stays
- * the host's, with its on_stopped as before the attach; output held for
- * epochs not acknowledged stays held (fenced: the VM stays paused). */
-void repl_primary_detach(struct repl_primary *p);
 /* "unprotected", "protected", ...: the engine's state. */
 const char *repl_primary_state(const struct repl_primary *p);
-/* Stops a protection or migration not yet handing over: the secondary is
- * told to stand down, the VM runs on unprotected. */
-void repl_primary_cancel(struct repl_primary *p);
-/* "takeover" to an engine whose migration is in doubt (the link failed
- * after the hand-over left; the guest is paused): the operator made sure
- * the destination does not run the guest, so it resumes here unprotected.
- * The reply (malloc'd); NULL when the engine is not in doubt. */
-char *repl_primary_resume_request(struct repl_primary *p);
-/* Hands the guest over to the engine's own secondary as soon as the
- * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
-void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);
-/* A control request "migrate PEER ..." to the engine protecting the VM: the
- * hand-over to PEER if it is this engine's own secondary, else refused
- * (the caller drops the secondary first: "cancel"). The reply, malloc'd. */
-char *repl_primary_migrate_request(struct repl_primary *p, const char *req);
-/* True when a new engine may replace this one: it runs the VM unprotected,
- * its old secondary has been told goodbye and (witness) withdrawn. A
- * migrated, fenced or finished engine is never replaced. */
-bool repl_primary_replaceable(const struct repl_primary *p);
-/* True from the attach until protection ends (given up, fenced, done). */
-bool repl_primary_protecting(const struct repl_primary *p);
-/* True when the witness must keep vouching for the standby at the end (it
- * takes over, or the engine was fenced). */
-bool repl_primary_keeps_standby(const struct repl_primary *p);
 /* The status reply of the engine (as `understudy status` shows it). */
 char *repl_primary_status_text(void *p, const char *req);
-/* A control request "protect PEER [key=value ...]" (what `understudy
- * protect` sends: epoch-ms, timeout-ms, handshake-timeout-ms, insecure,
- * transport, tls-cert, tls-key, tls-ca, tls-peer-name) or "migrate PEER
- * [downtime-ms=N] [...]" (o->migrate_downtime_ms, 30 by default) into o; 0
- * or -EINVAL with err saying why. The strings of o point into req, which
- * must stay. */
-int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t errlen) US_MUST_CHECK;
-/* Why the engine o describes cannot take the VM on machine m (a migration
- * of a VM with a disk without with-disk, or with post-copy), or NULL. The
- * text starts with "usage: " (the operator's request is what is wrong). */
-const char *repl_protect_refusal(const struct repl_primary_opts *o, const struct machine *m);
 
 /* ---- planned switchover ------------------------------------------------------ */
 
@@ -817,23 +768,4 @@ struct repl_switch {
 	char disk[256];            /* the VM's image ("": none), the standby's --disk */
 };
 
-/* "switchover listen=HOST:PORT": at the next acknowledged epoch the guest
- * pauses for a final epoch, the secondary takes it over at once and
- * protects it onto HOST:PORT, where this VM waits as its standby (no
- * resync). 0, or -EINVAL/-EBUSY with err saying why (not protected, a
- * witness, a migration under way). */
-int repl_primary_switchover(struct repl_primary *p, const char *listen, char *err,
-			    size_t errlen) US_MUST_CHECK;
-/* The control request "switchover listen=HOST:PORT" -> reply (malloc'd). */
-char *repl_switchover_request(struct repl_primary *p, const char *req);
-/* True (and *sw filled) when the engine ended by a switchover: the VM is
- * paused at sw->epoch and must become a standby (secondary_adopt). */
-bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw);
-/* repl_primary_run, but a switchover hands the paused VM out (*vm, *sw)
- * instead of freeing it; *vm is NULL otherwise. */
-int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts *o,
-			    struct repl_vm **vm, struct repl_switch *sw);
-/* The secondary options of the standby a switched primary becomes. */
-void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,
-				struct repl_secondary_opts *o);
 #endif

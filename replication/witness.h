@@ -1,5 +1,5 @@
 /* replication/ inside: the witness lease on etcd (witness.c explains the
- * keys and the deadline). Used by the agents' engines, primary.c and
+ * keys and the deadline). Used by the agents' engines, primary/ and
  * secondary.c; not part of the module's public header. */
 #ifndef US_REPL_WITNESS_H
 #define US_REPL_WITNESS_H

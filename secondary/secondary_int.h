@@ -7,6 +7,7 @@
 #include "replication/agent.h"
 #include "replication/postcopy.h"
 #include "replication/replication.h"
+#include "secondary/secondary.h"
 
 /* ---- staging.c: an epoch staged whole, then applied --------------------- */
 
@@ -27,6 +28,8 @@ int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee,
 		     struct repl_fault *f) US_MUST_CHECK;
 
 /* takeover.c */
+/* The host's engine as it is now (st->state NULL: none attached). */
+void repl_sec_engine_state(const struct repl_secondary *s, struct secondary_engine_state *st);
 void repl_sec_drop_standby(struct repl_secondary *s);
 /* The takeover decision (the primary is silent, or a takeover request). */
 void repl_sec_begin_takeover(struct repl_secondary *s);

@@ -164,6 +164,7 @@ static void watch_at(struct repl_secondary *s, uint64_t left_ns)
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
+	struct secondary_engine_state eng;
 	uint64_t stall_ns, silent_ns, timeout_ns = (uint64_t)s->o->timeout_ms * 1000000ull;
 
 	(void)loop;
@@ -178,10 +179,11 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	repl_candidates_expire(&s->cands);
 	handshake_overdue(s);
-	if (s->wit && s->state == S_ACTIVE &&
-	    !(s->engine && (!strcmp(repl_primary_state(s->engine), "switching") ||
-			    !strcmp(repl_primary_state(s->engine), "migrated"))))
-		repl_sec_lease_check(s);   /* not a source that gave the key up on purpose */
+	if (s->wit && s->state == S_ACTIVE) {
+		repl_sec_engine_state(s, &eng);
+		if (!(eng.state && (!strcmp(eng.state, "switching") || !strcmp(eng.state, "migrated"))))
+			repl_sec_lease_check(s);   /* not a source that gave the key up on purpose */
+	}
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
 	/* Judged by what arrived (a beat is stamped by its own thread), not by
@@ -822,7 +824,7 @@ static void on_engine_ended(void *ctx, int status)
 {
 	struct repl_secondary *s = ctx;
 
-	if (s->engine && repl_primary_switched(s->engine, &(struct repl_switch){ 0 })) {
+	if (s->eng->switched(s->eng->ctx, &(struct repl_switch){ 0 })) {
 		ev_timer_set(&s->switch_w, 0, 0);
 		ev_timer_start(s->loop, &s->switch_w);   /* not inside the engine's call */
 		return;
@@ -870,19 +872,20 @@ static void adopt_standby(struct repl_secondary *s, const struct repl_switch *sw
 static void on_switched(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_secondary *s = w->data;
+	struct secondary_engine_state eng;
 	struct repl_switch sw;
 	int r;
 
 	(void)loop;
 	(void)revents;
-	if (!s->engine && s->state == S_ACTIVE) {
+	repl_sec_engine_state(s, &eng);
+	if (!eng.state && s->state == S_ACTIVE) {
 		attach_after_switch(s);
 		return;
 	}
-	if (!s->engine || !repl_primary_switched(s->engine, &sw))
+	if (!s->eng->switched(s->eng->ctx, &sw))
 		return;
-	repl_primary_detach(s->engine);
-	s->engine = NULL;
+	s->eng->detach(s->eng->ctx);
 	s->con = repl_vm_take_console(s->vm);
 	if (sw.listen[0])            /* switchover --listen: where to wait now */
 		snprintf(s->listen_at, sizeof(s->listen_at), "%s", sw.listen);
@@ -911,7 +914,7 @@ static void attach_after_switch(struct repl_secondary *s)
 	o.ops = s->o->ops;
 	o.home_listen = s->listen_at;
 	o.switch_downtime_ms = s->switch_in_ms;
-	r = repl_primary_attach(s->loop, s->vm, s->wit, &o, &host, &s->engine);
+	r = s->eng->attach(s->eng->ctx, s->loop, s->vm, s->wit, &o, &host);
 	if (r < 0) {
 		log_error(TAG, "cannot protect the guest onto the old primary (%s): it runs here "
 			  "UNPROTECTED", strerror(-r));
@@ -924,49 +927,16 @@ static void attach_after_switch(struct repl_secondary *s)
 static char *protect_request(struct repl_secondary *s, const char *req)
 {
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = s };
-	struct repl_primary_opts o;
-	char *copy = strdup(req), err[256], *reply = NULL;
-	int r;
+	char not_now[256];
 
-	if (!copy)
-		return NULL;
-	if (!strncmp(req, "migrate ", 8) && s->engine && repl_primary_protecting(s->engine)) {
-		free(copy);         /* to its own secondary (or refused, saying why) */
-		return repl_primary_migrate_request(s->engine, req);
-	}
-	r = repl_protect_parse(copy, &o, err, sizeof(err));
-	o.ops = s->o->ops;
-	if (r == 0 && s->state != S_ACTIVE) {
-		snprintf(err, sizeof(err), "this secondary is %s: only a guest it took over can be "
-			 "protected", repl_sec_state_name(s));
-		r = -EINVAL;
-	}
-	if (r == 0 && repl_protect_refusal(&o, s->vm->m)) {
-		snprintf(err, sizeof(err), "%s", repl_protect_refusal(&o, s->vm->m));
-		r = -EINVAL;
-	}
-	if (r == 0 && s->engine && !repl_primary_replaceable(s->engine)) {
-		snprintf(err, sizeof(err), "the VM is %s%s", repl_primary_state(s->engine),
-			 repl_primary_protecting(s->engine) ? ": one secondary at a time" :
-			 ": not now (a goodbye or withdrawal pending, or handed over)");
-		r = -EBUSY;
-	}
-	if (r == 0) {
-		repl_primary_detach(s->engine);
-		s->engine = NULL;
-		r = repl_primary_attach(s->loop, s->vm, s->wit, &o, &host, &s->engine);
-		if (r < 0)
-			snprintf(err, sizeof(err), "cannot protect: %s", strerror(-r));
-	}
-	free(copy);
-	if (asprintf(&reply, r == 0 ? "ok protecting: connecting to the secondary\n" : "error %s\n",
-		     err) < 0)
-		return NULL;
-	return reply;
+	snprintf(not_now, sizeof(not_now), "this secondary is %s: only a guest it took over can be "
+		 "protected", repl_sec_state_name(s));
+	return s->eng->protect(s->eng->ctx, s->loop, req, s->state != S_ACTIVE ? not_now : NULL,
+			       s->vm, s->wit, &s->o->ops, &host);
 }
 
 /* "switchback": a standby asks its primary for the guest back (a
- * switchover towards this side; the primary decides, see primary.c). */
+ * switchover towards this side; the primary decides, see primary/cycle.c). */
 static char *switchback_request(struct repl_secondary *s)
 {
 	if (s->state != S_STANDBY || !s->link.conn || !s->stage.have_ckpt)
@@ -982,26 +952,16 @@ static char *control_text(void *ctx, const char *req)
 	struct repl_secondary *s = ctx;
 	char *reply;
 
-	if (!strncmp(req, "takeover", 8) && (!req[8] || req[8] == ' ')) {
-		if (s->engine && (reply = repl_primary_resume_request(s->engine)))
-			return reply;
+	if ((reply = s->eng->request(s->eng->ctx, req)))
+		return reply;      /* the engine's: migrate, cancel, switchover, status */
+	if (!strncmp(req, "takeover", 8) && (!req[8] || req[8] == ' '))
 		return repl_sec_takeover_request(ctx, req);
-	}
 	if (!strncmp(req, "drill", 5))
 		return repl_drill_request(s, req);
 	if (!strcmp(req, "switchback"))
 		return switchback_request(s);
 	if (!strncmp(req, "protect ", 8) || !strncmp(req, "migrate ", 8))
 		return protect_request(s, req);
-	if (!strcmp(req, "cancel") && s->engine && repl_primary_protecting(s->engine) &&
-	    strcmp(repl_primary_state(s->engine), "switching")) {
-		repl_primary_cancel(s->engine);
-		return strdup("ok cancelled: the VM runs on here\n");
-	}
-	if (s->engine && !strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
-		return repl_switchover_request(s->engine, req);
-	if (s->engine && !strncmp(req, "status", 6))
-		return repl_primary_status_text(s->engine, req);
 	if (!strncmp(req, "status", 6))
 		return repl_sec_status_text(ctx, req);
 	return control_reply_unknown(req, "status, takeover, switchback, drill, protect, migrate, "
@@ -1016,11 +976,14 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	log_info(TAG, "signal %d: stopping", w->signum);
 	/* Protected again: the guest stops through the engine, which commits its
 	 * last epoch and tells its secondary not to take over (on_engine_ended). */
-	if (s->engine && !strcmp(repl_primary_state(s->engine), "switching")) {
+	struct secondary_engine_state eng;
+
+	repl_sec_engine_state(s, &eng);
+	if (eng.state && !strcmp(eng.state, "switching")) {
 		log_warn(TAG, "the guest is being handed over: the signal waits for the outcome");
 		return;
 	}
-	if (s->engine && s->state == S_ACTIVE && repl_primary_protecting(s->engine)) {
+	if (eng.state && s->state == S_ACTIVE && eng.protecting) {
 		machine_stop(s->vm->m, 0);
 		return;
 	}
@@ -1035,7 +998,7 @@ static void watchers_init(struct repl_secondary *s)
 
 	ev_timer_init(&s->watch_w, on_watch, tick, tick);
 	ev_timer_init(&s->hb_w, on_hb, hb, hb);
-	/* Silence is judged after pending reads are handled (see primary.c);
+	/* Silence is judged after pending reads are handled (see primary/engine.c);
 	 * the same timer notices a stall of this process (repl_link_tick). */
 	ev_set_priority(&s->watch_w, EV_MINPRI);
 	ev_timer_init(&s->switch_w, on_switched, 0, 0);
@@ -1045,16 +1008,19 @@ static void watchers_init(struct repl_secondary *s)
 	s->switch_w.data = s;
 }
 
-int secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)
+int secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o,
+		  const struct secondary_engine *eng)
 {
 	log_set_role("secondary");
-	return secondary_adopt(loop, o, NULL, NULL);
+	return secondary_adopt(loop, o, eng, NULL, NULL);
 }
 
 int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
-		    struct repl_vm *vm, const struct repl_switch *sw)
+		    const struct secondary_engine *eng, struct repl_vm *vm,
+		    const struct repl_switch *sw)
 {
 	struct repl_secondary *s = calloc(1, sizeof(*s));
+	struct secondary_engine_state est;
 	bool withdraw = false;
 	int r, status = 1;
 
@@ -1063,6 +1029,7 @@ int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
 		return 1;
 	}
 	s->o = o;
+	s->eng = eng;
 	s->loop = loop;
 	snprintf(s->listen_at, sizeof(s->listen_at), "%s", o->listen);
 	repl_timing_init(&s->timing, o->timeout_ms, 0);
@@ -1128,8 +1095,9 @@ out:
 		machine_stop(s->vm->m, 0);
 		machine_pause(s->vm->m);
 	}
-	withdraw = s->engine && !repl_primary_keeps_standby(s->engine);
-	repl_primary_detach(s->engine);
+	repl_sec_engine_state(s, &est);
+	withdraw = est.state && !est.keeps_standby;
+	s->eng->detach(s->eng->ctx);
 	repl_vm_free(s->vm);
 	repl_vm_free(s->spare);
 	if (s->wit) {

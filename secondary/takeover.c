@@ -67,7 +67,7 @@ static void on_vm_stopped(void *ctx, int status)
 
 /* A primary that is only stopped or slow still holds the link: the last
  * thing it reads from it says that this side runs the guest now, so that
- * it stops instead of running on (see primary.c on_fence). */
+ * it stops instead of running on (see primary/failure.c on_fence). */
 static void tell_primary_took_over(struct repl_secondary *s, uint64_t silent_ms)
 {
 	char why[64];
@@ -377,12 +377,22 @@ static void on_revoked(void *ctx)
 	net_notify(NET_NOTIFY_STATUS, "waiting for a primary on %s (stood down)", s->listen_at);
 }
 
+void repl_sec_engine_state(const struct repl_secondary *s, struct secondary_engine_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	s->eng->query(s->eng->ctx, st);
+}
+
 /* The copy this side runs, with a witness: fenced once the lease is not
  * provably valid, unless it runs unprotected and vouches for no standby
  * (the only copy): then paused until the witness re-takes the key. */
 void repl_sec_lease_check(struct repl_secondary *s)
 {
-	bool alone = !s->engine || !strcmp(repl_primary_state(s->engine), "unprotected");
+	struct secondary_engine_state eng;
+	bool alone;
+
+	repl_sec_engine_state(s, &eng);
+	alone = !eng.state || !strcmp(eng.state, "unprotected");
 
 	if (repl_witness_valid(s->wit)) {
 		if (s->lapsed) {

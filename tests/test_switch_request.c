@@ -14,6 +14,7 @@
 
 #include "kmod/log.h"
 #include "net/control.h"
+#include "primary/primary.h"
 #include "replication/agent.h"
 #include "replication/fence.h"
 

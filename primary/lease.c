@@ -4,9 +4,9 @@
  * lease is no longer provably valid fences itself: the guest is paused for
  * good and nothing more leaves. Unprotected, with no standby vouched for,
  * it is the only copy: it pauses until the witness re-takes the key, and
- * fences only if that is refused. The agent's state machine is primary.c;
+ * fences only if that is refused. The engine's state machine is engine.c;
  * nothing here calls back into it. */
-#include "replication/agent.h"
+#include "primary/primary_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #define TAG "primary"
 
 /* The epochs on the link are freed once nothing reads them any more. */
-void repl_pri_link_gone(struct repl_primary *p)
+void repl_primary_link_gone(struct repl_primary *p)
 {
 	ev_timer_stop(p->loop, &p->goodbye_w);
 	repl_link_close(&p->link);
@@ -29,7 +29,7 @@ void repl_pri_link_gone(struct repl_primary *p)
  * replaced. The guest is paused for good and nothing more leaves; the link
  * closes without a goodbye (the secondary contends for the key once our
  * lease runs out at etcd). Only a restart brings this side back. */
-void repl_pri_fence(struct repl_primary *p)
+void repl_primary_fence(struct repl_primary *p)
 {
 	int64_t left = repl_witness_left_ms(p->wit);
 
@@ -50,8 +50,8 @@ void repl_pri_fence(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->lease_w);
 	repl_sync_stop(&p->sync);
 	repl_witness_stop(p->wit);
-	repl_pri_link_gone(p);
-	repl_pri_event(p, REPL_EV_FENCED, p->fault.what);
+	repl_primary_link_gone(p);
+	repl_primary_event(p, REPL_EV_FENCED, p->fault.what);
 }
 
 static void on_vouched(void *ctx)
@@ -82,7 +82,7 @@ static void on_lost(void *ctx)
 	struct repl_primary *p = ctx;
 
 	log_error(TAG, "the witness key is not ours any more");
-	repl_pri_fence(p);
+	repl_primary_fence(p);
 }
 
 /* The lease lapsed while this side runs unprotected and vouches for no
@@ -100,7 +100,7 @@ static void pause_for_key(struct repl_primary *p)
 	machine_pause(p->vm->m);
 }
 
-void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
+void repl_primary_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct repl_primary *p = w->data;
 
@@ -122,11 +122,11 @@ void repl_pri_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
 		pause_for_key(p);
 		return;
 	}
-	repl_pri_fence(p);
+	repl_primary_fence(p);
 }
 
 /* With --witness: the key is ours before the guest runs, or nothing runs. */
-int repl_pri_witness_setup(struct repl_primary *p)
+int repl_primary_witness_setup(struct repl_primary *p)
 {
 	char self[REPL_WITNESS_ID_MAX], host[64] = "?", err[320];
 	int r;
@@ -160,7 +160,7 @@ int repl_pri_witness_setup(struct repl_primary *p)
 	return 0;
 }
 
-void repl_pri_witness_attach(struct repl_primary *p)
+void repl_primary_witness_attach(struct repl_primary *p)
 {
 	if (!p->wit)
 		return;
@@ -169,7 +169,7 @@ void repl_pri_witness_attach(struct repl_primary *p)
 		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
 }
 
-void repl_pri_witness_detach(struct repl_primary *p)
+void repl_primary_witness_detach(struct repl_primary *p)
 {
 	if (p->wit)
 		repl_witness_set_cbs(p->wit, &p->host_cbs);

@@ -91,15 +91,6 @@ void repl_rate_charge(struct repl_rate *r, size_t bytes)
 	r->tokens -= (double)bytes;
 }
 
-/* ---- shared ------------------------------------------------------------------------ */
-
-uint64_t repl_pc_page_sum(uint64_t gfn, const void *data)
-{
-	uint64_t crc = proto_digest_page(0, gfn, data);
-
-	return ((crc << 32) | (gfn & 0xffffffffu)) * 0x9e3779b97f4a7c15ull;
-}
-
 /* ---- the source -------------------------------------------------------------------- */
 
 struct repl_pc_src {

@@ -4,7 +4,7 @@
  * took over), parsed into the options of the protection engine
  * (repl_primary_attach). Values are checked as the command line checks them;
  * nothing is acted on unless the whole request is valid. */
-#include "replication/replication.h"
+#include "primary/primary.h"
 
 #include <errno.h>
 #include <stdio.h>

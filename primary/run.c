@@ -1,0 +1,405 @@
+/* How a host runs the primary engine: as its own process's agent
+ * (repl_primary_run) or attached to a running VM (repl_primary_attach),
+ * its control requests, and what the host asks of it (state, switchover,
+ * cancel). Top of primary/: calls engine.c, cycle.c and failure.c. */
+#include "primary/primary_int.h"
+#include "replication/converge.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kmod/mutant.h"
+#include "net/control.h"
+#include "net/notify.h"
+
+#define TAG "primary"
+
+char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
+{
+	struct repl_primary_opts o;
+	char *copy = strdup(req), err[256], *reply = NULL;
+	const char *why;
+	int r;
+
+	if (!copy)
+		return NULL;
+	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	if (r == 0 && (why = repl_protect_refusal(&o, p->vm->m))) {
+		snprintf(err, sizeof(err), "%s", why);
+		r = -EINVAL;
+	}
+	if (r == 0 && strcmp(o.peer, p->o->peer)) {
+		snprintf(err, sizeof(err), "the VM is protected by %s: it hands over only to that "
+			 "secondary (understudy migrate drops it first when the destination is another)",
+			 p->o->peer);
+		r = -EINVAL;
+	}
+	if (r == 0 && p->state != P_PROTECTED && p->state != P_PROTECTING) {
+		snprintf(err, sizeof(err), "the VM is %s, not protected", repl_primary_state(p));
+		r = -EINVAL;
+	}
+	if (r == 0 && (o.bandwidth_mib || o.postcopy_after) &&
+	    (r = repl_pc_src_new(p, o.bandwidth_mib, o.postcopy_after)) < 0)
+		snprintf(err, sizeof(err), "cannot set the migration up: %s", strerror(-r));
+	if (r == 0)
+		repl_primary_migrate(p, o.migrate_downtime_ms, !o.no_auto_converge);
+	free(copy);
+	if (asprintf(&reply, r == 0 ? "ok migrating to %s\n" : "error %s\n", r == 0 ? p->o->peer : err) < 0)
+		return NULL;
+	return reply;
+}
+
+static char *control_text(void *ctx, const char *req)
+{
+	char *reply;
+
+	if (!strcmp(req, "takeover") && (reply = repl_primary_resume_request(ctx)))
+		return reply;
+	if (!strncmp(req, "migrate ", 8))
+		return repl_primary_migrate_request(ctx, req);
+	if (!strcmp(req, "cancel"))
+		return strdup("error a primary agent keeps the secondary it was started with (--peer): "
+			      "it migrates only to that one (start the VM with run, then protect, to move "
+			      "it anywhere)\n");
+	if (!strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
+		return repl_switchover_request(ctx, req);
+	if (!strncmp(req, "test wedge ", 11))
+		return repl_fault_test_wedge(req + 11);
+	if (!strncmp(req, "status", 6))
+		return repl_primary_status_text(ctx, req);
+	return control_reply_unknown(req, "status, migrate, cancel, switchover");
+}
+
+/* repl_primary_run: the VM, its witness and control socket are the engine's. */
+static int setup(struct repl_primary *p)
+{
+	int r;
+
+	if ((r = repl_primary_witness_setup(p)) < 0)
+		return r;
+	if ((r = repl_vm_new(p->loop, &p->o->cfg, p->o->console, &p->vm)) < 0)
+		return r;
+	p->vm->witness = p->wit;
+	repl_vm_set_gated(p->vm, true);
+	if ((r = repl_vm_boot(p->vm)) < 0)
+		return r;
+	/* Loading a Linux kernel and initrd can take seconds: the loop's clock,
+	 * read before, would start the connect and handshake deadlines late. */
+	ev_now_update(p->loop);
+	if (p->o->control &&
+	    (r = control_open(p->loop, p->o->control, control_text, p, &p->ctl)) < 0)
+		return r;
+	return repl_primary_init(p);
+}
+
+int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
+{
+	struct repl_switch sw;
+	struct repl_vm *vm = NULL;
+	int status = repl_primary_run_switch(loop, o, &vm, &sw);
+
+	if (vm) {                   /* nobody to hand it to: it stops here */
+		machine_stop(vm->m, 0);
+		repl_vm_free(vm);
+	}
+	return status;
+}
+
+int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts *o,
+			    struct repl_vm **vm, struct repl_switch *sw)
+{
+	struct repl_primary *p = calloc(1, sizeof(*p));
+	int status, r;
+
+	*vm = NULL;
+	if (!p)
+		return 1;
+	p->o = o;
+	p->loop = loop;
+	p->state = P_CONNECTING;
+	repl_metrics_watch_primary(o->ops.metrics, p);
+	repl_timing_init(&p->timing, o->timeout_ms, o->epoch_ms);
+	repl_primary_watchers_init(p);
+	if ((r = setup(p)) < 0) {
+		status = r == -EBUSY && p->wit ? REPL_EXIT_STANDBY_VOUCHED : 1;
+		goto out;
+	}
+	ev_signal_start(p->loop, &p->sigint_w);
+	ev_signal_start(p->loop, &p->sigterm_w);
+	if (p->wit)
+		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): output leaves "
+			 "only while the lease is provably valid", o->witness.key, o->witness.lease_ms);
+	else
+		log_info(TAG, "fencing: " REPL_FENCING);
+	net_notify(NET_NOTIFY_STATUS, "connecting to the secondary at %s", o->peer);
+	repl_primary_start(p);
+	repl_vm_mark_running(p->vm);
+	machine_resume(p->vm->m);
+	ev_run(p->loop, 0);
+	status = p->exit_status;
+	if (!p->switched)   /* switched over: this process goes on as the standby */
+		net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d): %s", status, p->migrated ?
+			   "migrated" : p->fault.kind ? p->fault.what : "the guest stopped");
+out:
+	ev_signal_stop(p->loop, &p->sigint_w);
+	ev_signal_stop(p->loop, &p->sigterm_w);
+	repl_primary_fini(p);
+	control_free(p->ctl);
+	if (p->vm && repl_primary_switched(p, sw)) {
+		/* Paused at the final epoch, which the new primary holds too. */
+		p->vm->on_stopped = NULL;
+		p->vm->on_output = NULL;
+		p->vm->cb_ctx = NULL;
+		*vm = p->vm;
+		p->vm = NULL;
+		/* The key went to the new primary (resigned at the final ACK); the
+		 * same witness serves the standby this process becomes. */
+		sw->witness = o->witness;
+		sw->wit = p->wit;
+		p->wit = NULL;
+	}
+	if (p->vm) {
+		machine_stop(p->vm->m, 0);
+		machine_pause(p->vm->m);
+	}
+	repl_vm_free(p->vm);        /* what it still releases passes the lease gate */
+	if (p->wit) {
+		repl_witness_release(p->wit, !p->keep_standby);
+		repl_witness_free(p->wit);
+	}
+	repl_metrics_watch_primary(o->ops.metrics, NULL);
+	free(p);
+	return status;
+}
+
+/* ---- on a host's running VM (understudy protect) ------------------------------- */
+
+/* Copies src into the engine's own storage (slot i); NULL stays NULL. */
+static const char *own_string(struct repl_primary *p, int i, const char *src)
+{
+	if (!src)
+		return NULL;
+	snprintf(p->own_strings[i], sizeof(p->own_strings[i]), "%s", src);
+	return p->own_strings[i];
+}
+
+int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_witness *wit,
+			const struct repl_primary_opts *o, const struct repl_primary_host *host,
+			struct repl_primary **out)
+{
+	const char *why = repl_protect_refusal(o, vm->m);
+	struct repl_primary *p;
+	int r;
+
+	if (why) {
+		log_error(TAG, "%s", why);
+		return -EINVAL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->attached = true;
+	p->own = *o;
+	p->own.peer = own_string(p, 0, o->peer);
+	p->own.net.cert = own_string(p, 1, o->net.cert);
+	p->own.net.key = own_string(p, 2, o->net.key);
+	p->own.net.ca = own_string(p, 3, o->net.ca);
+	p->own.net.peer_name = own_string(p, 4, o->net.peer_name);
+	p->own.net.rdma_provider = own_string(p, 5, o->net.rdma_provider);
+	p->own.home_listen = own_string(p, 6, o->home_listen);
+	p->own.control = p->own.console = NULL;
+	p->own.cfg = vm->m->cfg;     /* what the secondary builds its standby from */
+	p->own.witness = (struct repl_witness_opts){ .key = wit ? repl_witness_key(wit) : NULL };
+	p->o = &p->own;
+	p->loop = loop;
+	p->vm = vm;
+	p->wit = wit;
+	/* Resuming after a switchover: the key was won with the old primary's
+	 * standby vouched for (secondary/takeover.c), so it is withdrawn before
+	 * anything this side produces leaves unprotected. */
+	p->vouch_asked = wit && o->resume_epoch;
+	p->host = *host;
+	p->state = P_CONNECTING;
+	p->attach_t0_ns = now_ns();
+	p->migrate_ms = o->migrate_downtime_ms;
+	p->migrate_t0_ns = p->attach_t0_ns;
+	p->auto_converge = !o->no_auto_converge;
+	p->host_stopped = vm->on_stopped;
+	p->host_stopped_ctx = vm->cb_ctx;
+	repl_timing_init(&p->timing, p->o->timeout_ms, p->o->epoch_ms);
+	repl_primary_watchers_init(p);
+	/* Logged first: a migration's total time counts the setup below. */
+	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
+	if ((r = repl_primary_init(p)) < 0) {
+		repl_primary_fini(p);
+		vm->on_stopped = p->host_stopped;
+		vm->on_output = NULL;
+		vm->cb_ctx = p->host_stopped_ctx;
+		repl_vm_set_gated(vm, false);
+		free(p);
+		return r;
+	}
+	if ((o->bandwidth_mib || o->postcopy_after) &&
+	    (r = repl_pc_src_new(p, o->bandwidth_mib, o->postcopy_after)) < 0) {
+		repl_primary_fini(p);
+		vm->on_stopped = p->host_stopped;
+		vm->cb_ctx = p->host_stopped_ctx;
+		repl_vm_set_gated(vm, false);
+		free(p);
+		return r;
+	}
+	repl_primary_witness_attach(p);
+	p->ep.hot_off = p->migrate_ms != 0;
+	repl_metrics_watch_primary(p->o->ops.metrics, p);
+	repl_primary_start(p);
+	*out = p;
+	return 0;
+}
+
+void repl_primary_detach(struct repl_primary *p)
+{
+	bool release;
+
+	if (!p)
+		return;
+	/* Held output of epochs the secondary may not hold never leaves; before
+	 * the first checkpoint nothing was protected, so nothing is held back.
+	 * With a witness, not before the standby's vouch is withdrawn. */
+	release = (p->state < P_PROTECTING || p->state == P_UNPROTECTED) &&
+		  !(p->wit && p->vouch_asked && !p->withdrawn);
+	repl_primary_witness_detach(p);
+	if (p->link.conn && p->state >= P_SYNC && p->state < P_UNPROTECTED &&
+	    repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
+			    "protection detached") < 0)
+		log_warn(TAG, "could not tell the secondary we stop");
+	repl_primary_fini(p);
+	p->vm->on_stopped = p->host_stopped;
+	p->vm->on_output = NULL;
+	p->vm->cb_ctx = p->host_stopped_ctx;
+	if (release)
+		repl_vm_set_gated(p->vm, false);
+	repl_metrics_watch_primary(p->o->ops.metrics, NULL);
+	free(p);
+}
+
+void repl_primary_cancel(struct repl_primary *p)
+{
+	struct repl_fault f;
+
+	p->migrate_ms = 0;
+	p->ep.hot_off = false;
+	repl_fault_set(&f, REPL_FAULT_PEER_LOST, -ECANCELED, "cancelled by the operator");
+	repl_primary_drop_protection(p, &f);
+}
+
+void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge)
+{
+	p->migrate_ms = downtime_ms;
+	p->ep.hot_off = true;
+	p->migrate_t0_ns = now_ns();
+	p->auto_converge = auto_converge;
+	log_info(TAG, "migration to the secondary asked for: hand-over once the predicted downtime "
+		 "is at most %u ms", downtime_ms);
+}
+
+char *repl_primary_resume_request(struct repl_primary *p)
+{
+	if (!p->in_doubt)
+		return NULL;
+	if (p->wit && p->resigned)
+		return strdup("error the witness key was given up for the destination: it may win "
+			      "it; restart this VM from a copy instead\n");
+	log_warn(TAG, "takeover asked: the destination does not run the guest (the operator says "
+		 "so); the guest resumes here from epoch %llu, UNPROTECTED",
+		 (unsigned long long)p->final_epoch);
+	p->in_doubt = p->finishing = p->keep_standby = false;
+	p->state = P_UNPROTECTED;
+	repl_primary_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
+	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: resumed after a migration in doubt");
+	repl_vm_set_gated(p->vm, false);
+	machine_resume(p->vm->m);
+	return strdup("ok took over: the guest runs here, unprotected\n");
+}
+
+bool repl_primary_replaceable(const struct repl_primary *p)
+{
+	return p->state == P_UNPROTECTED && !p->link.conn && !p->migrated &&
+	       !(p->wit && p->vouch_asked && !p->withdrawn);
+}
+
+bool repl_primary_protecting(const struct repl_primary *p)
+{
+	return p->state < P_UNPROTECTED;
+}
+
+bool repl_primary_keeps_standby(const struct repl_primary *p)
+{
+	return p->keep_standby;
+}
+
+char *repl_switchover_request(struct repl_primary *p, const char *req)
+{
+	char listen[128] = "", err[256], *reply = NULL;
+	int r = -EINVAL, end = 0;
+
+	if (sscanf(req, "switchover listen=%127s%n", listen, &end) != 1 || req[end])
+		snprintf(err, sizeof(err), "usage: switchover listen=HOST:PORT");
+	else
+		r = repl_primary_switchover(p, listen, err, sizeof(err));
+	if (asprintf(&reply, r == 0 ? "ok switching over: standby at %s\n" : "error %s\n",
+		     r == 0 ? listen : err) < 0)
+		return NULL;
+	return reply;
+}
+
+bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw)
+{
+	const struct net_config *n = &p->o->net;
+	const char *strs[5] = { n->cert, n->key, n->ca, n->peer_name, n->rdma_provider };
+	const char **dst[5];
+
+	if (!p->switched)
+		return false;
+	memset(sw, 0, sizeof(*sw));
+	sw->epoch = p->final_epoch;
+	snprintf(sw->listen, sizeof(sw->listen), "%s", p->switch_listen);
+	snprintf(sw->token, sizeof(sw->token), "%s", p->switch_token);
+	sw->downtime_ms = p->downtime_ms;
+	sw->bytes_sent = p->link.bytes_sent;
+	sw->net = *n;
+	dst[0] = &sw->net.cert;
+	dst[1] = &sw->net.key;
+	dst[2] = &sw->net.ca;
+	dst[3] = &sw->net.peer_name;
+	dst[4] = &sw->net.rdma_provider;
+	for (int i = 0; i < 5; i++) {
+		*dst[i] = NULL;
+		if (strs[i]) {
+			snprintf(sw->str[i], sizeof(sw->str[i]), "%s", strs[i]);
+			*dst[i] = sw->str[i];
+		}
+	}
+	sw->timeout_ms = p->o->timeout_ms;
+	sw->handshake_timeout_ms = p->o->handshake_timeout_ms;
+	/* The VM's own image goes on as the standby's: the epochs' blocks are
+	 * written to it from the switch epoch on (no resync). */
+	snprintf(sw->disk, sizeof(sw->disk), "%s", p->vm->m->cfg.ndisks ? p->vm->m->cfg.disk : "");
+	return true;
+}
+
+void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,
+				struct repl_secondary_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->listen = sw->listen;
+	o->control = control;
+	o->net = sw->net;
+	o->timeout_ms = sw->timeout_ms;
+	o->handshake_timeout_ms = sw->handshake_timeout_ms;
+	o->witness = sw->witness;
+	o->disk = sw->disk[0] ? sw->disk : NULL;
+}
