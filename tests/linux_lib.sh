@@ -83,6 +83,31 @@ PY
 	rm -f "$2.payload"
 	[ "$(head -c 4 "$2" | od -An -c | tr -d ' ')" = '177ELF' ] || fail "linux_vmlinux: $1's payload is not an ELF"
 }
+# linux_test_start: the start of every test of a Linux guest under
+# protection: BIN made absolute and built, a KVM that boots Linux
+# (need_linux_kvm), a primary with the loader (--kernel), and fail keeping
+# the agents' logs (KEEP, see linux_lab_cleanup). Skips (77) saying why.
+linux_test_start() {
+	BIN=${UNDERSTUDY_BIN:-build/understudy}
+	case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+	[ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
+	need_linux_kvm
+	"$BIN" primary --help 2>&1 | grep -q -- '--kernel' ||
+		{ echo "SKIP: $BIN primary has no --kernel (the Linux loader of issue 26 is not in this build)"; exit 77; }
+	fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
+}
+# linux_ns_lab NAME: linux_lab without taps: a temporary directory $T, a
+# namespace $VNS with its loopback up (the agents talk there), the guest
+# (linux_guest), and the same cleanup on exit.
+linux_ns_lab() {
+	command -v ip >/dev/null || { echo "SKIP: no ip (iproute2) for the test's namespace"; exit 77; }
+	VNS=ulv$$ CNS= LAB_NAME=$1 KEEP=
+	T=$(mktemp -d "/tmp/$1.XXXXXX")
+	trap linux_lab_cleanup EXIT
+	ip netns add "$VNS" && ip -n "$VNS" link set lo up ||
+		{ echo "SKIP: cannot make a network namespace (root needed)"; exit 77; }
+	linux_guest "$T/guest"
+}
 # linux_lab NAME TAP...: what a test of a Linux guest behind taps needs
 # (need_taps, need_linux_loader, e2fsprogs to read the disk): a temporary
 # directory $T, namespaces $VNS (a bridge with the taps; the agents run
@@ -108,7 +133,7 @@ linux_lab_cleanup() {
 	kill $(jobs -p) 2>/dev/null
 	wait 2>/dev/null
 	ip netns del "$VNS" 2>/dev/null
-	ip netns del "$CNS" 2>/dev/null
+	[ -n "$CNS" ] && ip netns del "$CNS" 2>/dev/null
 	logs=$(dirname "$BIN")/test-logs
 	if [ -n "$KEEP" ] && [ -d "$logs" ]; then
 		mkdir -p "$logs/$LAB_NAME" &&

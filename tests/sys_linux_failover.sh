@@ -18,13 +18,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 . tests/linux_lib.sh
-BIN=${UNDERSTUDY_BIN:-build/understudy}
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-[ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
-need_linux_kvm
-"$BIN" primary --help 2>&1 | grep -q -- '--kernel' ||
-	{ echo "SKIP: $BIN primary has no --kernel (the Linux loader of issue 26 is not in this build)"; exit 77; }
-fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
+linux_test_start
 linux_lab sys_linux_failover tapla taplb
 
 seed=${LINUX_SEED:-$RANDOM}

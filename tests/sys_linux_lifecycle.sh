@@ -24,11 +24,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 . tests/linux_lib.sh
-BIN=${UNDERSTUDY_BIN:-build/understudy}
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-[ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
-need_linux_kvm
-fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
+linux_test_start
 linux_lab sys_linux_lifecycle tapma tapmb tapmc
 
 ip netns exec "$CNS" env LINUX_VERIFY="${LINUX_VERIFY:-1}" python3 tests/linux_lifecycle.py "$BIN" "$VNS" "$T" tapma tapmb tapmc \

@@ -15,32 +15,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 . tests/linux_lib.sh
-BIN=${UNDERSTUDY_BIN:-build/understudy}
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-[ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
-need_linux_kvm
-"$BIN" primary --help 2>&1 | grep -q -- '--kernel' ||
-	{ echo "SKIP: $BIN primary has no --kernel (the Linux loader of issue 26 is not in this build)"; exit 77; }
-command -v ip >/dev/null || { echo "SKIP: no ip (iproute2) for the test's namespace"; exit 77; }
-VNS=ulr$$ KEEP=
-fail() { echo "FAIL: $*"; KEEP=1; exit 1; }
-T=$(mktemp -d /tmp/sys_linux_reboot.XXXXXX)
-cleanup() {
-	local logs=$(dirname "$BIN")/test-logs
-	kill $(jobs -p) 2>/dev/null
-	wait 2>/dev/null
-	ip netns del "$VNS" 2>/dev/null
-	if [ -n "$KEEP" ] && [ -d "$logs" ]; then
-		mkdir -p "$logs/sys_linux_reboot" &&
-			cp "$T"/*.log "$T"/*.events "$T"/*.console "$logs/sys_linux_reboot/" 2>/dev/null
-		echo "agents' logs copied to $logs/sys_linux_reboot"
-	fi
-	if [ -n "$KEEP" ]; then echo "logs kept in $T"; else rm -rf "$T"; fi
-}
-trap cleanup EXIT
-ip netns add "$VNS" && ip -n "$VNS" link set lo up ||
-	{ echo "SKIP: cannot make a network namespace (root needed)"; exit 77; }
-linux_guest "$T/guest"
+linux_test_start
+linux_ns_lab sys_linux_reboot
 
 ip netns exec "$VNS" python3 tests/linux_reboot.py "$BIN" "$VNS" "$T" \
 	"$LINUX_KERNEL" "$LINUX_INITRD" "$LINUX_APPEND" ||
