@@ -300,7 +300,8 @@ int repl_vm_keep_poweron(struct repl_vm *v)
 		return 0;
 	if (!cfg->kernel[0]) {
 		log_warn(TAG, "a reboot of this guest will end it here: no kernel named to boot it "
-			 "from (--kernel; an older primary does not send its own)");
+			 "from (this command's --kernel, or the primary's, which an older "
+			 "primary does not send)");
 		return 0;
 	}
 	if (machine_linux_check(cfg, why, sizeof(why)) < 0) {

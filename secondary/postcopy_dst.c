@@ -439,6 +439,11 @@ int repl_pc_dst_arm(struct repl_secondary *s)
 	return 0;
 }
 
+bool repl_pc_dst_pending(const struct repl_secondary *s)
+{
+	return s->pc && !s->pc->done;
+}
+
 void repl_pc_dst_free(struct repl_secondary *s)
 {
 	struct repl_pc_dst *pc = s->pc;

@@ -55,6 +55,8 @@ int repl_pc_dst_begin(struct repl_secondary *s, const Understudy__PostcopyBegin 
 int repl_pc_dst_arm(struct repl_secondary *s) US_MUST_CHECK;
 /* Announced but not armed, and the source is gone: the VM is lost. */
 void repl_pc_dst_lost(struct repl_secondary *s, const char *why);
+/* A post-copy hand-over is under way and not every page is in yet. */
+bool repl_pc_dst_pending(const struct repl_secondary *s);
 void repl_pc_dst_free(struct repl_secondary *s);
 
 #endif

@@ -246,6 +246,14 @@ static void new_token(struct repl_secondary *s)
  * and the migration or initial sync does not wait for KVM to set up the
  * guest's memory and vCPUs. The VM is fresh, as one built now would be.
  * 1: s->vm is the spare; 0: none fits (any spare is freed), build one. */
+/* A Linux guest's kernel, initrd and command line (outside the digest). */
+static void boot_files_copy(struct machine_config *dst, const struct machine_config *src)
+{
+	memcpy(dst->kernel, src->kernel, sizeof(dst->kernel));
+	memcpy(dst->initrd, src->initrd, sizeof(dst->initrd));
+	memcpy(dst->append, src->append, sizeof(dst->append));
+}
+
 static int take_spare(struct repl_secondary *s)
 {
 	struct repl_vm *v = s->spare;
@@ -366,11 +374,8 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	/* What a Linux guest boots from if it reboots here after a takeover:
 	 * this secondary's own --kernel, else the primary's files, which must
 	 * be at the same paths on this host (repl_vm_keep_poweron says if not). */
-	if (pin->kernel[0]) {
-		memcpy(s->cfg.kernel, pin->kernel, sizeof(s->cfg.kernel));
-		memcpy(s->cfg.initrd, pin->initrd, sizeof(s->cfg.initrd));
-		memcpy(s->cfg.append, pin->append, sizeof(s->cfg.append));
-	}
+	if (pin->kernel[0])
+		boot_files_copy(&s->cfg, pin);
 	if ((avail = machine_host_mem_available()) && s->cfg.mem_bytes > avail) {
 		snprintf(err, sizeof(err), "the primary's VM has %llu MiB of RAM and this host has %llu "
 			 "MiB available (MemAvailable): the standby must be able to hold all of it",
@@ -382,6 +387,8 @@ static int build_standby(struct repl_secondary *s, const Understudy__Section *se
 	r = take_spare(s);
 	if (r == 0)
 		r = repl_vm_new(s->loop, &s->cfg, NULL, &s->vm);
+	else if (r > 0)   /* built from the pin: what it boots from is not in the digest */
+		boot_files_copy(&s->vm->m->cfg, &s->cfg);
 	if (r < 0) {
 		repl_fault_set(&s->rx_fault, repl_fault_local(r), r, "cannot build the standby: %s",
 			       strerror(-r));

@@ -49,15 +49,34 @@ static bool reboot_here(struct repl_secondary *s)
 	return true;
 }
 
+/* Whether the guest's reset may boot it again here: only a copy that runs
+ * the guest by right does. Not one fenced or paused for a lapsed lease
+ * (a reset that raced the fence must not resume it), nor a post-copy
+ * destination still missing pages (clearing RAM under the page-fault
+ * handler's registration would hang the loader on its own thread). */
+static bool may_reboot_here(const struct repl_secondary *s, const char **why)
+{
+	*why = !s->vm->poweron ? "no power-on state is kept here" :
+	       s->state != S_ACTIVE ? "this side does not run the guest by right (fenced)" :
+	       s->lapsed || (s->wit && !repl_witness_valid(s->wit)) ? "the witness lease lapsed" :
+	       repl_pc_dst_pending(s) ? "post-copy pages are still coming" : NULL;
+	return !*why;
+}
+
 static void on_vm_stopped(void *ctx, int status)
 {
 	struct repl_secondary *s = ctx;
+	const char *why;
 
-	/* Without a power-on state the reset ends the VM, as a power-off. */
-	if (status == MACHINE_STATUS_REBOOT && s->vm->poweron) {
-		if (reboot_here(s))
-			return;
-		status = 1;
+	/* Else the reset ends the VM, as a power-off. */
+	if (status == MACHINE_STATUS_REBOOT) {
+		if (may_reboot_here(s, &why)) {
+			if (reboot_here(s))
+				return;
+			status = 1;
+		} else {
+			log_warn(TAG, "the guest rebooted and is not booted again here: %s", why);
+		}
 	}
 	log_info(TAG, "guest stopped (status %d)", status);
 	s->exit_status = status < 0 ? 1 : status;
