@@ -84,14 +84,14 @@ PY
 	[ "$(head -c 4 "$2" | od -An -c | tr -d ' ')" = '177ELF' ] || fail "linux_vmlinux: $1's payload is not an ELF"
 }
 # linux_test_start: the start of every test of a Linux guest under
-# protection: BIN made absolute and built, a KVM that boots Linux
-# (need_linux_kvm), a primary with the loader (--kernel), and fail keeping
-# the agents' logs (KEEP, see linux_lab_cleanup). Skips (77) saying why.
+# protection, after its need_linux_kvm line (which tests/kvm_tests.sh reads
+# to send it to the nested VM): BIN made absolute and built, a primary with
+# the loader (--kernel), and fail keeping the agents' logs (KEEP, see
+# linux_lab_cleanup). Skips (77) saying why.
 linux_test_start() {
 	BIN=${UNDERSTUDY_BIN:-build/understudy}
 	case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 	[ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
-	need_linux_kvm
 	"$BIN" primary --help 2>&1 | grep -q -- '--kernel' ||
 		{ echo "SKIP: $BIN primary has no --kernel (the Linux loader of issue 26 is not in this build)"; exit 77; }
 	fail() { echo "FAIL: $*"; KEEP=1; exit 1; }

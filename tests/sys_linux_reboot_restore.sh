@@ -12,6 +12,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 . tests/linux_lib.sh
+need_linux_kvm
 linux_test_start
 linux_ns_lab sys_linux_reboot_restore
 
