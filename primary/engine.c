@@ -217,7 +217,7 @@ static int on_frame(void *ctx, const struct proto_frame *f)
 static void on_connected(struct net_conn *c, void *ctx)
 {
 	struct repl_primary *p = ctx;
-	char cfgtext[512];
+	char cfgtext[PROTO_CONFIG_MAX_BYTES];
 	int n = proto_config_encode(&p->vm->m->cfg, cfgtext, sizeof(cfgtext)), r = n;
 
 	(void)c;
