@@ -75,17 +75,20 @@ echo "nproc | sed 's/^/ut-nproc /'" >&3
 wait_console "$T/b.out" '^ut-nproc [0-9]+$' 60 || fail "typed nproc: no answer: $(tail -c 300 "$T/b.out")"
 console_has "$T/b.out" '^ut-nproc 2$' || fail "typed nproc: $(tr -d '\r' <"$T/b.out" | grep '^ut-nproc')"
 ok "run --kernel --cpus 2, ut.mode=shell: a shell on the serial console after $t_up s; typed nproc says 2"
-# The RTC's alarm interrupt: an alarm 2 s ahead through sysfs (rtc_cmos
-# programs the alarm registers and AIE), then a read of /dev/rtc0, which
-# returns only once IRQ 8 has come (rtc_cmos's handler reads register C and
-# reports AF). Without the interrupt the read waits until timeout kills it.
+# The RTC's alarm interrupt: /dev/rtc0 opened first (an open forgets the
+# interrupts before it, so it must come before the alarm can fire: typed
+# lines take seconds under the emulator), then an alarm 2 s ahead through
+# sysfs (rtc_cmos programs the alarm registers and AIE), then a read of the
+# open device, which returns only once IRQ 8 has come (rtc_cmos's handler
+# reads register C and reports AF). Without the interrupt the read waits
+# until timeout kills it.
 irq8() { tr -d '\r' <"$T/b.out" | sed -n "s/^ut-irq-$1 *8: *//p" | awk '{ n = 0; for (i = 1; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n; exit }'; }
 # Short typed lines; the markers are put together by the guest's shell, so
 # that the echo of a typed line (wrapped by the line editor) never matches.
 echo "i=\$(grep ' 8:' /proc/interrupts); echo \"ut\"\"-irq-a \$i\"" >&3
-echo "t0=\$(date +%s); echo +2 >/sys/class/rtc/rtc0/wakealarm" >&3
+echo "exec 4</dev/rtc0; t0=\$(date +%s); echo +2 >/sys/class/rtc/rtc0/wakealarm" >&3
 echo "a=\$(grep alarm_IRQ /proc/driver/rtc); echo \"ut\"\"-rtc-set \$a\"" >&3
-echo "x=\$(timeout 60 dd if=/dev/rtc0 bs=8 count=1 2>/dev/null | od -An -tx1)" >&3
+echo "x=\$(timeout 60 dd bs=8 count=1 <&4 2>/dev/null | od -An -tx1); exec 4<&-" >&3
 echo "[ -n \"\$x\" ] && echo \"ut\"\"-rtc-woke \$((\$(date +%s) - t0)) \$x\"" >&3
 echo "i=\$(grep ' 8:' /proc/interrupts); echo \"ut\"\"-irq-b \$i\"; echo \"ut\"\"-rtc-done\"" >&3
 wait_console "$T/b.out" '^ut-rtc-done' 120 || fail "RTC alarm: the typed commands did not finish: $(tail -c 400 "$T/b.out")"
