@@ -308,20 +308,20 @@ void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool aut
 
 char *repl_primary_resume_request(struct repl_primary *p)
 {
+	char *reply = NULL;
+
 	if (!p->in_doubt)
 		return NULL;
-	if (p->wit && p->resigned)
-		return strdup("error the witness key was given up for the destination: it may win "
-			      "it; restart this VM from a copy instead\n");
-	log_warn(TAG, "takeover asked: the destination does not run the guest (the operator says "
-		 "so); the guest resumes here from epoch %llu, UNPROTECTED",
-		 (unsigned long long)p->final_epoch);
-	p->in_doubt = p->finishing = p->keep_standby = false;
-	p->state = P_UNPROTECTED;
-	repl_primary_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
-	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: resumed after a migration in doubt");
-	repl_vm_set_gated(p->vm, false);
-	machine_resume(p->vm->m);
+	if (p->reclaim_lost)
+		return strdup("error the destination won the witness key: it may run the guest\n");
+	if (p->reclaiming) {
+		if (asprintf(&reply, "ok contending for the witness key at epoch %llu\n",
+			     (unsigned long long)p->final_epoch) < 0)
+			return NULL;
+		return reply;
+	}
+	repl_primary_resume_in_doubt(p, "takeover asked: the destination does not run the guest "
+				     "(the operator says so)");
 	return strdup("ok took over: the guest runs here, unprotected\n");
 }
 

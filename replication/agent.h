@@ -73,6 +73,8 @@ struct repl_primary {
 	bool handover_out;             /* ...it reached the kernel: the destination may have it */
 	bool resigned;                 /* the witness key was given up for the destination */
 	bool in_doubt;                 /* the link failed after the hand-over left: paused */
+	bool reclaiming;               /* ...resigned: contending for the key the destination never took */
+	bool reclaim_lost;             /* ...the destination took it: it may run the guest */
 	bool switching_over;           /* switchover asked: hand over at the next ACK */
 	bool switched;                 /* ...done: the VM becomes the standby */
 	char switch_listen[128];       /* ...where it waits for the new primary */

@@ -133,7 +133,7 @@ static void stateset(FILE *f, const char *name, const char *label, const char *h
 static const char *const role_names[] = { "primary", "secondary" };
 static const char *const pri_states[] = {
 	"unprotected", "connecting", "hello", "syncing", "first-checkpoint", "protected",
-	"switching", "fenced", "done", "migrated", "in-doubt",
+	"switching", "fenced", "done", "migrated", "in-doubt", "contending",
 };
 static const char *const sec_states[] = {
 	"waiting", "hello", "standby", "standby-unready", "contending", "fence-failed", "active",

@@ -407,7 +407,7 @@ const char *repl_primary_state(const struct repl_primary *p)
 	if (p->migrated)
 		return "migrated";
 	if (p->in_doubt)
-		return "in-doubt";
+		return p->reclaiming ? "contending" : "in-doubt";
 	if (repl_pc_src_state(p))
 		return repl_pc_src_state(p);
 	return pstate_names[p->state];

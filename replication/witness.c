@@ -48,6 +48,7 @@
 
 #include "kmod/mutant.h"
 #include "net/etcd.h"
+#include "replication/replication.h"
 
 #define TAG "witness"
 
@@ -306,6 +307,7 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 	int64_t lease = 0;
 	int r;
 
+	repl_fault_test_hold("contend");   /* sys_migrate_handover: the key never taken */
 	if (!w->lease && (r = grant(w)) < 0) {
 		complain(w, "cannot get a lease to contend with", r);
 		return REPL_WITNESS_UNREACHABLE;
