@@ -22,12 +22,6 @@ void repl_sec_new_token(struct repl_secondary *s)
 	repl_witness_new_token(s->token, sizeof(s->token));
 }
 
-/* A secondary told what it will hold (--guest, --mem, ...) builds that VM
- * while it waits, as a QEMU destination started with -incoming has: a
- * primary whose configuration is the same one then finds its standby ready
- * and the migration or initial sync does not wait for KVM to set up the
- * guest's memory and vCPUs. The VM is fresh, as one built now would be.
- * 1: s->vm is the spare; 0: none fits (any spare is freed), build one. */
 /* A Linux guest's kernel, initrd and command line (outside the digest). */
 static void boot_files_copy(struct machine_config *dst, const struct machine_config *src)
 {
@@ -36,6 +30,12 @@ static void boot_files_copy(struct machine_config *dst, const struct machine_con
 	memcpy(dst->append, src->append, sizeof(dst->append));
 }
 
+/* A secondary told what it will hold (--guest, --mem, ...) builds that VM
+ * while it waits, as a QEMU destination started with -incoming has: a
+ * primary whose configuration is the same one then finds its standby ready
+ * and the migration or initial sync does not wait for KVM to set up the
+ * guest's memory and vCPUs. The VM is fresh, as one built now would be.
+ * 1: s->vm is the spare; 0: none fits (any spare is freed), build one. */
 static int take_spare(struct repl_secondary *s)
 {
 	struct repl_vm *v = s->spare;
