@@ -1,8 +1,8 @@
 /* replication/ inside: the state of the two agents' engines, shared by
- * the files of each (primary/engine.c and its neighbours; secondary/standby.c +
- * secondary/takeover.c) and status.c. Calls go one way: the state machine
- * files (primary/engine.c, secondary/standby.c) call the others, never the
- * reverse. */
+ * the files of each (primary/engine.c and its neighbours; secondary/standby.c,
+ * link.c, receive.c, takeover.c, ...) and status.c. Calls go one way: the state
+ * machine files (primary/engine.c, secondary/standby.c and link.c) call the
+ * others, never the reverse. */
 #ifndef US_REPL_AGENT_H
 #define US_REPL_AGENT_H
 

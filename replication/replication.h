@@ -336,7 +336,7 @@ double repl_heartbeat_interval(unsigned timeout_ms);
 /* ---- failures and what they mean (fault.c) ------------------------------- */
 
 /* Not every failure means the peer is gone: each kind has its own policy,
- * decided by the agent that owns the link (see primary/engine.c, secondary/standby.c). */
+ * decided by the agent that owns the link (see primary/engine.c, secondary/link.c). */
 enum repl_fault_kind {
 	REPL_FAULT_NONE,
 	REPL_FAULT_PEER_LOST,        /* connection closed, silent past the timeout */
