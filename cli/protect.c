@@ -445,7 +445,7 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		double now = mono_s();
 
 		if ((interrupted || now - t0 > max_s) && strcmp(state, "switching") &&
-		    strcmp(state, "postcopy")) {
+		    strcmp(state, "postcopy") && strcmp(state, "contending")) {
 			r = control_request(control, "cancel", 5000, &reply);
 			cli_meter_end(&m);
 			fprintf(stderr, "understudy migrate: %s%s%s%s: %s", interrupted ? "interrupted" :
@@ -536,9 +536,13 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		}
 		if (!strcmp(state, "in-doubt")) {
 			cli_meter_end(&m);
-			fprintf(stderr, "understudy migrate: in doubt (%s): the guest stays paused at the "
-				"source; if the destination does not run it, `understudy takeover --control "
-				"%s` resumes it there\n", why, control);
+			if (strstr(why, "not won back"))   /* the witness says the destination took it */
+				fprintf(stderr, "understudy migrate: in doubt (%s): the guest stays paused at "
+					"the source for good; the destination holds the witness key\n", why);
+			else
+				fprintf(stderr, "understudy migrate: in doubt (%s): the guest stays paused at "
+					"the source; if the destination does not run it, `understudy takeover "
+					"--control %s` resumes it there\n", why, control);
 			if (!json)
 				say_unfinished(&m, "in doubt", state, &g, now - t0);
 			return 1;

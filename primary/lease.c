@@ -125,6 +125,9 @@ static void on_won(void *ctx)
 	if (!p->reclaiming)
 		return;
 	p->resigned = false;
+	/* The winning transaction wrote K/standby = none: no vouch pending. */
+	p->vouch_asked = p->vouched = false;
+	p->withdrawn = true;
 	ev_timer_start(p->loop, &p->lease_w);
 	repl_primary_resume_in_doubt(p, "won the witness key back: the destination never took it");
 }
@@ -137,11 +140,25 @@ static void on_revoked(void *ctx)
 		return;
 	p->reclaiming = false;
 	p->reclaim_lost = true;
-	repl_fault_set(&p->fault, REPL_FAULT_LOCAL_FATAL, -EEXIST, "in doubt: the destination "
-		       "won the witness key: it may run the guest from epoch %llu",
-		       (unsigned long long)p->final_epoch);
+	repl_fault_set(&p->fault, REPL_FAULT_LOCAL_FATAL, -EEXIST, "in doubt: the witness key was "
+		       "not won back (K/standby no longer names the destination: it took the key "
+		       "and may run the guest from epoch %llu)", (unsigned long long)p->final_epoch);
 	log_error(TAG, "%s; this copy stays paused for good", p->fault.what);
 	net_notify(NET_NOTIFY_STATUS, "MIGRATION IN DOUBT: %s", p->fault.what);
+}
+
+/* This side ends (a signal, or its host stops) while it contends for the
+ * key back: a win the loop never saw must not shut the destination out
+ * (it may be alive and hold the guest): K/standby names it again before
+ * the key is let go, as before the contest. */
+void repl_primary_reclaim_abandon(struct repl_primary *p)
+{
+	if (!p->wit || !p->reclaiming)
+		return;
+	log_warn(TAG, "ending while contending for the witness key: %s names the destination "
+		 "again", repl_witness_key(p->wit));
+	p->reclaiming = false;
+	repl_witness_hand_back(p->wit, p->standby_token);
 }
 
 /* The callbacks the engine takes on its witness. */

@@ -22,6 +22,7 @@ void repl_primary_witness_detach(struct repl_primary *p);
  * does not run it), or, after the key was given up, contend for it back. */
 void repl_primary_resume_in_doubt(struct repl_primary *p, const char *how);
 void repl_primary_reclaim(struct repl_primary *p);
+void repl_primary_reclaim_abandon(struct repl_primary *p);
 
 /* failure.c */
 void repl_primary_on_linger(struct ev_loop *loop, ev_timer *w, int revents);

@@ -168,6 +168,7 @@ out:
 	}
 	repl_vm_free(p->vm);        /* what it still releases passes the lease gate */
 	if (p->wit) {
+		repl_primary_reclaim_abandon(p);
 		repl_witness_release(p->wit, !p->keep_standby);
 		repl_witness_free(p->wit);
 	}
@@ -271,6 +272,7 @@ void repl_primary_detach(struct repl_primary *p)
 	 * With a witness, not before the standby's vouch is withdrawn. */
 	release = (p->state < P_PROTECTING || p->state == P_UNPROTECTED) &&
 		  !(p->wit && p->vouch_asked && !p->withdrawn);
+	repl_primary_reclaim_abandon(p);
 	repl_primary_witness_detach(p);
 	if (p->link.conn && p->state >= P_SYNC && p->state < P_UNPROTECTED &&
 	    repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,

@@ -163,8 +163,11 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents)
 	handshake_overdue(s);
 	if (s->wit && s->state == S_ACTIVE) {
 		repl_sec_engine_state(s, &eng);
-		if (!(eng.state && (!strcmp(eng.state, "switching") || !strcmp(eng.state, "migrated"))))
-			repl_sec_lease_check(s);   /* not a source that gave the key up on purpose */
+		/* Not a source that gave the key up on purpose: handing over, or
+		 * in doubt after the hand-over (contending for it back). */
+		if (!(eng.state && (!strcmp(eng.state, "switching") || !strcmp(eng.state, "migrated") ||
+				    !strcmp(eng.state, "contending") || !strcmp(eng.state, "in-doubt"))))
+			repl_sec_lease_check(s);
 	}
 	if (s->state != S_STANDBY || !s->stage.have_ckpt)
 		return;
