@@ -179,14 +179,17 @@ def run_mode(net, tmp, mode, n, window, seconds, events=None):
             if not wait_for(slog, "waiting for a primary", 60):
                 raise SystemExit("secondary did not start")
             env = dict(os.environ, UNDERSTUDY_EVENT_LOG=events) if events else None
+            plog = os.path.join(tmp, "pri.log")
             procs.append(subprocess.Popen(ex + ["primary", "--guest", guest, "--disk", pimg, "--net", "tap:tapa",
                                                 "--peer", "127.0.0.1:%d" % sport, "--console",
                                                 "tcp:127.0.0.1:%d" % pcon, "--insecure", "--epoch-ms",
                                                 "25", "--timeout-ms", "3000"] +
                                           (["--control", ctl] if ctl else []),
-                                          stderr=subprocess.DEVNULL, env=env))
+                                          stderr=open(plog, "w"), env=env))
             if not wait_for(slog, "first checkpoint applied", 120):
-                raise SystemExit("the pair did not protect the guest")
+                tail = lambda f: " | ".join(open(f, errors="replace").read().splitlines()[-3:])
+                raise SystemExit("the pair did not protect the guest (%s): primary: %s; secondary: %s" %
+                                 (mode, tail(plog), tail(slog)))
         r, before, after = run_client(net, n, window, seconds, ctl)
         if not events:
             return r
