@@ -41,6 +41,7 @@ PORT = 7000
 IMG_BYTES = 64 << 20
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_net_guest import Net, ns_port, wait_for   # noqa: E402  (one copy)
+from bench_protect import status   # noqa: E402  (asked again when a slow agent misses its deadline)
 from figures import figure, machine, pct   # noqa: E402
 import counts                              # noqa: E402
 
@@ -112,14 +113,6 @@ def image(path):
     with open(path, "wb") as f:
         f.truncate(IMG_BYTES)
     return path
-
-
-def status(ctl):
-    r = subprocess.run([BIN, "status", "--control", ctl, "--json"], capture_output=True, text=True)
-    try:
-        return json.loads(r.stdout)
-    except ValueError:
-        return {}
 
 
 def run_client(net, n, window, seconds, ctl=None):

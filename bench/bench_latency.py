@@ -33,6 +33,7 @@ HOST = "127.0.0.1"
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protect import free_port, wait_port   # noqa: E402  (one copy of each)
+from bench_protect import status as status_strict   # noqa: E402
 from figures import figure, pct                   # noqa: E402
 import counts                                     # noqa: E402
 MODES = {
@@ -106,10 +107,10 @@ def run_mode(tmp, mode, n, events=None):
             time.sleep(0.1)
         wait_port(con)
         before = {}
-        lat, spans = rtts(con, n, mark=lambda: before.update(status(ctl)))
+        lat, spans = rtts(con, n, mark=lambda: before.update(status_strict(ctl) if events else {}))
         if not events:
             return lat, None
-        after = status(ctl)
+        after = status_strict(ctl)
         w = counts.waits(counts.read_events(events), spans)
         d = lambda k: after.get(k, 0) - before.get(k, 0)
         return lat, {"epochs_waited": statistics.mean(c for c, _ in w),
