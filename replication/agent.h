@@ -85,6 +85,8 @@ struct repl_primary {
 	uint64_t release_after;        /* after a stall: release at the ACK of this epoch */
 	uint64_t stall_seen_ns;        /* ...the stall that set it */
 	uint64_t epoch_t0_ns;          /* the last epoch was captured then */
+	uint64_t epochs_timer;         /* epochs the epoch timer started (status, metrics) */
+	uint64_t epochs_output;        /* ...that waiting guest output started early */
 	unsigned min_epoch_ms;
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */
