@@ -4,7 +4,7 @@
  * The initial sync's outcome starts the first epoch. Below engine.c (the
  * link's callbacks) and run.c; calls failure.c. */
 #include "primary/primary_int.h"
-#include "replication/converge.h"
+#include "primary/converge.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -43,7 +43,7 @@
  * it gave up is withdrawn at the witness before held output leaves, and a
  * lease that lapses fences this copy for good (state fenced). */
 #include "primary/primary_int.h"
-#include "replication/converge.h"
+#include "primary/converge.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -3,7 +3,7 @@
  * with a goodbye, or the engine stopped (finish). Calls nothing above it
  * (cycle.c, engine.c, run.c call in). */
 #include "primary/primary_int.h"
-#include "replication/converge.h"
+#include "primary/converge.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -3,7 +3,7 @@
  * its control requests, and what the host asks of it (state, switchover,
  * cancel). Top of primary/: calls engine.c, cycle.c and failure.c. */
 #include "primary/primary_int.h"
-#include "replication/converge.h"
+#include "primary/converge.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "replication/converge.h"
+#include "primary/converge.h"
 
 #define MIB (1024.0 * 1024.0)
 #define PER_MS(mib_s) ((mib_s) * MIB / 1e3)    /* MiB/s -> bytes per ms */

@@ -2,8 +2,8 @@
  * downtime a pause for the final epoch would cost now, and whether to hand
  * over, or to throttle the guest (auto-converge) because what it writes is
  * what misses the downtime asked for. */
-#ifndef US_REPL_CONVERGE_H
-#define US_REPL_CONVERGE_H
+#ifndef US_PRIMARY_CONVERGE_H
+#define US_PRIMARY_CONVERGE_H
 
 #include <stdbool.h>
 

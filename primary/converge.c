@@ -4,7 +4,7 @@
  * whose round trip alone exceeds the target, an idle guest was throttled
  * to 99 % and never handed over. Here the round trip is a floor of its
  * own, and only the epoch's bytes are what a throttle is for. */
-#include "replication/converge.h"
+#include "primary/converge.h"
 
 double repl_converge_predict_ms(const struct repl_converge *c)
 {
