@@ -581,7 +581,7 @@ void repl_event_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* repl_vm_release up to mark, logged as "release <epoch> <from> <to>". */
 void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 
-/* ---- connections before their Hello (candidates.c) ----------------------- */
+/* ---- connections before their Hello (secondary/candidates.c) ------------- */
 
 /* A connection to the secondary is a candidate until it says a valid Hello:
  * candidates do not block each other or a real primary. Each must say it
@@ -623,15 +623,6 @@ struct repl_candidates {
 	uint64_t log_ns;                 /* lines about room made: one per 10 s */
 	unsigned unlogged;
 };
-
-void repl_candidates_init(struct repl_candidates *cs, const struct repl_candidates_ops *ops,
-			  void *ctx, unsigned handshake_timeout_ms, struct repl_fault *fault);
-/* Takes ownership of c: it waits for its Hello, or is closed when all
- * slots are taken by candidates that are talking and young. */
-void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c);
-/* Closes the candidates past their deadline (see above). */
-void repl_candidates_expire(struct repl_candidates *cs);
-void repl_candidates_close_all(struct repl_candidates *cs, const char *why);
 
 /* ---- the agents' engines (primary/, secondary/) ------------------------ */
 

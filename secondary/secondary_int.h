@@ -20,6 +20,17 @@ void repl_sec_link_init(struct repl_secondary *s);
 /* The listener's callback (ctx: the agent): a connection is a candidate. */
 void repl_sec_on_accept(struct net_listener *l, struct net_conn *c, void *ctx);
 
+/* ---- candidates.c: connections before their Hello (the struct: replication.h) */
+
+void repl_candidates_init(struct repl_candidates *cs, const struct repl_candidates_ops *ops,
+			  void *ctx, unsigned handshake_timeout_ms, struct repl_fault *fault);
+/* Takes ownership of c: it waits for its Hello, or is closed when all
+ * slots are taken by candidates that are talking and young. */
+void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c);
+/* Closes the candidates past their deadline (see above). */
+void repl_candidates_expire(struct repl_candidates *cs);
+void repl_candidates_close_all(struct repl_candidates *cs, const char *why);
+
 /* ---- receive.c: what the primary's frames say --------------------------- */
 
 /* A frame of the primary's stream (ctx: the agent); <0 as proto_dec_feed's

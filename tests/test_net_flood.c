@@ -25,6 +25,7 @@
 #include "net/metrics.h"
 #include "net/net.h"
 #include "replication/replication.h"
+#include "secondary/secondary_int.h"
 #include "net_harness.h"
 
 #define FLOOD 200

@@ -3,7 +3,7 @@
  * decides on it (ops->hello); the first accepted one is promoted to the
  * primary's link, any other is refused when it speaks, or closed, silent,
  * at handshake_timeout_ms after its connection, as a lost peer. */
-#include "replication/replication.h"
+#include "secondary/secondary_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
