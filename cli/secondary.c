@@ -4,7 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/ops.h"
-#include "replication/fence.h"
+#include "secondary/fence.h"
 #include "host/host.h"
 
 static const char secondary_help[] =

@@ -28,7 +28,7 @@
 
 #include "net/control.h"
 #include "net/notify.h"
-#include "replication/fence.h"
+#include "secondary/fence.h"
 
 #define TAG "secondary"
 

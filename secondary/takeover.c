@@ -14,7 +14,7 @@
 
 #include "kmod/mutant.h"
 #include "net/notify.h"
-#include "replication/fence.h"
+#include "secondary/fence.h"
 
 #define TAG "secondary"
 

@@ -28,7 +28,7 @@
 #include <cmocka.h>
 
 #include "kmod/log.h"
-#include "replication/fence.h"
+#include "secondary/fence.h"
 
 static char dir[64];
 

@@ -16,7 +16,7 @@
 #include "net/control.h"
 #include "primary/primary.h"
 #include "replication/agent.h"
-#include "replication/fence.h"
+#include "secondary/fence.h"
 
 /* An engine in the state a switchover is asked in: protected, nothing
  * under way. The request handler reads nothing else before it arms one. */

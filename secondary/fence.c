@@ -13,7 +13,7 @@
  * grandchildren come back to us and are reaped here, which is how "nothing
  * of it left" can be checked (kill(-pgid, 0) fails with ESRCH) instead of
  * hoped for (PID 1 in a container does not always reap). */
-#include "replication/fence.h"
+#include "secondary/fence.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -4,10 +4,10 @@
  * only when it exits 0 within its deadline; anything else means the
  * primary may still run, so no takeover (the caller stays a standby).
  *
- * Kept apart from replication.h: the secondary includes it (and the command
+ * Kept apart from secondary_int.h: the secondary includes it (and the command
  * line, for the bounds of --fence-retries), nothing else. */
-#ifndef US_REPL_FENCE_H
-#define US_REPL_FENCE_H
+#ifndef US_SECONDARY_FENCE_H
+#define US_SECONDARY_FENCE_H
 
 #include <stddef.h>
 #include <stdint.h>
