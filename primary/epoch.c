@@ -16,6 +16,7 @@
  * late): the slot is then released with on_wire still set, and freed by
  * sent(). A captured epoch that cannot reach the link is undone (undo()),
  * so that the next epoch carries everything it held. */
+#include "primary/primary_int.h"
 #include "replication/postcopy.h"
 
 #include <errno.h>

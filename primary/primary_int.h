@@ -48,6 +48,17 @@ void repl_primary_on_sync_done(void *ctx);
 void repl_primary_on_sync_failed(void *ctx, const struct repl_fault *f);
 void repl_primary_start_sync(struct repl_primary *p);
 
+/* drill.c: the primary's part of drills */
+/* A "drill-begin" or "drill-end" Section from the secondary (other names:
+ * -EPROTO). */
+int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec) US_MUST_CHECK;
+/* In the pause, after a capture: the RAM digest a drill asked for. */
+void repl_drill_pri_capture(struct repl_epochs *q);
+/* After an epoch went to the link: the digest follows it. */
+void repl_drill_pri_sent(struct repl_epochs *q);
+/* An ACK set st.lag_ns. */
+void repl_drill_pri_acked(struct repl_epochs *q);
+
 /* engine.c */
 int repl_primary_init(struct repl_primary *p);
 void repl_primary_start(struct repl_primary *p);

@@ -403,7 +403,7 @@ struct repl_epoch {
 	struct proto_buf pre;      /* the pre-copy's part, sent before the pause */
 };
 
-/* The primary's part of a drill the secondary runs (drill.c): a digest of
+/* The primary's part of a drill the secondary runs (primary/drill.c): a digest of
  * the RAM at one capture, and the pauses and lag from the drill's begin. */
 struct repl_drill_pri {
 	uint64_t id;               /* 0: no drill */
@@ -472,20 +472,15 @@ void repl_epoch_sent(struct repl_epochs *q, void *cookie);
 /* ACK(epoch): 1 accepted (output released), 0 ignored (stale or unknown). */
 int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch);
 
-/* ---- the primary's part of drills (drill.c) ------------------------------ */
-/* A "drill-begin" or "drill-end" Section from the secondary (other names:
- * -EPROTO). */
-int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec) US_MUST_CHECK;
-/* In the pause, after a capture: the RAM digest a drill asked for. */
-void repl_drill_pri_capture(struct repl_epochs *q);
-/* After an epoch went to the link: the digest follows it. */
-void repl_drill_pri_sent(struct repl_epochs *q);
-/* An ACK set st.lag_ns. */
-void repl_drill_pri_acked(struct repl_epochs *q);
+/* ---- drills: what both halves compute (drill.c) --------------------------- */
 /* A digest of m's RAM by content: crc32c over every non-zero page as its
  * index and bytes (holes skipped unread); what the drill compares on both
  * sides. m paused, or a clone not started. */
 uint32_t repl_drill_ram_crc(struct machine *m);
+/* p50, p99 and max of the pauses numbered [from, to) of st (counting from the
+ * first), or false when the ring no longer holds them all. */
+bool repl_drill_pauses_range(const struct repl_stats *st, uint64_t from, uint64_t to, uint64_t *p50,
+			     uint64_t *p99, uint64_t *max);
 /* wire.c: drill messages as Sections (understudy.proto, DrillRequest;
  * proto_drill_*_decode reads them). */
 #define REPL_DRILL_BEGIN "drill-begin"

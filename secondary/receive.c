@@ -6,7 +6,7 @@
  * link.c's; nothing here calls back into it. */
 #include "secondary/secondary_int.h"
 #include "replication/agent.h"
-#include "replication/drill.h"
+#include "secondary/drill.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -19,7 +19,7 @@
 #include "secondary/secondary.h"
 #include "secondary/secondary_int.h"
 #include "replication/agent.h"
-#include "replication/drill.h"
+#include "secondary/drill.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
 #include <json-c/json.h>
 
 #include "replication/agent.h"
-#include "replication/drill_int.h"
+#include "secondary/drill_int.h"
 
 /* A reason no line of text or hand-written JSON survives. */
 #define NASTY "said \"no\" at C:\\vm\\disk\nstate protected\n\ttab \x01 end"

@@ -1,12 +1,12 @@
-/* replication/ inside: the state of a drill, shared by drill.c (the run)
+/* secondary/ inside: the state of a drill, shared by drill.c (the run)
  * and drill_report.c (probe verdicts, memory, the report). */
-#ifndef US_REPL_DRILL_INT_H
-#define US_REPL_DRILL_INT_H
+#ifndef US_SECONDARY_DRILL_INT_H
+#define US_SECONDARY_DRILL_INT_H
 
 #include <stdatomic.h>
 #include <time.h>
 
-#include "replication/drill.h"
+#include "secondary/drill.h"
 
 #define DRILL_OUT_MAX (1u << 20)   /* clone console output kept */
 #define DRILL_LINE_MAX 160

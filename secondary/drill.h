@@ -1,12 +1,12 @@
-/* replication/ inside: drills on the secondary (understudy drill), called
+/* secondary/ inside: drills on the secondary (understudy drill), called
  * by secondary.c. A test-failover drill starts an isolated clone of the
  * standby at one complete checkpoint, runs it, probes it, compares its RAM
  * with the primary's digest of that epoch, and reports; the standby keeps
  * applying epochs meanwhile. drill.c says how. */
-#ifndef US_REPL_DRILL_H
-#define US_REPL_DRILL_H
+#ifndef US_SECONDARY_DRILL_H
+#define US_SECONDARY_DRILL_H
 
-#include "replication/agent.h"
+#include "secondary/secondary_int.h"
 
 /* Control requests starting with "drill" (the reply, malloc'd):
  *   drill test-failover [seconds=N] [probe=builtin|external]

@@ -1,6 +1,6 @@
 /* Drills: what the probe answer means, the memory the clone used, and the
  * report (a JSON object the CLI prints, keeps and reads back). */
-#include "replication/drill_int.h"
+#include "secondary/drill_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
