@@ -59,6 +59,12 @@ void repl_drill_pri_sent(struct repl_epochs *q);
 /* An ACK set st.lag_ns. */
 void repl_drill_pri_acked(struct repl_epochs *q);
 
+/* metrics.c: the engine's metrics and events */
+/* An event with its details filled in from the engine's state. */
+void repl_primary_event(struct repl_primary *p, enum repl_event ev, const char *reason);
+/* The engine running now (NULL: none any more). m may be NULL. */
+void repl_metrics_watch_primary(struct repl_metrics *m, struct repl_primary *p);
+
 /* engine.c */
 int repl_primary_init(struct repl_primary *p);
 void repl_primary_start(struct repl_primary *p);

@@ -15,8 +15,10 @@
 struct repl_metrics {
 	const char *host_role;
 	char vm[64];                  /* "": no vm label */
-	struct repl_primary *pri;
-	struct repl_secondary *sec;
+	struct {
+		void (*render)(FILE *f, void *agent);
+		void *agent;
+	} engine[REPL_METRICS_ENGINES];
 	uint64_t events[REPL_EV_COUNT];
 	struct repl_hooks *hooks;
 };
@@ -38,16 +40,13 @@ void repl_metrics_free(struct repl_metrics *m)
 	free(m);
 }
 
-void repl_metrics_watch_primary(struct repl_metrics *m, struct repl_primary *p)
+void repl_metrics_watch(struct repl_metrics *m, enum repl_metrics_engine e,
+			void (*render)(FILE *f, void *agent), void *agent)
 {
-	if (m)
-		m->pri = p;
-}
-
-void repl_metrics_watch_secondary(struct repl_metrics *m, struct repl_secondary *s)
-{
-	if (m)
-		m->sec = s;
+	if (m) {
+		m->engine[e].render = render;
+		m->engine[e].agent = agent;
+	}
 }
 
 void repl_metrics_set_hooks(struct repl_metrics *m, struct repl_hooks *h)
@@ -72,46 +71,24 @@ void repl_ops_drill_result(const struct repl_ops *ops, bool pass,
 	repl_ops_event(ops, pass ? REPL_EV_DRILL_PASS : REPL_EV_DRILL_FAIL, info);
 }
 
-void repl_primary_event(struct repl_primary *p, enum repl_event ev, const char *reason)
-{
-	struct repl_event_info info = {
-		.role = "primary", .epoch = p->ep.acked, .peer = p->o->peer,
-		.vm = repl_ops_vm(&p->o->ops, p->o->cfg.guest), .guest = p->o->cfg.guest,
-		.reason = reason,
-	};
-
-	repl_ops_event(&p->o->ops, ev, &info);
-}
-
-void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *reason)
-{
-	struct repl_event_info info = {
-		.role = s->state >= S_ACTIVE && s->state != S_FENCED ? "primary" : "secondary",
-		.epoch = s->stage.applied, .peer = s->peer_addr,
-		.vm = repl_ops_vm(&s->o->ops, s->cfg.guest), .guest = s->cfg.guest, .reason = reason,
-	};
-
-	repl_ops_event(&s->o->ops, ev, &info);
-}
-
 /* ---- the exposition text ------------------------------------------------------ */
 
-static void family(FILE *f, const char *name, const char *type, const char *help)
+void repl_metrics_family(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void one(FILE *f, const char *name, const char *type, const char *help, double v)
+void repl_metrics_one(FILE *f, const char *name, const char *type, const char *help, double v)
 {
-	family(f, name, type, help);
+	repl_metrics_family(f, name, type, help);
 	fprintf(f, "%s %.17g\n", name, v);
 }
 
-static void hist(FILE *f, const char *name, const char *help, const struct repl_hist *h)
+void repl_metrics_hist(FILE *f, const char *name, const char *help, const struct repl_hist *h)
 {
 	uint64_t cum = 0;
 
-	family(f, name, "histogram", help);
+	repl_metrics_family(f, name, "histogram", help);
 	for (int i = 0; i < REPL_HIST_BUCKETS; i++) {
 		cum += h->count[i];
 		fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, repl_hist_le_ns(i) / 1e9,
@@ -122,10 +99,10 @@ static void hist(FILE *f, const char *name, const char *help, const struct repl_
 }
 
 /* A state set: every value of names, 1 for the current one. */
-static void stateset(FILE *f, const char *name, const char *label, const char *help,
+void repl_metrics_stateset(FILE *f, const char *name, const char *label, const char *help,
 		     const char *const *names, size_t n, const char *cur)
 {
-	family(f, name, "gauge", help);
+	repl_metrics_family(f, name, "gauge", help);
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "%s{%s=\"%s\"} %d\n", name, label, names[i], !strcmp(names[i], cur));
 }
@@ -135,48 +112,44 @@ static const char *const pri_states[] = {
 	"unprotected", "connecting", "hello", "syncing", "first-checkpoint", "protected",
 	"switching", "fenced", "done", "migrated", "in-doubt", "contending",
 };
-static const char *const sec_states[] = {
-	"waiting", "hello", "standby", "standby-unready", "contending", "fence-failed", "active",
-	"fenced", "done",
-};
 static const char *const enc_names[4] = { "zero", "raw", "lz4", "xor" };
 
-static void pages(FILE *f, const char *name, const char *help, const struct proto_page_stats *a,
+void repl_metrics_pages(FILE *f, const char *name, const char *help, const struct proto_page_stats *a,
 		  const struct proto_page_stats *b)
 {
-	family(f, name, "counter", help);
+	repl_metrics_family(f, name, "counter", help);
 	for (int i = 0; i < 4; i++)
 		fprintf(f, "%s{encoding=\"%s\"} %llu\n", name, enc_names[i],
 			(unsigned long long)(a->enc_bytes[i] + (b ? b->enc_bytes[i] : 0)));
 }
 
-static void ratio(FILE *f, const struct proto_page_stats *a, const struct proto_page_stats *b)
+void repl_metrics_ratio(FILE *f, const struct proto_page_stats *a, const struct proto_page_stats *b)
 {
 	uint64_t in = a->bytes_in + (b ? b->bytes_in : 0), out = a->bytes_out + (b ? b->bytes_out : 0);
 
-	one(f, "understudy_compression_ratio", "gauge",
-	    "Page bytes before encoding / after (zero, lz4 and xor pages shrink), since the engine "
-	    "started; 0 before the first page", out ? (double)in / (double)out : 0.0);
+	repl_metrics_one(f, "understudy_compression_ratio", "gauge",
+			 "Page bytes before encoding / after (zero, lz4 and xor pages shrink), since the engine "
+			 "started; 0 before the first page", out ? (double)in / (double)out : 0.0);
 }
 
 /* The statistics both kinds of engine keep. */
-static void stats(FILE *f, const struct repl_stats *st)
+void repl_metrics_stats(FILE *f, const struct repl_stats *st)
 {
-	one(f, "understudy_epochs_total", "counter", "Epochs captured (primary) or applied "
-	    "(secondary)", (double)st->epochs);
-	one(f, "understudy_stretched_epochs_total", "counter", "Epochs that waited for a free "
-	    "slot or room on the link (the link is slower than the guest)", (double)st->stretched);
-	one(f, "understudy_dirty_pages", "gauge", "Pages in the last epoch", (double)st->last_dirty_pages);
-	one(f, "understudy_dirty_pages_total", "counter", "Pages in all epochs",
-	    (double)st->dirty_pages_total);
-	one(f, "understudy_precopy_pages_total", "counter", "Pages sent ahead of their epoch's "
-	    "pause while the guest ran (primary)", (double)st->pre_pages);
-	one(f, "understudy_precopy_resent_pages_total", "counter", "Pre-copied pages written again "
-	    "and sent again at the pause (primary)", (double)st->pre_resent);
+	repl_metrics_one(f, "understudy_epochs_total", "counter", "Epochs captured (primary) or applied "
+			 "(secondary)", (double)st->epochs);
+	repl_metrics_one(f, "understudy_stretched_epochs_total", "counter", "Epochs that waited for a free "
+			 "slot or room on the link (the link is slower than the guest)", (double)st->stretched);
+	repl_metrics_one(f, "understudy_dirty_pages", "gauge", "Pages in the last epoch", (double)st->last_dirty_pages);
+	repl_metrics_one(f, "understudy_dirty_pages_total", "counter", "Pages in all epochs",
+			 (double)st->dirty_pages_total);
+	repl_metrics_one(f, "understudy_precopy_pages_total", "counter", "Pages sent ahead of their epoch's "
+			 "pause while the guest ran (primary)", (double)st->pre_pages);
+	repl_metrics_one(f, "understudy_precopy_resent_pages_total", "counter", "Pre-copied pages written again "
+			 "and sent again at the pause (primary)", (double)st->pre_resent);
 }
 
 /* The NIC's frames (vm_net.c), for a VM with one. */
-static void net(FILE *f, struct repl_vm *v)
+void repl_metrics_net(FILE *f, struct repl_vm *v)
 {
 	struct repl_net_held h;
 
@@ -185,119 +158,57 @@ static void net(FILE *f, struct repl_vm *v)
 	pthread_mutex_lock(&v->out_lock);
 	h = v->net;
 	pthread_mutex_unlock(&v->out_lock);
-	one(f, "understudy_net_held_frames", "gauge", "Frames the guest sent that wait for their "
-	    "epoch's ACK (network output commit)", (double)h.frames);
-	one(f, "understudy_net_tx_frames_total", "counter", "Frames the guest sent that left "
-	    "through the tap", (double)h.released);
-	one(f, "understudy_net_tx_dropped_total", "counter", "Frames the guest sent that were "
-	    "dropped: held frames at their bound, or refused by the tap", (double)(h.dropped + h.tap_errors));
-	one(f, "understudy_net_rx_frames_total", "counter", "Frames from the tap the guest took",
-	    (double)h.rx_frames);
+	repl_metrics_one(f, "understudy_net_held_frames", "gauge", "Frames the guest sent that wait for their "
+			 "epoch's ACK (network output commit)", (double)h.frames);
+	repl_metrics_one(f, "understudy_net_tx_frames_total", "counter", "Frames the guest sent that left "
+			 "through the tap", (double)h.released);
+	repl_metrics_one(f, "understudy_net_tx_dropped_total", "counter", "Frames the guest sent that were "
+			 "dropped: held frames at their bound, or refused by the tap", (double)(h.dropped + h.tap_errors));
+	repl_metrics_one(f, "understudy_net_rx_frames_total", "counter", "Frames from the tap the guest took",
+			 (double)h.rx_frames);
 }
 
 /* What started the epochs and the hot set's counts (primary/cycle.c,
- * machine_set_hot_budget); all 0 where no engine captures (secondary). */
-static void epoch_counts(FILE *f, const struct repl_primary *p)
+ * machine_set_hot_budget; m NULL: none); all 0 where no engine captures
+ * (secondary). */
+void repl_metrics_epoch_counts(FILE *f, uint64_t timer, uint64_t output, const struct machine *m)
 {
-	const struct machine *m = p && p->vm ? p->vm->m : NULL;
-
-	family(f, "understudy_epochs_started_total", "counter", "Epochs captured, by what "
-	       "started them: timer (every --epoch-ms) or output (guest output waiting, at least "
-	       "--min-epoch-ms after the last capture); the first epoch after the sync and a final "
-	       "one are in neither (primary)");
+	repl_metrics_family(f, "understudy_epochs_started_total", "counter", "Epochs captured, by what "
+			    "started them: timer (every --epoch-ms) or output (guest output waiting, at least "
+			    "--min-epoch-ms after the last capture); the first epoch after the sync and a final "
+			    "one are in neither (primary)");
 	fprintf(f, "understudy_epochs_started_total{trigger=\"timer\"} %llu\n"
 		"understudy_epochs_started_total{trigger=\"output\"} %llu\n",
-		(unsigned long long)(p ? p->epochs_timer : 0),
-		(unsigned long long)(p ? p->epochs_output : 0));
-	one(f, "understudy_reprotected_pages_total", "counter", "Pages the dirty-log harvests "
-	    "write-protected again in KVM (each costs a write fault when the guest rewrites it; "
-	    "hot pages are not) (primary)", m ? (double)m->stats.reprotected : 0.0);
-	one(f, "understudy_hot_pages", "gauge", "Pages in the hot set now: left writable and "
-	    "copied at every pause (primary)", m ? (double)m->hot_pages : 0.0);
-	one(f, "understudy_hot_budget_pages", "gauge", "The most pages the hot set may hold now "
-	    "(primary)", m ? (double)m->hot_budget : 0.0);
+		(unsigned long long)timer, (unsigned long long)output);
+	repl_metrics_one(f, "understudy_reprotected_pages_total", "counter", "Pages the dirty-log harvests "
+			 "write-protected again in KVM (each costs a write fault when the guest rewrites it; "
+			 "hot pages are not) (primary)", m ? (double)m->stats.reprotected : 0.0);
+	repl_metrics_one(f, "understudy_hot_pages", "gauge", "Pages in the hot set now: left writable and "
+			 "copied at every pause (primary)", m ? (double)m->hot_pages : 0.0);
+	repl_metrics_one(f, "understudy_hot_budget_pages", "gauge", "The most pages the hot set may hold now "
+			 "(primary)", m ? (double)m->hot_budget : 0.0);
 }
 
-static void render_primary(FILE *f, struct repl_primary *p)
+/* The role and the primary's state as state sets. */
+void repl_metrics_role(FILE *f, const char *role)
 {
-	const struct repl_stats *st = &p->ep.st;
-
-	stateset(f, "understudy_role", "role", "The role of this agent (1: current)", role_names, 2,
-		 "primary");
-	stateset(f, "understudy_state", "state", "The state of this agent (1: current)", pri_states,
-		 sizeof(pri_states) / sizeof(pri_states[0]), repl_primary_state(p));
-	one(f, "understudy_epoch", "gauge", "The last epoch captured", (double)p->ep.epoch);
-	one(f, "understudy_acked_epoch", "gauge", "The last epoch the secondary acknowledged",
-	    (double)p->ep.acked);
-	stats(f, st);
-	epoch_counts(f, p);
-	hist(f, "understudy_pause_seconds", "How long the guest was paused for each capture",
-	     &st->pause_h);
-	hist(f, "understudy_output_commit_seconds", "Capture of an epoch to its ACK: how long "
-	     "its output was held", &st->commit_h);
-	hist(f, "understudy_apply_seconds", "Applying an epoch to the standby (secondary)",
-	     &(struct repl_hist){ 0 });
-	pages(f, "understudy_sent_page_bytes_total", "Page bytes sent (sync and epochs), by "
-	      "encoding, entry headers included", &st->pages, &p->sync.pages);
-	pages(f, "understudy_received_page_bytes_total", "Page bytes received, by encoding",
-	      &(struct proto_page_stats){ 0 }, NULL);
-	ratio(f, &st->pages, &p->sync.pages);
-	one(f, "understudy_sent_bytes_total", "counter", "Bytes handed to the link",
-	    (double)p->link.bytes_sent);
-	one(f, "understudy_received_bytes_total", "counter", "Bytes read from the link",
-	    (double)p->link.bytes_rcvd);
-	one(f, "understudy_lag_seconds", "gauge", "Capture of the last acknowledged epoch to its ACK",
-	    st->lag_ns / 1e9);
-	if (p->link.conn)
-		one(f, "understudy_heartbeat_age_seconds", "gauge", "Since the peer was last heard "
-		    "(absent while there is no link)", (now_ns() - p->link.last_rx_ns) / 1e9);
-	net(f, p->vm);
+	repl_metrics_stateset(f, "understudy_role", "role", "The role of this agent (1: current)",
+			      role_names, 2, role);
 }
 
-static void render_secondary(FILE *f, struct repl_secondary *s)
+void repl_metrics_pri_state(FILE *f, const char *state)
 {
-	const struct repl_stats *st = &s->stage.st;
-	bool active = s->state == S_ACTIVE;
-
-	stateset(f, "understudy_role", "role", "The role of this agent (1: current)", role_names, 2,
-		 active ? "primary" : "secondary");
-	stateset(f, "understudy_state", "state", "The state of this agent (1: current)", sec_states,
-		 sizeof(sec_states) / sizeof(sec_states[0]), repl_sec_state_name(s));
-	one(f, "understudy_epoch", "gauge", "The last epoch applied to the standby",
-	    (double)s->stage.applied);
-	one(f, "understudy_acked_epoch", "gauge", "The last epoch acknowledged to the primary",
-	    (double)s->stage.applied);
-	stats(f, st);
-	epoch_counts(f, NULL);
-	hist(f, "understudy_pause_seconds", "How long the guest was paused for each capture "
-	     "(primary)", &(struct repl_hist){ 0 });
-	hist(f, "understudy_output_commit_seconds", "Capture of an epoch to its ACK (primary)",
-	     &(struct repl_hist){ 0 });
-	hist(f, "understudy_apply_seconds", "Applying an epoch to the standby", &st->pause_h);
-	pages(f, "understudy_sent_page_bytes_total", "Page bytes sent, by encoding (primary)",
-	      &(struct proto_page_stats){ 0 }, NULL);
-	pages(f, "understudy_received_page_bytes_total", "Page bytes received (sync and epochs), "
-	      "by encoding, entry headers included", &st->pages, NULL);
-	ratio(f, &st->pages, NULL);
-	one(f, "understudy_sent_bytes_total", "counter", "Bytes handed to the link",
-	    (double)s->link.bytes_sent);
-	one(f, "understudy_received_bytes_total", "counter", "Bytes read from the link",
-	    (double)s->link.bytes_rcvd);
-	one(f, "understudy_lag_seconds", "gauge", "Capture of the last acknowledged epoch to its "
-	    "ACK (primary)", 0.0);
-	if (s->link.conn)
-		one(f, "understudy_heartbeat_age_seconds", "gauge", "Since the peer was last heard "
-		    "(absent while there is no link)", (now_ns() - s->link.last_rx_ns) / 1e9);
-	net(f, s->vm);
+	repl_metrics_stateset(f, "understudy_state", "state", "The state of this agent (1: current)",
+			      pri_states, sizeof(pri_states) / sizeof(pri_states[0]), state);
 }
 
 /* run or restore without protection: the VM runs, nothing is replicated. */
 static void render_host(FILE *f, const char *role)
 {
-	stateset(f, "understudy_role", "role", "The role of this agent (1: current)", role_names, 2,
-		 role);
-	stateset(f, "understudy_state", "state", "The state of this agent (1: current)", pri_states,
-		 sizeof(pri_states) / sizeof(pri_states[0]), "unprotected");
+	repl_metrics_stateset(f, "understudy_role", "role", "The role of this agent (1: current)", role_names, 2,
+			      role);
+	repl_metrics_stateset(f, "understudy_state", "state", "The state of this agent (1: current)", pri_states,
+			      sizeof(pri_states) / sizeof(pri_states[0]), "unprotected");
 }
 
 static void render_process(FILE *f, const struct repl_metrics *m)
@@ -305,26 +216,26 @@ static void render_process(FILE *f, const struct repl_metrics *m)
 	static const char *const hook_results[REPL_HOOK_RESULTS] = { "ok", "failed", "timeout" };
 	uint64_t hooks[REPL_HOOK_RESULTS] = { 0 };
 
-	one(f, "understudy_takeovers_total", "counter", "Takeovers by this agent (it resumed "
-	    "the guest of a failed primary)", (double)m->events[REPL_EV_TAKEOVER]);
-	one(f, "understudy_fences_total", "counter", "Times this agent was fenced (stopped for "
-	    "good: lease lost, or the other side took over)", (double)m->events[REPL_EV_FENCED]);
-	one(f, "understudy_migrations_total", "counter", "Guests this agent handed over",
-	    (double)m->events[REPL_EV_MIGRATED]);
-	one(f, "understudy_switchovers_total", "counter", "Planned role swaps",
-	    (double)m->events[REPL_EV_SWITCHOVER]);
-	family(f, "understudy_drills_total", "counter", "Failover drills, by result");
+	repl_metrics_one(f, "understudy_takeovers_total", "counter", "Takeovers by this agent (it resumed "
+			 "the guest of a failed primary)", (double)m->events[REPL_EV_TAKEOVER]);
+	repl_metrics_one(f, "understudy_fences_total", "counter", "Times this agent was fenced (stopped for "
+			 "good: lease lost, or the other side took over)", (double)m->events[REPL_EV_FENCED]);
+	repl_metrics_one(f, "understudy_migrations_total", "counter", "Guests this agent handed over",
+			 (double)m->events[REPL_EV_MIGRATED]);
+	repl_metrics_one(f, "understudy_switchovers_total", "counter", "Planned role swaps",
+			 (double)m->events[REPL_EV_SWITCHOVER]);
+	repl_metrics_family(f, "understudy_drills_total", "counter", "Failover drills, by result");
 	fprintf(f, "understudy_drills_total{result=\"pass\"} %llu\n"
 		"understudy_drills_total{result=\"fail\"} %llu\n",
 		(unsigned long long)m->events[REPL_EV_DRILL_PASS],
 		(unsigned long long)m->events[REPL_EV_DRILL_FAIL]);
-	family(f, "understudy_events_total", "counter", "Events of this agent (what --on-event "
-	       "is run for), by event");
+	repl_metrics_family(f, "understudy_events_total", "counter", "Events of this agent (what --on-event "
+			    "is run for), by event");
 	for (int i = 0; i < REPL_EV_COUNT; i++)
 		fprintf(f, "understudy_events_total{event=\"%s\"} %llu\n", repl_event_name(i),
 			(unsigned long long)m->events[i]);
-	family(f, "understudy_hook_runs_total", "counter", "Runs of the --on-event command, by "
-	       "result (timeout: killed at --on-event-timeout-ms)");
+	repl_metrics_family(f, "understudy_hook_runs_total", "counter", "Runs of the --on-event command, by "
+			    "result (timeout: killed at --on-event-timeout-ms)");
 	repl_hooks_counts(m->hooks, hooks);
 	for (int i = 0; i < REPL_HOOK_RESULTS; i++)
 		fprintf(f, "understudy_hook_runs_total{result=\"%s\"} %llu\n", hook_results[i],
@@ -376,10 +287,10 @@ char *repl_metrics_render(void *ctx, size_t *len)
 
 	if (!f)
 		return NULL;
-	if (m->pri)
-		render_primary(f, m->pri);
-	else if (m->sec)
-		render_secondary(f, m->sec);
+	if (m->engine[REPL_METRICS_PRIMARY].agent)
+		m->engine[REPL_METRICS_PRIMARY].render(f, m->engine[REPL_METRICS_PRIMARY].agent);
+	else if (m->engine[REPL_METRICS_SECONDARY].agent)
+		m->engine[REPL_METRICS_SECONDARY].render(f, m->engine[REPL_METRICS_SECONDARY].agent);
 	else
 		render_host(f, m->host_role);
 	render_process(f, m);

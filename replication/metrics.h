@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A latency histogram: fixed upper bounds from 0.1 ms to 1 s (plus +Inf),
  * counts per bucket (not cumulative), in nanoseconds. */
@@ -58,8 +59,6 @@ struct repl_event_info {
 struct repl_metrics;
 struct repl_hooks;
 enum repl_hook_result { REPL_HOOK_OK, REPL_HOOK_FAILED, REPL_HOOK_TIMEOUT, REPL_HOOK_RESULTS };
-struct repl_primary;
-struct repl_secondary;
 
 /* What an agent hands its engines (opts->ops); either pointer may be NULL. */
 struct repl_ops {
@@ -81,24 +80,52 @@ void repl_ops_event(const struct repl_ops *ops, enum repl_event ev,
  * the hook with drill-pass or drill-fail. */
 void repl_ops_drill_result(const struct repl_ops *ops, bool pass,
 			   const struct repl_event_info *info);
-/* The engines' own events, with their details filled in from their state. */
-void repl_primary_event(struct repl_primary *p, enum repl_event ev, const char *reason);
-void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *reason);
-
 /* host_role: what this process is before any engine runs ("primary" for
  * run and restore, "secondary"). name: the VM's (copied; NULL or "": none),
  * the label vm="NAME" of every sample. */
 int repl_metrics_new(const char *host_role, const char *name, struct repl_metrics **out)
 	__attribute__((warn_unused_result));
 void repl_metrics_free(struct repl_metrics *m);
-/* The engine running now (NULL: none any more). m may be NULL. A secondary
- * that took over and protects its guest has both: the primary engine wins. */
-void repl_metrics_watch_primary(struct repl_metrics *m, struct repl_primary *p);
-void repl_metrics_watch_secondary(struct repl_metrics *m, struct repl_secondary *s);
+/* The engine running now, which renders itself (primary/metrics.c,
+ * secondary/metrics.c) with the helpers below; agent NULL: none any more.
+ * A primary engine is rendered over a secondary's (a standby that took
+ * over and protects its guest). m may be NULL. */
+enum repl_metrics_engine { REPL_METRICS_PRIMARY, REPL_METRICS_SECONDARY, REPL_METRICS_ENGINES };
+void repl_metrics_watch(struct repl_metrics *m, enum repl_metrics_engine e,
+			void (*render)(FILE *f, void *agent), void *agent);
 /* The hooks whose runs are counted (understudy_hook_runs_total), or NULL. */
 void repl_metrics_set_hooks(struct repl_metrics *m, struct repl_hooks *h);
 /* The exposition text (malloc'd, *len bytes), or NULL when out of memory.
  * Loop thread only. ctx: the struct repl_metrics. */
 char *repl_metrics_render(void *ctx, size_t *len);
+
+/* ---- the exposition text, for the engines' render ------------------------------- */
+
+struct machine;
+struct proto_page_stats;
+struct repl_stats;
+struct repl_vm;
+
+/* # HELP and # TYPE of a family. */
+void repl_metrics_family(FILE *f, const char *name, const char *type, const char *help);
+/* A family of one sample. */
+void repl_metrics_one(FILE *f, const char *name, const char *type, const char *help, double v);
+void repl_metrics_hist(FILE *f, const char *name, const char *help, const struct repl_hist *h);
+/* A state set: every value of names, 1 for the current one. */
+void repl_metrics_stateset(FILE *f, const char *name, const char *label, const char *help,
+			   const char *const *names, size_t n, const char *cur);
+/* understudy_role, and understudy_state over the primary's states. */
+void repl_metrics_role(FILE *f, const char *role);
+void repl_metrics_pri_state(FILE *f, const char *state);
+/* Page bytes by encoding, a's plus b's (b may be NULL), and their ratio. */
+void repl_metrics_pages(FILE *f, const char *name, const char *help, const struct proto_page_stats *a,
+			const struct proto_page_stats *b);
+void repl_metrics_ratio(FILE *f, const struct proto_page_stats *a, const struct proto_page_stats *b);
+/* The statistics both kinds of engine keep. */
+void repl_metrics_stats(FILE *f, const struct repl_stats *st);
+/* The NIC's frames, for a VM with one (v may be NULL). */
+void repl_metrics_net(FILE *f, struct repl_vm *v);
+/* What started the epochs, and the hot set's counts of m (NULL: none). */
+void repl_metrics_epoch_counts(FILE *f, uint64_t timer, uint64_t output, const struct machine *m);
 
 #endif

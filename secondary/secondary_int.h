@@ -31,6 +31,14 @@ void repl_candidates_add(struct repl_candidates *cs, struct net_conn *c);
 void repl_candidates_expire(struct repl_candidates *cs);
 void repl_candidates_close_all(struct repl_candidates *cs, const char *why);
 
+/* ---- metrics.c: the agent's metrics and events ------------------------- */
+
+/* An event with its details filled in from the agent's state. */
+void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *reason);
+/* The agent running now (NULL: none any more); a primary engine attached
+ * after a takeover is rendered over it. m may be NULL. */
+void repl_metrics_watch_secondary(struct repl_metrics *m, struct repl_secondary *s);
+
 /* ---- receive.c: what the primary's frames say --------------------------- */
 
 /* A frame of the primary's stream (ctx: the agent); <0 as proto_dec_feed's
