@@ -78,4 +78,10 @@ int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts
 void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,
 				struct repl_secondary_opts *o);
 
+/* status.c */
+/* "unprotected", "protected", ...: the engine's state. */
+const char *repl_primary_state(const struct repl_primary *p);
+/* The status reply of the engine (as `understudy status` shows it). */
+char *repl_primary_status_text(void *p, const char *req);
+
 #endif

@@ -165,8 +165,4 @@ struct repl_secondary {
 	bool self_vouched;               /* K/standby names this standby again (fence failed) */
 };
 
-/* status.c */
-const char *repl_sec_state_name(const struct repl_secondary *s);
-char *repl_sec_status_text(void *ctx, const char *req);
-
 #endif

@@ -148,6 +148,18 @@ void repl_vm_status_text(const struct repl_vm *v, const struct machine_config *c
 			 size_t len, size_t *n);
 void repl_vm_status_json(const struct repl_vm *v, const struct machine_config *cfg,
 			 struct json_object *o);
+/* For the engines' status: what it shows of the last failure and of the
+ * fencing; the text has one field a line, so a reason's control characters
+ * (a peer's text may hold any) become spaces there (s changed in place;
+ * JSON carries the reason as it is); lines appended at *n, cut past len
+ * (still terminated). */
+struct repl_status_words {
+	char reason[200];
+	char fencing[200];
+};
+const char *repl_status_one_line(char *s);
+void repl_status_add(char *out, size_t len, size_t *n, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* vm_net.c: the tap of a VM with a NIC (cfg->nnets), opened with the
  * machine (a standby's too: at setup, not at takeover); frames from it go
@@ -731,10 +743,6 @@ struct repl_primary_host {
 	void (*ended)(void *ctx, int status);
 	void *ctx;
 };
-/* "unprotected", "protected", ...: the engine's state. */
-const char *repl_primary_state(const struct repl_primary *p);
-/* The status reply of the engine (as `understudy status` shows it). */
-char *repl_primary_status_text(void *p, const char *req);
 
 /* ---- planned switchover ------------------------------------------------------ */
 

@@ -39,6 +39,13 @@ void repl_sec_event(struct repl_secondary *s, enum repl_event ev, const char *re
  * after a takeover is rendered over it. m may be NULL. */
 void repl_metrics_watch_secondary(struct repl_metrics *m, struct repl_secondary *s);
 
+/* ---- status.c: what status shows --------------------------------------- */
+
+/* The state for status ("standby-unready": a standby that could not take over). */
+const char *repl_sec_state_name(const struct repl_secondary *s);
+/* The status reply (as `understudy status` shows it; JSON for "status json"). */
+char *repl_sec_status_text(void *ctx, const char *req);
+
 /* ---- receive.c: what the primary's frames say --------------------------- */
 
 /* A frame of the primary's stream (ctx: the agent); <0 as proto_dec_feed's

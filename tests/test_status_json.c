@@ -15,6 +15,7 @@
 #include <cmocka.h>
 #include <json-c/json.h>
 
+#include "primary/primary_int.h"
 #include "replication/agent.h"
 #include "secondary/drill_int.h"
 
