@@ -17,7 +17,6 @@
  * sent(). A captured epoch that cannot reach the link is undone (undo()),
  * so that the next epoch carries everything it held. */
 #include "primary/primary_int.h"
-#include "replication/postcopy.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -39,7 +39,7 @@
  * adds up the same digest from its RAM before the resume (pages not stale)
  * and from each stale page as it arrives (before the guest can write it),
  * and logs whether the two are equal. */
-#include "replication/postcopy.h"
+#include "primary/primary_int.h"
 
 #include <errno.h>
 #include <stdio.h>

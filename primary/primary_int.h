@@ -7,7 +7,148 @@
 #define US_PRIMARY_INT_H
 
 #include "primary/primary.h"
-#include "replication/postcopy.h"
+
+enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_SWITCHING, P_UNPROTECTED,
+	      P_FENCED, P_DONE };
+
+struct repl_primary {
+	const struct repl_primary_opts *o;
+	struct repl_primary_opts own;  /* attached: a copy of the caller's options */
+	char own_strings[7][512];      /* ...and of the strings they point to */
+	bool attached;                 /* on a host's running VM (repl_primary_attach) */
+	struct repl_primary_host host;
+	uint64_t attach_t0_ns;
+	void (*host_stopped)(void *ctx, int status);   /* the VM's on_stopped before attach */
+	void *host_stopped_ctx;
+	struct ev_loop *loop;
+	struct repl_vm *vm;
+	struct repl_link link;
+	enum pstate state;
+	struct repl_sync sync;
+	struct repl_epochs ep;
+
+	uint64_t peer_caps;        /* the secondary's Hello.capabilities */
+	bool finishing;            /* guest stopped: last epoch in flight */
+	bool final_pending;        /* ...not captured yet (no free slot) */
+	uint64_t final_epoch;
+	int exit_status;
+
+	uint64_t transient_since_ns;   /* first of the local shortages in a row */
+	uint64_t transient_progress;   /* epochs + sync batches then */
+	struct repl_fault rx_fault;    /* what a frame of the secondary said */
+	struct repl_fault fault;       /* the last failure: status reason */
+	struct repl_timing timing;     /* ours, in our Hello */
+	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
+
+	ev_timer epoch_w, hb_w, finish_w, goodbye_w, linger_w;
+	ev_signal sigint_w, sigterm_w;
+	struct control *ctl;
+
+	struct repl_witness *wit;      /* NULL: heartbeat only */
+	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
+	bool vouch_asked;              /* K/standby may name the standby from now on */
+	bool lapsed;                   /* unprotected, paused until the key is re-taken */
+	bool vouched;                  /* ...and does */
+	bool withdrawn;                /* K/standby = none confirmed after a vouch */
+	struct repl_witness_cbs host_cbs;   /* attached: the host's, put back at detach */
+	bool keep_standby;             /* exit without withdrawing it: it takes over */
+	unsigned migrate_ms;           /* migration: the downtime asked for (0: none) */
+	bool auto_converge;            /* ...throttle the guest when it does not fit */
+	unsigned throttle_pct;         /* the guest stays paused this share of each epoch */
+	unsigned converge_misses;      /* ACKs since the last throttle step */
+	ev_timer throttle_w;           /* ends the throttle pause of this epoch */
+	uint64_t sync_bytes0;          /* link bytes when the initial sync began */
+	double link_bytes_per_ms;      /* ...what it carried per ms (0: not measured) */
+	double rtt_ms;                 /* the smallest round trip an epoch showed (<0: none) */
+	double predicted_ms;           /* migration: the last predicted downtime (status) */
+	uint64_t switch_t0_ns;         /* migration: the guest paused for the final epoch */
+	bool migrated;                 /* ...and the destination runs it */
+	bool migrated_told;            /* ...and status said so for a while */
+	double downtime_ms;            /* measured: pause -> the destination's word */
+	double migration_ms;           /* attach (or the migrate request) -> that word */
+	uint64_t migrate_t0_ns;
+	ev_timer lease_w;              /* the lease's validity, checked often */
+	struct repl_pc_src *pc;        /* migration: bandwidth limit, post-copy (primary/postcopy_src.c) */
+	void *handover_tx;             /* migration: the hand-over Fence while the link holds it */
+	bool handover_out;             /* ...it reached the kernel: the destination may have it */
+	bool resigned;                 /* the witness key was given up for the destination */
+	bool in_doubt;                 /* the link failed after the hand-over left: paused */
+	bool reclaiming;               /* ...resigned: contending for the key the destination never took */
+	bool reclaim_lost;             /* ...the destination took it: it may run the guest */
+	bool switching_over;           /* switchover asked: hand over at the next ACK */
+	bool switched;                 /* ...done: the VM becomes the standby */
+	char switch_listen[128];       /* ...where it waits for the new primary */
+	char switch_token[REPL_WITNESS_ID_MAX];   /* ...and its witness token ("": none) */
+	ev_timer reconnect_w;          /* resuming: the old primary may not listen yet */
+	ev_timer early_w;              /* output waits: end the epoch at min_epoch_ms */
+	ev_timer precopy_w;            /* half-way through an epoch: pre-copy what was written */
+	uint64_t release_after;        /* after a stall: release at the ACK of this epoch */
+	uint64_t stall_seen_ns;        /* ...the stall that set it */
+	uint64_t epoch_t0_ns;          /* the last epoch was captured then */
+	uint64_t epochs_timer;         /* epochs the epoch timer started (status, metrics) */
+	uint64_t epochs_output;        /* ...that waiting guest output started early */
+	unsigned min_epoch_ms;
+
+	ev_timer handshake_w;          /* until protected: every phase progresses */
+	struct {
+		enum pstate state;
+		uint64_t batches;      /* sync batches sent */
+		size_t queued;         /* bytes the link (and the kernel) still hold */
+		uint64_t since_ns;     /* these last changed */
+	} hs;
+};
+
+/* ---- migration extras (postcopy_src.c): the bandwidth limit of the
+ * migration stream and post-copy's source ----------------------------------- */
+
+/* Sends may go while the bucket is not in debt; each send is charged whole
+ * (a batch or an epoch may take the bucket below zero: the next waits). */
+struct repl_rate {
+	double bytes_per_s;        /* 0: unlimited */
+	double tokens;
+	uint64_t last_ns;
+};
+
+void repl_rate_init(struct repl_rate *r, unsigned mib_per_s);
+/* 0 when a send may go now, else the nanoseconds until it may. */
+uint64_t repl_rate_wait_ns(struct repl_rate *r);
+void repl_rate_charge(struct repl_rate *r, size_t bytes);
+
+/* ---- the source --------------------------------------------------------------------- */
+
+/* A migration's extras on p (bandwidth limit, post-copy after that many
+ * rounds without convergence; 0 never). p->pc is set; the rate is hooked
+ * into the sync and the epochs. */
+int repl_pc_src_new(struct repl_primary *p, unsigned bandwidth_mib, unsigned postcopy_after) US_MUST_CHECK;
+void repl_pc_src_free(struct repl_primary *p);
+/* The bandwidth limit in bytes per ms (0: none), for the predicted downtime. */
+double repl_pc_src_cap_bytes_per_ms(const struct repl_primary *p);
+/* A round (an ACK) whose predicted downtime did not fit: true when post-copy
+ * is due (once). It starts in place of the next epoch the bandwidth limit
+ * lets go (repl_pc_src_ready): what that epoch would carry is what the
+ * destination fetches. */
+bool repl_pc_src_due(struct repl_primary *p);
+bool repl_pc_src_ready(struct repl_primary *p);
+/* The guest is paused for good (p->finishing): names the stale pages to
+ * the destination. From here on the VM lives only if both sides do. */
+int repl_pc_src_announce(struct repl_primary *p) US_MUST_CHECK;
+/* True once announced: a failure now loses the VM (see repl_pc_src_lost). */
+bool repl_pc_src_switched(const struct repl_primary *p);
+/* The destination runs the guest: the background stream starts. */
+void repl_pc_src_running(struct repl_primary *p);
+/* PAGE_REQUEST or POSTCOPY_DONE: <0 error, 1 post-copy is complete. */
+int repl_pc_src_frame(struct repl_primary *p, uint16_t type, const ProtobufCMessage *msg) US_MUST_CHECK;
+/* A send completed: room for the background stream. */
+void repl_pc_src_room(struct repl_primary *p);
+/* A failure after the announce: says loudly that the VM is lost. */
+void repl_pc_src_lost(struct repl_primary *p, const struct repl_fault *f);
+/* "postcopy" while the pages stream, else NULL. */
+const char *repl_pc_src_state(const struct repl_primary *p);
+/* Status fields: text lines, or members of the status JSON object. */
+void repl_pc_src_status(const struct repl_primary *p, char *out, size_t len);
+struct json_object;
+void repl_pc_src_status_json(const struct repl_primary *p, struct json_object *o);
+
 
 /* lease.c: the witness lease and the fence */
 /* The epochs on the link are freed once nothing reads them any more. */

@@ -9,7 +9,7 @@
  * Batches leave from an idle watcher, SYNC_QUEUE_MAX bytes ahead of the link
  * at most; repl_sync_room() goes on when sends complete. A batch that fails
  * for want of memory is retried the same way, from where it began. */
-#include "replication/postcopy.h"
+#include "primary/primary_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

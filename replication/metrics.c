@@ -4,7 +4,7 @@
  * (seconds, bytes), _total on counters. The counters of an engine start
  * again at 0 when a new one replaces it (protect after a takeover):
  * Prometheus' rate() treats that as a counter reset. */
-#include "replication/agent.h"
+#include "replication/replication.h"
 #include "replication/hooks.h"
 
 #include <errno.h>

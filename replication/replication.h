@@ -455,7 +455,7 @@ struct repl_epochs {
 	bool reboot;               /* the guest rebooted: the next epoch to leave says so
 				    * (the secondary clears the standby's RAM first) */
 	uint64_t worst_pages;
-	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
+	struct repl_rate *rate;    /* migration: bandwidth limit (primary/postcopy_src.c), or NULL */
 	struct repl_drill_pri drill;
 };
 
@@ -483,6 +483,28 @@ bool repl_epoch_precopy_wanted(const struct repl_epochs *q);
 void repl_epoch_sent(struct repl_epochs *q, void *cookie);
 /* ACK(epoch): 1 accepted (output released), 0 ignored (stale or unknown). */
 int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch);
+
+/* ---- post-copy: what both sides compute (primary/postcopy_src.c,
+ * secondary/postcopy_dst.c) ------------------------------------------------ */
+
+/* One page's share of a RAM digest (test mode): a sum, so that the order in
+ * which pages are counted does not matter. */
+static inline uint64_t repl_pc_page_sum(uint64_t gfn, const void *data)
+{
+	uint64_t crc = proto_digest_page(0, gfn, data);
+
+	return ((crc << 32) | (gfn & 0xffffffffu)) * 0x9e3779b97f4a7c15ull;
+}
+
+static inline bool repl_bm_test(const uint64_t *bm, uint64_t i)
+{
+	return bm[i / 64] >> (i % 64) & 1;
+}
+
+static inline void repl_bm_set(uint64_t *bm, uint64_t i)
+{
+	bm[i / 64] |= 1ull << (i % 64);
+}
 
 /* ---- drills: what both halves compute (drill.c) --------------------------- */
 /* A digest of m's RAM by content: crc32c over every non-zero page as its
@@ -527,7 +549,7 @@ struct repl_sync {
 	struct proto_page_stats pages;   /* what the batches held, by encoding */
 	bool running;
 	ev_idle idle_w;
-	struct repl_rate *rate;    /* migration: bandwidth limit (postcopy.h), or NULL */
+	struct repl_rate *rate;    /* migration: bandwidth limit (primary/postcopy_src.c), or NULL */
 	ev_timer rate_w;           /* ...until the bucket allows the next batch */
 	/* Loop-thread callbacks of the owner: the sync ended, or failed. */
 	void (*done)(void *ctx);

@@ -39,7 +39,6 @@
  *
  * The takeover itself is takeover.c's. */
 #include "secondary/secondary_int.h"
-#include "replication/agent.h"
 
 #include <errno.h>
 #include <stdio.h>

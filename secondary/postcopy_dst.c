@@ -12,7 +12,6 @@
  * ordinary running one (unprotected). Losing the source before that loses
  * the VM: said loudly, the guest stopped (output gated), exit 1. */
 #include "secondary/secondary_int.h"
-#include "replication/postcopy.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,6 @@
  * announcement, and the goodbye (Fence). The link these frames come on is
  * link.c's; nothing here calls back into it. */
 #include "secondary/secondary_int.h"
-#include "replication/agent.h"
 #include "secondary/drill.h"
 
 #include <errno.h>

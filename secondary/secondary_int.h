@@ -1,16 +1,78 @@
 /* secondary/ private: what the agent's files call of each other, downward
  * only: standby.c (the agent's life, role changes, control) -> link.c (the
  * primary's connection, candidates, the silence watch) -> receive.c (what
- * the primary's frames say) -> takeover.c, postcopy_dst.c, staging.c. The
- * agent's state, struct repl_secondary, is in replication/agent.h, beside
- * the engine's. */
+ * the primary's frames say) -> takeover.c, postcopy_dst.c, staging.c; and
+ * the agent's state, struct repl_secondary. */
 #ifndef US_SECONDARY_INT_H
 #define US_SECONDARY_INT_H
 
-#include "replication/agent.h"
-#include "replication/postcopy.h"
 #include "replication/replication.h"
 #include "secondary/secondary.h"
+
+struct secondary_engine;
+
+enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
+	      S_DONE };
+
+struct repl_secondary {
+	const struct repl_secondary_opts *o;
+	struct ev_loop *loop;
+	struct net_listener *lis;
+	struct repl_link link;
+	enum sstate state;
+	bool got_hello;
+	bool refusing;                   /* an Error is on its way, then we close */
+	bool standing_down;              /* the primary said it goes on without us */
+	bool told_silent;                /* manual takeover: the primary's silence was logged */
+	uint64_t hello_digest;           /* the primary's machine configuration digest */
+	struct repl_timing timing;       /* ours, in our Hello */
+	struct repl_timing peer_timing;  /* the primary's, from its Hello */
+	struct machine_config cfg;
+	struct repl_vm *vm;
+	struct repl_vm *spare;           /* built at start from --guest/--mem, unused yet */
+	struct repl_staging stage;
+	struct repl_fault rx_fault;      /* set by a frame that failed on our side */
+	struct repl_fault fault;         /* the last failure: status reason */
+	struct repl_fault fault_at_takeover;   /* ...when it took over (status: not repeated) */
+
+	int exit_status;
+	ev_timer watch_w, hb_w;
+	ev_signal sigint_w, sigterm_w;
+	struct control *ctl;
+	struct console *con;             /* bound at start, served from the takeover on */
+	struct repl_candidates cands;    /* connections before their Hello */
+
+	struct repl_witness *wit;        /* NULL: heartbeat only */
+	char token[REPL_WITNESS_ID_MAX]; /* this standby's, in our Hello */
+	uint64_t contend_t0_ns;          /* the takeover decision: contending since */
+	char peer_addr[128];             /* the primary's host (no port), for the fence command */
+	bool migrate_now;                /* the primary handed the guest over (Fence) */
+	bool migrating;                  /* ...so the takeover keeps its link and skips the fence */
+	const struct secondary_engine *eng;   /* the host's engine, once active (secondary.h) */
+	struct repl_pc_dst *pc;          /* a post-copy hand-over announced (secondary/postcopy_dst.c) */
+	bool switch_now;                 /* the Fence was a switchover (migrate_now too) */
+	bool switching;                  /* ...taking over: protect onto switch_listen */
+	char switch_listen[128];         /* where the old primary waits as our standby */
+	char switch_token[REPL_WITNESS_ID_MAX];   /* its token, vouched for as we win the key */
+	bool lapsed;                     /* active, unprotected: paused until the key is re-taken */
+	bool resuming;                   /* the candidate's Hello resumes our standby */
+	bool await_resume;               /* switched: no takeover before the new primary connects */
+	uint64_t switches;               /* switchovers this agent took part in */
+	double switch_downtime_ms;       /* the last one's, as its old primary measured it */
+	uint64_t switch_epoch;           /* ...and its epoch */
+	ev_timer switch_w;               /* our engine switched over: become the standby */
+	char listen_at[128];             /* --listen, or where the last switchover said */
+	uint64_t switch_fence_ns;        /* the Fence SWITCHES arrived then */
+	uint64_t switch_paused_us;       /* ...its sender's guest paused that long before */
+	double switch_in_ms;             /* ...so the guest was down about this long here */
+	struct repl_drill *drill;        /* drills (drill.c), from the first applied epoch */
+	uint64_t peer_caps;              /* the primary's Hello.capabilities */
+	unsigned fence_failures;         /* fence command runs that failed for this takeover */
+	ev_timer fence_w;                /* ...the next run (bounded backoff, fence.h) */
+	const char *fence_reason;        /* ...why the takeover is wanted */
+	bool operator_fenced;            /* takeover --fenced-by-operator: no fence command */
+	bool self_vouched;               /* K/standby names this standby again (fence failed) */
+};
 
 /* ---- link.c: the primary's connection and the watch for its silence ----- */
 

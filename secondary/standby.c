@@ -18,7 +18,6 @@
  * the witness no longer vouches for stands down. */
 #include "secondary/secondary.h"
 #include "secondary/secondary_int.h"
-#include "replication/agent.h"
 #include "secondary/drill.h"
 
 #include <signal.h>

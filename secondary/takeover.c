@@ -4,7 +4,6 @@
  * lease. The agent's state machine is standby.c and link.c; nothing here
  * calls back into them. */
 #include "secondary/secondary_int.h"
-#include "replication/agent.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -18,7 +18,6 @@
 #include "machine/machine.h"
 #include "primary/primary_int.h"
 #include "secondary/secondary_int.h"
-#include "replication/agent.h"
 #include "replication/hooks.h"
 #include "replication/metrics.h"
 

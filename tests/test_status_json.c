@@ -16,7 +16,6 @@
 #include <json-c/json.h>
 
 #include "primary/primary_int.h"
-#include "replication/agent.h"
 #include "secondary/drill_int.h"
 
 /* A reason no line of text or hand-written JSON survives. */

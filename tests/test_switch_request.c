@@ -15,7 +15,8 @@
 #include "kmod/log.h"
 #include "net/control.h"
 #include "primary/primary.h"
-#include "replication/agent.h"
+#include "primary/primary_int.h"
+#include "secondary/secondary_int.h"
 #include "secondary/fence.h"
 
 /* An engine in the state a switchover is asked in: protected, nothing
