@@ -8,6 +8,148 @@
 
 #include "primary/primary.h"
 
+/* ---- the epochs (epoch.c) ------------------------------------------------- */
+
+#define REPL_EPOCH_SLOTS 8
+
+/* One epoch slot moves through these in order; one function in epoch.c
+ * (settle) makes a slot free again. An ACK may overtake the link's sent()
+ * (RDMA completions): the slot is then released while on_wire still holds. */
+enum repl_epoch_state {
+	REPL_EPOCH_FREE,        /* may take the next capture */
+	REPL_EPOCH_PRECOPY,     /* EpochBegin and pages pre-copied while the guest ran are on the link */
+	REPL_EPOCH_CAPTURED,    /* pages + state in the capture buffer, output marked */
+	REPL_EPOCH_ENCODED,     /* framed into buf */
+	REPL_EPOCH_SENDING,     /* buf handed to the link */
+	REPL_EPOCH_SENT,        /* the link is done with buf; waiting for ACK */
+	REPL_EPOCH_ACKED,       /* the secondary holds the epoch */
+	REPL_EPOCH_RELEASED,    /* the epoch's output has left */
+};
+
+struct repl_epoch {
+	int kind;                  /* REPL_TX_EPOCH: the slot is its own send cookie */
+	enum repl_epoch_state state;
+	unsigned on_wire;          /* buffers (pre, buf) the link reads until its sent() */
+	uint64_t epoch;
+	uint64_t out_mark;         /* guest output produced up to the pause */
+	uint64_t net_mark;         /* frames the guest sent up to the pause */
+	uint64_t capture_ns;
+	uint64_t bytes;            /* sent after the pause (buf; the pre-copy is not in it) */
+	struct proto_buf buf;
+	struct proto_buf pre;      /* the pre-copy's part, sent before the pause */
+};
+
+/* The primary's part of a drill the secondary runs (primary/drill.c): a digest of
+ * the RAM at one capture, and the pauses and lag from the drill's begin. */
+struct repl_drill_pri {
+	uint64_t id;               /* 0: no drill */
+	bool want_digest;          /* digest the RAM at the next capture */
+	bool digest_ready;         /* ...taken: send it after that epoch */
+	uint64_t npause0;          /* stats' pause count at drill-begin */
+	uint64_t p50_before_ns, p99_before_ns, lag_before_ns, lag_max_ns;
+	uint64_t digest_epoch, digest_ns, unacked_at_digest;
+	uint32_t mem_crc;
+};
+
+/* The pipeline: one capture buffer, REPL_EPOCH_SLOTS slots in flight. */
+struct repl_epochs {
+	struct repl_vm *vm;
+	struct repl_link *link;
+	struct proto_page_enc *enc;  /* shared with the initial sync (one XOR cache) */
+	struct ckpt cap;
+	struct ckpt pre;             /* the open epoch's pre-copy (pages, no state) */
+	struct repl_epoch *open;     /* the epoch whose pre-copy is on the link, or NULL */
+	uint32_t pre_crc;            /* ...their part of the epoch digest */
+	int pre_mode;                /* -1 adaptive, 0 never, 1 always (UNDERSTUDY_PRECOPY) */
+	double pre_waste;            /* share of pre-copied pages sent again (moving average) */
+	unsigned pre_skip;           /* epochs to go without pre-copy after a wasteful run */
+	bool pre_retry;              /* the open epoch's closing part is being retried */
+	struct repl_disk_cap disk;   /* the capture's disk blocks (none without a disk) */
+	struct repl_epoch slot[REPL_EPOCH_SLOTS];
+	uint64_t epoch;            /* last captured */
+	uint64_t acked;
+	uint64_t out_mark_prev;    /* output up to here went in an earlier epoch */
+	bool verify;               /* test mode: digest of RAM and state in every epoch */
+	struct proto_verify verify_digest;  /* ...taken at the pause */
+	struct repl_stats st;
+	struct ckpt_stats worst;   /* breakdown of the longest pause */
+	double copy_page_ns;       /* copy cost of a page in the pause (moving average) */
+	bool hold_output;          /* switchover: nothing more leaves here (the new primary replays it) */
+	bool hot_off;              /* a hand-over is coming: no hot pages (each would be in every epoch) */
+	bool reboot;               /* the guest rebooted: the next epoch to leave says so
+				    * (the secondary clears the standby's RAM first) */
+	uint64_t worst_pages;
+	struct repl_rate *rate;    /* migration: bandwidth limit (primary/postcopy_src.c), or NULL */
+	struct repl_drill_pri drill;
+};
+
+int repl_epochs_init(struct repl_epochs *q, struct repl_vm *vm, struct repl_link *link,
+		     bool verify) US_MUST_CHECK;
+void repl_epochs_fini(struct repl_epochs *q);
+/* The link is gone with every send on it: all slots are free again. */
+void repl_epochs_drop(struct repl_epochs *q);
+/* Pause, capture, resume (unless !resume), encode, send. 1: epoch sent;
+ * 0: stretched (no free slot or link full); <0: failed, *f says how (a
+ * transient failure has been undone: its pages are dirty again). */
+int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f) US_MUST_CHECK;
+/* Between two pauses, with the guest running: opens the next epoch on the
+ * link with the pages written so far (EpochBegin and page batches); the
+ * pause then copies only what was written since, and pages written again
+ * travel again (the secondary stages them, the last copy wins). One a
+ * epoch. 1: sent; 0: nothing sent (nothing to send, no room, or a local
+ * failure: pre-copy then rests a while, its pages dirty again); <0: the
+ * link failed, *f says how. */
+int repl_epoch_precopy(struct repl_epochs *q, struct repl_fault *f) US_MUST_CHECK;
+/* Whether a pre-copy pays for the coming epoch: the last epoch was large
+ * enough and the recent pre-copies were not mostly sent again. */
+bool repl_epoch_precopy_wanted(const struct repl_epochs *q);
+/* The link's sent() for an epoch cookie. */
+void repl_epoch_sent(struct repl_epochs *q, void *cookie);
+/* ACK(epoch): 1 accepted (output released), 0 ignored (stale or unknown). */
+int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch);
+
+/* ---- the initial sync (primary/sync.c) -------------------------------------------- */
+
+/* Copies the guest's RAM to the secondary while it runs: round 0 every page
+ * ever written, then the pages dirtied meanwhile, until few are left; the
+ * rest goes in the first checkpoint. */
+struct repl_sync {
+	struct ev_loop *loop;
+	struct repl_vm *vm;
+	struct repl_link *link;
+	struct proto_page_enc *enc;
+	struct repl_disk_cap *disk;   /* the epochs' (its image goes first), or NULL */
+	uint64_t disk_cursor, disk_sent;   /* the pass over the disk; blocks sent in it */
+	int disk_round;            /* 0: every block with data; then the dirty ones */
+	bool disk_done;
+	uint64_t *todo;            /* pages of the round, sent from cursor on */
+	uint64_t cursor;
+	int round;
+	uint64_t round_pages;
+	uint8_t *snap;             /* stable copies of pages being sent */
+	uint64_t t0_ns;
+	uint64_t batches;          /* sent so far */
+	struct proto_page_stats pages;   /* what the batches held, by encoding */
+	bool running;
+	ev_idle idle_w;
+	struct repl_rate *rate;    /* migration: bandwidth limit (primary/postcopy_src.c), or NULL */
+	ev_timer rate_w;           /* ...until the bucket allows the next batch */
+	/* Loop-thread callbacks of the owner: the sync ended, or failed. */
+	void (*done)(void *ctx);
+	void (*failed)(void *ctx, const struct repl_fault *f);
+	void *ctx;
+};
+
+int repl_sync_init(struct repl_sync *s, struct ev_loop *loop, struct repl_vm *vm,
+		   struct repl_link *link, struct proto_page_enc *enc) US_MUST_CHECK;
+void repl_sync_fini(struct repl_sync *s);
+int repl_sync_start(struct repl_sync *s, struct repl_fault *f) US_MUST_CHECK;
+void repl_sync_stop(struct repl_sync *s);
+/* A send the link owned left: go on if the sync waited for room. */
+void repl_sync_room(struct repl_sync *s);
+/* Pages of the current round not sent yet (0 when not running). */
+uint64_t repl_sync_left(const struct repl_sync *s);
+
 enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_SWITCHING, P_UNPROTECTED,
 	      P_FENCED, P_DONE };
 

@@ -9,6 +9,79 @@
 #include "replication/replication.h"
 #include "secondary/secondary.h"
 
+/* ---- the secondary's staging (secondary/staging.c) ------------------------ */
+
+/* Epoch N arrives in parts into a staging checkpoint; only a complete,
+ * verified epoch is applied to the standby. Output of applied epochs that
+ * the primary may not have released is held for a takeover. */
+struct repl_staging {
+	struct repl_vm *vm;              /* the standby (borrowed) */
+	uint64_t max_gfn;
+	uint64_t config_digest;
+	bool have_ckpt;
+	uint64_t applied;                /* last applied epoch */
+	bool in_epoch;
+	uint64_t cur;
+	struct ckpt stage;
+	uint32_t crc;
+	bool has_state, has_verify;
+	struct proto_verify verify_want; /* the primary's digest of the epoch in flight */
+	struct proto_verify verify_last; /* ...of the last applied epoch */
+	uint64_t verify_ok, verify_failed;
+	struct proto_buf out;            /* console output of the epoch in flight */
+	struct repl_disk_blocks disk;    /* disk blocks of the epoch in flight */
+	uint32_t disk_crc;
+	bool disk_sync;                  /* --disk-sync ack: blocks durable before the ACK */
+	uint64_t released;               /* the primary's release mark in that epoch */
+	struct proto_buf held;           /* output of applied epochs, maybe unreleased */
+	uint64_t held_from;              /* absolute offset of held[0] */
+	bool held_based;                 /* held_from is known (first epoch seen) */
+	struct repl_stats st;
+};
+
+/* ---- connections before their Hello (secondary/candidates.c) ------------- */
+
+/* A connection to the secondary is a candidate until it says a valid Hello:
+ * candidates do not block each other or a real primary. Each must say it
+ * within handshake_timeout_ms of its connection, or is closed as a lost
+ * peer; one that has sent nothing at all goes after REPL_CANDIDATES_SILENT_MS
+ * (a primary speaks first, at once). The slots are shared fairly: a
+ * newcomer from an address that has REPL_CANDIDATES_PER_SOURCE of them
+ * takes the place of its oldest, and when all are taken, the place of the
+ * oldest silent one (else of the oldest one past REPL_CANDIDATES_SILENT_MS),
+ * so idle connections cannot keep a real primary out. The agent decides on
+ * the Hello; a candidate it accepts is handed over (promote), and so is the
+ * decoder that read the Hello (adopt). */
+#define REPL_CANDIDATES_MAX 8        /* connections still to say Hello */
+#define REPL_CANDIDATES_PER_SOURCE 4
+#define REPL_CANDIDATES_SILENT_MS 1000
+
+struct repl_candidate;
+
+struct repl_candidates_ops {
+	/* The candidate's Hello: 0 accepts it (promote follows), < 0 refuses
+	 * it (-ECONNREFUSED: an Error is on its way, then it is closed). */
+	int (*hello)(void *ctx, struct repl_link *l, const struct proto_frame *f);
+	/* Accepted: c is the agent's now. */
+	void (*promote)(void *ctx, struct net_conn *c);
+	/* Frames after the Hello, in the chunk that carried it. */
+	int (*frame)(void *ctx, const struct proto_frame *f);
+	/* Take the decoder (and its counts) that read the Hello from l. */
+	void (*adopt)(void *ctx, struct repl_link *l);
+	/* What the frames of that chunk came to (r: the feed's result). */
+	void (*fed)(void *ctx, int r);
+};
+
+struct repl_candidates {
+	const struct repl_candidates_ops *ops;
+	void *ctx;
+	unsigned handshake_timeout_ms;
+	struct repl_fault *fault;        /* the agent's: why a candidate was closed */
+	struct repl_candidate *slot[REPL_CANDIDATES_MAX];
+	uint64_t log_ns;                 /* lines about room made: one per 10 s */
+	unsigned unlogged;
+};
+
 struct secondary_engine;
 
 enum sstate { S_WAITING, S_HELLO, S_STANDBY, S_CONTENDING, S_FENCE_FAILED, S_ACTIVE, S_FENCED,
@@ -82,7 +155,7 @@ void repl_sec_link_init(struct repl_secondary *s);
 /* The listener's callback (ctx: the agent): a connection is a candidate. */
 void repl_sec_on_accept(struct net_listener *l, struct net_conn *c, void *ctx);
 
-/* ---- candidates.c: connections before their Hello (the struct: replication.h) */
+/* ---- candidates.c: what the agent calls of them (the struct: above) ---- */
 
 void repl_candidates_init(struct repl_candidates *cs, const struct repl_candidates_ops *ops,
 			  void *ctx, unsigned handshake_timeout_ms, struct repl_fault *fault);
