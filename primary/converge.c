@@ -6,7 +6,9 @@
  * own, and only the epoch's bytes are what a throttle is for. */
 #include "primary/converge.h"
 
-double repl_converge_predict_ms(const struct repl_converge *c)
+/* Predicted downtime: the pause, the final epoch at the link's bandwidth,
+ * and one round trip to the destination's word. */
+static double repl_converge_predict_ms(const struct repl_converge *c)
 {
 	double transfer = c->bytes_per_ms > 0 ? c->bytes / c->bytes_per_ms : 0;
 

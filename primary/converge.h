@@ -23,10 +23,6 @@ enum repl_converge_step {
 	REPL_CONVERGE_THROTTLE,  /* the guest's writes are what misses the goal */
 };
 
-/* Predicted downtime: the pause, the final epoch at the link's bandwidth,
- * and one round trip to the destination's word. */
-double repl_converge_predict_ms(const struct repl_converge *c);
-
 /* The downtime the hand-over waits for: target_ms, unless the pause and the
  * round trip alone (the floor: no throttle shortens them) come within half
  * of it; then the floor plus half the target, so that over a long link an

@@ -8,10 +8,6 @@
 
 #include "replication/replication.h"
 
-/* Run on the caller's loop until the guest powers off or a signal; return
- * the exit status. */
-int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
-
 /* Copies o (and its strings); o->cfg and o->console are not used. wit: the
  * host's witness (it must own the key) or NULL. The VM's output is gated from
  * now on, and its on_stopped goes to the engine until detach. */
@@ -30,9 +26,6 @@ void repl_primary_cancel(struct repl_primary *p);
  * the destination does not run the guest, so it resumes here unprotected.
  * The reply (malloc'd); NULL when the engine is not in doubt. */
 char *repl_primary_resume_request(struct repl_primary *p);
-/* Hands the guest over to the engine's own secondary as soon as the
- * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
-void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);
 /* A control request "migrate PEER ..." to the engine protecting the VM: the
  * hand-over to PEER if it is this engine's own secondary, else refused
  * (the caller drops the secondary first: "cancel"). The reply, malloc'd. */
@@ -58,13 +51,6 @@ int repl_protect_parse(char *req, struct repl_primary_opts *o, char *err, size_t
  * text starts with "usage: " (the operator's request is what is wrong). */
 const char *repl_protect_refusal(const struct repl_primary_opts *o, const struct machine *m);
 
-/* "switchover listen=HOST:PORT": at the next acknowledged epoch the guest
- * pauses for a final epoch, the secondary takes it over at once and
- * protects it onto HOST:PORT, where this VM waits as its standby (no
- * resync). 0, or -EINVAL/-EBUSY with err saying why (not protected, a
- * witness, a migration under way). */
-int repl_primary_switchover(struct repl_primary *p, const char *listen, char *err,
-			    size_t errlen) US_MUST_CHECK;
 /* The control request "switchover listen=HOST:PORT" -> reply (malloc'd). */
 char *repl_switchover_request(struct repl_primary *p, const char *req);
 /* True (and *sw filled) when the engine ended by a switchover: the VM is

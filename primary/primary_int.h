@@ -292,6 +292,22 @@ struct json_object;
 void repl_pc_src_status_json(const struct repl_primary *p, struct json_object *o);
 
 
+/* run.c: what primary.h does not export */
+/* Run on the caller's loop until the guest powers off or a signal; return
+ * the exit status. */
+int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
+
+/* Hands the guest over to the engine's own secondary as soon as the
+ * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
+void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);
+/* "switchover listen=HOST:PORT": at the next acknowledged epoch the guest
+ * pauses for a final epoch, the secondary takes it over at once and
+ * protects it onto HOST:PORT, where this VM waits as its standby (no
+ * resync). 0, or -EINVAL/-EBUSY with err saying why (not protected, a
+ * witness, a migration under way). */
+int repl_primary_switchover(struct repl_primary *p, const char *listen, char *err,
+			    size_t errlen) US_MUST_CHECK;
+
 /* lease.c: the witness lease and the fence */
 /* The epochs on the link are freed once nothing reads them any more. */
 void repl_primary_link_gone(struct repl_primary *p);

@@ -1,6 +1,6 @@
 /* The link's beat side channel (see replication.h, net/beat.h): the key
  * exchange on the stream and the silence clock that counts beats. */
-#include "replication/replication.h"
+#include "replication/replication_int.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -28,7 +28,8 @@ void repl_disk_blocks_fini(struct repl_disk_blocks *b)
 	memset(b, 0, sizeof(*b));
 }
 
-int repl_disk_blocks_reserve(struct repl_disk_blocks *b, size_t n)
+/* Room for n blocks (allocated and touched now, not in a pause). */
+static int repl_disk_blocks_reserve(struct repl_disk_blocks *b, size_t n)
 {
 	uint64_t *blocks;
 	uint8_t *data;
@@ -49,7 +50,8 @@ int repl_disk_blocks_reserve(struct repl_disk_blocks *b, size_t n)
 	return 0;
 }
 
-uint8_t *repl_disk_blocks_add(struct repl_disk_blocks *b, uint64_t block)
+/* Appends a block; the copy goes to the returned slot (NULL: no memory). */
+static uint8_t *repl_disk_blocks_add(struct repl_disk_blocks *b, uint64_t block)
 {
 	if (b->n == b->cap && repl_disk_blocks_reserve(b, b->cap ? b->cap * 2 : 64) < 0)
 		return NULL;

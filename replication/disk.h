@@ -36,10 +36,6 @@ struct repl_disk_blocks {
 void repl_disk_blocks_init(struct repl_disk_blocks *b);
 void repl_disk_blocks_fini(struct repl_disk_blocks *b);
 static inline void repl_disk_blocks_reset(struct repl_disk_blocks *b) { b->n = 0; }
-/* Room for n blocks (allocated and touched now, not in a pause). */
-int repl_disk_blocks_reserve(struct repl_disk_blocks *b, size_t n) US_MUST_CHECK;
-/* Appends a block; the copy goes to the returned slot (NULL: no memory). */
-uint8_t *repl_disk_blocks_add(struct repl_disk_blocks *b, uint64_t block);
 
 /* The primary's side: the capture of each epoch's dirty blocks. */
 struct repl_disk_cap {

@@ -1,7 +1,7 @@
 /* Failures sorted by whose they are: the peer's (gone, or talking nonsense)
  * or ours (a passing shortage, or a machine or encoder that will not work).
  * The agents decide per kind; this file only names and classifies. */
-#include "replication/replication.h"
+#include "replication/replication_int.h"
 
 #include "kmod/log.h"
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "replication/proc.h"
+#include "replication/replication_int.h"
 
 #define TAG "hooks"
 

@@ -4,7 +4,7 @@
  * (seconds, bytes), _total on counters. The counters of an engine start
  * again at 0 when a new one replaces it (protect after a takeover):
  * Prometheus' rate() treats that as a counter reset. */
-#include "replication/replication.h"
+#include "replication/replication_int.h"
 #include "replication/hooks.h"
 
 #include <errno.h>
@@ -73,7 +73,8 @@ void repl_ops_drill_result(const struct repl_ops *ops, bool pass,
 
 /* ---- the exposition text ------------------------------------------------------ */
 
-void repl_metrics_family(FILE *f, const char *name, const char *type, const char *help)
+/* # HELP and # TYPE of a family. */
+static void repl_metrics_family(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }

@@ -43,9 +43,6 @@ enum repl_event {
 	REPL_EV_COUNT,
 };
 
-/* "protected", "drill-pass", ...: UNDERSTUDY_EVENT of the hook. */
-const char *repl_event_name(enum repl_event ev);
-
 /* Details of an event; NULL strings count as "". */
 struct repl_event_info {
 	const char *role;      /* primary, secondary */
@@ -106,8 +103,6 @@ struct proto_page_stats;
 struct repl_stats;
 struct repl_vm;
 
-/* # HELP and # TYPE of a family. */
-void repl_metrics_family(FILE *f, const char *name, const char *type, const char *help);
 /* A family of one sample. */
 void repl_metrics_one(FILE *f, const char *name, const char *type, const char *help, double v);
 void repl_metrics_hist(FILE *f, const char *name, const char *help, const struct repl_hist *h);

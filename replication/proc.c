@@ -15,7 +15,7 @@
 
 extern char **environ;
 
-void repl_proc_tail_add(struct repl_proc_tail *t, const char *p, size_t n)
+static void repl_proc_tail_add(struct repl_proc_tail *t, const char *p, size_t n)
 {
 	t->total += n;
 	if (n >= sizeof(t->buf)) {

@@ -21,7 +21,6 @@ struct repl_proc_tail {
 	uint64_t total;          /* bytes read, kept or not */
 };
 
-void repl_proc_tail_add(struct repl_proc_tail *t, const char *p, size_t n);
 /* Reads what the non-blocking fd holds now into t: 0 when it would block,
  * 1 at EOF or on an error (the caller stops watching it and closes it). */
 int repl_proc_drain(int fd, struct repl_proc_tail *t);

@@ -98,7 +98,6 @@ struct repl_vm {
  * takes over (repl_vm_serve_console). */
 int repl_vm_new(struct ev_loop *loop, const struct machine_config *cfg, const char *console,
 		struct repl_vm **out) US_MUST_CHECK;
-int repl_vm_open_console(struct repl_vm *v, const char *console) US_MUST_CHECK;
 /* Serves con (from console_bind) as this machine's console; takes ownership. */
 void repl_vm_serve_console(struct repl_vm *v, struct console *con);
 /* The console back from the VM, bound but not served (console_unserve), for
@@ -112,8 +111,6 @@ void repl_vm_free(struct repl_vm *v);
 uint64_t repl_vm_released(struct repl_vm *v);
 /* Total output produced so far (call while paused to mark an epoch's end). */
 uint64_t repl_vm_output_mark(struct repl_vm *v);
-/* Hands output up to the mark to the console. */
-void repl_vm_release(struct repl_vm *v, uint64_t upto);
 void repl_vm_set_gated(struct repl_vm *v, bool gated);
 /* machine_boot, then the power-on state kept for repl_vm_reboot. */
 int repl_vm_boot(struct repl_vm *v) US_MUST_CHECK;
@@ -164,17 +161,11 @@ void repl_status_add(char *out, size_t len, size_t *n, const char *fmt, ...)
 /* vm_net.c: the tap of a VM with a NIC (cfg->nnets), opened with the
  * machine (a standby's too: at setup, not at takeover); frames from it go
  * to the guest at once, frames from the guest are held like console output. */
-int repl_vm_net_open(struct repl_vm *v) US_MUST_CHECK;
-void repl_vm_net_close(struct repl_vm *v);
-/* machine_ops.net_tx of the machine (vCPU thread). */
-void repl_vm_net_tx(void *ctx, const uint8_t *frame, size_t len);
 /* Frames produced so far (while paused: an epoch's end). */
 uint64_t repl_vm_net_mark(struct repl_vm *v);
 /* Frames up to mark leave through the tap, in order; epoch 0: ungated
  * (logged "netout"), else logged "netrel <epoch> <from> <to>". */
 void repl_vm_net_release(struct repl_vm *v, uint64_t epoch, uint64_t mark);
-/* Held frames are dropped (a copy becoming a standby). */
-void repl_vm_net_forget(struct repl_vm *v);
 /* The guest's NIC now sits behind this host's tap (a takeover, a restore):
  * RARP broadcasts from its MAC so that bridges and switches learn its new
  * port whatever the guest does. */
@@ -270,8 +261,6 @@ int repl_beat_key_new(uint8_t key[REPL_BEAT_KEY_BYTES]) US_MUST_CHECK;
  * link without beats. */
 void repl_link_beat_start(struct repl_link *l, bool primary, const void *key, size_t key_len,
 			  const char *bind_at, unsigned interval_ms);
-/* Stops the beats; the last one heard counts as the last bytes received. */
-void repl_link_beat_stop(struct repl_link *l);
 /* How long the peer has been silent: now less when it was last heard (its
  * stream bytes or its beat), read in that order and never below 0 (a beat
  * is stamped by its own thread and may be newer than a clock read before). */
@@ -380,9 +369,6 @@ char *repl_fault_test_wedge(const char *req);
 /* Tests (UNDERSTUDY_TEST_HOOKS=1 and UNDERSTUDY_TEST_STOP=where): the agent
  * says so and stops itself (SIGSTOP) at that point, for a kill there. */
 void repl_fault_test_stop(const char *where);
-/* The same, but only the calling thread stops there, for good (the test
- * kills the agent): the others run on, e.g. a loop that flushes an ACK. */
-void repl_fault_test_hold(const char *where);
 
 /* ---- post-copy: what both sides compute (primary/postcopy_src.c,
  * secondary/postcopy_dst.c) ------------------------------------------------ */

@@ -1,7 +1,7 @@
 /* A machine running on the agent's libev loop: its console endpoint, the
  * hand-over of guest output from vCPU threads to the loop, and the output
  * gate that output commit closes (output leaves only up to a released mark). */
-#include "replication/replication.h"
+#include "replication/replication_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

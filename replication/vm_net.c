@@ -18,7 +18,7 @@
  * into guest RAM while a capture runs (machine_net_input refuses while any
  * pause is requested, for pauses from elsewhere). A standby reads its tap
  * and drops what it reads: its guest is not running. */
-#include "replication/replication.h"
+#include "replication/replication_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

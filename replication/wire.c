@@ -2,7 +2,7 @@
  * connection with its frame decoder and liveness clock), small control
  * messages, the Hello exchange; the Sections' messages (MachineConfig, the
  * drill's) are packed in proto/messages.c. */
-#include "replication/replication.h"
+#include "replication/replication_int.h"
 
 #include "net/beat.h"
 

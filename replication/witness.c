@@ -48,7 +48,7 @@
 
 #include "kmod/mutant.h"
 #include "net/etcd.h"
-#include "replication/replication.h"
+#include "replication/replication_int.h"
 
 #define TAG "witness"
 
@@ -99,18 +99,6 @@ struct repl_witness {
 	ev_timer progress_w;
 	struct repl_witness_cbs cbs;
 };
-
-const char *repl_witness_result_name(enum repl_witness_result r)
-{
-	static const char *const names[] = {
-		[REPL_WITNESS_OK] = "ok", [REPL_WITNESS_HELD] = "held by another owner",
-		[REPL_WITNESS_REVOKED] = "this standby is no longer vouched for",
-		[REPL_WITNESS_NOT_OWNER] = "not the owner any more",
-		[REPL_WITNESS_UNREACHABLE] = "etcd unreachable",
-	};
-
-	return r <= REPL_WITNESS_UNREACHABLE ? names[r] : "?";
-}
 
 /* The lease, renewed at send time t_send, is valid for ttl_s from then,
  * less the drift allowance. */

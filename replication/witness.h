@@ -51,7 +51,6 @@ struct repl_witness_cbs {
 
 struct repl_witness;
 
-const char *repl_witness_result_name(enum repl_witness_result r);
 /* self: this side's id, the value of K/owner while it owns it. */
 int repl_witness_new(struct ev_loop *loop, const struct repl_witness_opts *o, const char *self,
 		     struct repl_witness **out) __attribute__((warn_unused_result));
