@@ -220,7 +220,8 @@ check-nested: deps deps-nested
 deps-nested:
 	@$(MAKE) --no-print-directory deps DEB="qemu-system-x86 linux-image-amd64 busybox-static"
 
-# Dependencies point down only; no call cycles inside a module; no file over
+# Dependencies point down only; no call cycles inside a module; a public
+# header declares only what files outside its module use; no file over
 # 800 lines but the known exceptions (docs/design.md).
 lint: all
 	@python3 tests/lint_deps.py $(BUILD)
