@@ -8,6 +8,40 @@
 
 #include "primary/primary.h"
 
+/* ---- disk.c: disk replication, the capture (replication/disk.h) ------ */
+
+/* The primary's side: the capture of each epoch's dirty blocks. */
+struct repl_disk_cap {
+	uint64_t nblocks;          /* 0: the machine has no disk, all of this is a no-op */
+	uint64_t *harvest;         /* the last capture's dirty blocks, for requeue */
+	struct repl_disk_blocks blk;
+	struct proto_page_enc *enc;   /* ZERO / RAW / LZ4, no XOR cache */
+	struct proto_page_stats st;   /* what the sections held */
+	uint64_t copy_ns;          /* the last capture's harvest + reads */
+	uint64_t epochs_with_blocks, blocks_total, copy_ns_total, captures;
+	uint64_t sync_blocks;      /* sent by the syncs before the first checkpoint */
+};
+
+int repl_disk_cap_init(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;
+void repl_disk_cap_fini(struct repl_disk_cap *d);
+/* In the pause: harvests the dirty blocks and reads each into d->blk. */
+int repl_disk_capture(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;
+/* With the guest running: more room when the last capture came near the
+ * buffer's size, so that no later pause has to grow it. */
+void repl_disk_grow(struct repl_disk_cap *d);
+/* The capture did not reach the link: its blocks are dirty again. */
+void repl_disk_requeue(struct repl_disk_cap *d, struct machine *m);
+/* Appends d->blk as "disk" Sections to out; *crc accumulates the disk
+ * digest (proto_digest_page over block number and data). */
+int repl_disk_pack(struct repl_disk_cap *d, struct proto_buf *out, uint32_t *crc) US_MUST_CHECK;
+/* Initial sync: one "disk" Section (appended to out) of up to
+ * REPL_DISK_SECTION_BLOCKS blocks from *cursor on, and moves *cursor past
+ * them. todo NULL: the first pass (holes skipped, blocks that read zero not
+ * sent); else a dirty round: the blocks set in todo, zero or not. *sent
+ * counts the blocks sent. 1: more may follow; 0: the pass is done. */
+int repl_disk_sync_batch(struct repl_disk_cap *d, struct machine *m, const uint64_t *todo,
+			 uint64_t *cursor, struct proto_buf *out, uint64_t *sent) US_MUST_CHECK;
+
 /* ---- the epochs (epoch.c) ------------------------------------------------- */
 
 #define REPL_EPOCH_SLOTS 8

@@ -9,6 +9,22 @@
 #include "replication/replication.h"
 #include "secondary/secondary.h"
 
+/* ---- disk.c: disk replication, staging and applying (replication/disk.h) */
+
+/* The secondary's side. Decodes a "disk" Section into b (checked whole
+ * first: a bad one adds nothing), the digest into *crc. -EBADMSG for a bad
+ * section or more blocks than the image has. */
+int repl_disk_stage(struct repl_disk_blocks *b, uint64_t nblocks, const void *data, size_t len,
+		    uint32_t *crc) US_MUST_CHECK;
+/* Writes b's blocks to m's image; durable (fdatasync) before returning if sync. */
+int repl_disk_apply(struct machine *m, const struct repl_disk_blocks *b, bool sync) US_MUST_CHECK;
+
+/* A standby's image at path for a disk of bytes bytes: a regular file,
+ * writable, of that size or empty (then sized). Its content is dropped (it
+ * reads zero): the initial sync sends only blocks that are not. err says
+ * why not (-EINVAL: wrong size or kind; else -errno). */
+int repl_disk_prepare(const char *path, uint64_t bytes, char *err, size_t errlen) US_MUST_CHECK;
+
 /* ---- the secondary's staging (secondary/staging.c) ------------------------ */
 
 /* Epoch N arrives in parts into a staging checkpoint; only a complete,

@@ -23,6 +23,8 @@
 #include "checkpoint/checkpoint.h"
 #include "machine/virtio.h"
 #include "replication/disk.h"
+#include "primary/primary_int.h"
+#include "secondary/secondary_int.h"
 #include "tests/harness.h"
 
 #define BLK MACHINE_DISK_BLOCK
