@@ -14,6 +14,7 @@
 
 #include "guest/guest.h"
 #include "machine/bus.h"
+#include "machine/ioevent.h"
 #include "machine/linux.h"
 
 #define TAG "machine"
@@ -259,6 +260,7 @@ void machine_resume(struct machine *m)
 	}
 	m->pause_req = false;
 	pthread_cond_broadcast(&m->cond);
+	ioevent_resume(m);
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -319,8 +321,8 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	}
 }
 
-/* An MMIO access a device claims (virtio notifications are served here,
- * synchronously); -ENOENT when none does. */
+/* An MMIO access a device claims (a virtio notification whose address is
+ * not an ioeventfd is served here, synchronously); -ENOENT when none does. */
 static int mmio(struct machine *m, struct kvm_run *run)
 {
 	return machine_bus_io(m, MACHINE_MMIO, run->mmio.phys_addr, (int)run->mmio.len,
@@ -569,7 +571,7 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 		m->snap_vm = NULL;
 		m->snap_vcpus = NULL;
 	}
-	if ((r = start_vcpus(m)) < 0)
+	if ((r = start_vcpus(m)) < 0 || (r = ioevent_start(m)) < 0)
 		goto err_vcpus;
 	*out = m;
 	return 0;
@@ -622,6 +624,7 @@ void machine_free(struct machine *m)
 	for (int i = 0; i < m->ncpus; i++)
 		if (m->vcpus[i].thread_started)
 			pthread_join(m->vcpus[i].thread, NULL);
+	ioevent_stop(m);
 	for (int i = 0; i < m->ncpus; i++)
 		if (m->vcpus[i].kvm.run)
 			kvm_vcpu_destroy(&m->vcpus[i].kvm);
