@@ -141,7 +141,9 @@ static void serve(struct machine *m, struct machine_ioevent *io)
 			virtio_queue_notify(d, b % VIRTIO_MAX_QUEUES);
 		io->served++;
 	}
-	/* A vCPU idling on the idle port wakes for the ISR (pci_isr_pending). */
+	/* A vCPU idling on the idle port wakes for the ISR (pci_isr_pending)
+	 * or, polling the used ring, for the round itself. */
+	m->io_served++;
 	pthread_cond_broadcast(&m->cond);
 }
 

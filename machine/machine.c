@@ -165,13 +165,14 @@ static bool park(struct machine_vcpu *vc)
  * is completed first (KVM_RUN with immediate_exit), so while it waits here
  * its state is settled and readable: it counts as parked, and a pause does
  * not have to wake it (waking a sleeping thread costs ~50 us here). The
- * wait ends at the timeout, on console input or when the machine stops;
+ * wait ends at the timeout, on console input, when the I/O thread served
+ * a queue or when the machine stops;
  * if a pause is on by then, the vCPU stays parked until it ends. */
 static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 {
 	struct machine *m = vc->m;
 	struct timespec until;
-	uint64_t t;
+	uint64_t t, served;
 
 	/* A string OUT to the idle port (count > 1) is not completed by one
 	 * settle: such a guest just does not idle. */
@@ -188,7 +189,9 @@ static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 	pthread_cond_broadcast(&m->parked_cond);
 	if (m->parked == m->ncpus && m->pause_req && !m->stopping)
 		snap_take(m);
-	while (!m->stopping && !machine_devices_wake(m))
+	/* A polling guest waits for a request the I/O thread serves. */
+	served = m->io_served;
+	while (!m->stopping && !machine_devices_wake(m) && m->io_served == served)
 		if (pthread_cond_timedwait(&m->cond, &m->lock, &until) == ETIMEDOUT)
 			break;
 	while (m->pause_req && !m->stopping)

@@ -240,6 +240,7 @@ struct machine {
 	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
 	struct rtc_timer *rtc;       /* the RTC's timer thread, NULL but on a --kernel machine */
 	struct machine_ioevent *ioev;   /* the I/O thread (ioevent.c), NULL without virtio */
+	uint64_t io_served;          /* its rounds of serving queues (an idle vCPU wakes), under lock */
 
 	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
 	_Atomic uint64_t *vmm_dirty;

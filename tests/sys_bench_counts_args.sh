@@ -30,6 +30,8 @@ expect2 "error: --rounds: must be at least 1" bench_hot.py --counts --rounds 0
 expect2 "error: --seconds: must be above 0" bench_syscalls.py --seconds 0
 expect2 "error: --top: must be 0 or more" bench_syscalls.py --top -1
 expect2 "unrecognized arguments: --count" bench_syscalls.py --count
+expect2 "error: --sectors: must be at least 8" bench_exits.py --sectors 4
+expect2 "error: --rounds: must be at least 1" bench_exits.py --rounds 0
 ok "bad arguments exit 2 naming the option"
 
 out=$(cd bench && python3 - <<'PY' 2>&1
