@@ -145,7 +145,8 @@ struct pci_state {
  * power-off status (those are 0..255), not a failure (those are < 0). */
 #define MACHINE_STATUS_REBOOT 0x10000
 
-/* What the owner of the machine hears from it. Called on vCPU threads. */
+/* What the owner of the machine hears from it. Called on vCPU threads and
+ * (net_tx) on the machine's I/O thread. */
 struct machine_ops {
 	/* Bytes the guest wrote to the console. */
 	void (*console_out)(void *ctx, const uint8_t *buf, size_t len);
@@ -471,7 +472,7 @@ int platform_check(const struct platform_state *p) US_MUST_CHECK;
  * The image in MACHINE_DISK_BLOCK blocks (the last one may be partial: it
  * reads zero-padded and writes truncated). Every guest write or discard
  * marks its blocks in a dirty-block bitmap, set when the request is served
- * (on the vCPU thread, before its used-ring entry), so a paused machine has
+ * (by the thread that serves it, before its used-ring entry), so a paused machine has
  * every completed write's bit set. Bitmaps: one bit a block, 64-bit words. */
 #define MACHINE_DISK_BLOCK 4096u
 /* Blocks of the image, 0 without a disk. */
