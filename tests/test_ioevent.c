@@ -176,6 +176,7 @@ static void test_served_at_resume(void **state)
 	struct machine_state *ms;
 	struct machine *m;
 	uint8_t sector[512];
+	uint64_t kicks, served;
 	int waited = 0;
 
 	if (!f)
@@ -201,6 +202,9 @@ static void test_served_at_resume(void **state)
 	assert_int_equal(pread(f->fd, sector, 512, 3 * 512), 512);
 	assert_int_equal(sector[0], 0x5a);
 	assert_int_equal(sector[511], 0x5a);
+	ioevent_counts(m, &kicks, &served);
+	assert_true(served >= 1);           /* by the I/O thread, not a notify */
+	assert_int_equal(kicks, 0);
 	/* Served once: the next resume has nothing more to take. */
 	machine_resume(m);
 	sleep_ms(50);
