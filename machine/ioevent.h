@@ -7,8 +7,10 @@
 
 #include "machine/machine.h"
 
-/* Environment variable: "0" keeps every notification a KVM exit served on
- * the vCPU thread (the path without KVM_IOEVENTFD), for A/B counts. */
+/* Environment variable: "1" puts the notify addresses of any guest on
+ * ioeventfds, "0" keeps every notification a KVM exit served on the vCPU
+ * thread (the path without KVM_IOEVENTFD), for A/B counts; unset, a Linux
+ * guest's are ioeventfds and a built-in (polling) guest's exit. */
 #define IOEVENT_ENV "UNDERSTUDY_IOEVENTFD"
 
 /* With the VM created and the devices attached: an eventfd a queue, a
