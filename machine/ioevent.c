@@ -289,7 +289,7 @@ int ioevent_start(struct machine *m)
 		goto err;
 	io->started = true;
 	if (io->enabled)
-		log_info(TAG, "virtio notifications through ioeventfds%s", ioevent_active(m) ? "" :
+		log_debug(TAG, "virtio notifications through ioeventfds%s", ioevent_active(m) ? "" :
 			 " (none assigned yet)");
 	return 0;
 
