@@ -10,6 +10,12 @@ same run (issue 26): what machine/ioevent.c takes off the data path.
        bench_net_guest.py): REQUESTS UDP datagrams, one at a time, each
        answered (a receive and a transmit request).
 
+  linux  with --linux: a Linux guest (Debian's kernel and the initramfs
+       of tests/linux_initramfs.sh, ut.mode=server, as the Linux tests
+       boot it) on virtio-blk and virtio-net: REQUESTS TCP request lines
+       on one connection, each appended to a file on its disk, fsynced,
+       then answered; interrupts (MSI-X), no polling.
+
 Each run once with UNDERSTUDY_IOEVENTFD=1 and once with =0. The counts are
 KVM's own (debugfs /sys/kernel/debug/kvm/PID-FD/): mmio_exits and io_exits
 are the exits that reach the VMM (a notify write is an MMIO exit without
@@ -20,7 +26,7 @@ median and spread.
 
 A benchmark, not a test: without a usable /dev/kvm or KVM's debugfs it
 says SKIP and exits 77; the net part needs root (it says so and is left
-out). usage: bench_exits.py [--rounds N] [--sectors N] [--requests N]"""
+out). usage: bench_exits.py [--rounds N] [--sectors N] [--requests N] [--linux]"""
 import argparse, math, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,6 +114,83 @@ def client(n):
     print(got)
 
 
+LINUX_APPEND = "console=ttyS0 earlyprintk=serial,ttyS0 nokaslr no_timer_check tsc=reliable lpj=4000000"
+LINUX_PORT = 7000
+
+
+def tcp_client(n):
+    """Warm-up requests, "warm", then on a line of stdin n more; prints how
+    many were answered with their own line."""
+    end = time.monotonic() + 120
+    while True:
+        try:
+            c = socket.create_connection((GUEST_IP, LINUX_PORT), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.5)
+    c.settimeout(60)
+    f = c.makefile("rwb")
+
+    def ask(line):
+        f.write(line + b"\n")
+        f.flush()
+        return f.readline().rstrip(b"\n").endswith(b" " + line)
+    for i in range(3):
+        ask(b"w%d" % i)
+    print("warm", flush=True)
+    sys.stdin.readline()
+    print(sum(ask(b"r%d" % i) for i in range(n)), flush=True)
+
+
+def linux_guest(tmp):
+    out = subprocess.run(["bash", os.path.join(ROOT, "tests", "linux_initramfs.sh"),
+                          os.path.join(tmp, "guest")], capture_output=True, text=True)
+    if out.returncode == 77:
+        raise Skip("tests/linux_initramfs.sh: " + out.stdout.strip()[-200:])
+    if out.returncode:
+        raise RuntimeError("tests/linux_initramfs.sh: exit %d: %s" % (out.returncode, out.stderr[-300:]))
+    return out.stdout.split()[:2]
+
+
+def linux_round(net, tmp, on, n, kernel, initrd):
+    import bench_net_guest as bng
+    img = os.path.join(tmp, "linux-%d.img" % on)
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    log = os.path.join(tmp, "linux-%d.console" % on)
+    env = dict(os.environ, UNDERSTUDY_IOEVENTFD="1" if on else "0")
+    vm = subprocess.Popen(["ip", "netns", "exec", net.v, BIN, "run", "--kernel", kernel, "--initrd",
+                           initrd, "--append", "%s ut.mode=server ut.ip=%s/24" % (LINUX_APPEND, GUEST_IP),
+                           "--mem", "256M", "--disk", img, "--net", "tap:tapa", "--console", "stdio"],
+                          env=env, stdin=subprocess.DEVNULL, stdout=open(log, "w"),
+                          stderr=open(log + ".err", "w"))
+    cl = None
+    try:
+        if not bng.wait_for(log, "ut: server listening", 900):
+            raise RuntimeError("the Linux guest's server did not start (%s)" % log)
+        cl = subprocess.Popen(["ip", "netns", "exec", net.c, sys.executable, os.path.abspath(__file__),
+                               "--tcp-client", str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+        if cl.stdout.readline().strip() != "warm":
+            raise RuntimeError("no answer from the Linux guest's server")
+        s0 = kvm(vm.pid)
+        cl.stdin.write("go\n")
+        cl.stdin.flush()
+        got = int(cl.stdout.readline().strip() or 0)
+        s1 = kvm(vm.pid)
+    finally:
+        if cl:
+            cl.kill()
+            cl.wait()
+        vm.kill()
+        vm.wait()
+    if got < n:
+        raise RuntimeError("the Linux guest answered %d of %d" % (got, n))
+    return {k: s1[k] - s0[k] for k in s0}, got
+
+
 def net_round(net, tmp, on, n):
     import bench_net_guest as bng
     log = os.path.join(tmp, "net-%d.log" % on)
@@ -156,14 +239,38 @@ def report(kind, what, res):
                             "KVM mmio_exits (debugfs), host-independent count")
 
 
+def linux_main(a, tmp):
+    if os.geteuid() != 0:
+        raise Skip("the Linux guest's run needs root (network namespaces and a tap)")
+    import bench_net_guest as bng
+    kernel, initrd = linux_guest(tmp)
+    net = bng.Net(tag="uel", subnet="10.79.0")
+    try:
+        res = {1: [], 0: []}
+        for _ in range(a.rounds):
+            for on in (1, 0):
+                res[on].append(linux_round(net, tmp, on, a.requests, kernel, initrd))
+    finally:
+        net.close()
+    print("exits per request, ioeventfd on/off (KVM's counters, %d rounds; median):" % a.rounds)
+    report("blk+net", "Linux guest, %d TCP requests on one connection, each fsynced to its disk "
+           "and answered" % a.requests, res)
+    return 0
+
+
 def main():
     if sys.argv[1:2] == ["--client"]:
         client(int(sys.argv[2]))
+        return 0
+    if sys.argv[1:2] == ["--tcp-client"]:
+        tcp_client(int(sys.argv[2]))
         return 0
     ap = argparse.ArgumentParser(description="KVM exits per virtio request, ioeventfd on/off")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sectors", type=int, default=2048)
     ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--linux", action="store_true",
+                    help="the Linux guest only (TCP requests, fsynced to its disk)")
     a = ap.parse_args()
     for name, v, least in (("--rounds", a.rounds, 1), ("--sectors", a.sectors, 8),
                            ("--requests", a.requests, 1)):
@@ -174,6 +281,8 @@ def main():
         return 77
     tmp = tempfile.mkdtemp()
     try:
+        if a.linux:
+            return linux_main(a, tmp)
         blk = {1: [], 0: []}
         for _ in range(a.rounds):
             for on in (1, 0):
