@@ -274,19 +274,20 @@ bench-run:
 	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]; fi
 
 # Only the counts that do not depend on the host's speed (bench/counts.py):
-# epochs and round trips a reply waits for, pages sent and re-protected and
-# KVM's write faults per epoch, the agents' system calls per epoch. make
+# epochs and round trips a reply waits for (counter and kv guests), the
+# epochs the timer and waiting output started, pages sent and re-protected
+# and KVM's write faults per epoch, the agents' system calls per epoch. make
 # bench has them too, beside the times; this runs only them, quickly, and
 # means something in the nested VM, where times do not:
 #   NESTED_MEM=5G NESTED_CMD="make -s bench-counts BUILD=build/nested" \
 #     BUILD=build/nested NESTED_VM=build/nested/counts-vm tests/nested/run.sh
 # The figures go to $(BUILD)/bench/counts.log and counts.json (results.json's
 # format). COUNTS_ROUNDS rounds (default 3), COUNTS_REQUESTS requests a
-# round of bench_latency.py (default 100).
+# round of bench_latency.py and of bench_kv.py (default 100).
 COUNTS_ROUNDS ?= 3
 COUNTS_REQUESTS ?= 100
 COUNTS_BENCH := bench_latency.py@--counts@--requests@$(COUNTS_REQUESTS) bench_hot.py@--counts \
-	bench_syscalls.py bench_exits.py
+	bench_syscalls.py bench_kv.py@--counts@--requests@$(COUNTS_REQUESTS) bench_exits.py
 bench-counts: all
 	@mkdir -p $(BUILD)/bench
 	@python3 bench/figures.py machine | tee $(BUILD)/bench/counts.log

@@ -104,11 +104,17 @@ class Procs:
         self.procs, self.logs = [], []
 
 
-def status(ctl):
-    out = subprocess.run([BIN, "status", "--control", ctl, "--json"], capture_output=True, timeout=10)
-    if out.returncode != 0:
-        raise BenchError("status --control %s: %s" % (ctl, out.stderr.decode().strip()))
-    return json.loads(out.stdout.decode())
+def status(ctl, tries=3):
+    """The agent's status json. An agent slowed down a great deal (strace
+    attached, the nested VM's emulator) may miss the status command's 5 s
+    deadline now and then: it is asked again, tries times in all."""
+    for i in range(tries):
+        out = subprocess.run([BIN, "status", "--control", ctl, "--json"], capture_output=True, timeout=30)
+        if out.returncode == 0:
+            return json.loads(out.stdout.decode())
+        if i + 1 < tries:
+            time.sleep(0.5)
+    raise BenchError("status --control %s: %s" % (ctl, out.stderr.decode().strip()))
 
 
 def start_pair(procs, guest, mem, epoch_ms, fo_timeout_ms, pri_timeout_ms, ctl_dir):

@@ -65,4 +65,12 @@ int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char 
 		  const char *name, struct cli_ops *c);
 void cli_ops_stop(struct cli_ops *c);
 
+struct machine_config;
+/* Boots a fresh machine of cfg and serves it (host_serve, with the
+ * operations options) until it ends, and again after each reboot of the
+ * guest (run; restore's reboots). The exit status. */
+int cli_boot_serve(struct ev_loop *loop, const struct machine_config *cfg, const char *console,
+		   const char *control, const struct ops_options *ops, const char *name,
+		   const char *cmd);
+
 #endif

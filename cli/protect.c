@@ -240,9 +240,10 @@ static const char migrate_help[] =
 	"destination died), the source process stays: the guest resumes there, unprotected,\n"
 	"when the hand-over order provably never reached the destination (not sent: the\n"
 	"destination had closed the connection; or lost with it before it left) or, with a\n"
-	"witness, the key is still the source's; else it stays paused there (state\n"
-	"in-doubt) until `understudy takeover --control PATH` once the destination surely\n"
-	"does not run it. Exit 1 either way.\n"
+	"witness, the key is still the source's or it wins the key back (proof that the\n"
+	"destination never took it); else it stays paused there (state in-doubt) until\n"
+	"`understudy takeover --control PATH` once the destination surely does not run\n"
+	"it (with a witness: never, the destination won the key). Exit 1 either way.\n"
 	"--bandwidth limits the migration stream before the switch (a token bucket; the\n"
 	"predicted downtime counts the last epoch at that rate).\n"
 	"--postcopy-after N (default never): after N epochs in a row whose predicted\n"
@@ -444,7 +445,7 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		double now = mono_s();
 
 		if ((interrupted || now - t0 > max_s) && strcmp(state, "switching") &&
-		    strcmp(state, "postcopy")) {
+		    strcmp(state, "postcopy") && strcmp(state, "contending")) {
 			r = control_request(control, "cancel", 5000, &reply);
 			cli_meter_end(&m);
 			fprintf(stderr, "understudy migrate: %s%s%s%s: %s", interrupted ? "interrupted" :
@@ -535,9 +536,13 @@ static int follow(const char *control, unsigned max_s, unsigned epoch_ms, bool j
 		}
 		if (!strcmp(state, "in-doubt")) {
 			cli_meter_end(&m);
-			fprintf(stderr, "understudy migrate: in doubt (%s): the guest stays paused at the "
-				"source; if the destination does not run it, `understudy takeover --control "
-				"%s` resumes it there\n", why, control);
+			if (strstr(why, "not won back"))   /* the witness says the destination took it */
+				fprintf(stderr, "understudy migrate: in doubt (%s): the guest stays paused at "
+					"the source for good; the destination holds the witness key\n", why);
+			else
+				fprintf(stderr, "understudy migrate: in doubt (%s): the guest stays paused at "
+					"the source; if the destination does not run it, `understudy takeover "
+					"--control %s` resumes it there\n", why, control);
 			if (!json)
 				say_unfinished(&m, "in doubt", state, &g, now - t0);
 			return 1;

@@ -257,20 +257,9 @@ int cli_cmd_restore(int argc, char **argv)
 	cli_ops_stop(&co);
 	/* A reboot boots a fresh machine of the same configuration from
 	 * --kernel, as `run` does; without it the VM ends. */
-	while (r == MACHINE_STATUS_REBOOT && cfg.kernel[0]) {
+	if (r == MACHINE_STATUS_REBOOT && cfg.kernel[0]) {
 		log_info("restore", "the guest rebooted: booting it again from %s", cfg.kernel);
-		if (repl_vm_new(loop, &cfg, console, &vm) < 0)
-			return 1;
-		if (repl_vm_boot(vm) < 0) {
-			repl_vm_free(vm);
-			return 1;
-		}
-		if (cli_ops_start(&ops, loop, "primary", nm.name, &co)) {
-			repl_vm_free(vm);
-			return 1;
-		}
-		r = host_serve(loop, vm, control, &co.ops);
-		cli_ops_stop(&co);
+		return cli_boot_serve(loop, &cfg, console, control, &ops, nm.name, "restore");
 	}
 	if (r == MACHINE_STATUS_REBOOT) {
 		log_info("restore", "the guest rebooted: the VM ends (no --kernel to boot it from)");

@@ -33,9 +33,7 @@ int cli_cmd_run(int argc, char **argv)
 	struct vm_options vo;
 	const char *control = NULL;
 	struct ev_loop *loop;
-	struct repl_vm *vm;
 	struct ops_options ops;
-	struct cli_ops co;
 	int opt, r;
 
 	cli_ops_options_init(&ops);
@@ -66,16 +64,27 @@ int cli_cmd_run(int argc, char **argv)
 		return 2;
 
 	loop = ev_default_loop(0);
-	/* A guest's reboot (a Linux guest's reset) boots a fresh machine of the
-	 * same configuration: RAM, vCPUs and devices as at power-on. */
+	return cli_boot_serve(loop, &vo.cfg, vo.console, control, &ops, nm.name, "run");
+}
+
+/* A guest's reboot (a Linux guest's reset) boots a fresh machine of the
+ * same configuration: RAM, vCPUs and devices as at power-on. */
+int cli_boot_serve(struct ev_loop *loop, const struct machine_config *cfg, const char *console,
+		   const char *control, const struct ops_options *ops, const char *name,
+		   const char *cmd)
+{
+	struct repl_vm *vm;
+	struct cli_ops co;
+	int r;
+
 	for (;;) {
-		if (repl_vm_new(loop, &vo.cfg, vo.console, &vm) < 0)
+		if (repl_vm_new(loop, cfg, console, &vm) < 0)
 			return 1;
 		if (repl_vm_boot(vm) < 0) {   /* its power-on state: `protect` reboots in place */
 			repl_vm_free(vm);
 			return 1;
 		}
-		if (cli_ops_start(&ops, loop, "primary", nm.name, &co)) {
+		if (cli_ops_start(ops, loop, "primary", name, &co)) {
 			repl_vm_free(vm);
 			return 1;
 		}
@@ -83,6 +92,7 @@ int cli_cmd_run(int argc, char **argv)
 		cli_ops_stop(&co);
 		if (r != MACHINE_STATUS_REBOOT)
 			return r;
-		log_info("run", "the guest rebooted: booting it again");
+		log_info(cmd, "the guest rebooted: booting it again%s%s", cfg->kernel[0] ? " from " : "",
+			 cfg->kernel);
 	}
 }

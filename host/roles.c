@@ -21,6 +21,48 @@ static int engine_attach(void *ctx, struct ev_loop *loop, struct repl_vm *vm, st
 	return repl_primary_attach(loop, vm, wit, o, cb, &h->p);
 }
 
+int host_protect(struct repl_primary **engine, struct ev_loop *loop, const char *req,
+		 const char *not_now, struct repl_vm *vm, struct repl_witness *wit,
+		 const struct repl_ops *ops, const struct repl_primary_host *cb, char **reply)
+{
+	struct repl_primary_opts o;
+	char *copy = strdup(req), err[256];
+	const char *why;
+	int r;
+
+	*reply = NULL;
+	if (!copy)
+		return -ENOMEM;
+	r = repl_protect_parse(copy, &o, err, sizeof(err));
+	o.ops = *ops;
+	if (r == 0 && not_now) {
+		snprintf(err, sizeof(err), "%s", not_now);
+		r = -EINVAL;
+	}
+	if (r == 0 && (why = repl_protect_refusal(&o, vm->m))) {
+		snprintf(err, sizeof(err), "%s", why);
+		r = -EINVAL;
+	}
+	if (r == 0 && *engine && !repl_primary_replaceable(*engine)) {
+		snprintf(err, sizeof(err), "the VM is %s%s", repl_primary_state(*engine),
+			 repl_primary_protecting(*engine) ? ": one secondary at a time" :
+			 ": not now (a goodbye or withdrawal pending, or handed over)");
+		r = -EBUSY;
+	}
+	if (r == 0) {
+		repl_primary_detach(*engine);
+		*engine = NULL;
+		r = repl_primary_attach(loop, vm, wit, &o, cb, engine);
+		if (r < 0)
+			snprintf(err, sizeof(err), "cannot protect: %s", strerror(-r));
+	}
+	free(copy);
+	if (asprintf(reply, r == 0 ? "ok protecting: connecting to the secondary\n" : "error %s\n",
+		     err) < 0)
+		*reply = NULL;
+	return r;
+}
+
 /* "protect PEER ..." on the guest a standby took over: the same engine as
  * `understudy primary`, in place of the one before if it may be replaced. */
 static char *engine_protect(void *ctx, struct ev_loop *loop, const char *req, const char *not_now,
@@ -28,39 +70,9 @@ static char *engine_protect(void *ctx, struct ev_loop *loop, const char *req, co
 			    const struct repl_primary_host *cb)
 {
 	struct host_engine *h = ctx;
-	struct repl_primary_opts o;
-	char *copy = strdup(req), err[256], *reply = NULL;
-	int r;
+	char *reply;
 
-	if (!copy)
-		return NULL;
-	r = repl_protect_parse(copy, &o, err, sizeof(err));
-	o.ops = *ops;
-	if (r == 0 && not_now) {
-		snprintf(err, sizeof(err), "%s", not_now);
-		r = -EINVAL;
-	}
-	if (r == 0 && repl_protect_refusal(&o, vm->m)) {
-		snprintf(err, sizeof(err), "%s", repl_protect_refusal(&o, vm->m));
-		r = -EINVAL;
-	}
-	if (r == 0 && h->p && !repl_primary_replaceable(h->p)) {
-		snprintf(err, sizeof(err), "the VM is %s%s", repl_primary_state(h->p),
-			 repl_primary_protecting(h->p) ? ": one secondary at a time" :
-			 ": not now (a goodbye or withdrawal pending, or handed over)");
-		r = -EBUSY;
-	}
-	if (r == 0) {
-		repl_primary_detach(h->p);
-		h->p = NULL;
-		r = repl_primary_attach(loop, vm, wit, &o, cb, &h->p);
-		if (r < 0)
-			snprintf(err, sizeof(err), "cannot protect: %s", strerror(-r));
-	}
-	free(copy);
-	if (asprintf(&reply, r == 0 ? "ok protecting: connecting to the secondary\n" : "error %s\n",
-		     err) < 0)
-		return NULL;
+	(void)host_protect(&h->p, loop, req, not_now, vm, wit, ops, cb, &reply);
 	return reply;
 }
 

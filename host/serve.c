@@ -187,46 +187,19 @@ static void on_engine_ended(void *ctx, int status)
 	ev_break(r->loop, EVBREAK_ALL);
 }
 
-/* "protect PEER [key=value ...]": a new engine, unless one protects the VM. */
+/* "protect PEER [key=value ...]": a new engine, unless one protects the VM
+ * (host_protect, as on a guest a standby took over). */
 static char *protect_request(struct run_ctx *r, const char *request)
 {
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = r };
-	struct repl_primary_opts o;
-	char *req = strdup(request), err[256];
-	const char *why;
-	int rc;
+	char *reply;
 
-	if (!req)
-		return NULL;
-	if (!strncmp(request, "migrate", 7) && r->engine && repl_primary_protecting(r->engine)) {
-		free(req);          /* to its own secondary (or refused, saying why) */
+	/* A migration to its own secondary (or refused, saying why). */
+	if (!strncmp(request, "migrate", 7) && r->engine && repl_primary_protecting(r->engine))
 		return repl_primary_migrate_request(r->engine, request);
-	}
-	if (repl_protect_parse(req, &o, err, sizeof(err)) < 0) {
-		free(req);
-		return fmt("error %s", err);
-	}
-	o.ops = r->ops;
-	if ((why = repl_protect_refusal(&o, r->vm->m))) {
-		free(req);
-		return fmt("error %s", why);
-	}
-	if (r->engine) {
-		if (!repl_primary_replaceable(r->engine)) {
-			free(req);
-			return fmt("error the VM is %s%s", repl_primary_state(r->engine),
-				   repl_primary_protecting(r->engine) ? ": one secondary at a time" :
-				   ": not now (a goodbye or withdrawal pending, or handed over)");
-		}
-		repl_primary_detach(r->engine);
-		r->engine = NULL;
-	}
-	rc = repl_primary_attach(r->loop, r->vm, NULL, &o, &host, &r->engine);
-	free(req);
-	if (rc < 0)
-		return fmt("error cannot protect: %s", strerror(-rc));
-	r->snaps->last_id = 0;         /* the dirty log is the engine's from now on */
-	return fmt("ok protecting: connecting to the secondary");
+	if (host_protect(&r->engine, r->loop, request, NULL, r->vm, NULL, &r->ops, &host, &reply) == 0)
+		r->snaps->last_id = 0;         /* the dirty log is the engine's from now on */
+	return reply;
 }
 
 /* "cancel": a migration (or protection) not yet handed over stops; the

@@ -24,8 +24,13 @@ static void pause_for_handover(struct repl_primary *p, bool postcopy);
 
 /* ---- epochs --------------------------------------------------------------- */
 
+/* What starts an epoch, counted apart (status epochs_timer, epochs_output):
+ * the timer, waiting guest output, or neither (the first epoch after the
+ * sync, the final one). */
+enum epoch_trigger { EPOCH_BY_OTHER, EPOCH_BY_TIMER, EPOCH_BY_OUTPUT };
+
 /* 1: an epoch left; 0: it stretched; <0: failed (handled). */
-static int run_epoch(struct repl_primary *p)
+static int run_epoch(struct repl_primary *p, enum epoch_trigger by)
 {
 	struct repl_fault f;
 	bool throttled = p->throttle_pct && !p->finishing;
@@ -41,6 +46,10 @@ static int run_epoch(struct repl_primary *p)
 		ev_timer_start(p->loop, &p->throttle_w);
 	}
 	if (r > 0) {
+		if (by == EPOCH_BY_TIMER)
+			p->epochs_timer++;
+		else if (by == EPOCH_BY_OUTPUT)
+			p->epochs_output++;
 		ev_timer_stop(p->loop, &p->precopy_w);   /* this epoch came before it */
 		if (repl_epoch_precopy_wanted(&p->ep)) {
 			ev_timer_set(&p->precopy_w, p->o->epoch_ms / 2e3, 0);
@@ -87,7 +96,7 @@ static void early_epoch(struct repl_primary *p)
 		pause_for_handover(p, true);   /* as on_epoch_timer */
 		return;
 	}
-	(void)run_epoch(p);
+	(void)run_epoch(p, EPOCH_BY_OUTPUT);
 	if (p->state == P_PROTECTED)
 		ev_timer_again(p->loop, &p->epoch_w);
 }
@@ -125,7 +134,7 @@ void repl_primary_on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	if (p->state == P_PROTECTED && repl_pc_src_ready(p) && !p->ep.open)
 		pause_for_handover(p, true);    /* instead of the epoch: its pages go post-copy */
 	else if (p->state == P_PROTECTED || p->state == P_PROTECTING)
-		(void)run_epoch(p);
+		(void)run_epoch(p, EPOCH_BY_TIMER);
 }
 
 void repl_primary_try_final_epoch(struct repl_primary *p)
@@ -134,7 +143,7 @@ void repl_primary_try_final_epoch(struct repl_primary *p)
 
 	if (!p->final_pending)
 		return;
-	r = run_epoch(p);
+	r = run_epoch(p, EPOCH_BY_OTHER);
 	if (r == 0 || (r < 0 && p->state != P_UNPROTECTED && p->state != P_DONE))
 		return;               /* stretched (no free slot yet) or retrying */
 	p->final_pending = false;
@@ -370,7 +379,7 @@ void repl_primary_on_sync_done(void *ctx)
 		p->link_bytes_per_ms = (double)(p->link.bytes_sent - p->sync_bytes0) / ms;
 	p->state = P_PROTECTING;
 	p->transient_since_ns = 0;
-	(void)run_epoch(p);
+	(void)run_epoch(p, EPOCH_BY_OTHER);
 	if (p->state == P_PROTECTING)
 		ev_timer_start(p->loop, &p->epoch_w);
 }

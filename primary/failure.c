@@ -248,9 +248,12 @@ static bool maybe_replaced(struct repl_primary *p, const struct repl_fault *f)
  * (never sent, or dropped before the kernel had all of it, and nothing of
  * it is still queued on a live link) and this process did not stall past
  * that timeout; with a witness also whenever the key is still ours (the
- * destination cannot run without it; the vouch is withdrawn first). Else
- * the guest stays paused here (in doubt) until an operator who made sure
- * the destination does not run it says `understudy takeover`. */
+ * destination cannot run without it; the vouch is withdrawn first), and,
+ * when it was given up for the destination already, once this side wins it
+ * back with the destination's own token (lease.c: proof that the
+ * destination never took it). Else the guest stays paused here (in doubt)
+ * until an operator who made sure the destination does not run it says
+ * `understudy takeover`. */
 static void handover_failed(struct repl_primary *p, const struct repl_fault *f)
 {
 	struct repl_fault what;
@@ -287,6 +290,8 @@ static void handover_failed(struct repl_primary *p, const struct repl_fault *f)
 	ev_timer_stop(p->loop, &p->epoch_w);
 	repl_primary_link_gone(p);
 	repl_primary_event(p, REPL_EV_FENCED, p->fault.what);
+	if (p->wit)
+		repl_primary_reclaim(p);   /* the key decides: resumed once won back */
 }
 
 void repl_primary_on_fault(struct repl_primary *p, const struct repl_fault *f)

@@ -85,6 +85,90 @@ static void on_lost(void *ctx)
 	repl_primary_fence(p);
 }
 
+/* The guest of a migration in doubt resumes here, unprotected: the
+ * destination provably does not run it (how says why). */
+void repl_primary_resume_in_doubt(struct repl_primary *p, const char *how)
+{
+	log_warn(TAG, "%s: the guest resumes here from epoch %llu, UNPROTECTED", how,
+		 (unsigned long long)p->final_epoch);
+	p->in_doubt = p->finishing = p->keep_standby = false;
+	p->reclaiming = false;
+	p->state = P_UNPROTECTED;
+	repl_primary_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
+	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: resumed after a migration in doubt");
+	repl_vm_set_gated(p->vm, false);
+	machine_resume(p->vm->m);
+}
+
+/* A migration in doubt after this side gave the key up for the destination
+ * (resigned at the final ACK): the destination runs the guest only once it
+ * has won the key, and its win rewrites K/standby (to "none": a migration's
+ * new primary vouches for nobody yet). So this side contends as if it were
+ * that standby, with the destination's own token: the transaction succeeds
+ * only while K/owner is absent and K/standby still names the destination,
+ * which proves the destination never won, and it shuts the destination out
+ * for good (K/standby becomes "none"). A lost contest means the destination
+ * won: it may run the guest, and this copy stays paused. */
+void repl_primary_reclaim(struct repl_primary *p)
+{
+	log_warn(TAG, "migration in doubt after the key was given up: contending for %s with the "
+		 "destination's token (won only if the destination never took the key)",
+		 repl_witness_key(p->wit));
+	p->reclaiming = true;
+	repl_witness_contend(p->wit, p->standby_token, "none");
+}
+
+static void on_won(void *ctx)
+{
+	struct repl_primary *p = ctx;
+
+	if (!p->reclaiming)
+		return;
+	p->resigned = false;
+	/* The winning transaction wrote K/standby = none: no vouch pending. */
+	p->vouch_asked = p->vouched = false;
+	p->withdrawn = true;
+	ev_timer_start(p->loop, &p->lease_w);
+	repl_primary_resume_in_doubt(p, "won the witness key back: the destination never took it");
+}
+
+static void on_revoked(void *ctx)
+{
+	struct repl_primary *p = ctx;
+
+	if (!p->reclaiming)
+		return;
+	p->reclaiming = false;
+	p->reclaim_lost = true;
+	repl_fault_set(&p->fault, REPL_FAULT_LOCAL_FATAL, -EEXIST, "in doubt: the witness key was "
+		       "not won back (K/standby no longer names the destination: it took the key "
+		       "and may run the guest from epoch %llu)", (unsigned long long)p->final_epoch);
+	log_error(TAG, "%s; this copy stays paused for good", p->fault.what);
+	net_notify(NET_NOTIFY_STATUS, "MIGRATION IN DOUBT: %s", p->fault.what);
+}
+
+/* This side ends (a signal, or its host stops) while it contends for the
+ * key back: a win the loop never saw must not shut the destination out
+ * (it may be alive and hold the guest): K/standby names it again before
+ * the key is let go, as before the contest. */
+void repl_primary_reclaim_abandon(struct repl_primary *p)
+{
+	if (!p->wit || !p->reclaiming)
+		return;
+	log_warn(TAG, "ending while contending for the witness key: %s names the destination "
+		 "again", repl_witness_key(p->wit));
+	p->reclaiming = false;
+	repl_witness_hand_back(p->wit, p->standby_token);
+}
+
+/* The callbacks the engine takes on its witness. */
+static void witness_cbs(struct repl_primary *p)
+{
+	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
+		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .won = on_won,
+		.revoked = on_revoked, .ctx = p });
+}
+
 /* The lease lapsed while this side runs unprotected and vouches for no
  * standby (an etcd outage longer than the lease, or a hung loop): nobody
  * else may take the key, so the guest only pauses until it is re-taken. */
@@ -140,8 +224,7 @@ int repl_primary_witness_setup(struct repl_primary *p)
 		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
 		return r;
 	}
-	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
-		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
+	witness_cbs(p);
 	r = repl_witness_acquire(p->wit, err, sizeof(err));
 	if (r == -EBUSY) {
 		log_error(TAG, "witness: %s: refusing to run the guest (exit %d)", err,
@@ -165,8 +248,7 @@ void repl_primary_witness_attach(struct repl_primary *p)
 	if (!p->wit)
 		return;
 	repl_witness_get_cbs(p->wit, &p->host_cbs);
-	repl_witness_set_cbs(p->wit, &(struct repl_witness_cbs){
-		.vouched = on_vouched, .withdrawn = on_withdrawn, .lost = on_lost, .ctx = p });
+	witness_cbs(p);
 }
 
 void repl_primary_witness_detach(struct repl_primary *p)

@@ -18,6 +18,11 @@ int repl_primary_witness_setup(struct repl_primary *p);
 /* Attached to a host's witness: the engine's callbacks on it until detach. */
 void repl_primary_witness_attach(struct repl_primary *p);
 void repl_primary_witness_detach(struct repl_primary *p);
+/* A migration in doubt: resume the guest here (the destination provably
+ * does not run it), or, after the key was given up, contend for it back. */
+void repl_primary_resume_in_doubt(struct repl_primary *p, const char *how);
+void repl_primary_reclaim(struct repl_primary *p);
+void repl_primary_reclaim_abandon(struct repl_primary *p);
 
 /* failure.c */
 void repl_primary_on_linger(struct ev_loop *loop, ev_timer *w, int revents);

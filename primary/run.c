@@ -168,6 +168,7 @@ out:
 	}
 	repl_vm_free(p->vm);        /* what it still releases passes the lease gate */
 	if (p->wit) {
+		repl_primary_reclaim_abandon(p);
 		repl_witness_release(p->wit, !p->keep_standby);
 		repl_witness_free(p->wit);
 	}
@@ -271,6 +272,7 @@ void repl_primary_detach(struct repl_primary *p)
 	 * With a witness, not before the standby's vouch is withdrawn. */
 	release = (p->state < P_PROTECTING || p->state == P_UNPROTECTED) &&
 		  !(p->wit && p->vouch_asked && !p->withdrawn);
+	repl_primary_reclaim_abandon(p);
 	repl_primary_witness_detach(p);
 	if (p->link.conn && p->state >= P_SYNC && p->state < P_UNPROTECTED &&
 	    repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_STOPS, p->ep.acked,
@@ -308,20 +310,20 @@ void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool aut
 
 char *repl_primary_resume_request(struct repl_primary *p)
 {
+	char *reply = NULL;
+
 	if (!p->in_doubt)
 		return NULL;
-	if (p->wit && p->resigned)
-		return strdup("error the witness key was given up for the destination: it may win "
-			      "it; restart this VM from a copy instead\n");
-	log_warn(TAG, "takeover asked: the destination does not run the guest (the operator says "
-		 "so); the guest resumes here from epoch %llu, UNPROTECTED",
-		 (unsigned long long)p->final_epoch);
-	p->in_doubt = p->finishing = p->keep_standby = false;
-	p->state = P_UNPROTECTED;
-	repl_primary_event(p, REPL_EV_UNPROTECTED, "resumed after a migration in doubt");
-	net_notify(NET_NOTIFY_STATUS, "UNPROTECTED: resumed after a migration in doubt");
-	repl_vm_set_gated(p->vm, false);
-	machine_resume(p->vm->m);
+	if (p->reclaim_lost)
+		return strdup("error the destination won the witness key: it may run the guest\n");
+	if (p->reclaiming) {
+		if (asprintf(&reply, "ok contending for the witness key at epoch %llu\n",
+			     (unsigned long long)p->final_epoch) < 0)
+			return NULL;
+		return reply;
+	}
+	repl_primary_resume_in_doubt(p, "takeover asked: the destination does not run the guest "
+				     "(the operator says so)");
 	return strdup("ok took over: the guest runs here, unprotected\n");
 }
 

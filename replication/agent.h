@@ -1,8 +1,8 @@
 /* replication/ inside: the state of the two agents' engines, shared by
- * the files of each (primary/engine.c and its neighbours; secondary/standby.c +
- * secondary/takeover.c) and status.c. Calls go one way: the state machine
- * files (primary/engine.c, secondary/standby.c) call the others, never the
- * reverse. */
+ * the files of each (primary/engine.c and its neighbours; secondary/standby.c,
+ * link.c, receive.c, takeover.c, ...) and status.c. Calls go one way: the state
+ * machine files (primary/engine.c, secondary/standby.c and link.c) call the
+ * others, never the reverse. */
 #ifndef US_REPL_AGENT_H
 #define US_REPL_AGENT_H
 
@@ -73,6 +73,8 @@ struct repl_primary {
 	bool handover_out;             /* ...it reached the kernel: the destination may have it */
 	bool resigned;                 /* the witness key was given up for the destination */
 	bool in_doubt;                 /* the link failed after the hand-over left: paused */
+	bool reclaiming;               /* ...resigned: contending for the key the destination never took */
+	bool reclaim_lost;             /* ...the destination took it: it may run the guest */
 	bool switching_over;           /* switchover asked: hand over at the next ACK */
 	bool switched;                 /* ...done: the VM becomes the standby */
 	char switch_listen[128];       /* ...where it waits for the new primary */
@@ -83,6 +85,8 @@ struct repl_primary {
 	uint64_t release_after;        /* after a stall: release at the ACK of this epoch */
 	uint64_t stall_seen_ns;        /* ...the stall that set it */
 	uint64_t epoch_t0_ns;          /* the last epoch was captured then */
+	uint64_t epochs_timer;         /* epochs the epoch timer started (status, metrics) */
+	uint64_t epochs_output;        /* ...that waiting guest output started early */
 	unsigned min_epoch_ms;
 
 	ev_timer handshake_w;          /* until protected: every phase progresses */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *const kind_names[] = {
 	[REPL_FAULT_NONE] = "none",
@@ -105,12 +106,29 @@ char *repl_fault_test_wedge(const char *req)
  * source, the guest paused for the final epoch, nothing of it written
  * yet) and "handover" (the destination, right after it read the order:
  * the order left the source). */
-void repl_fault_test_stop(const char *where)
+static bool test_stop_at(const char *where)
 {
 	const char *hooks = getenv("UNDERSTUDY_TEST_HOOKS"), *at = getenv("UNDERSTUDY_TEST_STOP");
 
-	if (!hooks || strcmp(hooks, "1") || !at || strcmp(at, where))
+	return hooks && !strcmp(hooks, "1") && at && !strcmp(at, where);
+}
+
+void repl_fault_test_stop(const char *where)
+{
+	if (!test_stop_at(where))
 		return;
 	log_warn("fault", "test hook: stopping at %s (SIGSTOP)", where);
 	raise(SIGSTOP);
+}
+
+/* "contend" (a migration's destination, its witness thread about to
+ * contend for the key after the hand-over order: the loop runs on and
+ * acknowledges the final epoch, but the key is never taken). */
+void repl_fault_test_hold(const char *where)
+{
+	if (!test_stop_at(where))
+		return;
+	log_warn("fault", "test hook: this thread holds at %s for good", where);
+	for (;;)
+		pause();
 }

@@ -133,7 +133,7 @@ static void stateset(FILE *f, const char *name, const char *label, const char *h
 static const char *const role_names[] = { "primary", "secondary" };
 static const char *const pri_states[] = {
 	"unprotected", "connecting", "hello", "syncing", "first-checkpoint", "protected",
-	"switching", "fenced", "done", "migrated", "in-doubt",
+	"switching", "fenced", "done", "migrated", "in-doubt", "contending",
 };
 static const char *const sec_states[] = {
 	"waiting", "hello", "standby", "standby-unready", "contending", "fence-failed", "active",
@@ -195,6 +195,29 @@ static void net(FILE *f, struct repl_vm *v)
 	    (double)h.rx_frames);
 }
 
+/* What started the epochs and the hot set's counts (primary/cycle.c,
+ * machine_set_hot_budget); all 0 where no engine captures (secondary). */
+static void epoch_counts(FILE *f, const struct repl_primary *p)
+{
+	const struct machine *m = p && p->vm ? p->vm->m : NULL;
+
+	family(f, "understudy_epochs_started_total", "counter", "Epochs captured, by what "
+	       "started them: timer (every --epoch-ms) or output (guest output waiting, at least "
+	       "--min-epoch-ms after the last capture); the first epoch after the sync and a final "
+	       "one are in neither (primary)");
+	fprintf(f, "understudy_epochs_started_total{trigger=\"timer\"} %llu\n"
+		"understudy_epochs_started_total{trigger=\"output\"} %llu\n",
+		(unsigned long long)(p ? p->epochs_timer : 0),
+		(unsigned long long)(p ? p->epochs_output : 0));
+	one(f, "understudy_reprotected_pages_total", "counter", "Pages the dirty-log harvests "
+	    "write-protected again in KVM (each costs a write fault when the guest rewrites it; "
+	    "hot pages are not) (primary)", m ? (double)m->stats.reprotected : 0.0);
+	one(f, "understudy_hot_pages", "gauge", "Pages in the hot set now: left writable and "
+	    "copied at every pause (primary)", m ? (double)m->hot_pages : 0.0);
+	one(f, "understudy_hot_budget_pages", "gauge", "The most pages the hot set may hold now "
+	    "(primary)", m ? (double)m->hot_budget : 0.0);
+}
+
 static void render_primary(FILE *f, struct repl_primary *p)
 {
 	const struct repl_stats *st = &p->ep.st;
@@ -207,6 +230,7 @@ static void render_primary(FILE *f, struct repl_primary *p)
 	one(f, "understudy_acked_epoch", "gauge", "The last epoch the secondary acknowledged",
 	    (double)p->ep.acked);
 	stats(f, st);
+	epoch_counts(f, p);
 	hist(f, "understudy_pause_seconds", "How long the guest was paused for each capture",
 	     &st->pause_h);
 	hist(f, "understudy_output_commit_seconds", "Capture of an epoch to its ACK: how long "
@@ -244,6 +268,7 @@ static void render_secondary(FILE *f, struct repl_secondary *s)
 	one(f, "understudy_acked_epoch", "gauge", "The last epoch acknowledged to the primary",
 	    (double)s->stage.applied);
 	stats(f, st);
+	epoch_counts(f, NULL);
 	hist(f, "understudy_pause_seconds", "How long the guest was paused for each capture "
 	     "(primary)", &(struct repl_hist){ 0 });
 	hist(f, "understudy_output_commit_seconds", "Capture of an epoch to its ACK (primary)",

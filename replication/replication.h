@@ -336,7 +336,7 @@ double repl_heartbeat_interval(unsigned timeout_ms);
 /* ---- failures and what they mean (fault.c) ------------------------------- */
 
 /* Not every failure means the peer is gone: each kind has its own policy,
- * decided by the agent that owns the link (see primary/engine.c, secondary/standby.c). */
+ * decided by the agent that owns the link (see primary/engine.c, secondary/link.c). */
 enum repl_fault_kind {
 	REPL_FAULT_NONE,
 	REPL_FAULT_PEER_LOST,        /* connection closed, silent past the timeout */
@@ -368,6 +368,9 @@ char *repl_fault_test_wedge(const char *req);
 /* Tests (UNDERSTUDY_TEST_HOOKS=1 and UNDERSTUDY_TEST_STOP=where): the agent
  * says so and stops itself (SIGSTOP) at that point, for a kill there. */
 void repl_fault_test_stop(const char *where);
+/* The same, but only the calling thread stops there, for good (the test
+ * kills the agent): the others run on, e.g. a loop that flushes an ACK. */
+void repl_fault_test_hold(const char *where);
 
 /* ---- the primary's epochs (epoch.c) ---------------------------------------- */
 

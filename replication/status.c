@@ -207,6 +207,10 @@ static char *pri_status_json(const struct repl_primary *p)
 	proto_json_add_u64(o, "hot_pages", p->vm ? p->vm->m->hot_pages : 0);
 	proto_json_add_u64(o, "hot_budget", p->vm ? p->vm->m->hot_budget : 0);
 	proto_json_add_u64(o, "reprotected_pages", p->vm ? p->vm->m->stats.reprotected : 0);
+	/* What started the epochs: the timer, or guest output waiting (an
+	 * early epoch); the first and a final epoch are in neither. */
+	proto_json_add_u64(o, "epochs_timer", p->epochs_timer);
+	proto_json_add_u64(o, "epochs_output", p->epochs_output);
 	repl_pc_src_status_json(p, o);
 	/* Disk replication: blocks per epoch that had any, and their copy in the pause. */
 	if (d->nblocks) {
@@ -407,7 +411,7 @@ const char *repl_primary_state(const struct repl_primary *p)
 	if (p->migrated)
 		return "migrated";
 	if (p->in_doubt)
-		return "in-doubt";
+		return p->reclaiming ? "contending" : "in-doubt";
 	if (repl_pc_src_state(p))
 		return repl_pc_src_state(p);
 	return pstate_names[p->state];

@@ -48,6 +48,7 @@
 
 #include "kmod/mutant.h"
 #include "net/etcd.h"
+#include "replication/replication.h"
 
 #define TAG "witness"
 
@@ -306,6 +307,7 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 	int64_t lease = 0;
 	int r;
 
+	repl_fault_test_hold("contend");   /* sys_migrate_handover: the key never taken */
 	if (!w->lease && (r = grant(w)) < 0) {
 		complain(w, "cannot get a lease to contend with", r);
 		return REPL_WITNESS_UNREACHABLE;
@@ -318,9 +320,14 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 	}
 	/* A try that timed out may have been applied (etcd.h): the key on our
 	 * lease is ours, whatever K/standby says now. */
-	if (r == 0 && etcd_get(w->etcd, w->owner_key, w->holder, sizeof(w->holder), &lease) == 1 &&
-	    lease == w->lease)
-		r = 1;
+	if (r == 0) {
+		int g = etcd_get(w->etcd, w->owner_key, w->holder, sizeof(w->holder), &lease);
+
+		if (g < 0)                 /* unknown whether ours: try again, never guess */
+			return REPL_WITNESS_UNREACHABLE;
+		if (g == 1 && lease == w->lease)
+			r = 1;
+	}
 	if (r == 1) {
 		set_vouches_none(w, !strcmp(next, "none"));
 		atomic_store(&w->owner, true);
@@ -329,8 +336,13 @@ static enum repl_witness_result contend(struct repl_witness *w, const char *toke
 	r = etcd_get(w->etcd, w->standby_key, standby, sizeof(standby), NULL);
 	if (r < 0)
 		return REPL_WITNESS_UNREACHABLE;
-	if (r == 0 || strcmp(standby, token))
+	if (r == 0 || strcmp(standby, token)) {
+		/* Lost for good: the lease granted to contend with holds nothing. */
+		if (etcd_lease_revoke(w->etcd, w->lease) < 0)
+			log_warn(TAG, "could not revoke the unused lease");
+		w->lease = 0;
 		return REPL_WITNESS_REVOKED;
+	}
 	r = etcd_get(w->etcd, w->owner_key, w->holder, sizeof(w->holder), NULL);
 	return r < 0 ? REPL_WITNESS_UNREACHABLE : REPL_WITNESS_HELD;
 }
@@ -660,6 +672,13 @@ void repl_witness_stop(struct repl_witness *w)
 {
 	stop_thread(w);
 	atomic_store(&w->retakes, false);
+}
+
+void repl_witness_hand_back(struct repl_witness *w, const char *token)
+{
+	stop_thread(w);
+	if (atomic_load(&w->owner) && set_standby(w, token) != REPL_WITNESS_OK)
+		log_warn(TAG, "could not vouch for %s again before letting the key go", token);
 }
 
 void repl_witness_release(struct repl_witness *w, bool withdraw_standby)

@@ -98,5 +98,8 @@ void repl_witness_stop(struct repl_witness *w);
  * withdraw_standby (the guest is gone: nobody may resume it), then revokes
  * the lease (K/owner goes with it). */
 void repl_witness_release(struct repl_witness *w, bool withdraw_standby);
+/* Before a release: stops the thread and, if the key is ours, vouches for
+ * token again (a contest won for a guest that never resumed undone). */
+void repl_witness_hand_back(struct repl_witness *w, const char *token);
 
 #endif

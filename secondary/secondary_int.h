@@ -1,6 +1,9 @@
-/* secondary/ private: what the agent's files (standby.c, takeover.c,
- * staging.c, postcopy_dst.c) call of each other. The agent's state,
- * struct repl_secondary, is in replication/agent.h, beside the engine's. */
+/* secondary/ private: what the agent's files call of each other, downward
+ * only: standby.c (the agent's life, role changes, control) -> link.c (the
+ * primary's connection, candidates, the silence watch) -> receive.c (what
+ * the primary's frames say) -> takeover.c, postcopy_dst.c, staging.c. The
+ * agent's state, struct repl_secondary, is in replication/agent.h, beside
+ * the engine's. */
 #ifndef US_SECONDARY_INT_H
 #define US_SECONDARY_INT_H
 
@@ -8,6 +11,30 @@
 #include "replication/postcopy.h"
 #include "replication/replication.h"
 #include "secondary/secondary.h"
+
+/* ---- link.c: the primary's connection and the watch for its silence ----- */
+
+/* Candidates (connections before their Hello), the watch and heartbeat
+ * timers (not started). */
+void repl_sec_link_init(struct repl_secondary *s);
+/* The listener's callback (ctx: the agent): a connection is a candidate. */
+void repl_sec_on_accept(struct net_listener *l, struct net_conn *c, void *ctx);
+
+/* ---- receive.c: what the primary's frames say --------------------------- */
+
+/* A frame of the primary's stream (ctx: the agent); <0 as proto_dec_feed's
+ * callback, -ECONNREFUSED: refused, told why (the link is to be closed). */
+int repl_sec_frame(void *ctx, const struct proto_frame *f) US_MUST_CHECK;
+/* A primary's Hello, on l (a candidate's link or the agent's). */
+int repl_sec_hello(struct repl_secondary *s, struct repl_link *l,
+		   const Understudy__Hello *h) US_MUST_CHECK;
+/* Our Hello, on the agent's link: the standby built, or a primary resumes. */
+int repl_sec_send_hello(struct repl_secondary *s) US_MUST_CHECK;
+/* The VM of --guest, --mem, ... built ahead while no primary is there. */
+void repl_sec_build_spare(struct repl_secondary *s);
+/* A fresh token for a fresh standby: a vouch for an earlier one never
+ * lets this one in. */
+void repl_sec_new_token(struct repl_secondary *s);
 
 /* ---- staging.c: an epoch staged whole, then applied --------------------- */
 

@@ -1,8 +1,8 @@
 /* The secondary's takeover and everything it needs: the resources held
  * from the start (the console), the fence command, the witness key to win
  * first, the takeover itself, and the fencing of a copy that lost its
- * lease. The agent's state machine is secondary.c; nothing here calls back
- * into it. */
+ * lease. The agent's state machine is standby.c and link.c; nothing here
+ * calls back into them. */
 #include "secondary/secondary_int.h"
 #include "replication/agent.h"
 

@@ -3,8 +3,9 @@
 # bench-counts), what can be checked without KVM:
 #   1. bad values exit 2 naming the option, before the check for /dev/kvm;
 #   2. the arithmetic of the counts: strace -c's summary table read into
-#      calls per system call, and the epochs and ACKs of an event log that
-#      fall within each request's span;
+#      calls per system call, the epochs and ACKs of an event log that
+#      fall within each request's span, and bench_kv's counts of a run
+#      (per PUT and GET reply, per epoch) from two status readings;
 #   3. without /dev/kvm: bench_syscalls.py says SKIP and exits 77, the
 #      --counts runs say SKIP and print no figure, make bench-counts ends
 #      with 0 and a counts.json without figures; a bad COUNTS_ROUNDS fails
@@ -32,6 +33,9 @@ expect2 "error: --top: must be 0 or more" bench_syscalls.py --top -1
 expect2 "unrecognized arguments: --count" bench_syscalls.py --count
 expect2 "error: --sectors: must be at least 8" bench_exits.py --sectors 4
 expect2 "error: --rounds: must be at least 1" bench_exits.py --rounds 0
+expect2 "error: --rounds: must be at least 1" bench_kv.py --counts --rounds 0
+expect2 "error: --requests: must be at least 1" bench_kv.py --counts --requests 0
+expect2 "error: --seconds: must be above 0" bench_kv.py --seconds 0
 ok "bad arguments exit 2 naming the option"
 
 out=$(cd bench && python3 - <<'PY' 2>&1
@@ -54,6 +58,19 @@ ev = [(10, "capture", 1), (15, "ack", 1), (20, "capture", 2), (25, "ack", 2),
 w = counts.waits(ev, [(5, 21), (21, 40), (36, 50), (10, 20)])
 assert w == [(2, 1), (1, 2), (0, 0), (1, 1)], w
 assert counts.per(10, 0) == 0.0 and counts.per(10, 4) == 2.5
+# bench_kv: a PUT waits for two captures and one ACK, a GET for one of each;
+# 4 epochs in the window (3 by the timer, 1 by output), 2 replies
+import bench_kv
+before = {"epoch": 10, "acked": 9, "epochs_timer": 6, "epochs_output": 3, "bytes_sent": 1000,
+          "dirty_pages_avg": 5.0, "disk_blocks": 2}
+after = {"epoch": 14, "acked": 13, "epochs_timer": 9, "epochs_output": 4, "bytes_sent": 5000,
+         "dirty_pages_avg": 6.0, "disk_blocks": 10}
+k = bench_kv.reply_counts({"put_span": [[5, 21]], "get_span": [[21, 31]], "lost": 0}, before, after, ev)
+want = {"put_epochs_waited": 2, "put_round_trips": 1, "get_epochs_waited": 1, "get_round_trips": 1,
+        "epochs_per_reply": 2.0, "timer_epochs_per_reply": 1.5, "output_epochs_per_reply": 0.5,
+        "bytes_per_epoch": 1000.0, "pages_per_epoch": (6.0 * 14 - 5.0 * 10) / 4,
+        "blocks_per_epoch": 2.0, "epochs": 4, "lost": 0}
+assert k == want, (k, want)
 print("counts arithmetic ok")
 PY
 )
@@ -67,7 +84,7 @@ fi
 out=$(py bench_syscalls.py --rounds 1); rc=$?
 [ $rc = 77 ] && echo "$out" | grep -q "SKIP: /dev/kvm" ||
 	fail "bench_syscalls.py without /dev/kvm: exit $rc, expected 77 and a SKIP reason: $out"
-for b in bench_latency.py bench_hot.py; do
+for b in bench_latency.py bench_hot.py bench_kv.py; do
 	out=$(py $b --counts --rounds 1); rc=$?
 	[ $rc = 0 ] && echo "$out" | grep -q "SKIP: /dev/kvm" ||
 		fail "$b --counts without /dev/kvm: exit $rc, expected 0 and a SKIP reason: $out"

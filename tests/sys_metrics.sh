@@ -4,7 +4,9 @@
 #   2. a protected pair: both answer GET /metrics, `promtool check metrics`
 #      is clean, role and state say primary/protected and secondary/standby,
 #      the counters move between two scrapes (epochs_total, pause and commit
-#      histograms, page bytes sent and received), other paths get 404;
+#      histograms, page bytes sent and received), the epochs by trigger
+#      (timer, output) and the hot set's counts are there and add up, other
+#      paths get 404;
 #   3. kill -9 of the primary: the secondary says takeovers_total 1, role
 #      primary, state active, and still passes promtool;
 #   4. `run --metrics`: a VM without protection says primary/unprotected;
@@ -92,9 +94,36 @@ gt "$(value "$tmp/p2" understudy_compression_ratio)" 0 || fail "compression rati
 [ -n "$(value "$tmp/p2" understudy_heartbeat_age_seconds)" ] || fail "no heartbeat age"
 [ "$(value "$tmp/p2" understudy_takeovers_total)" = 0 ] || fail "takeovers before any"
 [ "$(value "$tmp/p2" 'understudy_drills_total{result="pass"}')" = 0 ] || fail "drills"
+# The engine's counts: what started each epoch, the pages the harvests
+# re-protected, the hot set. Declared with their type on both agents, the
+# standby's at 0; on the primary the timer's epochs grow over 1.5 s, an
+# incr's reply starts an output epoch, every epoch but the first after the
+# sync has one of the two triggers, the boot's writes were re-protected.
+for f in p2 s2; do
+	for fam in "understudy_epochs_started_total counter" "understudy_reprotected_pages_total counter" \
+		"understudy_hot_pages gauge" "understudy_hot_budget_pages gauge"; do
+		grep -qx "# TYPE $fam" "$tmp/$f" || fail "$f: no '# TYPE $fam': $(grep "${fam% *}" "$tmp/$f")"
+		grep -q "^# HELP ${fam% *} [A-Z]" "$tmp/$f" || fail "$f: no help for ${fam% *}"
+	done
+done
+et='understudy_epochs_started_total{trigger="timer"}'; eo='understudy_epochs_started_total{trigger="output"}'
+for k in "$et" "$eo" understudy_reprotected_pages_total understudy_hot_pages understudy_hot_budget_pages; do
+	[ "$(value "$tmp/s2" "$k")" = 0 ] || fail "secondary $k: '$(value "$tmp/s2" "$k")', want 0"
+done
+t1=$(value "$tmp/p1" "$et"); t2=$(value "$tmp/p2" "$et"); o1=$(value "$tmp/p1" "$eo"); o2=$(value "$tmp/p2" "$eo")
+[ -n "$t1" ] && [ -n "$t2" ] && gt "$t2" "$t1" || fail "timer epochs did not grow over 1.5 s: $t1 -> $t2"
+[ -n "$o1" ] && [ -n "$o2" ] && gt "$o2" "$o1" || fail "output epochs did not grow with an incr's reply: $o1 -> $o2"
+for f in p1 p2; do
+	e=$(value "$tmp/$f" understudy_epoch); t=$(value "$tmp/$f" "$et"); o=$(value "$tmp/$f" "$eo")
+	[ "$e" = $((t + o + 1)) ] || fail "$f: epoch $e != timer $t + output $o + the first after the sync"
+done
+gt "$(value "$tmp/p2" understudy_reprotected_pages_total)" 0 || fail "no page re-protected"
+[ "$(value "$tmp/p2" understudy_hot_pages)" -le "$(value "$tmp/p2" understudy_hot_budget_pages)" ] ||
+	fail "more hot pages than the budget: $(grep '^understudy_hot' "$tmp/p2")"
 code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$pmet/other")
 [ "$code" = 404 ] || fail "/other: $code, want 404"
 ok "2. protected pair: promtool clean on 4 scrapes; epochs_total $(value "$tmp/p1" understudy_epochs_total) -> $(value "$tmp/p2" understudy_epochs_total) (primary), $(value "$tmp/s1" understudy_epochs_total) -> $(value "$tmp/s2" understudy_epochs_total) (secondary); page bytes sent $sent, received $rcvd; /other 404"
+ok "   epochs started by the timer $t1 -> $t2, by output $o1 -> $o2; re-protected pages $(value "$tmp/p2" understudy_reprotected_pages_total), hot $(value "$tmp/p2" understudy_hot_pages)/$(value "$tmp/p2" understudy_hot_budget_pages); the standby's 0"
 
 # 3. failover
 kill -9 $pp; wait $pp 2>/dev/null

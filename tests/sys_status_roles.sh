@@ -4,7 +4,8 @@
 #  1. `run` (unprotected, no engine): role, state, the guest, memory,
 #     vCPUs, uptime and devices; its JSON has the VM's fields;
 #  2. a fresh protected pair: the primary shows the VM's lines (and counts
-#     the pages its harvests re-protected) and no
+#     the pages its harvests re-protected, and its epochs by what started
+#     them: the timer or waiting output) and no
 #     "resumed from", migration, switchover or throttle line; the standby
 #     shows its heartbeat and that the guest does not run on its host; the
 #     JSON of both has every documented field (docs/design.md);
@@ -58,7 +59,8 @@ want = {
         "pause_max_pages", "pause_max_harvest_us", "pause_max_copy_us", "pause_max_state_us",
         "reason", "fencing", "migration_downtime_ms", "migration_total_ms", "throttle_pct",
         "resumed_epoch", "switch_in_ms", "precopy_passes", "precopy_pages", "precopy_resent",
-        "left_bytes", "predicted_downtime_ms", "hot_pages", "hot_budget", "reprotected_pages"],
+        "left_bytes", "predicted_downtime_ms", "hot_pages", "hot_budget", "reprotected_pages",
+        "epochs_timer", "epochs_output"],
     "secondary": ["role", "state", "name"] + vm + [
         "peer", "epoch", "acked", "apply_p50_us", "apply_p99_us", "dirty_pages_last",
         "bytes_received", "since_heartbeat_ms", "verify_ok", "verify_failed", "reason", "fencing",
@@ -108,6 +110,10 @@ json_fields "$tmp/pri.ctl" primary "$tmp/pri.json"
 # The guest wrote pages (boot, three incr): some harvest re-protected them.
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["reprotected_pages"] > 0 and s["hot_pages"] <= s["hot_budget"], s' \
 	"$tmp/pri.json" || fail "primary: no re-protected page counted, or more hot pages than the budget: $(cat "$tmp/pri.json")"
+# Every epoch but the first after the sync was started by the timer or by
+# output waiting; the three replies started some.
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["epochs_output"] > 0 and s["epochs_timer"] + s["epochs_output"] + 1 == s["epoch"], s' \
+	"$tmp/pri.json" || fail "primary: epochs by trigger do not add up, or no output epoch: $(cat "$tmp/pri.json")"
 status_until "$tmp/sec.ctl" "^state standby"
 cp "$tmp/st" "$tmp/sec.txt"
 has "$tmp/sec.txt" "role secondary" "guest counter" "memory 32 MiB" "vCPUs 2" \

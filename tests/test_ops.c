@@ -1,7 +1,8 @@
 /* The operations pieces without an agent: JSON escaping of log lines, the
  * VM's name in text and JSON log lines, the latency histogram's buckets,
  * the metrics text of a host and the event counters (with the label
- * vm="NAME" on every sample), and a hook run on a real libev loop
+ * vm="NAME" on every sample), an engine's counts in the metrics text of a
+ * primary and of a standby (each family declared, each sample numeric), and a hook run on a real libev loop
  * (spawned, its exit seen, its details in its environment). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,8 @@
 #include <cmocka.h>
 
 #include "kmod/log.h"
+#include "machine/machine.h"
+#include "replication/agent.h"
 #include "replication/hooks.h"
 #include "replication/metrics.h"
 
@@ -142,6 +145,107 @@ static void metrics_label_vm(void **state)
 	repl_metrics_free(m);
 }
 
+/* Every sample of text belongs to a family a "# TYPE" line declared before
+ * it (a histogram's _bucket, _sum and _count too), has one space and a
+ * number after its name and labels, and no family is declared twice. */
+static void well_formed(char *text)
+{
+	char *line, *save = NULL, *end, types[64][96];
+	unsigned ntypes = 0;
+
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t n = strcspn(line, "{ "), i;
+		const char *sp;
+
+		if (!strncmp(line, "# TYPE ", 7)) {
+			assert_true(ntypes < 64);
+			snprintf(types[ntypes], sizeof(types[0]), "%.*s", (int)strcspn(line + 7, " "),
+				 line + 7);
+			for (i = 0; i < ntypes; i++)
+				if (!strcmp(types[i], types[ntypes]))
+					fail_msg("family %s declared twice", types[i]);
+			ntypes++;
+			continue;
+		}
+		if (line[0] == '#')
+			continue;
+		for (i = 0; i < ntypes; i++) {
+			size_t t = strlen(types[i]);
+
+			if (!strncmp(line, types[i], t) && (t == n || !strncmp(line + t, "_bucket", 7) ||
+			    !strncmp(line + t, "_sum", 4) || !strncmp(line + t, "_count", 6)))
+				break;
+		}
+		if (i == ntypes)
+			fail_msg("sample of no declared family: %s", line);
+		sp = strrchr(line, ' ');
+		assert_non_null(sp);
+		(void)strtod(sp + 1, &end);
+		if (end == sp + 1 || *end)
+			fail_msg("not a number: %s", line);
+	}
+}
+
+/* The epochs by trigger and the hot set's counts: a primary shows its
+ * engine's (distinct values, so a swapped or unwired one shows), a standby
+ * the same families at 0. */
+static void engine_counts_in_metrics(void **state)
+{
+	struct repl_primary_opts o = { .peer = "127.0.0.1:7000" };
+	struct repl_primary *p = calloc(1, sizeof(*p));
+	struct repl_secondary *s = calloc(1, sizeof(*s));
+	struct repl_vm *vm = calloc(1, sizeof(*vm));
+	struct machine *mach = calloc(1, sizeof(*mach));
+	struct repl_metrics *m;
+	char *text;
+
+	(void)state;
+	assert_true(p && s && vm && mach);
+	mach->stats.reprotected = 4242;
+	mach->hot_pages = 17;
+	mach->hot_budget = 64;
+	vm->m = mach;
+	p->o = &o;
+	p->vm = vm;
+	p->state = P_PROTECTED;
+	p->ep.epoch = 51;
+	p->epochs_timer = 37;
+	p->epochs_output = 13;
+	assert_int_equal(repl_metrics_new("primary", "web1", &m), 0);
+	repl_metrics_watch_primary(m, p);
+	text = render(m);
+	assert_non_null(strstr(text, "# TYPE understudy_epochs_started_total counter\n"));
+	assert_non_null(strstr(text, "# HELP understudy_epochs_started_total Epochs captured, "));
+	assert_non_null(strstr(text, "\nunderstudy_epochs_started_total{trigger=\"timer\",vm=\"web1\"} 37\n"));
+	assert_non_null(strstr(text, "\nunderstudy_epochs_started_total{trigger=\"output\",vm=\"web1\"} 13\n"));
+	assert_non_null(strstr(text, "# TYPE understudy_reprotected_pages_total counter\n"));
+	assert_non_null(strstr(text, "\nunderstudy_reprotected_pages_total{vm=\"web1\"} 4242\n"));
+	assert_non_null(strstr(text, "# TYPE understudy_hot_pages gauge\n"));
+	assert_non_null(strstr(text, "\nunderstudy_hot_pages{vm=\"web1\"} 17\n"));
+	assert_non_null(strstr(text, "# TYPE understudy_hot_budget_pages gauge\n"));
+	assert_non_null(strstr(text, "\nunderstudy_hot_budget_pages{vm=\"web1\"} 64\n"));
+	well_formed(text);
+	free(text);
+	repl_metrics_free(m);
+
+	s->state = S_STANDBY;
+	assert_int_equal(repl_metrics_new("secondary", NULL, &m), 0);
+	repl_metrics_watch_secondary(m, s);
+	text = render(m);
+	assert_non_null(strstr(text, "\nunderstudy_epochs_started_total{trigger=\"timer\"} 0\n"));
+	assert_non_null(strstr(text, "\nunderstudy_epochs_started_total{trigger=\"output\"} 0\n"));
+	assert_non_null(strstr(text, "\nunderstudy_reprotected_pages_total 0\n"));
+	assert_non_null(strstr(text, "\nunderstudy_hot_pages 0\n"));
+	assert_non_null(strstr(text, "\nunderstudy_hot_budget_pages 0\n"));
+	well_formed(text);
+	free(text);
+	repl_metrics_free(m);
+	free(mach);
+	free(vm);
+	free(s);
+	free(p);
+}
+
 /* The log line of each format for a process with a role and a VM name. */
 static void log_line_names_vm(void **state)
 {
@@ -240,6 +344,7 @@ int main(void)
 		cmocka_unit_test(histogram_buckets),
 		cmocka_unit_test(host_metrics_and_events),
 		cmocka_unit_test(metrics_label_vm),
+		cmocka_unit_test(engine_counts_in_metrics),
 		cmocka_unit_test(log_line_names_vm),
 		cmocka_unit_test(hook_runs_with_details),
 	};

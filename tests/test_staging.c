@@ -43,8 +43,8 @@ struct standby {
 	uint64_t frames;        /* frames taken on this connection */
 };
 
-/* What the secondary does with each frame (secondary/standby.c,
- * on_frame and on_message), for the frames of an epoch. */
+/* What the secondary does with each frame (secondary/receive.c,
+ * repl_sec_frame and on_message), for the frames of an epoch. */
 static int on_frame(void *ctx, const struct proto_frame *f)
 {
 	struct standby *s = ctx;

@@ -102,7 +102,8 @@ static const struct field primary_fields[] = {
 	{ "migration_total_ms", D }, { "throttle_pct", I }, { "resumed_epoch", I },
 	{ "switch_in_ms", D }, { "precopy_passes", I }, { "precopy_pages", I },
 	{ "precopy_resent", I }, { "left_bytes", I }, { "predicted_downtime_ms", D },
-	{ "hot_pages", I }, { "hot_budget", I }, { "reprotected_pages", I },
+	{ "hot_pages", I }, { "hot_budget", I }, { "reprotected_pages", I }, { "epochs_timer", I },
+	{ "epochs_output", I },
 };
 
 static const struct field secondary_fields[] = {
@@ -126,6 +127,8 @@ static struct repl_primary *engine(struct repl_primary_opts *o, const char *what
 	p->state = P_PROTECTED;
 	p->ep.epoch = 41;
 	p->ep.acked = 40;
+	p->epochs_timer = 29;
+	p->epochs_output = 11;
 	p->fault.kind = REPL_FAULT_PEER_PROTOCOL;
 	snprintf(p->fault.what, sizeof(p->fault.what), "%s", what);
 	return p;
@@ -285,6 +288,8 @@ static void reader_reads_status_back(void **state)
 	assert_string_equal(proto_json_need_str(&rd, "reason"), "peer protocol error: " NASTY);
 	assert_string_equal(proto_json_need_str(&rd, "state"), "protected");
 	assert_int_equal(proto_json_need_u64(&rd, "epoch"), p->ep.epoch);
+	assert_int_equal(proto_json_need_u64(&rd, "epochs_timer"), 29);
+	assert_int_equal(proto_json_need_u64(&rd, "epochs_output"), 11);
 	(void)proto_json_need_num(&rd, "lag_ms");
 	(void)proto_json_need_num(&rd, "bytes_sent");
 	assert_string_equal(rd.why, "");

@@ -1,6 +1,6 @@
 /* Fuzz target: what a secondary receives, as one stream of frames fed to
  * the frame decoder, with the secondary's order of checks (on_message in
- * secondary/standby.c): Hello first, then the machine-config Section,
+ * secondary/receive.c): Hello first, then the machine-config Section,
  * then EpochBegin/Section/EpochEnd and page batches in any order, through
  * the same staging calls (repl_staging_begin, _section, _pages).
  * Without /dev/kvm: the standby is a stand-in machine of NPAGES pages of
