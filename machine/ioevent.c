@@ -7,7 +7,9 @@
  * that were kicked, under machine.lock and only while the machine may run
  * (no pause requested, not stopping), as machine_net_input does: a kick
  * read during a pause stays pending and is served when the machine
- * resumes. So the transport's invariant (virtio_pci.c) holds as on the
+ * resumes. At a post-copy destination it also waits until no page is
+ * missing (uffd.c says why): the kicks, and the resume's pass over every
+ * queue, are served when the last page is in. So the transport's invariant (virtio_pci.c) holds as on the
  * vCPU thread: nothing is in flight when every vCPU is parked, a capture
  * never races a device write, and what a device writes is marked dirty
  * before the lock is dropped. A kick that reached an eventfd after a
@@ -187,7 +189,9 @@ static void *io_thread(void *arg)
 		pthread_mutex_lock(&m->lock);
 		io->pending |= kicked;
 		io->kicks += nkicks;
-		while (!io->quit && (m->pause_req || m->stopping))
+		/* Post-copy: no page this serving touches may be missing
+		 * while the lock is held (uffd.c says why). */
+		while (!io->quit && (m->pause_req || m->stopping || m->pages_missing))
 			pthread_cond_wait(&m->cond, &m->lock);
 		if (io->quit) {
 			pthread_mutex_unlock(&m->lock);

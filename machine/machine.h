@@ -242,6 +242,9 @@ struct machine {
 	struct rtc_timer *rtc;       /* the RTC's timer thread, NULL but on a --kernel machine */
 	struct machine_ioevent *ioev;   /* the I/O thread (ioevent.c), NULL without virtio */
 	uint64_t io_served;          /* its rounds of serving queues (an idle vCPU wakes), under lock */
+	/* Post-copy: RAM is registered with userfaultfd (uffd.c), pages may be
+	 * missing; the I/O thread serves nothing meanwhile. Under lock. */
+	bool pages_missing;
 
 	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
 	_Atomic uint64_t *vmm_dirty;
@@ -496,9 +499,12 @@ uint64_t machine_disk_next_data(struct machine *m, uint64_t block);
 /* Drops the pages set in bitmap from the memfd: they read as missing again. */
 int machine_punch_pages(struct machine *m, const uint64_t *bitmap) US_MUST_CHECK;
 /* A userfaultfd (non-blocking) with all of RAM registered in missing-page
- * mode: from now on an access to a missing page waits for machine_uffd_fill. */
+ * mode: from now on an access to a missing page waits for machine_uffd_fill.
+ * Until machine_uffd_close the I/O thread serves no queue (pages_missing):
+ * its kicks stay pending. Without machine.lock. */
 int machine_uffd_open(struct machine *m, int *fd) US_MUST_CHECK;
-/* Unregisters (waking any waiter) and closes; fd < 0 is a no-op. */
+/* Unregisters (waking any waiter) and closes; the queues kicked meanwhile
+ * are served then. fd < 0 is a no-op. Without machine.lock. */
 void machine_uffd_close(struct machine *m, int fd);
 /* Up to max (<= 64) page indices that faulted; 0 when none are pending. */
 int machine_uffd_read(struct machine *m, int fd, uint64_t *pages, size_t max) US_MUST_CHECK;
