@@ -3,6 +3,10 @@
  *    reached the eventfd, or none at all) is served when a machine that
  *    loaded that state resumes, and not before (the machine is paused),
  *    with ioeventfd on and with UNDERSTUDY_IOEVENTFD=0;
+ *  - at a post-copy destination (RAM registered with userfaultfd) that pass
+ *    waits until the fd is closed: no queue is served while a page may be
+ *    missing (the fault's server may wait for machine.lock), and the queue
+ *    left pending is served once it is closed;
  *  - the notify ioeventfds follow the BAR: assigned at build, gone while
  *    memory decoding is off, back at the moved BAR, none with
  *    UNDERSTUDY_IOEVENTFD=0. */
@@ -30,6 +34,7 @@ struct fixture {
 	struct machine *m;
 	char path[64];
 	int fd;
+	int ufd;       /* a userfaultfd left open by a failed assertion, or -1 */
 };
 
 static int make(void **state, const char *ioeventfd)
@@ -40,6 +45,7 @@ static int make(void **state, const char *ioeventfd)
 	*state = NULL;
 	if (!f)
 		return -1;
+	f->ufd = -1;
 	if (!th_kvm_available()) {
 		free(f);
 		return 0;   /* each test skips */
@@ -77,6 +83,8 @@ static int teardown(void **state)
 
 	if (!f)
 		return 0;
+	/* First: a vCPU may wait on a page of it, and would never park. */
+	machine_uffd_close(f->m, f->ufd);
 	machine_free(f->m);
 	close(f->fd);
 	unlink(f->path);
@@ -213,6 +221,45 @@ static void test_served_at_resume(void **state)
 	assert_int_equal(m->pci.blk.q[0].last_avail, 1);
 }
 
+/* The post-copy destination's case: the same loaded state, but resumed
+ * with RAM registered with userfaultfd. Nothing is served while it is
+ * (every page the request touches is in, so a served request would show);
+ * closing it serves the request, once. */
+static void test_held_while_pages_missing(void **state)
+{
+	struct fixture *f = *state;
+	struct machine_state *ms;
+	struct machine *m;
+	int waited = 0, r;
+
+	if (!f)
+		skip();
+	m = f->m;
+	ms = malloc(sizeof(*ms));
+	assert_non_null(ms);
+	queue_up(m);
+	write_available(m);
+	assert_int_equal(machine_get_state(m, ms), 0);
+	assert_int_equal(machine_set_state(m, ms), 0);
+	free(ms);
+	if ((r = machine_uffd_open(m, &f->ufd)) < 0) {
+		printf("SKIP test_held_while_pages_missing: userfaultfd: %s\n", strerror(-r));
+		skip();
+	}
+	machine_resume(m);
+	sleep_ms(200);
+	assert_int_equal(used_idx(m), 0);
+	assert_int_equal(m->ram[RING_GPA + 0x3100], 0xff);
+	machine_uffd_close(m, f->ufd);
+	f->ufd = -1;
+	while (used_idx(m) != 1 && waited++ < 5000)
+		sleep_ms(1);
+	machine_pause(m);
+	assert_int_equal(used_idx(m), 1);
+	assert_int_equal(m->ram[RING_GPA + 0x3100], 0);     /* VIRTIO_BLK_S_OK */
+	assert_int_equal(m->pci.blk.q[0].last_avail, 1);
+}
+
 /* The notify ioeventfds follow BAR0 and memory decoding. */
 static void test_follows_bar(void **state)
 {
@@ -248,6 +295,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_served_at_resume, setup_on, teardown),
 		cmocka_unit_test_setup_teardown(test_follows_bar, setup_on, teardown),
+		cmocka_unit_test_setup_teardown(test_held_while_pages_missing, setup_on, teardown),
 		cmocka_unit_test_setup_teardown(test_served_at_resume, setup_off, teardown),
 		cmocka_unit_test_setup_teardown(test_off_by_env, setup_off, teardown),
 	};
