@@ -15,7 +15,9 @@
 #      source gives the key up for it), then killed: the source contends
 #      with the destination's token, wins (the destination never took the
 #      key), resumes; K/standby is "none", so the dead destination could
-#      never win the key later.
+#      never win the key later. Then `protect` onto a fresh secondary: the
+#      reclaimed source is protected again and the witness vouches for the
+#      new standby (a win that left a vouch pending refused it for good).
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 need_kvm
@@ -91,4 +93,25 @@ grep -q "won the witness key back: the destination never took it" "$tmp/d.src.lo
 standby=$(etcd_get $ETCD_EP d/standby)
 [ "$standby" = none ] || fail "d: d/standby is '$standby', want none (the dead destination shut out)"
 ok "d. with a witness, the destination acknowledged but never took the key: the source won it back and resumed, migrate exit 1, d/standby none, replies 1..$got in order ($before before the kill)"
+
+echo "   d: protecting the reclaimed source again"
+vouched=$(grep -c "the witness vouches for the standby" "$tmp/d.src.log")
+p2=$(free_port); c2=$(free_port)
+"$BIN" secondary --listen 127.0.0.1:$p2 --console tcp:127.0.0.1:$c2 --insecure \
+	--failover-timeout-ms $fo_ms $W --witness-key d --control "$tmp/d2.dst.ctl" 2>"$tmp/d2.dst.log" &
+p2pid=$!
+wait_port $p2 || fail "d: the new secondary did not listen"
+out=$(timeout 600 "$BIN" protect --control "$tmp/d.src.ctl" --peer 127.0.0.1:$p2 --insecure 2>&1) ||
+	fail "d: protect after the reclaim: $out; $(tail -3 "$tmp/d.src.log")"
+for _ in $(seq 600); do
+	[ "$(grep -c "the witness vouches for the standby" "$tmp/d.src.log")" -gt "$vouched" ] && break
+	sleep 0.1
+done
+[ "$(grep -c "the witness vouches for the standby" "$tmp/d.src.log")" -gt "$vouched" ] ||
+	fail "d: the new standby was never vouched for: $(tail -3 "$tmp/d.src.log")"
+[ "$(state)" = protected ] || fail "d: state after protect '$(state)', want protected"
+standby=$(etcd_get $ETCD_EP d/standby)
+case $standby in none|"") fail "d: d/standby is '$standby' after protect, want the new standby's token";; esac
+ok "d. then protect onto a fresh secondary: protected, the witness vouches for it (d/standby $standby)"
+kill -9 $p2pid $sp 2>/dev/null; wait $p2pid $sp 2>/dev/null
 exit 0
