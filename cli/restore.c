@@ -306,7 +306,8 @@ int cli_cmd_restore(int argc, char **argv)
 		return cli_boot_serve(loop, &cfg, console, control, &ops, nm.name, "restore");
 	}
 	if (r == MACHINE_STATUS_REBOOT) {
-		log_info("restore", "the guest rebooted: the VM ends (no --kernel to boot it from)");
+		log_info("restore", "the guest rebooted: the VM ends (no kernel to boot it from: the "
+			 "snapshot records none, no --kernel given)");
 		return 0;
 	}
 	return r;
