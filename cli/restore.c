@@ -114,8 +114,9 @@ static int restore_kernel(struct machine_config *cfg, struct vm_options *boot, u
 	if (recorded_boot(cfg, boot, given)) {
 		if (machine_linux_check(&boot->cfg, err, sizeof(err)) < 0) {
 			fprintf(stderr, "understudy restore: %s records the boot source of its Linux "
-				"guest (for a reboot), not usable here: %s (give --kernel FILE to boot "
-				"it from another)\n", file, err);
+				"guest (for a reboot)%s, not usable here: %s (give --kernel FILE to "
+				"boot it from another)\n", file, given ? ", with --initrd or --append "
+				"of the command line" : "", err);
 			return 2;
 		}
 	} else if (cli_vm_options_check(boot)) {
