@@ -8,7 +8,8 @@
 #   make demo-linux the same with a Linux guest and a TCP client (skips until --kernel)
 #   make bench      run the benchmarks (figure, reference, ratio)
 #   make bench-counts only the counts that do not depend on the host's speed
-#                   (per reply, per epoch); quick, and valid in the nested VM
+#                   (per reply, per epoch, exits per virtio request with
+#                   ioeventfd on/off); quick, and valid in the nested VM
 #   make bench-soak failover false-alarm soak, 10 minutes (SOAK_SECONDS=N,
 #                   SOAK_KILLS=N); not part of make bench or make check
 #   make bench-fleet per-VM cost of 1, 4 and 16 protected idle VMs on one
@@ -267,6 +268,8 @@ bench-run:
 	@echo "== bench/bench_kv.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_kv.py
 	@echo "== bench/bench_syscalls.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_syscalls.py; \
 	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]
+	@echo "== bench/bench_exits.py"; UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_exits.py; \
+	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]
 	@if [ "$(FLEET)" = 1 ]; then echo "== bench/bench_fleet.py"; \
 	  UNDERSTUDY_BIN=$(BUILD)/understudy python3 bench/bench_fleet.py --n $(FLEET_N); \
 	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]; fi
@@ -285,7 +288,7 @@ bench-run:
 COUNTS_ROUNDS ?= 3
 COUNTS_REQUESTS ?= 100
 COUNTS_BENCH := bench_latency.py@--counts@--requests@$(COUNTS_REQUESTS) bench_hot.py@--counts \
-	bench_syscalls.py bench_kv.py@--counts@--requests@$(COUNTS_REQUESTS)
+	bench_syscalls.py bench_kv.py@--counts@--requests@$(COUNTS_REQUESTS) bench_exits.py
 bench-counts: all
 	@mkdir -p $(BUILD)/bench
 	@python3 bench/figures.py machine | tee $(BUILD)/bench/counts.log

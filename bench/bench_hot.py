@@ -109,11 +109,9 @@ def print_counts(cnt, rounds):
 
 def main():
     ap = argparse.ArgumentParser(description="slowdown of a guest rewriting a hot set")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=counts.positive_int, default=3)
     ap.add_argument("--counts", action="store_true", help="only the host-independent counts")
     a = ap.parse_args()
-    if a.rounds < 1:
-        ap.error("--rounds: must be at least 1")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         print("bench_hot: SKIP: /dev/kvm not usable here")
         return 0

@@ -294,18 +294,12 @@ def main():
         client(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5:6] == ["--hold"])
         return 0
     ap = argparse.ArgumentParser(description="the kv guest, protected against unprotected")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--rounds", type=counts.positive_int, default=3)
+    ap.add_argument("--requests", type=counts.positive_int, default=300)
+    ap.add_argument("--window", type=counts.positive_int, default=16)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--counts", action="store_true", help="only the host-independent counts")
     a = ap.parse_args()
-    if a.rounds < 1:
-        ap.error("--rounds: must be at least 1")
-    if a.requests < 1:
-        ap.error("--requests: must be at least 1")
-    if a.window < 1:
-        ap.error("--window: must be at least 1")
     if not a.seconds > 0:
         ap.error("--seconds: must be above 0")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):

@@ -165,14 +165,10 @@ def count_rounds(tmp, rounds, n):
 
 def main():
     ap = argparse.ArgumentParser(description="output-commit latency of the counter guest")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--rounds", type=counts.positive_int, default=3)
+    ap.add_argument("--requests", type=counts.positive_int, default=200)
     ap.add_argument("--counts", action="store_true", help="only the host-independent counts")
     a = ap.parse_args()
-    if a.rounds < 1:
-        ap.error("--rounds: must be at least 1")
-    if a.requests < 1:
-        ap.error("--requests: must be at least 1")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         print("bench_latency: SKIP: /dev/kvm not usable here")
         return 0

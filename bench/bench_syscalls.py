@@ -56,12 +56,10 @@ def one_round(tmp, kind, seconds):
 
 def main():
     ap = argparse.ArgumentParser(description="system calls per epoch of the agents")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=counts.positive_int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--top", type=int, default=6)
     a = ap.parse_args()
-    if a.rounds < 1:
-        ap.error("--rounds: must be at least 1")
     if not a.seconds > 0:
         ap.error("--seconds: must be above 0")
     if a.top < 0:

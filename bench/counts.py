@@ -19,11 +19,23 @@ an agent does, except that strace slows the traced process):
                       is served; pf_taken, every page fault KVM handled
   strace -f -c -p     the system calls of every thread of an agent
 """
-import bisect, glob, os, shutil, signal, statistics, subprocess, tempfile, time
+import argparse, bisect, glob, os, shutil, signal, statistics, subprocess, tempfile, time
 
 from figures import figure
 
 DEBUGFS = "/sys/kernel/debug"
+
+
+def positive_int(text):
+    """argparse type of a count of 1 or more (--rounds, --requests): a bad
+    value exits 2 with "argument --rounds: must be at least 1"."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("invalid int value: %r" % text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
 
 
 def per(n, d):

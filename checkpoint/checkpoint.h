@@ -152,8 +152,12 @@ int ckpt_state_decode(const uint8_t *blob, size_t len, uint64_t digest, int ncpu
 /* ---- snapshot files (file.c) ----
  * header (magic, format version, config digest, machine config with a NIC's
  * given MAC, snapshot id, parent id; version 1 files, without the MAC, are
- * still read), sections (gfns, pages, state) each with a CRC32C, and a
- * trailer with the CRC32C of everything before it. Written with mode 0600
+ * still read), sections (gfns, pages, state, config) each with a CRC32C,
+ * and a trailer with the CRC32C of everything before it. The "config"
+ * section (version 3; file_config.c) is the whole machine configuration as
+ * the Hello carries it: read back, cfg has the Linux guest's kernel, initrd
+ * and command line it was booted from (version 1 and 2 files, without it,
+ * read with those empty). Written with mode 0600
  * to an unnamed file (O_TMPFILE; where unsupported, a random name created
  * with O_EXCL|O_NOFOLLOW), fsynced, linked under a random temporary name,
  * renamed, directory fsynced: a failed write leaves the previous file at
@@ -208,8 +212,16 @@ int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *c
 		      struct ckpt_file_info *info) US_MUST_CHECK;
 /* A new snapshot id: random, never 0. */
 uint64_t ckpt_file_new_id(void);
+/* The "config" section (file_config.c): cfg packed as a MachineConfig
+ * (its length, or -errno); decoding checks data against cfg as the header
+ * filled it (memory, vCPUs, guest and arguments must agree; a kernel only
+ * for the "linux" guest, an initrd or command line only with a kernel) and
+ * sets cfg's kernel, initrd and append. -EBADMSG for anything else. */
+int ckpt_file_config_encode(const struct machine_config *cfg, uint8_t *buf, size_t len);
+int ckpt_file_config_decode(const uint8_t *data, size_t len,
+			    struct machine_config *cfg) US_MUST_CHECK;
 
-/* Restoring a chain of snapshot files. */
+/* Restoring a chain of snapshot files (file_chain.c). */
 enum ckpt_chain_fault {
 	CKPT_CHAIN_READ,     /* the file could not be read (the error says why) */
 	CKPT_CHAIN_LINK,     /* not the diff that follows the file before (-EINVAL) */

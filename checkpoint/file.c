@@ -2,10 +2,15 @@
  *
  *   header   magic "USSNAP01", format version, header length, config
  *            digest, snapshot id, parent id, flags, the machine config,
- *            counts, the NIC's given MAC (version 2), header CRC32C
+ *            counts, the NIC's given MAC (version 2), the length of the
+ *            "config" section (version 3), header CRC32C
  *   section  "gfns"  npages * 8 bytes
  *   section  "pages" npages * 4096 bytes
  *   section  "state" the serialized state blob (itself self-checking)
+ *   section  "config" (version 3) the whole machine configuration, a packed
+ *            MachineConfig as the Hello carries it (file_config.c): with a
+ *            Linux guest's kernel, initrd and command line, which a reboot
+ *            of the restored guest boots from
  *   section  "disk"  (flag 8, full snapshots taken --with-disk only) the
  *            image's size and number of blocks (u64 each), then for each
  *            non-zero block its index (u64, ascending) and 4096 bytes
@@ -17,10 +22,12 @@
  * written as they sit in memory, which the assertion after them holds to
  * (understudy runs on x86-64 KVM only).
  *
- * Versions: 2 is written. 1 (before the MAC: a NIC's MAC given with mac=
- * was not recorded) is still read; its header is version 2's without
- * net_mac and pad0, moved into version 2's layout as it is read. Any other
- * version is refused by number, before anything else is trusted. */
+ * Versions: 3 is written. 2 (before the "config" section: config_len 0,
+ * no section; restored without a boot source) is still read, and so is 1
+ * (before the MAC: a NIC's MAC given with mac= was not recorded), whose
+ * header is version 2's without net_mac and config_len, moved into version
+ * 2's layout as it is read. Any other version is refused by number, before
+ * anything else is trusted. */
 #include "checkpoint/checkpoint.h"
 #include "proto/proto.h"
 
@@ -40,7 +47,7 @@
 #define TAG "snapshot"
 #define FILE_MAGIC "USSNAP01"
 #define TRAILER_MAGIC "USSNAPND"
-#define FILE_VERSION 2u
+#define FILE_VERSION 3u
 #define FLAG_FULL 1u
 #define FLAG_DISK 2u   /* the VM has a virtio-blk disk (its image is not in the file) */
 #define FLAG_NET 4u    /* the VM has a virtio-net NIC (not its tap): net_mac, or derived */
@@ -64,7 +71,7 @@ struct file_hdr {
 	uint64_t npages;
 	uint64_t state_len;
 	uint8_t net_mac[6];     /* the NIC's MAC given with mac= (unicast); zero: derived */
-	uint16_t pad0;
+	uint16_t config_len;    /* version 3: the "config" section's data, 1..4096 */
 	uint32_t hdr_crc;
 	uint32_t pad;
 };
@@ -168,7 +175,8 @@ static uint32_t hdr_file_crc(const struct file_hdr *h)
 static uint64_t file_len(const struct file_hdr *h)
 {
 	return h->hdr_len + 3 * sizeof(struct file_sec) + h->npages * (8 + CKPT_PAGE_SIZE) +
-	       h->state_len + sizeof(struct file_trailer);
+	       h->state_len + (h->version >= 3 ? sizeof(struct file_sec) + h->config_len : 0) +
+	       sizeof(struct file_trailer);
 }
 
 static bool mac_given(const uint8_t mac[6])
@@ -189,7 +197,7 @@ uint64_t ckpt_file_new_id(void)
 }
 
 static void header_fill(struct file_hdr *h, const struct ckpt *c, const struct machine_config *cfg,
-			const struct ckpt_file_info *info, const struct ckpt_disk *d)
+			const struct ckpt_file_info *info, const struct ckpt_disk *d, size_t config_len)
 {
 	memset(h, 0, sizeof(*h));
 	memcpy(h->magic, FILE_MAGIC, 8);
@@ -210,6 +218,7 @@ static void header_fill(struct file_hdr *h, const struct ckpt *c, const struct m
 	h->state_len = c->state_len;
 	if (cfg->nnets)
 		memcpy(h->net_mac, cfg->net_mac, sizeof(h->net_mac));
+	h->config_len = (uint16_t)config_len;
 	h->hdr_crc = hdr_crc(h);
 }
 
@@ -263,7 +272,7 @@ static uint64_t disk_section_len(const struct ckpt_disk *d)
 
 /* Header, sections and trailer: the whole file. */
 static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c,
-		      const struct ckpt_disk *d)
+		      const uint8_t *config, const struct ckpt_disk *d)
 {
 	struct file_trailer t;
 	uint32_t file_crc = hdr_file_crc(h);
@@ -273,6 +282,7 @@ static int write_file(int fd, const struct file_hdr *h, const struct ckpt *c,
 	    (r = write_section(fd, "gfns", c->gfns, c->npages * sizeof(uint64_t), &file_crc)) < 0 ||
 	    (r = write_section(fd, "pages", c->pages, c->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
 	    (r = write_section(fd, "state", c->state, c->state_len, &file_crc)) < 0 ||
+	    (r = write_section(fd, "config", config, h->config_len, &file_crc)) < 0 ||
 	    (d && (r = write_disk(fd, d, &file_crc)) < 0))
 		return r;
 	memset(&t, 0, sizeof(t));
@@ -376,6 +386,7 @@ int ckpt_file_write_ex(const char *path, const struct ckpt *c, const struct mach
 int ckpt_file_write_disk(const char *path, const struct ckpt *c, const struct machine_config *cfg,
 			 const struct ckpt_file_info *info, const struct ckpt_disk *d)
 {
+	uint8_t config[PROTO_CONFIG_MAX_BYTES];
 	struct file_hdr h;
 	char tmp[4096] = "";
 	bool named;
@@ -385,14 +396,16 @@ int ckpt_file_write_disk(const char *path, const struct ckpt *c, const struct ma
 		return -EINVAL;
 	if ((r = refuse_special(path)) < 0)
 		return r;
-	header_fill(&h, c, cfg, info, d);
+	if ((r = ckpt_file_config_encode(cfg, config, sizeof(config))) < 0)
+		return r;
+	header_fill(&h, c, cfg, info, d, (size_t)r);
 	fd = open_private(path, tmp, sizeof(tmp), &named);
 	if (fd < 0) {
 		r = fd;
 		log_error(TAG, "%s: cannot create the snapshot file: %s", path, strerror(-r));
 		return r;
 	}
-	if ((r = write_file(fd, &h, c, d)) < 0)
+	if ((r = write_file(fd, &h, c, config, d)) < 0)
 		goto err_file;
 	if (fsync(fd) < 0) {
 		r = -errno;
@@ -468,7 +481,7 @@ static int read_hdr_bytes(int fd, struct file_hdr *h)
 		log_error(TAG, "not an understudy snapshot (bad magic)");
 		return -EBADMSG;
 	}
-	if (h->version == FILE_VERSION && h->hdr_len == sizeof(*h))
+	if ((h->version == 2 || h->version == FILE_VERSION) && h->hdr_len == sizeof(*h))
 		return read_all(fd, p + HDR_V1_LEN, sizeof(*h) - HDR_V1_LEN);
 	if (h->version == 1 && h->hdr_len == HDR_V1_LEN) {
 		memcpy(&h->hdr_crc, p + HDR_V1_CRC_AT, 8);
@@ -476,7 +489,7 @@ static int read_hdr_bytes(int fd, struct file_hdr *h)
 		return 0;
 	}
 	log_error(TAG, "snapshot format version %u (header of %u bytes), this build reads "
-		  "versions 1 and %u", h->version, h->hdr_len, FILE_VERSION);
+		  "versions 1 to %u", h->version, h->hdr_len, FILE_VERSION);
 	return -EPROTONOSUPPORT;
 }
 
@@ -495,7 +508,8 @@ static int check_header(const struct file_hdr *h, off_t size)
 	    ((h->flags & FLAG_DISK_DATA) && (h->flags & (FLAG_FULL | FLAG_DISK)) !=
 	     (FLAG_FULL | FLAG_DISK)) ||
 	    (mac_given(h->net_mac) && (!(h->flags & FLAG_NET) || (h->net_mac[0] & 1))) ||
-	    h->pad0) {
+	    (h->version < 3 ? h->config_len != 0 :
+	     !h->config_len || h->config_len > PROTO_CONFIG_MAX_BYTES)) {
 		log_error(TAG, "header values out of range");
 		return -EBADMSG;
 	}
@@ -603,10 +617,12 @@ out:
 }
 
 /* Reads the sections and the trailer after header h into c, checking every
- * checksum; state is scratch of h->state_len bytes. */
+ * checksum, and the "config" section into cfg (read from the header);
+ * state is scratch of h->state_len bytes. */
 static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *c, uint8_t *state,
-		     struct ckpt_file_info *info)
+		     struct machine_config *cfg, struct ckpt_file_info *info)
 {
+	uint8_t config[PROTO_CONFIG_MAX_BYTES];
 	struct file_trailer t;
 	uint32_t file_crc = hdr_file_crc(h);
 	int r;
@@ -616,6 +632,8 @@ static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *
 	if ((r = read_section(fd, "gfns", c->gfns, h->npages * 8, &file_crc)) < 0 ||
 	    (r = read_section(fd, "pages", c->pages, h->npages * CKPT_PAGE_SIZE, &file_crc)) < 0 ||
 	    (r = read_section(fd, "state", state, h->state_len, &file_crc)) < 0 ||
+	    (h->version >= 3 &&
+	     (r = read_section(fd, "config", config, h->config_len, &file_crc)) < 0) ||
 	    ((h->flags & FLAG_DISK_DATA) &&
 	     (r = disk_walk(fd, (uint64_t)size - file_len(h), -1, info,
 			    &file_crc)) < 0) ||
@@ -626,7 +644,8 @@ static int read_body(int fd, const struct file_hdr *h, off_t size, struct ckpt *
 		log_error(TAG, "file checksum mismatch");
 		return -EBADMSG;
 	}
-	if ((r = ckpt_set_state(c, state, (size_t)h->state_len)) < 0)
+	if ((h->version >= 3 && (r = ckpt_file_config_decode(config, h->config_len, cfg)) < 0) ||
+	    (r = ckpt_set_state(c, state, (size_t)h->state_len)) < 0)
 		return r;
 	c->npages = (size_t)h->npages;
 	c->full = h->flags & FLAG_FULL;
@@ -661,7 +680,7 @@ int ckpt_file_read_ex(const char *path, struct ckpt *c, struct machine_config *c
 		r = -ENOMEM;
 		goto err;
 	}
-	if ((r = read_body(fd, &h, size, c, state, info)) < 0)
+	if ((r = read_body(fd, &h, size, c, state, &fcfg, info)) < 0)
 		goto err;
 	*cfg = fcfg;
 	if (info) {
@@ -685,32 +704,6 @@ err:
 int ckpt_file_read(const char *path, struct ckpt *c, struct machine_config *cfg)
 {
 	return ckpt_file_read_ex(path, c, cfg, NULL);
-}
-
-int ckpt_file_apply_chain(struct machine *m, struct ckpt *c, uint64_t base_id, char *const *files,
-			  int n, struct ckpt_chain_error *err)
-{
-	struct machine_config cfg;
-	struct ckpt_file_info info = { .id = base_id };
-	uint64_t prev = 0;
-	int r;
-
-	for (int i = 0; i < n; i++) {
-		err->file = i;
-		if (i > 0) {
-			err->fault = CKPT_CHAIN_READ;
-			if ((r = ckpt_file_read_ex(files[i], c, &cfg, &info)) < 0)
-				return r;
-			err->fault = CKPT_CHAIN_LINK;
-			if (c->full || info.parent_id != prev)
-				return -EINVAL;
-		}
-		err->fault = CKPT_CHAIN_APPLY;
-		if ((r = ckpt_apply(m, c)) < 0)
-			return r;
-		prev = info.id;
-	}
-	return 0;
 }
 
 /* ---- a snapshot's disk contents into an image ----------------------------- */

@@ -27,10 +27,14 @@ static const char restore_help[] =
 	"with mac= when the VM was started, else the derived one); a mac= here must be\n"
 	"that one (another is refused, exit 2).\n"
 	"A restored Linux guest's reboot boots it again (a fresh machine of the same\n"
-	"configuration, as under run; protected, on the same machine) from --kernel,\n"
-	"--initrd and --append, which the snapshot does not hold: give the files it was\n"
-	"started with (checked as run checks them, exit 2). Without --kernel its\n"
-	"reboot ends the VM with status 0.\n"
+	"configuration, as under run; protected, on the same machine) from the kernel,\n"
+	"initrd and command line the snapshot records (checked as run checks them\n"
+	"before anything is built: a recorded file missing or no longer a kernel is\n"
+	"refused, exit 2). --kernel replaces the recorded ones (with its own --initrd\n"
+	"and --append, none if not given); --initrd or --append alone replaces that\n"
+	"part of the recorded source. A snapshot written before the format recorded\n"
+	"them (version 2) needs --kernel for that; without one the reboot ends the VM\n"
+	"with status 0.\n"
 	"Without --control the control socket is $UNDERSTUDY_RUN_DIR/NAME.sock (default\n"
 	"/run/understudy/NAME.sock as root, else $XDG_RUNTIME_DIR/understudy/NAME.sock),\n"
 	"NAME by default the saved guest's or kernel's.\n\n"
@@ -65,12 +69,40 @@ static int restore_net(struct machine_config *cfg, const char *net)
 	return 0;
 }
 
-/* The files a restored Linux guest boots from when it reboots (boot's
- * --kernel, --initrd, --append) into cfg, checked as `run` checks them.
- * 0, or 2 after printing why. */
-static int restore_kernel(struct machine_config *cfg, struct vm_options *boot, const char *file)
+/* Which of --kernel, --initrd, --append the command line gave (an --append
+ * of "" replaces a recorded command line too). */
+#define GIVEN_KERNEL 1u
+#define GIVEN_INITRD 2u
+#define GIVEN_APPEND 4u
+
+/* The recorded boot source of cfg (read from the snapshot) where boot
+ * (the command line's) does not replace it: with no --kernel, the recorded
+ * kernel, and its initrd and command line unless given. true when any of it
+ * came from the file. */
+static bool recorded_boot(const struct machine_config *cfg, struct vm_options *boot,
+			  unsigned given)
 {
-	if (!boot->cfg.kernel[0] && !boot->cfg.initrd[0] && !boot->cfg.append[0])
+	if ((given & GIVEN_KERNEL) || !cfg->kernel[0])
+		return false;
+	memcpy(boot->cfg.kernel, cfg->kernel, sizeof(cfg->kernel));
+	if (!(given & GIVEN_INITRD))
+		memcpy(boot->cfg.initrd, cfg->initrd, sizeof(cfg->initrd));
+	if (!(given & GIVEN_APPEND))
+		memcpy(boot->cfg.append, cfg->append, sizeof(cfg->append));
+	return true;
+}
+
+/* The files a restored Linux guest boots from when it reboots into cfg: the
+ * ones the snapshot file records, each replaced by --kernel, --initrd,
+ * --append (boot) if given; checked as `run` checks them (a recorded file
+ * gone or changed is refused here, before anything is built).
+ * 0, or 2 after printing why. */
+static int restore_kernel(struct machine_config *cfg, struct vm_options *boot, unsigned given,
+			  const char *file)
+{
+	char err[512];
+
+	if (!given && !cfg->kernel[0])
 		return 0;
 	if (strcmp(cfg->guest, MACHINE_LINUX_GUEST)) {
 		fprintf(stderr, "understudy restore: --kernel, --initrd, --append: %s is of a VM "
@@ -79,8 +111,17 @@ static int restore_kernel(struct machine_config *cfg, struct vm_options *boot, c
 	}
 	boot->cfg.mem_bytes = cfg->mem_bytes;
 	boot->cfg.ncpus = cfg->ncpus;
-	if (cli_vm_options_check(boot))
+	if (recorded_boot(cfg, boot, given)) {
+		if (machine_linux_check(&boot->cfg, err, sizeof(err)) < 0) {
+			fprintf(stderr, "understudy restore: %s records the boot source of its Linux "
+				"guest (for a reboot)%s, not usable here: %s (give --kernel FILE to "
+				"boot it from another)\n", file, given ? ", with --initrd or --append "
+				"of the command line" : "", err);
+			return 2;
+		}
+	} else if (cli_vm_options_check(boot)) {
 		return 2;
+	}
 	memcpy(cfg->kernel, boot->cfg.kernel, sizeof(cfg->kernel));
 	memcpy(cfg->initrd, boot->cfg.initrd, sizeof(cfg->initrd));
 	memcpy(cfg->append, boot->cfg.append, sizeof(cfg->append));
@@ -134,6 +175,7 @@ int cli_cmd_restore(int argc, char **argv)
 	struct ops_options ops;
 	struct vm_options boot;      /* --kernel, --initrd, --append */
 	struct cli_ops co;
+	unsigned given = 0;          /* GIVEN_* */
 	int opt, r;
 
 	cli_ops_options_init(&ops);
@@ -153,7 +195,10 @@ int cli_cmd_restore(int argc, char **argv)
 		case 'h': fputs(restore_help, stdout); return 0;
 		case 1004:
 		case 1005:
-		case 1006: bad = cli_parse_option(opt, optarg, &boot, NULL); break;
+		case 1006:
+			given |= 1u << (opt - 1004);
+			bad = cli_parse_option(opt, optarg, &boot, NULL);
+			break;
 		default:
 			if (!cli_is_ops_option(opt)) {
 				fputs(restore_help, stderr);
@@ -210,7 +255,7 @@ int cli_cmd_restore(int argc, char **argv)
 		ckpt_fini(&c);
 		return 2;
 	}
-	if (restore_kernel(&cfg, &boot, argv[optind])) {
+	if (restore_kernel(&cfg, &boot, given, argv[optind])) {
 		ckpt_fini(&c);
 		return 2;
 	}
@@ -255,14 +300,15 @@ int cli_cmd_restore(int argc, char **argv)
 	}
 	r = host_serve(loop, vm, control, &co.ops);
 	cli_ops_stop(&co);
-	/* A reboot boots a fresh machine of the same configuration from
-	 * --kernel, as `run` does; without it the VM ends. */
+	/* A reboot boots a fresh machine of the same configuration from the
+	 * recorded kernel or --kernel, as `run` does; without one the VM ends. */
 	if (r == MACHINE_STATUS_REBOOT && cfg.kernel[0]) {
 		log_info("restore", "the guest rebooted: booting it again from %s", cfg.kernel);
 		return cli_boot_serve(loop, &cfg, console, control, &ops, nm.name, "restore");
 	}
 	if (r == MACHINE_STATUS_REBOOT) {
-		log_info("restore", "the guest rebooted: the VM ends (no --kernel to boot it from)");
+		log_info("restore", "the guest rebooted: the VM ends (no kernel to boot it from: the "
+			 "snapshot records none, no --kernel given)");
 		return 0;
 	}
 	return r;

@@ -71,6 +71,12 @@ int kvm_vm_irq_line(struct kvm_vm *vm, uint32_t irq, int level) US_MUST_CHECK;
 /* One MSI message (an MSI-X entry's address and data) into the in-kernel irqchip. */
 int kvm_vm_signal_msi(struct kvm_vm *vm, uint64_t addr, uint32_t data) US_MUST_CHECK;
 
+/* A write of len bytes (0: any length) to guest-physical gpa, MMIO,
+ * signals eventfd fd in the kernel instead of exiting to userspace
+ * (KVM_IOEVENTFD); assign false removes it again. Not logged: the caller
+ * falls back to the exit. */
+int kvm_vm_ioeventfd(struct kvm_vm *vm, uint64_t gpa, uint32_t len, int fd, bool assign) US_MUST_CHECK;
+
 /* Interrupt controllers, PIT and clock: plain data, checkpointed as is. */
 struct kvm_vm_state {
 	struct kvm_irqchip pic_master;

@@ -247,6 +247,19 @@ int kvm_vm_signal_msi(struct kvm_vm *vm, uint64_t addr, uint32_t data)
 	return r < 0 ? r : 0;
 }
 
+int kvm_vm_ioeventfd(struct kvm_vm *vm, uint64_t gpa, uint32_t len, int fd, bool assign)
+{
+	struct kvm_ioeventfd io = {
+		.addr = gpa,
+		.len = len,
+		.fd = fd,
+		.flags = assign ? 0 : KVM_IOEVENTFD_FLAG_DEASSIGN,
+	};
+	int r = kvm_ioctl(vm->fd, KVM_IOEVENTFD, &io);
+
+	return r < 0 ? r : 0;
+}
+
 int kvm_vm_get_state(struct kvm_vm *vm, struct kvm_vm_state *st)
 {
 	int r;

@@ -30,6 +30,8 @@ enum kmod_mutant {
 	MUTANT_ID_disk_apply_early,
 	MUTANT_ID_silence_wraps,
 	MUTANT_ID_precopy_keep_delta,
+	MUTANT_ID_resume_forgets_kicks,
+	MUTANT_ID_serve_while_missing,
 };
 
 /* 1 when the macro x is defined as 1 (as -DX makes it), else 0: "0," is

@@ -14,6 +14,7 @@
 
 #include "guest/guest.h"
 #include "machine/bus.h"
+#include "machine/ioevent.h"
 #include "machine/linux.h"
 
 #define TAG "machine"
@@ -164,13 +165,14 @@ static bool park(struct machine_vcpu *vc)
  * is completed first (KVM_RUN with immediate_exit), so while it waits here
  * its state is settled and readable: it counts as parked, and a pause does
  * not have to wake it (waking a sleeping thread costs ~50 us here). The
- * wait ends at the timeout, on console input or when the machine stops;
+ * wait ends at the timeout, on console input, when the I/O thread served
+ * a queue or when the machine stops;
  * if a pause is on by then, the vCPU stays parked until it ends. */
 static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 {
 	struct machine *m = vc->m;
 	struct timespec until;
-	uint64_t t;
+	uint64_t t, served;
 
 	/* A string OUT to the idle port (count > 1) is not completed by one
 	 * settle: such a guest just does not idle. */
@@ -187,7 +189,9 @@ static void idle_park(struct machine_vcpu *vc, uint32_t usec)
 	pthread_cond_broadcast(&m->parked_cond);
 	if (m->parked == m->ncpus && m->pause_req && !m->stopping)
 		snap_take(m);
-	while (!m->stopping && !machine_devices_wake(m))
+	/* A polling guest waits for a request the I/O thread serves. */
+	served = m->io_served;
+	while (!m->stopping && !machine_devices_wake(m) && m->io_served == served)
 		if (pthread_cond_timedwait(&m->cond, &m->lock, &until) == ETIMEDOUT)
 			break;
 	while (m->pause_req && !m->stopping)
@@ -259,6 +263,7 @@ void machine_resume(struct machine *m)
 	}
 	m->pause_req = false;
 	pthread_cond_broadcast(&m->cond);
+	ioevent_resume(m);
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -319,8 +324,8 @@ static int port_io(struct machine_vcpu *vc, uint16_t port, int size, bool out, u
 	}
 }
 
-/* An MMIO access a device claims (virtio notifications are served here,
- * synchronously); -ENOENT when none does. */
+/* An MMIO access a device claims (a virtio notification whose address is
+ * not an ioeventfd is served here, synchronously); -ENOENT when none does. */
 static int mmio(struct machine *m, struct kvm_run *run)
 {
 	return machine_bus_io(m, MACHINE_MMIO, run->mmio.phys_addr, (int)run->mmio.len,
@@ -569,7 +574,7 @@ static int machine_build(const struct machine_config *cfg, const struct machine_
 		m->snap_vm = NULL;
 		m->snap_vcpus = NULL;
 	}
-	if ((r = start_vcpus(m)) < 0)
+	if ((r = start_vcpus(m)) < 0 || (r = ioevent_start(m)) < 0)
 		goto err_vcpus;
 	*out = m;
 	return 0;
@@ -622,6 +627,7 @@ void machine_free(struct machine *m)
 	for (int i = 0; i < m->ncpus; i++)
 		if (m->vcpus[i].thread_started)
 			pthread_join(m->vcpus[i].thread, NULL);
+	ioevent_stop(m);
 	for (int i = 0; i < m->ncpus; i++)
 		if (m->vcpus[i].kvm.run)
 			kvm_vcpu_destroy(&m->vcpus[i].kvm);

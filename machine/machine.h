@@ -145,7 +145,8 @@ struct pci_state {
  * power-off status (those are 0..255), not a failure (those are < 0). */
 #define MACHINE_STATUS_REBOOT 0x10000
 
-/* What the owner of the machine hears from it. Called on vCPU threads. */
+/* What the owner of the machine hears from it. Called on vCPU threads and
+ * (net_tx) on the machine's I/O thread. */
 struct machine_ops {
 	/* Bytes the guest wrote to the console. */
 	void (*console_out)(void *ctx, const uint8_t *buf, size_t len);
@@ -239,6 +240,11 @@ struct machine {
 	struct virtio_blk *blk;      /* the disk's runtime part, NULL without --disk */
 	struct virtio_net *vnet;     /* the NIC's runtime part, NULL without --net */
 	struct rtc_timer *rtc;       /* the RTC's timer thread, NULL but on a --kernel machine */
+	struct machine_ioevent *ioev;   /* the I/O thread (ioevent.c), NULL without virtio */
+	uint64_t io_served;          /* its rounds of serving queues (an idle vCPU wakes), under lock */
+	/* Post-copy: RAM is registered with userfaultfd (uffd.c), pages may be
+	 * missing; the I/O thread serves nothing meanwhile. Under lock. */
+	bool pages_missing;
 
 	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
 	_Atomic uint64_t *vmm_dirty;
@@ -469,7 +475,7 @@ int platform_check(const struct platform_state *p) US_MUST_CHECK;
  * The image in MACHINE_DISK_BLOCK blocks (the last one may be partial: it
  * reads zero-padded and writes truncated). Every guest write or discard
  * marks its blocks in a dirty-block bitmap, set when the request is served
- * (on the vCPU thread, before its used-ring entry), so a paused machine has
+ * (by the thread that serves it, before its used-ring entry), so a paused machine has
  * every completed write's bit set. Bitmaps: one bit a block, 64-bit words. */
 #define MACHINE_DISK_BLOCK 4096u
 /* Blocks of the image, 0 without a disk. */
@@ -493,9 +499,12 @@ uint64_t machine_disk_next_data(struct machine *m, uint64_t block);
 /* Drops the pages set in bitmap from the memfd: they read as missing again. */
 int machine_punch_pages(struct machine *m, const uint64_t *bitmap) US_MUST_CHECK;
 /* A userfaultfd (non-blocking) with all of RAM registered in missing-page
- * mode: from now on an access to a missing page waits for machine_uffd_fill. */
+ * mode: from now on an access to a missing page waits for machine_uffd_fill.
+ * Until machine_uffd_close the I/O thread serves no queue (pages_missing):
+ * its kicks stay pending. Without machine.lock. */
 int machine_uffd_open(struct machine *m, int *fd) US_MUST_CHECK;
-/* Unregisters (waking any waiter) and closes; fd < 0 is a no-op. */
+/* Unregisters (waking any waiter) and closes; the queues kicked meanwhile
+ * are served then. fd < 0 is a no-op. Without machine.lock. */
 void machine_uffd_close(struct machine *m, int fd);
 /* Up to max (<= 64) page indices that faulted; 0 when none are pending. */
 int machine_uffd_read(struct machine *m, int fd, uint64_t *pages, size_t max) US_MUST_CHECK;

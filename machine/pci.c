@@ -9,11 +9,13 @@
  * placed in the MMIO hole below 4 GiB at reset, as firmware would; a
  * driver may move them. Called with machine.lock held. */
 #include "machine/virtio.h"
+#include "machine/ioevent.h"
 
 #include <errno.h>
 #include <string.h>
 
 #include "kmod/le.h"
+#include "kmod/mutant.h"
 
 #define TAG "pci"
 
@@ -44,15 +46,6 @@ static bool slot_present(const struct machine *m, int slot)
 	const uint8_t *cfg = m->pci.cfg[slot];
 
 	return (cfg[PCI_VENDOR_ID] | cfg[PCI_VENDOR_ID + 1]) != 0;
-}
-
-struct virtio_dev *pci_slot_virtio(struct machine *m, int slot)
-{
-	if (slot == PCI_SLOT_BLK && m->blk)
-		return &m->blk->dev;
-	if (slot == PCI_SLOT_NET && m->vnet)
-		return &m->vnet->dev;
-	return NULL;
 }
 
 bool pci_isr_pending(const struct machine *m)
@@ -113,8 +106,10 @@ static void cfg_write(struct machine *m, int slot, int off, const uint8_t *data,
 
 		cfg[off + i] = (uint8_t)((cfg[off + i] & ~mask) | (data[i] & mask));
 	}
-	if (d)
+	if (d) {
 		virtio_msix_update(d);
+		ioevent_sync(m);     /* the BAR or decoding may have moved */
+	}
 }
 
 void pci_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *data)
@@ -152,24 +147,13 @@ void pci_io(struct machine *m, uint16_t port, int size, bool write, uint8_t *dat
 		cfg_read(m, slot, off, data, size);
 }
 
-/* The guest-physical base of a function's BAR0, or 0 if memory decoding
- * is off. */
-static uint64_t bar0_base(const struct machine *m, int slot)
-{
-	const uint8_t *cfg = m->pci.cfg[slot];
-
-	if (!(cfg[PCI_COMMAND] & PCI_COMMAND_MEM))
-		return 0;
-	return (le_get32(cfg + PCI_BAR0) & ~0xfull) | (uint64_t)le_get32(cfg + PCI_BAR1) << 32;
-}
-
 int pci_mmio(struct machine *m, uint64_t gpa, uint8_t *data, uint32_t len, bool write)
 {
 	for (int slot = 1; slot < PCI_NSLOTS; slot++) {
 		struct virtio_dev *d = pci_slot_virtio(m, slot);
 		uint64_t base;
 
-		if (!d || !(base = bar0_base(m, slot)))
+		if (!d || !(base = pci_bar0_base(m, slot)))
 			continue;
 		if (gpa < base || gpa - base >= VIRTIO_BAR_BYTES || len > 8 ||
 		    gpa - base + len > VIRTIO_BAR_BYTES)
@@ -310,6 +294,9 @@ static void pci_load(struct machine *m, const struct machine_state *st)
 		memset(m->pci.cfg[PCI_SLOT_BLK], 0, PCI_CFG_BYTES);
 	if (!m->vnet)
 		memset(m->pci.cfg[PCI_SLOT_NET], 0, PCI_CFG_BYTES);
+	ioevent_sync(m);
+	if (!MUTANT(resume_forgets_kicks))   /* make check-mutants: a kick in no checkpoint is lost */
+		ioevent_serve_all(m);
 }
 
 const struct machine_device pci_device = {

@@ -3,8 +3,15 @@
  * is registered with userfaultfd in missing-page mode, so that any access
  * to such a page (a vCPU, KVM itself while emulating, the VMM) waits until
  * the owner fills it (UFFDIO_COPY) or declares it zero (UFFDIO_ZEROPAGE).
- * The owner reads the faults from the fd on its own loop. */
-#include "machine/machine.h"
+ * The owner reads the faults from the fd on its own loop.
+ *
+ * The owner's loop may take machine.lock (a tap's frame, a status), so no
+ * thread may wait on a missing page holding it: the I/O thread serves no
+ * queue while pages are missing (pages_missing; a queue's ring, descriptors
+ * and buffers may be any page). Its kicks stay pending, and the resume's
+ * pass over every queue after a load waits too: all are served when the
+ * fd is closed, every page in (or the guest stopped). */
+#include "machine/ioevent.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +45,19 @@ int machine_punch_pages(struct machine *m, const uint64_t *bitmap)
 	return 0;
 }
 
+/* The I/O thread holds or lets go the queues (ioevent.c): let go, it
+ * serves what was kicked meanwhile. */
+static void set_missing(struct machine *m, bool missing)
+{
+	pthread_mutex_lock(&m->lock);
+	m->pages_missing = missing;
+	if (!missing) {
+		pthread_cond_broadcast(&m->cond);
+		ioevent_resume(m);
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
 int machine_uffd_open(struct machine *m, int *fd_out)
 {
 	struct uffdio_api api = { .api = UFFD_API, .features = UFFD_FEATURE_MISSING_SHMEM };
@@ -49,17 +69,22 @@ int machine_uffd_open(struct machine *m, int *fd_out)
 
 	if (fd < 0)
 		return -errno;
+	set_missing(m, true);     /* before a page can be missing */
 	if (ioctl(fd, UFFDIO_API, &api) < 0 || ioctl(fd, UFFDIO_REGISTER, &reg) < 0) {
 		r = -errno;
-		close(fd);
-		return r;
+		goto err;
 	}
 	if (!(reg.ioctls & (1ull << _UFFDIO_COPY))) {
-		close(fd);
-		return -EOPNOTSUPP;
+		r = -EOPNOTSUPP;
+		goto err;
 	}
 	*fd_out = fd;
 	return 0;
+
+err:
+	close(fd);
+	set_missing(m, false);
+	return r;
 }
 
 void machine_uffd_close(struct machine *m, int fd)
@@ -72,6 +97,8 @@ void machine_uffd_close(struct machine *m, int fd)
 	if (ioctl(fd, UFFDIO_UNREGISTER, &range) < 0)
 		log_warn(TAG, "UFFDIO_UNREGISTER: %s", strerror(errno));
 	close(fd);
+	/* After the waiters woke: one of them may hold machine.lock. */
+	set_missing(m, false);
 }
 
 int machine_uffd_read(struct machine *m, int fd, uint64_t *pages, size_t max)

@@ -11,6 +11,7 @@
 #ifndef US_MACHINE_VIRTIO_H
 #define US_MACHINE_VIRTIO_H
 
+#include "kmod/le.h"
 #include "machine/devices.h"
 
 #define VIRTIO_PCI_VENDOR     0x1af4
@@ -146,11 +147,33 @@ uint64_t virtq_chain_write(struct machine *m, const struct virtq_chain *c, uint6
  * ring is broken (the device now needs a reset). */
 int virtio_queue_fill(struct virtio_dev *d, int qi, const void *hdr, uint32_t hlen,
 		      const void *buf, uint32_t len);
+/* Serves queue qi as a notification of it does (a passive or dead queue:
+ * nothing); the I/O thread's way in (ioevent.c). */
+void virtio_queue_notify(struct virtio_dev *d, int qi);
 /* The device configuration changed: a new generation and a configuration
  * interrupt (ISR bit 1). */
 void virtio_config_changed(struct virtio_dev *d);
 
 /* The virtio function in a slot, NULL if none. */
-struct virtio_dev *pci_slot_virtio(struct machine *m, int slot);
+static inline struct virtio_dev *pci_slot_virtio(struct machine *m, int slot)
+{
+	if (slot == PCI_SLOT_BLK && m->blk)
+		return &m->blk->dev;
+	if (slot == PCI_SLOT_NET && m->vnet)
+		return &m->vnet->dev;
+	return NULL;
+}
+
+/* The guest-physical base of a function's BAR0 (a 64-bit memory BAR), or 0
+ * if memory decoding is off. Inline: pci.c decodes with it, the I/O
+ * thread (ioevent.c) places the notify ioeventfds by it. */
+static inline uint64_t pci_bar0_base(const struct machine *m, int slot)
+{
+	const uint8_t *cfg = m->pci.cfg[slot];
+
+	if (!(cfg[0x04] & 0x02))   /* command register: memory decoding */
+		return 0;
+	return (le_get32(cfg + 0x10) & ~0xfull) | (uint64_t)le_get32(cfg + 0x14) << 32;
+}
 
 #endif

@@ -1,11 +1,12 @@
 /* virtio-blk (virtio 1.2, 5.2) on a raw image file: read, write, flush,
  * get-id and discard, one request queue.
  *
- * Requests are served synchronously on the vCPU thread at the
- * notification, so a pause never finds one in flight (see docs/design.md,
- * "virtio devices"): the data is in the image (or in guest RAM, for a read)
- * and the used ring says so before the vCPU runs again. The status byte is
- * written last, after the data. */
+ * Requests are served whole under machine.lock, by the machine's I/O
+ * thread (ioevent.c) while no pause is requested, or at the notify exit on
+ * the vCPU thread, so a pause never finds one in flight (see
+ * docs/design.md, "virtio devices"): the data is in the image (or in guest
+ * RAM, for a read) and the used ring says so. The status byte is written
+ * last, after the data. */
 #include "machine/virtio.h"
 
 #include <errno.h>

@@ -4,9 +4,11 @@
  * by the guest, so its virtio_net_hdr is all zero but num_buffers = 1).
  *
  * The device has no tap of its own: machine/ is below net/. A frame the
- * guest sends goes to the owner through ops.net_tx, on the vCPU thread
- * that wrote the notification, with machine.lock held (the owner holds it
- * until the checkpoint that produced it is acknowledged: output commit). A
+ * guest sends goes to the owner through ops.net_tx, on the thread that
+ * serves the transmit queue (the I/O thread, never while a pause is
+ * requested, or the vCPU thread whose notify exited), with machine.lock
+ * held (the owner holds it until the checkpoint that produced it is
+ * acknowledged: output commit). A
  * frame for the guest comes in by machine_net_input, which refuses while a
  * pause is requested: the device writes guest RAM only while the vCPUs may
  * run, so a capture (all vCPUs parked, pause_req set) never races it, and

@@ -5,10 +5,19 @@
  * Everything the guest hands over (ring addresses, descriptor addresses,
  * lengths, indices) is checked against guest RAM before use; a request the
  * device cannot make sense of sets DEVICE_NEEDS_RESET (the driver must
- * reset the device) and the VMM carries on. Requests are served at once,
- * on the vCPU thread that wrote the notification, so none is ever in
- * flight when the machine pauses: the device state in a checkpoint is
- * complete. A passive queue (virtio-net's receive queue) is not served at
+ * reset the device) and the VMM carries on. A queue is served whole, under
+ * machine.lock, either on the vCPU thread whose notify write exited to
+ * userspace or, when the notify address is an ioeventfd (ioevent.c), on
+ * the machine's I/O thread, and then only while the machine may run (no
+ * pause requested, not stopping). So no request is ever in flight when the
+ * machine pauses: the device state in a checkpoint is complete, a capture
+ * with every vCPU parked and pause_req set never races a device writing
+ * guest RAM, and every byte a device writes is marked with
+ * machine_mark_dirty before the lock is dropped. A kick that reached an
+ * eventfd but was not served is not in a checkpoint: a machine whose state
+ * was loaded serves every queue once when it resumes (serving is
+ * idempotent: it takes what the avail index shows beyond last_avail). A
+ * passive queue (virtio-net's receive queue) is not served at
  * a notification: the device fills its next buffer when it has something
  * for the guest (virtio_queue_fill). Called with machine.lock held. */
 #include "machine/virtio.h"
@@ -271,6 +280,12 @@ static void queue_process(struct virtio_dev *d, int qi)
 	}
 	if (served)
 		used_notify(d, qi, &r);
+}
+
+void virtio_queue_notify(struct virtio_dev *d, int qi)
+{
+	if (qi >= 0 && qi < d->nqueues)
+		queue_process(d, qi);
 }
 
 int virtio_queue_fill(struct virtio_dev *d, int qi, const void *hdr, uint32_t hlen,

@@ -128,6 +128,10 @@ static int pri_status_format(void *ctx, const char *req, char *out, size_t len)
 			q->st.epochs ? (double)q->st.dirty_pages_total / (double)q->st.epochs : 0.0,
 			(unsigned long long)p->link.bytes_sent, q->st.lag_ns / 1e6,
 			(unsigned long long)q->st.stretched);
+	/* The JSON's epochs_timer and epochs_output (the first and a final
+	 * epoch are in neither). */
+	repl_status_add(out, len, &n, "epochs by trigger: timer %llu, output %llu\n",
+			(unsigned long long)p->epochs_timer, (unsigned long long)p->epochs_output);
 	if (p->link.conn)
 		repl_status_add(out, len, &n, "since heartbeat %.1f ms\n", (now_ns() - p->link.last_rx_ns) / 1e6);
 	if (q->worst.pause_ns)

@@ -123,12 +123,18 @@ void repl_fault_test_stop(const char *where)
 
 /* "contend" (a migration's destination, its witness thread about to
  * contend for the key after the hand-over order: the loop runs on and
- * acknowledges the final epoch, but the key is never taken). */
+ * acknowledges the final epoch, but the key is never taken); "withdraw"
+ * (a witness thread about to write K/standby = none). The thread holds
+ * for good, or until the file UNDERSTUDY_TEST_RELEASE exists. */
 void repl_fault_test_hold(const char *where)
 {
+	const char *release = getenv("UNDERSTUDY_TEST_RELEASE");
+
 	if (!test_stop_at(where))
 		return;
-	log_warn("fault", "test hook: this thread holds at %s for good", where);
-	for (;;)
-		pause();
+	log_warn("fault", "test hook: this thread holds at %s %s%s", where,
+		 release ? "until there is a file " : "for good", release ? release : "");
+	while (!release || access(release, F_OK))
+		usleep(20000);
+	log_warn("fault", "test hook: released at %s", where);
 }

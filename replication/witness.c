@@ -381,6 +381,8 @@ static uint64_t work(struct repl_witness *w, uint64_t *next_renew)
 		gen = w->standby_gen;
 		memcpy(arg, w->standby_want, sizeof(arg));
 		pthread_mutex_unlock(&w->lock);
+		if (!strcmp(arg, "none"))
+			repl_fault_test_hold("withdraw");   /* sys_fence_cmd: resumed only after it */
 		r = set_standby(w, arg);
 		pthread_mutex_lock(&w->lock);
 		if (r == REPL_WITNESS_UNREACHABLE)

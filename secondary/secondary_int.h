@@ -161,6 +161,7 @@ struct repl_secondary {
 	const char *fence_reason;        /* ...why the takeover is wanted */
 	bool operator_fenced;            /* takeover --fenced-by-operator: no fence command */
 	bool self_vouched;               /* K/standby names this standby again (fence failed) */
+	bool withdrawing;                /* ...the takeover waits for K/standby = none */
 };
 
 /* ---- link.c: the primary's connection and the watch for its silence ----- */

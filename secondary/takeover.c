@@ -243,9 +243,31 @@ static void on_lost(void *ctx)
 {
 	struct repl_secondary *s = ctx;
 
+	if (s->withdrawing && s->state == S_CONTENDING) {
+		/* The lease lapsed before the withdrawal: K/standby still names
+		 * this side, so the key can be won again (that transaction
+		 * writes K/standby = none itself). */
+		s->withdrawing = false;
+		log_warn(TAG, "the witness lease lapsed before the standby was withdrawn: contending "
+			 "for the key again");
+		repl_witness_contend(s->wit, s->token, s->switching ? s->switch_token : NULL);
+		return;
+	}
 	if (s->self_vouched && s->state == S_FENCE_FAILED)
 		log_error(TAG, "the witness key lapsed before this standby was named again: a later "
 			  "takeover cannot win it");
+}
+
+static void on_withdrawn(void *ctx)
+{
+	struct repl_secondary *s = ctx;
+
+	if (!s->withdrawing || s->state != S_CONTENDING)
+		return;
+	s->withdrawing = false;
+	log_info(TAG, "the witness names no standby %.1f ms after the request: the guest resumes",
+		 (now_ns() - s->contend_t0_ns) / 1e6);
+	take_over(s);
 }
 
 static void on_fence_retry(struct ev_loop *loop, ev_timer *w, int revents);
@@ -305,8 +327,20 @@ static void fence_and_take_over(struct repl_secondary *s, const char *reason)
 		}
 	}
 	if (s->self_vouched) {
+		/* As a takeover leaves it: nobody stands by. The guest resumes
+		 * only once etcd says so (on_withdrawn): resumed first, a copy
+		 * that ran and died before the withdrawal arrived would leave
+		 * K/standby naming this side, and a migration's source in doubt,
+		 * which contends with this side's token, could then win the key
+		 * and resume an older copy behind output this one released. */
 		s->self_vouched = false;
-		repl_witness_withdraw(s->wit);   /* as a takeover leaves it: nobody stands by */
+		s->withdrawing = true;
+		s->state = S_CONTENDING;
+		s->contend_t0_ns = now_ns();
+		log_info(TAG, "the witness is to name no standby (%s/standby) before the guest resumes",
+			 repl_witness_key(s->wit));
+		repl_witness_withdraw(s->wit);
+		return;
 	}
 	take_over(s);
 }
@@ -484,7 +518,8 @@ int repl_sec_witness_setup(struct repl_secondary *s)
 		return r;
 	}
 	repl_witness_set_cbs(s->wit, &(struct repl_witness_cbs){
-		.won = on_won, .revoked = on_revoked, .vouched = on_vouched, .lost = on_lost, .ctx = s });
+		.won = on_won, .revoked = on_revoked, .vouched = on_vouched, .lost = on_lost,
+		.withdrawn = on_withdrawn, .ctx = s });
 	return repl_witness_start(s->wit);
 }
 
@@ -493,7 +528,8 @@ void repl_sec_witness_adopt(struct repl_secondary *s, struct repl_witness *w)
 {
 	s->wit = w;
 	repl_witness_set_cbs(w, &(struct repl_witness_cbs){
-		.won = on_won, .revoked = on_revoked, .vouched = on_vouched, .lost = on_lost, .ctx = s });
+		.won = on_won, .revoked = on_revoked, .vouched = on_vouched, .lost = on_lost,
+		.withdrawn = on_withdrawn, .ctx = s });
 }
 
 /* The reply to a takeover request, from the state it left. */

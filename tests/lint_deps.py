@@ -61,7 +61,8 @@ EXPORT_ALLOWED = {
         "virtio_net_open", "virtio_net_close", "linux_acpi_build", "linux_cpuid_set",
         "virtio_pci_cfg_init", "virtio_reset", "virtio_msix_update", "virtio_bar_access",
         "virtio_cfg_access", "virtq_chain_read", "virtq_chain_write", "virtio_queue_fill",
-        "virtio_config_changed", "pci_slot_virtio")},
+        "virtio_config_changed", "pci_slot_virtio", "virtio_queue_notify", "pci_bar0_base",
+        "ioevent_start", "ioevent_stop", "ioevent_resume", "ioevent_sync", "ioevent_serve_all")},
     **{name: _OLD for name in (
         "machine_boot_linux", "machine_net_rx_dropped", "proto_buf_reserve", "proto_frame_begin",
         "proto_frame_end", "ckpt_get_machine_state", "console_close_endpoint", "net_tap_created",

@@ -23,11 +23,14 @@ console shows a fresh boot (the kernel's "Linux version" banner and the
 shell again), and the guest answers with a new boot_id, reads the mark
 back from the survivor's disk and writes a second one, which the
 survivor's image holds; the survivor logs the reboot once.
-With MODE "restore" (sys_linux_reboot_restore.sh): `run --kernel` (a shell
-on its stdio console, a virtio disk); the guest writes a mark, `snapshot`,
-run killed -9, `restore --kernel` of the snapshot on the same image; the
-restored guest (same boot_id) runs `reboot -f`: restore does not end, the
-shell comes back, the guest has a new boot_id and reads the mark back.
+With MODE "restore" (sys_linux_reboot_restore.sh): `run --kernel` of a copy
+of the kernel (a shell on its stdio console, a virtio disk); the guest
+writes a mark, `snapshot`, run killed -9. With the copy moved away,
+`restore` of the snapshot is refused (exit 2, naming the recorded kernel)
+before anything is built; with it back, `restore` with no --kernel (the
+snapshot records the kernel, initrd and command line) on the same image:
+the restored guest (same boot_id) runs `reboot -f`: restore does not end,
+the shell comes back, the guest has a new boot_id and reads the mark back.
 Usage: linux_reboot.py BIN VM_NS TMPDIR KERNEL INITRD APPEND [MODE]
 Knobs (environment): LINUX_BOOT_S (600) a boot may take, LINUX_MEM (256M),
 LINUX_CPUS (1), LINUX_FAILOVER_MS (2000, 15000 in the nested VM). Exit 0
@@ -153,12 +156,15 @@ class PipedConsole(Console):
 
 
 def restored():
-    """The guest reboots after `restore --kernel` (MODE restore)."""
+    """The guest reboots after `restore` with no --kernel (MODE restore)."""
     t0 = time.time()
     img, snap = os.path.join(TMP, "run.img"), os.path.join(TMP, "guest.snap")
+    kernel, gone = os.path.join(TMP, "vmlinuz"), os.path.join(TMP, "vmlinuz.gone")
     with open(img, "wb") as f:
         f.truncate(64 << 20)
-    boot = ["--kernel", KERNEL, "--initrd", INITRD, "--append", APPEND + " ut.mode=shell"]
+    with open(KERNEL, "rb") as src, open(kernel, "wb") as dst:
+        dst.write(src.read())
+    boot = ["--kernel", kernel, "--initrd", INITRD, "--append", APPEND + " ut.mode=shell"]
     procs = []
     try:
         run = PipedConsole(["run"] + boot + ["--mem", MEM, "--cpus", CPUS, "--disk", img,
@@ -183,8 +189,22 @@ def restored():
         say("under run: boot_id %s, ut-mark-a on sector 1; snapshot written, run killed -9 "
             "(%.0f s)" % (boot_a, time.time() - t0))
 
+        os.rename(kernel, gone)
+        try:   # refused at option time: at once (a restore that builds the VM runs on)
+            out = LAB.cli(["restore", snap, "--disk", img, "--control",
+                           os.path.join(TMP, "bad.ctl")], 60)
+        except subprocess.TimeoutExpired:
+            say("FAIL: restore with the recorded kernel gone ran on for 60 s (exit 2 wanted)")
+            return 1
+        finally:
+            os.rename(gone, kernel)
+        if out.returncode != 2 or kernel not in out.stderr or "records" not in out.stderr:
+            say("FAIL: restore with the recorded kernel gone: exit %d (2 wanted, naming %s): %s"
+                % (out.returncode, kernel, (out.stdout + out.stderr)[-400:]))
+            return 1
+        say("restore with the recorded kernel gone: exit 2: %s" % out.stderr.strip()[-200:])
         res = PipedConsole(["restore", snap, "--disk", img, "--control",
-                            os.path.join(TMP, "res.ctl")] + boot,
+                            os.path.join(TMP, "res.ctl")],
                            os.path.join(TMP, "res.log"), os.path.join(TMP, "res.console"))
         procs.append(res)
         boot_r = res.ask("ut-boot-r", "cat /proc/sys/kernel/random/boot_id", BOOT_S)

@@ -27,7 +27,9 @@ keep_vouch|8 a standby given up is withdrawn at the witness before output leaves
 net_release_early|1 a frame of epoch N leaves only after ACK(N)|sys_virtio_net sys_kv
 disk_apply_early|13 disk blocks of epoch N reach the standby's image only at commit of N|sys_disk_failover
 silence_wraps|5 no takeover while the peer is heard (a beat newer than the clock read is no silence)|test_beat
-precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover"
+precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover
+resume_forgets_kicks|4 a virtio kick in no checkpoint (read from an ioeventfd, not served) is served when a loaded machine resumes|test_ioevent
+serve_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (the I/O thread serves nothing until every page is in)|test_ioevent"
 only=${MUTANTS:-}
 
 # run_test BUILD_DIR TEST LOG: 0 when the test passes

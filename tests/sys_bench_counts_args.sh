@@ -24,15 +24,19 @@ expect2() {
 	echo "$out" | grep -q -- "$pat" || fail "$*: no '$pat' in: $out"
 	echo "   $* -> $(echo "$out" | tail -1)"
 }
-expect2 "error: --rounds: must be at least 1" bench_latency.py --counts --rounds 0
-expect2 "error: --requests: must be at least 1" bench_latency.py --requests 0
+expect2 "error: argument --rounds: must be at least 1" bench_latency.py --counts --rounds 0
+expect2 "error: argument --requests: must be at least 1" bench_latency.py --requests 0
 expect2 "argument --rounds: invalid int value" bench_latency.py --rounds x
-expect2 "error: --rounds: must be at least 1" bench_hot.py --counts --rounds 0
+expect2 "error: argument --rounds: must be at least 1" bench_hot.py --counts --rounds 0
 expect2 "error: --seconds: must be above 0" bench_syscalls.py --seconds 0
 expect2 "error: --top: must be 0 or more" bench_syscalls.py --top -1
 expect2 "unrecognized arguments: --count" bench_syscalls.py --count
-expect2 "error: --rounds: must be at least 1" bench_kv.py --counts --rounds 0
-expect2 "error: --requests: must be at least 1" bench_kv.py --counts --requests 0
+expect2 "error: --sectors: must be at least 8" bench_exits.py --sectors 4
+expect2 "error: argument --rounds: must be at least 1" bench_exits.py --rounds 0
+expect2 "error: argument --rounds: must be at least 1" bench_kv.py --counts --rounds 0
+expect2 "error: argument --requests: must be at least 1" bench_kv.py --counts --requests 0
+expect2 "error: argument --window: must be at least 1" bench_kv.py --window 0
+expect2 "argument --requests: invalid int value: '1.5'" bench_kv.py --requests 1.5
 expect2 "error: --seconds: must be above 0" bench_kv.py --seconds 0
 ok "bad arguments exit 2 naming the option"
 

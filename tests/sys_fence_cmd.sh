@@ -13,6 +13,10 @@
 #   5. the command always fails: retried --fence-retries times, then
 #      fence-failed for good; plain takeover is refused and names
 #      --fenced-by-operator, which resumes the guest (counter holds);
+#   7. with a witness, the fence failed for good: --fenced-by-operator
+#      resumes the guest only once the witness names no standby (a test
+#      hook holds the witness thread just before it writes that; the guest
+#      stays paused until the hook lets go);
 #   6. (host KVM only) with a witness: while the fence fails the standby keeps the key it
 #      won and the witness names it again (K/standby); after its lease
 #      lapsed (the secondary stopped past it), takeover --fenced-by-operator
@@ -32,7 +36,7 @@ n=0
 start_pair() {   # "FENCE ARGS...": sets sp pp sport scon pcon
 	n=$((n + 1))
 	sport=$(free_port); scon=$(free_port); pcon=$(free_port)
-	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
+	env ${SEC_ENV:-} "$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$scon --insecure \
 		--control "$tmp/$n.sec.ctl" --failover-timeout-ms $T "$@" 2>"$tmp/$n.sec.log" &
 	sp=$!
 	wait_port $sport $((10 * X)) || fail "secondary did not listen"
@@ -152,6 +156,51 @@ v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
 [ "$v" = 2 ] || fail "the resumed copy says $v, want 2"
 ok "5. fence command failed twice (1 retry), fence-failed; takeover refused ($(echo "$refusal" | head -1)); --fenced-by-operator resumed it ($out), counter kept 2"
 stop_pair
+
+# 7. With a witness: the standby the witness names again (its fence
+#    failed) resumes on the operator's word only once K/standby = none is
+#    at etcd. Resumed first, a copy that died before the withdrawal would
+#    leave itself named, and a migration's source in doubt could win the
+#    key with its token and resume an older copy. A lease long enough for
+#    the emulator's stalls: the hold below must not outlast it.
+start_etcd "$tmp/etcd7"
+L=$(nested 2000 20000)
+SEC_ENV="UNDERSTUDY_TEST_HOOKS=1 UNDERSTUDY_TEST_STOP=withdraw UNDERSTUDY_TEST_RELEASE=$tmp/release7"
+PRI_EXTRA="--witness etcd:$ETCD_EP --witness-key f7 --lease-ms $L"
+start_pair --fence-cmd 'echo "bmc dead"; exit 1' --fence-retries 0 $PRI_EXTRA
+SEC_ENV=
+kill -9 $pp; wait $pp 2>/dev/null
+wait_log "$tmp/$n.sec.log" "the witness names this standby again" 120 ||
+	fail "7: the standby is not named again: $(tail -5 "$tmp/$n.sec.log")"
+case $(etcd_get "$ETCD_EP" f7/standby) in standby-*) ;; *) fail "7: f7/standby: '$(etcd_get "$ETCD_EP" f7/standby)'";; esac
+"$BIN" takeover --control "$tmp/$n.sec.ctl" --fenced-by-operator >"$tmp/7.takeover" 2>&1 &
+tk=$!
+wait_log "$tmp/$n.sec.log" "test hook: this thread holds at withdraw" 60 ||
+	fail "7: the withdrawal never started: $(tail -5 "$tmp/$n.sec.log")"
+sleep 1
+grep -q "TOOK OVER" "$tmp/$n.sec.log" &&
+	fail "7: the guest resumed before the witness named no standby ($n.sec.log: $(grep -m1 "TOOK OVER" "$tmp/$n.sec.log"))"
+case $(etcd_get "$ETCD_EP" f7/standby) in standby-*) ;; *) fail "7: f7/standby while held: '$(etcd_get "$ETCD_EP" f7/standby)'";; esac
+st=$(state_of "$tmp/$n.sec.ctl")
+[ "$st" = contending ] || fail "7: state while the withdrawal is held: '$st'"
+touch "$tmp/release7"
+wait $tk || fail "7: takeover --fenced-by-operator: $(cat "$tmp/7.takeover"); $(tail -3 "$tmp/$n.sec.log")"
+wait_log "$tmp/$n.sec.log" "TOOK OVER" 30 || fail "7: no takeover after the release: $(tail -5 "$tmp/$n.sec.log")"
+[ "$(etcd_get "$ETCD_EP" f7/standby)" = none ] || fail "7: f7/standby after: '$(etcd_get "$ETCD_EP" f7/standby)'"
+# Resumed after etcd said so: the withdrawal confirmed, or, had the held
+# thread let the lease lapse, the key won again (that write names no standby).
+how=$(grep -o "the witness names no standby\|won the witness key\|TOOK OVER" "$tmp/$n.sec.log" | tail -2 | head -1)
+case $how in
+"the witness names no standby") how="withdrawal confirmed" ;;
+"won the witness key") how="lease lapsed during the hold, key won again" ;;
+*) fail "7: resumed without a word from etcd: $(grep -n "names no standby\|won the witness\|TOOK OVER" "$tmp/$n.sec.log")" ;;
+esac
+v=$(python3 tests/counter_client.py $scon get | tail -1 | cut -d' ' -f1)
+[ "$v" = 2 ] || fail "7: the resumed copy says $v, want 2"
+ok "7. witness, fence failed: --fenced-by-operator held paused ($st) until f7/standby = none was written, then resumed ($how); counter kept 2"
+stop_pair
+kill $ETCD_PID 2>/dev/null; wait $ETCD_PID 2>/dev/null
+PRI_EXTRA=
 
 # 6. With a witness: the key won for the takeover stays within reach.
 #    (A lease of seconds and stalls of a second or more under QEMU's

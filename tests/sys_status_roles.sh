@@ -103,7 +103,7 @@ status_until "$tmp/pri.ctl" "^state protected"
 cp "$tmp/st" "$tmp/pri.txt"
 has "$tmp/pri.txt" "role primary" "state protected" "guest counter" "memory 32 MiB" "vCPUs 2" \
 	"uptime [0-9.]* s on this host" "devices serial console" "epoch [0-9]" "since heartbeat" \
-	"reason none"
+	"reason none" "epochs by trigger: timer [0-9]*, output [0-9]*$"
 lacks "$tmp/pri.txt" "resumed from" "migration" "switchover" "throttle" "left to send" \
 	"predicted downtime" "took over"
 json_fields "$tmp/pri.ctl" primary "$tmp/pri.json"

@@ -223,34 +223,82 @@ static void spill(const char *path, const uint8_t *buf, size_t len)
 	close(fd);
 }
 
-/* The version 2 file at from, written at to as the version 1 writer wrote
- * the same snapshot: the header without its 8 MAC bytes (they sat at 360,
- * version 1's CRC there), its CRC, the trailer's length and file CRC (over
- * the header and the three section headers) made again. */
+/* The trailer of the file f (len bytes, a header of hdr bytes, then nsec
+ * sections) made again: its length and the file CRC over the header and
+ * each section header. */
+static void retrail(uint8_t *f, size_t len, size_t hdr, int nsec)
+{
+	enum { SEC = 24 };
+	uint32_t crc = proto_crc32c(0, f, hdr);
+	uint64_t sec_len, file_len = len;
+	size_t off = hdr;
+
+	for (int i = 0; i < nsec; i++) {
+		memcpy(&sec_len, f + off + 8, 8);
+		crc = proto_crc32c(crc, f + off, SEC);
+		off += SEC + sec_len;
+	}
+	assert_int_equal(off + 24, len);
+	memcpy(f + off + 8, &file_len, 8);
+	memcpy(f + off + 16, &crc, 4);
+}
+
+/* Where the sections of a version 3 file start, and its "config" section
+ * (the fourth, after gfns, pages and state): the offset of its header. */
+enum { V3_HDR = 376, CONFIG_LEN_AT = 366, HDR_CRC_AT = 368 };
+static size_t config_at(const uint8_t *f)
+{
+	size_t off = V3_HDR;
+	uint64_t sec_len;
+
+	for (int i = 0; i < 3; i++) {
+		memcpy(&sec_len, f + off + 8, 8);
+		off += 24 + sec_len;
+	}
+	assert_memory_equal(f + off, "config\0\0", 8);
+	return off;
+}
+
+/* f (*len bytes, version 3) as the version 2 writer wrote the same
+ * snapshot: no "config" section, config_len 0 (it was padding), version 2;
+ * the header CRC and the trailer made again. */
+static void to_version_2(uint8_t *f, size_t *len)
+{
+	uint32_t two = 2, crc;
+	size_t at = config_at(f), sec;
+	uint64_t sec_len;
+
+	memcpy(&sec_len, f + at + 8, 8);
+	sec = 24 + (size_t)sec_len;
+	memmove(f + at, f + at + sec, *len - at - sec);
+	*len -= sec;
+	memcpy(f + 8, &two, 4);
+	memset(f + CONFIG_LEN_AT, 0, 2);
+	crc = proto_crc32c(0, f, HDR_CRC_AT);
+	memcpy(f + HDR_CRC_AT, &crc, 4);
+	retrail(f, *len, V3_HDR, 3);
+}
+
+/* The version 3 file at from, written at to as the version 1 writer wrote
+ * the same snapshot: version 2's (above), then the header without its 8
+ * MAC bytes (they sat at 360, version 1's CRC there), its CRC, the
+ * trailer's length and file CRC (over the header and the three section
+ * headers) made again. */
 static void to_version_1(const char *from, const char *to)
 {
-	enum { MAC_AT = 360, V1_HDR = 368, SEC = 24 };
+	enum { MAC_AT = 360, V1_HDR = 368 };
 	uint32_t one = 1, hdr_len = V1_HDR, crc;
-	size_t len, off = V1_HDR;
+	size_t len;
 	uint8_t *f = slurp(from, &len);
-	uint64_t sec_len, file_len;
 
+	to_version_2(f, &len);
 	memmove(f + MAC_AT, f + MAC_AT + 8, len - MAC_AT - 8);
 	len -= 8;
 	memcpy(f + 8, &one, 4);
 	memcpy(f + 12, &hdr_len, 4);
 	crc = proto_crc32c(0, f, MAC_AT);
 	memcpy(f + MAC_AT, &crc, 4);
-	crc = proto_crc32c(0, f, V1_HDR);
-	for (int i = 0; i < 3; i++) {
-		memcpy(&sec_len, f + off + 8, 8);
-		crc = proto_crc32c(crc, f + off, SEC);
-		off += SEC + sec_len;
-	}
-	assert_int_equal(off + 24, len);
-	file_len = len;
-	memcpy(f + off + 8, &file_len, 8);
-	memcpy(f + off + 16, &crc, 4);
+	retrail(f, len, V1_HDR, 3);
 	spill(to, f, len);
 	free(f);
 }
@@ -345,6 +393,156 @@ static void file_net_mac(void **state)
 	corrupt_at(bad, 8);   /* version 1 -> 0 */
 	assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EPROTONOSUPPORT);
 	assert_int_equal(r.npages, 0);
+
+	ckpt_fini(&c);
+	ckpt_fini(&r);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* A snapshot of a Linux guest (kernel, initrd, command line), written
+ * without a machine: two pages of a 16 MiB VM and a state blob. */
+static void write_linux_snapshot(const char *path, struct ckpt *c, struct machine_config *cfg)
+{
+	uint8_t page[CKPT_PAGE_SIZE];
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->mem_bytes = 16 << 20;
+	cfg->ncpus = 2;
+	strcpy(cfg->guest, MACHINE_LINUX_GUEST);
+	strcpy(cfg->kernel, "/boot/vmlinuz-6.1.0-test");
+	strcpy(cfg->initrd, "/var/lib/ut/initrd.img");
+	strcpy(cfg->append, "console=ttyS0 quiet ut.mode=shell");
+	cfg->ndisks = 1;
+	cfg->disk_bytes = 64 << 20;
+	ckpt_reset(c);
+	for (int i = 0; i < 2; i++) {
+		memset(page, 0x50 + i, sizeof(page));
+		assert_int_equal(ckpt_add_page(c, 9 + (uint64_t)i, page), 0);
+	}
+	assert_int_equal(ckpt_set_state(c, "state of the machine", 20), 0);
+	c->config_digest = machine_config_digest(cfg);
+	assert_int_equal(ckpt_file_write(path, c, cfg), 0);
+}
+
+/* The "config" section (version 3, no machine: runs without /dev/kvm): a
+ * Linux guest's kernel, initrd and command line come back with the
+ * configuration; a file cut at every byte from the section's header to
+ * the end, or with any byte of the section flipped, is refused as damaged
+ * with nothing read; a section that unpacks but disagrees with the header
+ * (or a kernel for a built-in guest) is refused; a version 2 file (no
+ * section) reads with no boot source, a version 3 header without one (or
+ * a version 2 header that claims one) is refused. */
+static void file_config(void **state)
+{
+	char dir[] = "/tmp/ckpt-config-XXXXXX", path[64], bad[64], cmd[200];
+	struct machine_config cfg, rcfg, other;
+	uint8_t buf[PROTO_CONFIG_MAX_BYTES];
+	struct ckpt c, r;
+	size_t len, at, n = 0;
+	uint8_t *f;
+	int enc;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/snap", dir);
+	snprintf(bad, sizeof(bad), "%s/bad", dir);
+	ckpt_init(&c);
+	ckpt_init(&r);
+	write_linux_snapshot(path, &c, &cfg);
+	assert_int_equal(ckpt_file_read(path, &r, &rcfg), 0);
+	assert_string_equal(rcfg.kernel, cfg.kernel);
+	assert_string_equal(rcfg.initrd, cfg.initrd);
+	assert_string_equal(rcfg.append, cfg.append);
+	assert_string_equal(rcfg.guest, MACHINE_LINUX_GUEST);
+	assert_int_equal(rcfg.ncpus, 2);
+	assert_int_equal(r.npages, 2);
+
+	f = slurp(path, &len);
+	at = config_at(f);
+	/* cut at every byte from the section's header on */
+	for (size_t cut = at; cut < len; cut++, n++) {
+		spill(bad, f, cut);
+		if (ckpt_file_read(bad, &r, &rcfg) != -EBADMSG)
+			fail_msg("a file cut to %zu of %zu bytes (the config section at %zu) was "
+				 "not refused as damaged", cut, len, at);
+		assert_int_equal(r.npages, 0);
+	}
+	/* any byte of the section (header or data) flipped */
+	for (size_t i = at; i < len - 24; i++, n++) {
+		f[i] ^= 0x20;
+		spill(bad, f, len);
+		f[i] ^= 0x20;
+		if (ckpt_file_read(bad, &r, &rcfg) >= 0)
+			fail_msg("a file with byte %zu (the config section at %zu) flipped was read", i,
+				 at);
+		assert_int_equal(r.npages, 0);
+	}
+	/* the header's config_len: 0 in version 3 (with its CRC made again) */
+	{
+		uint16_t zero = 0;
+		uint32_t crc;
+		uint8_t *g = malloc(len);
+
+		assert_non_null(g);
+		memcpy(g, f, len);
+		memcpy(g + CONFIG_LEN_AT, &zero, 2);
+		crc = proto_crc32c(0, g, HDR_CRC_AT);
+		memcpy(g + HDR_CRC_AT, &crc, 4);
+		spill(bad, g, len);
+		assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EBADMSG);
+		free(g);
+	}
+	printf("file_config: %zu damaged files refused (config section of %zu bytes at %zu)\n",
+	       n + 1, len - 24 - at, at);
+
+	/* version 2: no section, no boot source, read as before */
+	to_version_2(f, &len);
+	spill(bad, f, len);
+	assert_int_equal(ckpt_file_read(bad, &r, &rcfg), 0);
+	assert_string_equal(rcfg.kernel, "");
+	assert_string_equal(rcfg.initrd, "");
+	assert_string_equal(rcfg.append, "");
+	assert_string_equal(rcfg.guest, MACHINE_LINUX_GUEST);
+	assert_int_equal(r.npages, 2);
+	/* ... and a version 2 header that claims a section is refused */
+	{
+		uint16_t some = 40;
+		uint32_t crc;
+
+		memcpy(f + CONFIG_LEN_AT, &some, 2);
+		crc = proto_crc32c(0, f, HDR_CRC_AT);
+		memcpy(f + HDR_CRC_AT, &crc, 4);
+		spill(bad, f, len);
+		assert_int_equal(ckpt_file_read(bad, &r, &rcfg), -EBADMSG);
+	}
+	free(f);
+
+	/* the section's meaning, checked against the header's configuration */
+	rcfg = cfg;
+	rcfg.kernel[0] = rcfg.initrd[0] = rcfg.append[0] = 0;
+	enc = ckpt_file_config_encode(&cfg, buf, sizeof(buf));
+	assert_true(enc > 0);
+	assert_int_equal(ckpt_file_config_decode(buf, (size_t)enc, &rcfg), 0);
+	assert_string_equal(rcfg.kernel, cfg.kernel);
+	other = cfg;
+	other.ncpus = 1;
+	assert_int_equal(ckpt_file_config_decode(buf, (size_t)enc, &other), -EBADMSG);
+	other = cfg;
+	other.mem_bytes = 32 << 20;
+	assert_int_equal(ckpt_file_config_decode(buf, (size_t)enc, &other), -EBADMSG);
+	other = cfg;
+	strcpy(other.guest, "counter");
+	assert_int_equal(ckpt_file_config_decode(buf, (size_t)enc, &other), -EBADMSG);
+	other = cfg;
+	strcpy(other.guest, "counter");
+	enc = ckpt_file_config_encode(&other, buf, sizeof(buf));   /* a kernel, guest counter */
+	assert_int_equal(ckpt_file_config_decode(buf, (size_t)enc, &other), -EBADMSG);
+	other.kernel[0] = 0;                                        /* an initrd without kernel */
+	enc = ckpt_file_config_encode(&other, buf, sizeof(buf));
+	assert_int_equal(ckpt_file_config_decode(buf, (size_t)enc, &other), -EBADMSG);
+	memset(buf, 0xff, 64);                                      /* not a message */
+	assert_int_equal(ckpt_file_config_decode(buf, 64, &cfg), -EBADMSG);
 
 	ckpt_fini(&c);
 	ckpt_fini(&r);
@@ -462,6 +660,7 @@ int main(void)
 {
 	const struct CMUnitTest file_tests[] = {
 		cmocka_unit_test(file_net_mac),
+		cmocka_unit_test(file_config),
 	};
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(files),

@@ -170,6 +170,8 @@ static void primary_status_text_one_line_per_field(void **state)
 	assert_true(!strncmp(at, "\nstate protected\n", 17));
 	assert_null(strstr(at + 1, "\nstate "));
 	assert_non_null(strstr(text, "\nname counter\n"));   /* no --name: the guest's */
+	/* the JSON's epochs_timer and epochs_output, each in its place */
+	assert_non_null(strstr(text, "\nepochs by trigger: timer 29, output 11\n"));
 	assert_non_null(strstr(text, "\nreason peer protocol error: said \"no\" at C:\\vm\\disk"));
 	free(text);
 	free(p);

@@ -149,12 +149,13 @@ static void pci_size_bar(struct drv *d, int dev)
 /* ---- virtio ------------------------------------------------------------------ */
 
 /* The device found, its capabilities mapped, reset and set up (vblk.h);
- * VERSION_1, FLUSH and DISCARD when offered; 100 ms for an answer. */
+ * VERSION_1, FLUSH and DISCARD when offered; 2 s for an answer (the VMM's
+ * I/O thread serves a notify soon after it, not at it). */
 static int dev_init(struct drv *d)
 {
 	int r = vblk_init(&d->b, d->mem, VBLK_F_DISCARD);
 
-	d->b.timeout_spins = 1000;
+	d->b.timeout_spins = 20000;
 	return r;
 }
 

@@ -30,8 +30,8 @@ int vblk_init(struct vblk *b, uint8_t *mem, uint64_t optional)
 	return 0;
 }
 
-/* The device serves the request at the notify; the wait is for a device
- * that does not. */
+/* The device serves the request at the notify's exit, or soon after on
+ * the VMM's I/O thread (an ioeventfd): polled, idling between looks. */
 int vblk_request(struct vblk *b, uint32_t type, uint64_t sector, void *buf, uint32_t len,
 		 int dev_writes)
 {

@@ -69,6 +69,18 @@ size_t vnet_recv(struct vnet *n, void *buf, size_t size)
 	return flen;
 }
 
+/* Until the device used every buffer made available on q: 0, or -1 after
+ * about a second (no device answers). */
+static int drain_wait(struct vpci_queue *q)
+{
+	for (uint32_t spin = 0; vpci_queue_drain(q) < 0; spin++) {
+		if (spin > 10000)
+			return -1;
+		guest_idle(100);
+	}
+	return 0;
+}
+
 int vnet_send(struct vnet *n, const void *frame, size_t len)
 {
 	struct vpci_queue *q = &n->tx;
@@ -82,8 +94,9 @@ int vnet_send(struct vnet *n, const void *frame, size_t len)
 	q->desc[id] = (struct vpci_desc){ (uint64_t)b, (uint32_t)(HDR + len), 0, 0 };
 	vpci_queue_push(q, id);
 	vpci_queue_notify(q);
-	/* The device serves the queue at the notify: it is done by now. */
-	if (vpci_queue_drain(q) < 0)
+	/* Served at the notify's exit, or soon after by the VMM's I/O thread
+	 * (an ioeventfd): the buffer is reused only once the device is done. */
+	if (drain_wait(q) < 0)
 		return -1;
 	n->tx_frames++;
 	return 0;
@@ -112,7 +125,8 @@ int vnet_announce_ack(struct vnet *n)
 	q->desc[1] = (struct vpci_desc){ (uint64_t)(b + 16), 1, VPCI_DESC_WRITE, 0 };
 	vpci_queue_push(q, 0);
 	vpci_queue_notify(q);
-	(void)vpci_queue_drain(q);
+	if (drain_wait(q) < 0)
+		return -1;
 	return b[16] == 0 ? 0 : -1;
 }
 

@@ -1,8 +1,10 @@
 /* Fuzz target: a snapshot file through the read path restore uses,
- * ckpt_file_read_ex(): header (magic, version 1 or 2, header checksum,
+ * ckpt_file_read_ex(): header (magic, version 1 to 3, header checksum,
  * ranges, the NIC's MAC, length, configuration digest), the gfns, pages and state sections with
- * their checksums, the disk section of a --with-disk snapshot (its length,
- * block order and checksum), and the trailer. The input is the whole file, handed over
+ * their checksums, the config section of version 3 (its checksum, then
+ * the MachineConfig it holds against the header), the disk section of a
+ * --with-disk snapshot (its length, block order and checksum), and the
+ * trailer. The input is the whole file, handed over
  * as a memfd opened by its /proc/self/fd path (the API takes a path).
  * Applying a chain of files (ckpt_file_apply_chain) needs a machine with
  * /dev/kvm and is not fuzzed here; the id/parent-id link it checks comes
@@ -55,7 +57,12 @@ int fuzz_verdict(const uint8_t *data, size_t size)
 		       c.npages > cfg.mem_bytes / CKPT_PAGE_SIZE ||
 		       (c.full && c.npages != cfg.mem_bytes / CKPT_PAGE_SIZE) ||
 		       !memchr(cfg.guest, 0, sizeof(cfg.guest)) ||
-		       !memchr(cfg.guest_args, 0, sizeof(cfg.guest_args))))
+		       !memchr(cfg.guest_args, 0, sizeof(cfg.guest_args)) ||
+		       !memchr(cfg.kernel, 0, sizeof(cfg.kernel)) ||
+		       !memchr(cfg.initrd, 0, sizeof(cfg.initrd)) ||
+		       !memchr(cfg.append, 0, sizeof(cfg.append)) ||
+		       (cfg.kernel[0] && strcmp(cfg.guest, MACHINE_LINUX_GUEST)) ||
+		       (!cfg.kernel[0] && (cfg.initrd[0] || cfg.append[0]))))
 		abort(); /* the reader let an impossible snapshot through */
 	ckpt_fini(&c);
 out:

@@ -1,6 +1,7 @@
 /* Writes the generated part of the fuzz corpora (make fuzz-corpus):
- * state/, config/, snapshot/ (but ok-v1-diff-2pages, written by the
- * version 1 writer and kept as it is) and standby/ entirely, and the
+ * state/, config/, snapshot/ (but ok-v1-diff-2pages and ok-v2-diff-2pages,
+ * written by the version 1 and 2 writers and kept as they are) and
+ * standby/ entirely, and the
  * frame/ files named below. Each file
  * is named for the verdict its target must give (ok-* accepted, bad-*
  * rejected); replay.c asserts it. The other frame/ and pages/ files were
@@ -287,8 +288,10 @@ static uint8_t *slurp(const char *path, size_t *len)
  * ckpt_file_write_ex() writes it, returned as bytes. With a disk: a full
  * snapshot of a 64 KiB machine with a disk of 4.125 blocks, blocks 1 and
  * 4 (the partial last one) in its "disk" section (--with-disk). With mac:
- * a VM with a NIC given that MAC. */
-static uint8_t *snapshot_bytes(size_t npages, bool disk, const uint8_t *mac, size_t *len)
+ * a VM with a NIC given that MAC. With kernel: a Linux guest booted from
+ * it (an initrd and command line too), in the "config" section. */
+static uint8_t *snapshot_bytes(size_t npages, bool disk, const uint8_t *mac, const char *kernel,
+			       size_t *len)
 {
 	struct machine_config cfg = { .mem_bytes = disk ? 64 << 10 : 8 << 20, .ncpus = 1,
 				      .guest = "counter", .ndisks = disk, .nnets = mac != NULL };
@@ -308,6 +311,12 @@ static uint8_t *snapshot_bytes(size_t npages, bool disk, const uint8_t *mac, siz
 		exit(1);
 	if (mac)
 		memcpy(cfg.net_mac, mac, sizeof(cfg.net_mac));
+	if (kernel) {
+		strcpy(cfg.guest, MACHINE_LINUX_GUEST);
+		snprintf(cfg.kernel, sizeof(cfg.kernel), "%s", kernel);
+		strcpy(cfg.initrd, "/var/lib/understudy/initrd.img");
+		strcpy(cfg.append, "console=ttyS0 quiet");
+	}
 	ckpt_init(&c);
 	c.config_digest = machine_config_digest(&cfg);
 	if (disk)
@@ -339,10 +348,11 @@ static void snapshot_corpus(void)
 {
 	static const uint8_t mac[6] = { 0x02, 0x11, 0x22, 0x33, 0x44, 0x55 };
 	static const uint8_t multicast[6] = { 0x03, 0x11, 0x22, 0x33, 0x44, 0x55 };
-	/* version 2: the NIC's MAC and 2 bytes of padding before the CRC */
+	/* version 2: the NIC's MAC and 2 bytes of padding before the CRC (in
+	 * version 3 the "config" section's length) */
 	size_t len, mac_at = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 + 32 + 256 + 8 + 8, hdr = mac_at + 8 + 4 + 4;
 	uint32_t crc;
-	uint8_t *f = snapshot_bytes(2, false, NULL, &len);
+	uint8_t *f = snapshot_bytes(2, false, NULL, NULL, &len);
 
 	put_file("snapshot", "ok-diff-2pages", f, len);
 	put_file("snapshot", "bad-truncated", f, len - 1);
@@ -366,12 +376,12 @@ static void snapshot_corpus(void)
 	f[hdr] = 'x';                            /* first section tag */
 	put_file("snapshot", "bad-section-tag", f, len);
 	free(f);
-	f = snapshot_bytes(0, false, NULL, &len);
+	f = snapshot_bytes(0, false, NULL, NULL, &len);
 	put_file("snapshot", "ok-diff-no-pages", f, len);
 	free(f);
 	/* A NIC with a given MAC: recorded; a multicast one (no parser makes
 	 * it) refused; another MAC with a valid header CRC: the digest says no. */
-	f = snapshot_bytes(2, false, mac, &len);
+	f = snapshot_bytes(2, false, mac, NULL, &len);
 	put_file("snapshot", "ok-diff-net-mac", f, len);
 	f[mac_at + 5] ^= 0x10;
 	crc = proto_crc32c(0, f, mac_at + 8);
@@ -379,12 +389,12 @@ static void snapshot_corpus(void)
 	put_file("snapshot", "bad-net-mac-digest", f, len);
 	put_file("snapshot", "bad-net-mac-header-cut", f, hdr - 2);   /* inside v2's tail */
 	free(f);
-	f = snapshot_bytes(2, false, multicast, &len);
+	f = snapshot_bytes(2, false, multicast, NULL, &len);
 	put_file("snapshot", "bad-net-mac-multicast", f, len);
 	free(f);
 	/* With the disk's contents: the section cut by one block (the length
 	 * still whole blocks), a byte of a block flipped, a block named twice. */
-	f = snapshot_bytes(0, true, NULL, &len);
+	f = snapshot_bytes(0, true, NULL, NULL, &len);
 	put_file("snapshot", "ok-full-disk", f, len);
 	put_file("snapshot", "bad-disk-cut", f, len - 4104);
 	f[len - 24 - 100] ^= 1;                  /* block 4's data */
@@ -392,6 +402,28 @@ static void snapshot_corpus(void)
 	f[len - 24 - 100] ^= 1;
 	memcpy(f + len - 24 - 4104, f + len - 24 - 2 * 4104, 8);   /* block 4 -> 1 */
 	put_file("snapshot", "bad-disk-order", f, len);
+	free(f);
+	/* A Linux guest's boot source in the "config" section (after gfns,
+	 * pages and state): a byte of it flipped; the file called version 2
+	 * (which has no section) with its header CRC made again. */
+	f = snapshot_bytes(2, false, NULL, "/boot/vmlinuz-6.1.0-understudy", &len);
+	put_file("snapshot", "ok-diff-linux-boot", f, len);
+	{
+		size_t at = hdr + 24 + 2 * 8 + 24 + 2 * 4096, cfg_len_at = mac_at + 6;
+		uint64_t state_len;
+		uint32_t two = 2;
+
+		memcpy(&state_len, f + at + 8, 8);
+		at += 24 + state_len;                /* the config section's header */
+		f[at + 24 + 3] ^= 1;
+		put_file("snapshot", "bad-config-crc", f, len);
+		f[at + 24 + 3] ^= 1;
+		put_file("snapshot", "bad-config-cut", f, at + 24 + 5);
+		memcpy(f + 8, &two, 4);
+		crc = proto_crc32c(0, f, cfg_len_at + 2);
+		memcpy(f + cfg_len_at + 2, &crc, 4);
+		put_file("snapshot", "bad-config-in-v2", f, len);
+	}
 	free(f);
 }
 
