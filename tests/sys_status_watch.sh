@@ -56,7 +56,9 @@ ok "status --json --interval 0.3: $lines JSON lines in $W2 s"
 
 "$BIN" status --control "$tmp/pri.ctl" --watch >"$tmp/gone" 2>"$tmp/gone.err" &
 wp=$!
-sleep 1.2
+# After its first refresh (a loaded nested VM took longer than a second
+# to give it): the agent then goes away from a watch that knew it.
+wait_log "$tmp/gone" "^role " $((10 * X)) || fail "status --watch: no first refresh: $(cat "$tmp/gone.err")"
 kill -9 $pp $sp; wait $pp $sp 2>/dev/null
 for _ in $(seq 1 $((100 * X))); do kill -0 $wp 2>/dev/null || break; sleep 0.1; done
 kill -0 $wp 2>/dev/null && fail "status --watch still running $((10 * X)) s after the agent died"
