@@ -49,7 +49,15 @@ UNDERSTUDY_EVENT_LOG=$tmp/pri.events "$BIN" primary --guest $guest --cpus 2 --me
 pp=$!
 for _ in $(seq 600); do grep -q "protected:" "$tmp/pri.log" && break; sleep 0.1; done
 grep -q "protected:" "$tmp/pri.log" || fail "never protected over the slow link: $(tail -3 "$tmp/pri.log")"
-st() { "$BIN" status --control "$tmp/pri.ctl" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+# A reading the loaded agent did not answer in time is asked again (3 tries).
+st() {
+	local v
+	for _ in 1 2 3; do
+		v=$("$BIN" status --control "$tmp/pri.ctl" --json 2>/dev/null |
+			python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])" 2>/dev/null) && break
+	done
+	echo "$v"
+}
 a0=$(st acked); sleep 6; a1=$(st acked)
 stretched=$(st stretched); state=$(st state); lag=$(st lag_ms)
 rss_kb=$(ps -o rss= -p $pp)
