@@ -1,9 +1,45 @@
 """What the failover tests of a guest behind a tap share (net_failover.py,
-kv_failover.py): commands in the agents' network namespace, waiting for a
-log line, and the output-commit order in the primary's event log."""
+kv_failover.py, linux_failover.py): commands in the agents' network
+namespace, waiting for a log line, the output-commit order in the
+primary's event log, and the announcements a takeover makes."""
 import re
+import socket
 import subprocess
+import threading
 import time
+
+
+class Announcements(threading.Thread):
+    """What makes a guest's new host known, seen on the client's link
+    (ifname, or every interface of the namespace): gratuitous ARPs for ip
+    (the guest's own, sent when its NIC asks it to announce itself) in
+    garps, RARPs (sent by the agent itself, from the guest's MAC) in rarps;
+    each (time, sender MAC)."""
+
+    def __init__(self, ip, ifname=None):
+        super().__init__(daemon=True)
+        self.s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        if ifname:
+            self.s.bind((ifname, 0))
+        self.s.settimeout(0.2)
+        self.ip = socket.inet_aton(ip)
+        self.garps = []
+        self.rarps = []
+        self.stop = False
+
+    def run(self):
+        while not self.stop:
+            try:
+                f = self.s.recv(2048)
+            except socket.timeout:
+                continue
+            if len(f) < 42:
+                continue
+            kind = f[12:14]
+            if kind == b"\x08\x06" and f[28:32] == self.ip and f[38:42] == self.ip:
+                self.garps.append((time.time(), f[22:28].hex(":")))
+            elif kind == b"\x80\x35":
+                self.rarps.append((time.time(), f[22:28].hex(":")))
 
 
 def in_ns(vm_ns, cmd):

@@ -21,7 +21,12 @@ its virtio disk, fsyncs it, then replies "SEQ LINE".
     of Linux serves every trial.
 Checked: the guest answers ping through the protected NIC; every reply
 echoes its request and numbers one more than the previous (no gap, no repeat the client could see); every frame release of
-a killed primary followed the ACK of its epoch (event log); at the end the
+a killed primary followed the ACK of its epoch (event log); after each
+kill the survivor made the guest's new place known on the client's link
+before the guest's first reply from there (a RARP from the guest's MAC,
+sent by the agent before the guest resumes) and the guest's own kernel
+announced itself (a gratuitous ARP, its virtio-net driver answering
+GUEST_ANNOUNCE); at the end the
 guest is asked to power off (it unmounts its disk) and the last
 survivor's image, read on the host, holds every reply the client received
 with its number, the numbers running 1..N.
@@ -66,10 +71,36 @@ def secondary(name, tap, sync):
     return linuxguest.secondary(LAB, name, tap, sync, FAILOVER_MS, HANDSHAKE_MS)
 
 
+def since(frames, mac, t):
+    """The (time, mac) frames from mac at or after t."""
+    return [f for f in frames if f[1] == mac and f[0] >= t]
+
+
+def announce_errors(heard, mac, t_kill, t_first, sec):
+    """What is wrong with the announcements after the kill at t_kill, the
+    guest's first reply from its new host having come at t_first."""
+    errs = []
+    rarps = since(heard.rarps, mac, t_kill)
+    if not rarps:
+        errs.append("no RARP from the guest's MAC %s after the kill" % mac)
+    elif rarps[0][0] > t_first:
+        errs.append("the first RARP came %.0f ms after the guest's first reply from the survivor"
+                    % ((rarps[0][0] - t_first) * 1e3))
+    # The guest answers GUEST_ANNOUNCE from a work item of its own: give it
+    # a few seconds past the replies already waited for.
+    if not wait_until(lambda: since(heard.garps, mac, t_kill), 10):
+        errs.append("the guest never announced itself (no gratuitous ARP for %s from %s after "
+                    "the kill)" % (GUEST_IP, mac))
+    if not sec.has("the guest is asked to announce its MAC"):
+        errs.append("the survivor did not ask the guest to announce itself: %s" % sec.gist())
+    return errs
+
+
 def main():
     rng = random.Random(SEED)
     say("seed %d" % SEED)
     agents = []
+    heard = None
     t0 = time.time()
     try:
         sec = secondary("sec0", TAP_B, rng.choice(("commit", "ack")))
@@ -107,6 +138,14 @@ def main():
             say("FAIL: the guest does not answer ping: %s" % ping.stdout.strip().splitlines()[-2:])
             return 1
         say("ping %s: %s" % (GUEST_IP, ping.stdout.strip().splitlines()[-1]))
+        mac = subprocess.run(["ip", "neigh", "show", GUEST_IP], capture_output=True,
+                             text=True).stdout.split()
+        mac = mac[mac.index("lladdr") + 1].lower() if "lladdr" in mac else None
+        if not mac:
+            say("FAIL: no neighbour entry for %s after ping" % GUEST_IP)
+            return 1
+        heard = guestnet.Announcements(GUEST_IP)
+        heard.start()
         c = Client(conn)
         c.start()
         for t in range(TRIALS):
@@ -138,13 +177,17 @@ def main():
                 return 1
             first = next(r for r in c.replies if r[0] > t_kill)
             errs = guestnet.release_order_errors(pri.events, t)
+            errs += announce_errors(heard, mac, t_kill, first[0], sec)
             if errs:
                 say("FAIL: %s (event log %s: %s)" % ("; ".join(errs), pri.events, event_gist(pri.events)))
                 return 1
             say("trial %d: kill -9 of %s after %d replies (the last \"%s\"); %s TOOK OVER %.1f s later; "
-                "the same connection carried on: \"%s\" %.1f s after the kill, %d replies since"
+                "the same connection carried on: \"%s\" %.1f s after the kill, %d replies since; "
+                "RARP %.0f ms and the guest's gratuitous ARP %+.0f ms from that first reply"
                 % (t, pri.name, before, c.replies[before - 1][1], sec.name, t_took - t_kill, first[1],
-                   first[0] - t_kill, c.count_after(t_kill)))
+                   first[0] - t_kill, c.count_after(t_kill),
+                   (first[0] - since(heard.rarps, mac, t_kill)[0][0]) * 1e3,
+                   (since(heard.garps, mac, t_kill)[0][0] - first[0]) * 1e3))
             pri.stop()
             if t + 1 < TRIALS:
                 nxt = secondary("sec%d" % (t + 1), pri.tap, rng.choice(("commit", "ack")))
@@ -199,6 +242,8 @@ def main():
                                                   time.time() - t0))
         return 0
     finally:
+        if heard:
+            heard.stop = True
         for a in agents:
             a.stop()
 

@@ -63,28 +63,6 @@ ns = functools.partial(guestnet.in_ns, VM_NS)
 free_port = functools.partial(guestnet.free_port_in, VM_NS)
 
 
-class Sniffer(threading.Thread):
-    """Gratuitous ARPs for the guest's address seen on the client's link."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
-        self.s.bind((CIF, 0))
-        self.s.settimeout(0.2)
-        self.garps = []     # (time, sender mac)
-        self.stop = False
-
-    def run(self):
-        gip = socket.inet_aton(GUEST_IP)
-        while not self.stop:
-            try:
-                f = self.s.recv(2048)
-            except socket.timeout:
-                continue
-            if len(f) >= 42 and f[28:32] == gip and f[38:42] == gip:
-                self.garps.append((time.time(), f[22:28].hex(":")))
-
-
 class Client(threading.Thread):
     def __init__(self):
         super().__init__(daemon=True)
@@ -234,7 +212,7 @@ def trial(t, rng, sniffer, cut=False):
 def main():
     print("seed %d" % SEED, flush=True)
     rng = random.Random(SEED)
-    sniffer = Sniffer()
+    sniffer = guestnet.Announcements(GUEST_IP, CIF)
     sniffer.start()
     for t in range(TRIALS + 1):
         n = len(errors)
