@@ -76,6 +76,11 @@ def since(frames, mac, t):
     return [f for f in frames if f[1] == mac and f[0] >= t]
 
 
+def before_after(dt):
+    """dt seconds from the first reply, in words."""
+    return "%.0f ms %s it" % (abs(dt) * 1e3, "after" if dt > 0 else "before")
+
+
 def announce_errors(heard, mac, t_kill, t_first, sec):
     """What is wrong with the announcements after the kill at t_kill, the
     guest's first reply from its new host having come at t_first."""
@@ -183,11 +188,11 @@ def main():
                 return 1
             say("trial %d: kill -9 of %s after %d replies (the last \"%s\"); %s TOOK OVER %.1f s later; "
                 "the same connection carried on: \"%s\" %.1f s after the kill, %d replies since; "
-                "RARP %.0f ms and the guest's gratuitous ARP %+.0f ms from that first reply"
+                "the survivor's RARP %.0f ms before that first reply, the guest's gratuitous ARP %s"
                 % (t, pri.name, before, c.replies[before - 1][1], sec.name, t_took - t_kill, first[1],
                    first[0] - t_kill, c.count_after(t_kill),
                    (first[0] - since(heard.rarps, mac, t_kill)[0][0]) * 1e3,
-                   (since(heard.garps, mac, t_kill)[0][0] - first[0]) * 1e3))
+                   before_after(since(heard.garps, mac, t_kill)[0][0] - first[0])))
             pri.stop()
             if t + 1 < TRIALS:
                 nxt = secondary("sec%d" % (t + 1), pri.tap, rng.choice(("commit", "ack")))
