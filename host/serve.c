@@ -20,6 +20,7 @@
 #include <json-c/json.h>
 
 #include "checkpoint/checkpoint.h"
+#include "kmod/mutant.h"
 #include "net/control.h"
 #include "net/notify.h"
 
@@ -198,6 +199,8 @@ static char *protect_request(struct run_ctx *r, const char *request)
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = r };
 	char *reply;
 
+	if (MUTANT(refuse_reprotect) && r->primary)   /* make check-mutants: as `primary` was */
+		return control_reply_unknown(request, "status, migrate, cancel, switchover");
 	/* A migration to its own secondary (or refused, saying why). */
 	if (!strncmp(request, "migrate", 7) && r->engine && repl_primary_protecting(r->engine))
 		return repl_primary_migrate_request(r->engine, request);
