@@ -1,5 +1,6 @@
 /* understudy protect: attaches a secondary to a VM that already runs (under
- * `run`, `restore`, or a secondary that took over), through the VM's
+ * `run`, `restore`, `primary` once its secondary is lost, or a secondary
+ * that took over), through the VM's
  * control socket, and waits until the secondary holds its first checkpoint.
  * understudy migrate: the same, then the guest is handed over to it. */
 #include <errno.h>
@@ -24,8 +25,9 @@ static const char protect_help[] =
 	"Attaches the secondary waiting at --peer (understudy secondary) to the running VM\n"
 	"whose control socket is PATH: initial sync while the guest runs, then protected\n"
 	"epochs as `understudy primary` does. Waits until the secondary holds the first\n"
-	"checkpoint (exit 0), or says why not (exit 1). A VM that lost its secondary can be\n"
-	"protected again the same way; a secondary that took over is protected by a new one.\n\n"
+	"checkpoint (exit 0), or says why not (exit 1). A VM that lost its secondary (a\n"
+	"`primary` too) can be protected again the same way; a secondary that took over is\n"
+	"protected by a new one.\n\n"
 	CLI_PORTS_HELP NET_OPTIONS_HELP;
 
 /* Appends " key=value" to req; a relative path is made absolute (the agent

@@ -1,10 +1,10 @@
 /* The roles a host plays, and where one becomes the other. Protected, the
- * primary engine (primary/) runs the epochs; after a planned switchover
- * the same process goes on as the new primary's standby (the VM it ran
- * holds the switch epoch: no resync). A standby that took over runs its
- * guest under an engine too: the one this file attaches for it
- * (struct secondary_engine), since secondary/ and primary/ do not know
- * each other. */
+ * primary engine (primary/) runs the epochs on a VM serve.c serves; after
+ * a planned switchover the same process goes on as the new primary's
+ * standby (the VM it ran holds the switch epoch: no resync). A standby that
+ * took over runs its guest under an engine too: the one this file attaches
+ * for it (struct secondary_engine), since secondary/ and primary/ do not
+ * know each other. */
 #include "host/host_int.h"
 #include "primary/primary.h"
 
@@ -132,25 +132,6 @@ void host_engine_init(struct host_engine *h)
 		.ctx = h, .attach = engine_attach, .protect = engine_protect, .detach = engine_detach,
 		.query = engine_query, .switched = engine_switched, .request = engine_request,
 	};
-}
-
-int host_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
-{
-	struct repl_secondary_opts so;
-	struct host_engine eng;
-	struct repl_switch sw;
-	struct repl_vm *vm = NULL;
-	int status;
-
-	log_set_role("primary");
-	status = repl_primary_run_switch(loop, o, &vm, &sw);
-	if (!vm)
-		return status;
-	log_set_role("secondary");
-	repl_switch_secondary_opts(&sw, o->control, &so);
-	so.ops = o->ops;
-	host_engine_init(&eng);
-	return secondary_adopt(loop, &so, &eng.ops, vm, &sw);
 }
 
 int host_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)

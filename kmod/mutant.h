@@ -10,7 +10,7 @@
  * the compiler drops the branch: the production code around it runs as if
  * the hook were not there. A name not in the list below does not compile,
  * so a misspelt hook cannot silently never fire. Here in kmod/, the lowest
- * layer, because hooks sit in proto/, checkpoint/ and replication/. */
+ * layer, because hooks sit in every layer above it, host/ included. */
 #ifndef US_KMOD_MUTANT_H
 #define US_KMOD_MUTANT_H
 
@@ -32,6 +32,7 @@ enum kmod_mutant {
 	MUTANT_ID_precopy_keep_delta,
 	MUTANT_ID_resume_forgets_kicks,
 	MUTANT_ID_serve_while_missing,
+	MUTANT_ID_refuse_reprotect,
 };
 
 /* 1 when the macro x is defined as 1 (as -DX makes it), else 0: "0," is

@@ -46,7 +46,6 @@
 #include "primary/converge.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -518,13 +517,8 @@ static void on_vm_stopped(void *ctx, int status)
 	repl_primary_finish(p, p->exit_status);
 }
 
-static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+void repl_primary_stop(struct repl_primary *p)
 {
-	struct repl_primary *p = w->data;
-
-	(void)loop;
-	(void)revents;
-	log_info(TAG, "signal %d: stopping", w->signum);
 	if (p->state == P_SWITCHING) {
 		log_warn(TAG, "the guest is being handed over: the signal waits for the outcome");
 		return;
@@ -613,9 +607,6 @@ void repl_primary_watchers_init(struct repl_primary *p)
 		      o->handshake_timeout_ms / 10e3);
 	ev_set_priority(&p->handshake_w, EV_MINPRI);
 	ev_timer_init(&p->lease_w, repl_primary_lease_check, 0.005, 0.005);
-	ev_signal_init(&p->sigint_w, on_signal, SIGINT);
-	ev_signal_init(&p->sigterm_w, on_signal, SIGTERM);
 	p->epoch_w.data = p->hb_w.data = p->finish_w.data = p->goodbye_w.data = p;
 	p->handshake_w.data = p->lease_w.data = p;
-	p->sigint_w.data = p->sigterm_w.data = p;
 }

@@ -30,7 +30,7 @@ void repl_primary_on_linger(struct ev_loop *loop, ev_timer *w, int revents)
 	repl_primary_done(p);
 }
 
-/* The engine is done: the loop ends (repl_primary_run) or the host is told. */
+/* The engine is done: the host is told. */
 void repl_primary_done(struct repl_primary *p)
 {
 	/* ...and one that lost the VM in post-copy, so that it can say so. */
@@ -39,9 +39,7 @@ void repl_primary_done(struct repl_primary *p)
 			ev_timer_start(p->loop, &p->linger_w);
 		return;
 	}
-	if (!p->attached)
-		ev_break(p->loop, EVBREAK_ALL);
-	else if (p->host.ended)
+	if (p->host.ended)
 		p->host.ended(p->host.ctx, p->exit_status);
 }
 
@@ -91,12 +89,12 @@ void repl_primary_drop_protection(struct repl_primary *p, const struct repl_faul
 	if (p->state >= P_UNPROTECTED)
 		return;
 	p->fault = *f;
-	if (p->state <= P_HELLO && !p->attached) {
+	if (p->state <= P_HELLO && p->owned) {   /* never protected: the VM ends */
 		log_error(TAG, "cannot protect the VM: %s (%s)", f->what, repl_fault_kind_name(f->kind));
 		repl_primary_finish(p, 1);
 		return;
 	}
-	if (p->state <= P_HELLO) {   /* attached: the host's VM runs on as before */
+	if (p->state <= P_HELLO) {   /* protect: the host's VM runs on as before */
 		log_error(TAG, "cannot protect the VM: %s (%s): it runs on unprotected", f->what,
 			  repl_fault_kind_name(f->kind));
 		p->state = P_UNPROTECTED;

@@ -209,37 +209,40 @@ void repl_primary_lease_check(struct ev_loop *loop, ev_timer *w, int revents)
 	repl_primary_fence(p);
 }
 
-/* With --witness: the key is ours before the guest runs, or nothing runs. */
-int repl_primary_witness_setup(struct repl_primary *p)
+int repl_primary_witness_take(struct ev_loop *loop, const struct repl_witness_opts *o,
+			      struct repl_witness **out)
 {
 	char self[REPL_WITNESS_ID_MAX], host[64] = "?", err[320];
+	struct repl_witness *w;
 	int r;
 
-	if (!p->o->witness.endpoints)
+	*out = NULL;
+	if (!o->endpoints)
 		return 0;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(self, sizeof(self), "primary %s pid %d", host, (int)getpid());
-	r = repl_witness_new(p->loop, &p->o->witness, self, &p->wit);
+	r = repl_witness_new(loop, o, self, &w);
 	if (r < 0) {
 		log_error(TAG, "witness: bad settings (%s)", strerror(-r));
 		return r;
 	}
-	witness_cbs(p);
-	r = repl_witness_acquire(p->wit, err, sizeof(err));
+	r = repl_witness_acquire(w, err, sizeof(err));
 	if (r == -EBUSY) {
 		log_error(TAG, "witness: %s: refusing to run the guest (exit %d)", err,
 			  REPL_EXIT_STANDBY_VOUCHED);
 		net_notify(NET_NOTIFY_STATUS, "refused: the witness vouches for a standby; run "
 			   "understudy takeover on it");
-		return r;
+	} else if (r < 0) {
+		log_error(TAG, "witness: %s: refusing to run the guest", err);
+	} else {
+		r = repl_witness_start(w);
 	}
 	if (r < 0) {
-		log_error(TAG, "witness: %s: refusing to run the guest", err);
+		repl_witness_release(w, true);
+		repl_witness_free(w);
 		return r;
 	}
-	if ((r = repl_witness_start(p->wit)) < 0)
-		return r;
-	ev_timer_start(p->loop, &p->lease_w);
+	*out = w;
 	return 0;
 }
 

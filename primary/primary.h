@@ -1,8 +1,8 @@
 /* primary: the protection engine. It runs a VM's epochs onto a secondary
- * (output held until each epoch is acknowledged), as its own process's
- * agent (repl_primary_run) or attached to a VM a host runs (`understudy
- * protect`, a standby that took over); it migrates and switches over.
- * What host/ calls; the engine's files share primary_int.h. */
+ * (output held until each epoch is acknowledged), attached to a VM a host
+ * runs (`understudy primary`, `understudy protect`, a standby that took
+ * over); it migrates and switches over. What host/ calls; the engine's
+ * files share primary_int.h. */
 #ifndef US_PRIMARY_H
 #define US_PRIMARY_H
 
@@ -14,6 +14,17 @@
 int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_witness *wit,
 			const struct repl_primary_opts *o, const struct repl_primary_host *host,
 			struct repl_primary **out) US_MUST_CHECK;
+/* A signal asks the VM to stop: the guest stops through the engine (its
+ * last epoch committed, the secondary told not to take over; unprotected,
+ * it just ends), a fenced engine ends (REPL_EXIT_REPLACED), a hand-over in
+ * progress waits for its outcome. The host hears of the end (host->ended). */
+void repl_primary_stop(struct repl_primary *p);
+/* With o->endpoints: the witness key taken for a primary about to run its
+ * guest (*out, renewing), before the VM boots; -EBUSY when the witness
+ * vouches for a standby (REPL_EXIT_STANDBY_VOUCHED), other -errno when it
+ * cannot be had. Without: 0 and *out NULL. */
+int repl_primary_witness_take(struct ev_loop *loop, const struct repl_witness_opts *o,
+			      struct repl_witness **out) US_MUST_CHECK;
 /* Frees the engine (says goodbye to a secondary still there); the VM stays
  * the host's, with its on_stopped as before the attach; output held for
  * epochs not acknowledged stays held (fenced: the VM stays paused). */
@@ -56,10 +67,6 @@ char *repl_switchover_request(struct repl_primary *p, const char *req);
 /* True (and *sw filled) when the engine ended by a switchover: the VM is
  * paused at sw->epoch and must become a standby (secondary_adopt). */
 bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw);
-/* repl_primary_run, but a switchover hands the paused VM out (*vm, *sw)
- * instead of freeing it; *vm is NULL otherwise. */
-int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts *o,
-			    struct repl_vm **vm, struct repl_switch *sw);
 /* The secondary options of the standby a switched primary becomes. */
 void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,
 				struct repl_secondary_opts *o);
@@ -67,6 +74,9 @@ void repl_switch_secondary_opts(const struct repl_switch *sw, const char *contro
 /* status.c */
 /* "unprotected", "protected", ...: the engine's state. */
 const char *repl_primary_state(const struct repl_primary *p);
+/* Why the engine ended, for the host's last word: "migrated", the last
+ * failure, or "the guest stopped". */
+const char *repl_primary_end_reason(const struct repl_primary *p);
 /* The status reply of the engine (as `understudy status` shows it). */
 char *repl_primary_status_text(void *p, const char *req);
 

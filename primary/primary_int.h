@@ -189,9 +189,9 @@ enum pstate { P_CONNECTING, P_HELLO, P_SYNC, P_PROTECTING, P_PROTECTED, P_SWITCH
 
 struct repl_primary {
 	const struct repl_primary_opts *o;
-	struct repl_primary_opts own;  /* attached: a copy of the caller's options */
+	struct repl_primary_opts own;  /* a copy of the host's options */
 	char own_strings[7][512];      /* ...and of the strings they point to */
-	bool attached;                 /* on a host's running VM (repl_primary_attach) */
+	bool owned;                    /* the VM runs for this engine (understudy primary) */
 	struct repl_primary_host host;
 	uint64_t attach_t0_ns;
 	void (*host_stopped)(void *ctx, int status);   /* the VM's on_stopped before attach */
@@ -217,8 +217,6 @@ struct repl_primary {
 	struct repl_timing peer_timing;   /* the secondary's, from its Hello */
 
 	ev_timer epoch_w, hb_w, finish_w, goodbye_w, linger_w;
-	ev_signal sigint_w, sigterm_w;
-	struct control *ctl;
 
 	struct repl_witness *wit;      /* NULL: heartbeat only */
 	char standby_token[REPL_WITNESS_ID_MAX];   /* from the secondary's Hello */
@@ -226,7 +224,7 @@ struct repl_primary {
 	bool lapsed;                   /* unprotected, paused until the key is re-taken */
 	bool vouched;                  /* ...and does */
 	bool withdrawn;                /* K/standby = none confirmed after a vouch */
-	struct repl_witness_cbs host_cbs;   /* attached: the host's, put back at detach */
+	struct repl_witness_cbs host_cbs;   /* the host's, put back at detach */
 	bool keep_standby;             /* exit without withdrawing it: it takes over */
 	unsigned migrate_ms;           /* migration: the downtime asked for (0: none) */
 	bool auto_converge;            /* ...throttle the guest when it does not fit */
@@ -327,10 +325,6 @@ void repl_pc_src_status_json(const struct repl_primary *p, struct json_object *o
 
 
 /* run.c: what primary.h does not export */
-/* Run on the caller's loop until the guest powers off or a signal; return
- * the exit status. */
-int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o);
-
 /* Hands the guest over to the engine's own secondary as soon as the
  * predicted downtime is at most downtime_ms (see migrate_downtime_ms). */
 void repl_primary_migrate(struct repl_primary *p, unsigned downtime_ms, bool auto_converge);
@@ -347,7 +341,6 @@ int repl_primary_switchover(struct repl_primary *p, const char *listen, char *er
 void repl_primary_link_gone(struct repl_primary *p);
 void repl_primary_fence(struct repl_primary *p);
 void repl_primary_lease_check(struct ev_loop *loop, ev_timer *w, int revents);
-int repl_primary_witness_setup(struct repl_primary *p);
 /* Attached to a host's witness: the engine's callbacks on it until detach. */
 void repl_primary_witness_attach(struct repl_primary *p);
 void repl_primary_witness_detach(struct repl_primary *p);

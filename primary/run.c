@@ -1,20 +1,14 @@
-/* How a host runs the primary engine: as its own process's agent
- * (repl_primary_run) or attached to a running VM (repl_primary_attach),
- * its control requests, and what the host asks of it (state, switchover,
- * cancel). Top of primary/: calls engine.c, cycle.c and failure.c. */
+/* How a host runs the primary engine: attached to the VM the host runs
+ * (repl_primary_attach: `understudy primary` boots the VM for it, `protect`
+ * attaches it to a VM that runs), the control requests it answers, and
+ * what the host asks of it (state, switchover, cancel). Top of primary/:
+ * calls engine.c, cycle.c and failure.c. */
 #include "primary/primary_int.h"
-#include "primary/converge.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include "kmod/mutant.h"
-#include "net/control.h"
-#include "net/notify.h"
 
 #define TAG "primary"
 
@@ -53,132 +47,6 @@ char *repl_primary_migrate_request(struct repl_primary *p, const char *req)
 	return reply;
 }
 
-static char *control_text(void *ctx, const char *req)
-{
-	char *reply;
-
-	if (!strcmp(req, "takeover") && (reply = repl_primary_resume_request(ctx)))
-		return reply;
-	if (!strncmp(req, "migrate ", 8))
-		return repl_primary_migrate_request(ctx, req);
-	if (!strcmp(req, "cancel"))
-		return strdup("error a primary agent keeps the secondary it was started with (--peer): "
-			      "it migrates only to that one (start the VM with run, then protect, to move "
-			      "it anywhere)\n");
-	if (!strncmp(req, "switchover", 10) && (!req[10] || req[10] == ' '))
-		return repl_switchover_request(ctx, req);
-	if (!strncmp(req, "test wedge ", 11))
-		return repl_fault_test_wedge(req + 11);
-	if (!strncmp(req, "status", 6))
-		return repl_primary_status_text(ctx, req);
-	return control_reply_unknown(req, "status, migrate, cancel, switchover");
-}
-
-/* repl_primary_run: the VM, its witness and control socket are the engine's. */
-static int setup(struct repl_primary *p)
-{
-	int r;
-
-	if ((r = repl_primary_witness_setup(p)) < 0)
-		return r;
-	if ((r = repl_vm_new(p->loop, &p->o->cfg, p->o->console, &p->vm)) < 0)
-		return r;
-	p->vm->witness = p->wit;
-	repl_vm_set_gated(p->vm, true);
-	if ((r = repl_vm_boot(p->vm)) < 0)
-		return r;
-	/* Loading a Linux kernel and initrd can take seconds: the loop's clock,
-	 * read before, would start the connect and handshake deadlines late. */
-	ev_now_update(p->loop);
-	if (p->o->control &&
-	    (r = control_open(p->loop, p->o->control, control_text, p, &p->ctl)) < 0)
-		return r;
-	return repl_primary_init(p);
-}
-
-int repl_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
-{
-	struct repl_switch sw;
-	struct repl_vm *vm = NULL;
-	int status = repl_primary_run_switch(loop, o, &vm, &sw);
-
-	if (vm) {                   /* nobody to hand it to: it stops here */
-		machine_stop(vm->m, 0);
-		repl_vm_free(vm);
-	}
-	return status;
-}
-
-int repl_primary_run_switch(struct ev_loop *loop, const struct repl_primary_opts *o,
-			    struct repl_vm **vm, struct repl_switch *sw)
-{
-	struct repl_primary *p = calloc(1, sizeof(*p));
-	int status, r;
-
-	*vm = NULL;
-	if (!p)
-		return 1;
-	p->o = o;
-	p->loop = loop;
-	p->state = P_CONNECTING;
-	repl_metrics_watch_primary(o->ops.metrics, p);
-	repl_timing_init(&p->timing, o->timeout_ms, o->epoch_ms);
-	repl_primary_watchers_init(p);
-	if ((r = setup(p)) < 0) {
-		status = r == -EBUSY && p->wit ? REPL_EXIT_STANDBY_VOUCHED : 1;
-		goto out;
-	}
-	ev_signal_start(p->loop, &p->sigint_w);
-	ev_signal_start(p->loop, &p->sigterm_w);
-	if (p->wit)
-		log_info(TAG, "fencing: " REPL_FENCING_WITNESS " (key %s, lease %u ms): output leaves "
-			 "only while the lease is provably valid", o->witness.key, o->witness.lease_ms);
-	else
-		log_info(TAG, "fencing: " REPL_FENCING);
-	net_notify(NET_NOTIFY_STATUS, "connecting to the secondary at %s", o->peer);
-	repl_primary_start(p);
-	repl_vm_mark_running(p->vm);
-	machine_resume(p->vm->m);
-	ev_run(p->loop, 0);
-	status = p->exit_status;
-	if (!p->switched)   /* switched over: this process goes on as the standby */
-		net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d): %s", status, p->migrated ?
-			   "migrated" : p->fault.kind ? p->fault.what : "the guest stopped");
-out:
-	ev_signal_stop(p->loop, &p->sigint_w);
-	ev_signal_stop(p->loop, &p->sigterm_w);
-	repl_primary_fini(p);
-	control_free(p->ctl);
-	if (p->vm && repl_primary_switched(p, sw)) {
-		/* Paused at the final epoch, which the new primary holds too. */
-		p->vm->on_stopped = NULL;
-		p->vm->on_output = NULL;
-		p->vm->cb_ctx = NULL;
-		*vm = p->vm;
-		p->vm = NULL;
-		/* The key went to the new primary (resigned at the final ACK); the
-		 * same witness serves the standby this process becomes. */
-		sw->witness = o->witness;
-		sw->wit = p->wit;
-		p->wit = NULL;
-	}
-	if (p->vm) {
-		machine_stop(p->vm->m, 0);
-		machine_pause(p->vm->m);
-	}
-	repl_vm_free(p->vm);        /* what it still releases passes the lease gate */
-	if (p->wit) {
-		repl_primary_reclaim_abandon(p);
-		repl_witness_release(p->wit, !p->keep_standby);
-		repl_witness_free(p->wit);
-	}
-	repl_metrics_watch_primary(o->ops.metrics, NULL);
-	free(p);
-	return status;
-}
-
-/* ---- on a host's running VM (understudy protect) ------------------------------- */
-
 /* Copies src into the engine's own storage (slot i); NULL stays NULL. */
 static const char *own_string(struct repl_primary *p, int i, const char *src)
 {
@@ -203,7 +71,7 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	p->attached = true;
+	p->owned = host->owned;
 	p->own = *o;
 	p->own.peer = own_string(p, 0, o->peer);
 	p->own.net.cert = own_string(p, 1, o->net.cert);
@@ -234,7 +102,8 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	repl_timing_init(&p->timing, p->o->timeout_ms, p->o->epoch_ms);
 	repl_primary_watchers_init(p);
 	/* Logged first: a migration's total time counts the setup below. */
-	log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
+	if (!p->owned)
+		log_info(TAG, "protecting the running VM: connecting to the secondary at %s", p->o->peer);
 	if ((r = repl_primary_init(p)) < 0) {
 		repl_primary_fini(p);
 		vm->on_stopped = p->host_stopped;

@@ -172,6 +172,11 @@ char *repl_primary_status_text(void *ctx, const char *req)
 	return repl_status_reply(pri_status_format, ctx, req);
 }
 
+const char *repl_primary_end_reason(const struct repl_primary *p)
+{
+	return p->migrated ? "migrated" : p->fault.kind ? p->fault.what : "the guest stopped";
+}
+
 const char *repl_primary_state(const struct repl_primary *p)
 {
 	if (p->migrated)

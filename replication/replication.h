@@ -523,10 +523,10 @@ struct repl_secondary_opts {
  * cannot help: the unit's RestartPreventExitStatus= names it too. */
 #define REPL_EXIT_STANDBY_VOUCHED 4
 
-/* The protection of a VM that already runs on a host agent's loop (`run`,
- * `restore`, a secondary that took over): `understudy protect`. The engine
- * is the one repl_primary_run uses, from the initial sync on; the host keeps
- * the VM, its console, control socket, signals and witness. */
+/* The protection engine on a VM a host runs (`understudy primary`, and
+ * `understudy protect` on `run`, `restore`, a secondary that took over):
+ * the host keeps the VM, its console, control socket, signals and
+ * witness. */
 struct repl_primary;
 struct repl_primary_host {
 	/* The engine is done: the guest stopped (status: its exit status, its
@@ -535,6 +535,10 @@ struct repl_primary_host {
 	 * may be detached and replaced by a new one. */
 	void (*ended)(void *ctx, int status);
 	void *ctx;
+	/* The VM runs for this engine (`understudy primary`'s --peer): a
+	 * secondary never reached (before its Hello) ends it, exit 1, where
+	 * an engine attached by `protect` leaves the VM running unprotected. */
+	bool owned;
 };
 
 /* ---- planned switchover ------------------------------------------------------ */
@@ -549,9 +553,9 @@ struct repl_switch {
 	struct net_config net;     /* the link options, strings in str[] */
 	char str[5][512];
 	unsigned timeout_ms, handshake_timeout_ms;
-	/* With a witness: its settings, and (from repl_primary_run_switch only)
-	 * the engine's witness, resigned and still running, for the standby
-	 * this process becomes (secondary_adopt takes it over). */
+	/* With a witness: its settings, and the host's witness (resigned and
+	 * still running) for the standby this process becomes (secondary_adopt
+	 * takes it over); the host fills them in. */
 	struct repl_witness_opts witness;
 	struct repl_witness *wit;
 	char token[REPL_WITNESS_ID_MAX];   /* the standby's witness token ("": a new one) */

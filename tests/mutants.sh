@@ -29,7 +29,8 @@ disk_apply_early|13 disk blocks of epoch N reach the standby's image only at com
 silence_wraps|5 no takeover while the peer is heard (a beat newer than the clock read is no silence)|test_beat
 precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover
 resume_forgets_kicks|4 a virtio kick in no checkpoint (read from an ioeventfd, not served) is served when a loaded machine resumes|test_ioevent
-serve_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (the I/O thread serves nothing until every page is in)|test_ioevent"
+serve_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (the I/O thread serves nothing until every page is in)|test_ioevent
+refuse_reprotect|11 a primary that lost its secondary is protected again in place (protect), and a later failover keeps every reply|sys_secondary_loss"
 only=${MUTANTS:-}
 
 # run_test BUILD_DIR TEST LOG: 0 when the test passes
@@ -74,7 +75,7 @@ while IFS='|' read -r m inv guards; do
 	wanted "$m" || continue
 	b=$root-$m
 	echo "== mutant $m"
-	files=$(grep -rlF --include='*.c' "MUTANT($m)" kmod machine checkpoint replication net proto primary secondary)
+	files=$(grep -rlF --include='*.c' "MUTANT($m)" kmod machine checkpoint replication net proto primary secondary host)
 	if [ -z "$files" ]; then
 		echo "FAIL: no MUTANT($m) hook in the product"
 		exit 1

@@ -4,11 +4,11 @@ or applying it: proven by its log, "epoch N: begins" with no "epoch N:
 output" after it). The primary must notice, run on unprotected with the
 guest unharmed (the client's conversation goes on with the uninterrupted
 run's replies, nothing lost or repeated), and report it in status. Then a
-secondary is restarted on the same address: it must come up waiting. The
-product has no way today to attach a new secondary to a running primary (no
-`protect` command, and the primary does not reconnect), so the test checks
-that the primary stays unprotected and says so; when re-pairing arrives, this
-is the place to test it.
+new secondary is started (another address: the primary's --peer is dead)
+and `understudy protect` attaches it to the running primary, which must
+become protected by it. Then the primary is killed -9: the new secondary
+must take over with the guest's state intact (the counter goes on from the
+last reply the client saw: nothing lost that a client saw, replays exact).
 
 usage: secondary_loss.py [--seed S]"""
 import argparse, os, random, signal, subprocess, sys, tempfile, time
@@ -94,27 +94,72 @@ def main():
                 raise RuntimeError("; ".join(c.errors[:3]))
             if c.last() != before + 5 and not (c.last() == before + 6):
                 raise RuntimeError("counter went %d -> %d over 5 incr" % (before, c.last()))
-            # A secondary restarted on the same address comes up waiting.
-            sec = subprocess.Popen(sec_args, stderr=open(spath + ".2", "w"))
+            # A new secondary, on another address, comes up waiting.
+            sport2, scon2 = fo.free_port(), fo.free_port()
+            sctl2, spath2 = sctl + ".2", spath + ".2"
+            sec2_args = [fo.BIN, "secondary", "--listen", "127.0.0.1:%d" % sport2,
+                         "--console", "tcp:127.0.0.1:%d" % scon2, "--insecure",
+                         "--failover-timeout-ms", str(SEC_TIMEOUT_MS), "--control", sctl2]
+            sec = subprocess.Popen(sec2_args, stderr=open(spath2, "w"))
             procs.append(sec)
-            if fo.Log(spath + ".2").wait(["waiting for a primary"], 10) is None:
-                raise RuntimeError("the restarted secondary did not listen")
+            slog2 = fo.Log(spath2)
+            if slog2.wait(["waiting for a primary"], 10) is None:
+                raise RuntimeError("the new secondary did not listen")
+            if fo.control(sctl2).get("state") != "waiting":
+                raise RuntimeError("new secondary: %s" % fo.control(sctl2))
+            # The running primary is protected again, by the new one.
+            for _ in range(20):   # "not now" while the goodbye to the dead one is under way
+                prot = subprocess.run([fo.BIN, "protect", "--control", pctl, "--peer", "127.0.0.1:%d" % sport2,
+                                       "--insecure", "--epoch-ms", "25", "--timeout-ms", str(PRI_TIMEOUT_MS),
+                                       "--handshake-timeout-ms", "10000"],
+                                      capture_output=True, text=True, timeout=180)
+                if prot.returncode == 0 or "not now" not in prot.stderr:
+                    break
+                time.sleep(0.5)
+            if prot.returncode != 0:
+                raise RuntimeError("understudy protect on the primary exited %d: %s" % (
+                    prot.returncode, (prot.stderr or prot.stdout).strip()[-300:]))
+            st2 = fo.control(pctl)
+            if st2.get("state") != "protected" or st2.get("peer") != "127.0.0.1:%d" % sport2:
+                raise RuntimeError("primary after protect: state %r peer %r" % (st2.get("state"), st2.get("peer")))
+            if slog2.wait(["first checkpoint applied"], 20) is None:
+                raise RuntimeError("the new secondary holds no checkpoint")
             for _ in range(10):
                 c.send(1)
                 while c.pending:
                     if not c.read_lines(5.0):
-                        raise RuntimeError("no reply while the restarted secondary waits")
-            st2, sst = fo.control(pctl), fo.control(sctl)
-            if sst.get("state") != "waiting":
-                raise RuntimeError("restarted secondary: %s" % sst)
-            if st2.get("state") != "unprotected" or c.errors:
-                raise RuntimeError("primary after the restart: %s %s" % (st2, c.errors[:2]))
+                        raise RuntimeError("no reply while the new secondary protects the primary")
+            if c.errors:
+                raise RuntimeError("; ".join(c.errors[:3]))
+            # The primary dies: the new secondary takes over from the last
+            # epoch it holds, and every reply the client saw is in it.
+            seen = c.last()
+            pri.send_signal(signal.SIGKILL)
+            pri.wait()
+            if slog2.wait(["TOOK OVER"], 10 + 2 * SEC_TIMEOUT_MS / 1000) is None:
+                raise RuntimeError("the new secondary did not take over: %s" % slog2.poll()[-300:])
+            s2 = fo.connect(scon2, time.time() + 10)
+            if s2 is None:
+                raise RuntimeError("the new secondary's console never opened after TOOK OVER")
+            c.attach(s2)
+            while c.read_lines(0.5):
+                pass                      # what it replays (acknowledged output) first
+            for _ in range(5):
+                c.send(1)
+                while c.pending:
+                    if not c.read_lines(5.0):
+                        raise RuntimeError("no reply from the new secondary after its takeover")
+            if c.errors:
+                raise RuntimeError("; ".join(c.errors[:3]))
+            if c.last() != seen + 5:
+                raise RuntimeError("the counter went %d -> %d over 5 incr after the takeover: the guest's "
+                                   "state is not what the client saw" % (seen, c.last()))
             print("ok   secondary killed mid-epoch (%s); the primary ran on unprotected, the counter went on "
-                  "consistently (%d -> %d); a restarted secondary waits; re-pairing with a running primary: "
-                  "not supported by the product (no protect command), the primary stays unprotected" % (
-                      where, before, c.last()))
-            print("result: secondary loss mid-epoch after %d attempt(s): primary unharmed; re-pair not supported"
-                  % (attempt + 1))
+                  "consistently (%d -> %d); `protect` attached a new secondary (protected by %s); the primary "
+                  "killed -9 at %d: the new secondary took over and counts on to %d (%d replayed)" % (
+                      where, before, before + 5, st2.get("peer"), seen, c.last(), c.replayed))
+            print("result: secondary loss mid-epoch after %d attempt(s): primary unharmed, protected again "
+                  "by a new secondary, which took over" % (attempt + 1))
             return 0
         except RuntimeError as e:
             print("FAIL attempt %d: %s (logs in %s)" % (attempt, e, tmp))
