@@ -1,7 +1,7 @@
 /* The machine: RAM, vCPU threads and their exits, pause/resume, its
  * construction and end, its state; the dirty pages are dirty.c's. */
 #include "machine/machine.h"
-#include "machine/devices.h"   /* platform_set_vcpu_state */
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
