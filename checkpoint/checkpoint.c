@@ -427,17 +427,3 @@ int ckpt_put_vcpu_state(struct ckpt *c, int cpu, const struct kvm_vcpu_state *st
 	free(img);
 	return r;
 }
-
-int ckpt_get_machine_state(const struct ckpt *c, struct machine_state *st)
-{
-	struct ckpt_image *img = malloc(sizeof(*img));
-	int r;
-
-	if (!img)
-		return -ENOMEM;
-	r = decode_own(c, img);
-	if (!r)
-		*st = img->ms;
-	free(img);
-	return r;
-}

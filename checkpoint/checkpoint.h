@@ -103,7 +103,6 @@ int ckpt_apply(struct machine *m, const struct ckpt *c) US_MUST_CHECK;
 int ckpt_get_vcpu_state(const struct ckpt *c, int cpu, struct kvm_vcpu_state *st) US_MUST_CHECK;
 /* Replaces vCPU cpu's state in c, re-encoding the blob with fresh checksums. */
 int ckpt_put_vcpu_state(struct ckpt *c, int cpu, const struct kvm_vcpu_state *st) US_MUST_CHECK;
-int ckpt_get_machine_state(const struct ckpt *c, struct machine_state *st) US_MUST_CHECK;
 
 /* ---- state sections (state.c) ----
  * The decoded form of a checkpoint's state: what the sections hold. */

@@ -25,6 +25,7 @@
  * vCPU thread; the thread then only serves the queues left pending by a
  * load. */
 #include "machine/ioevent.h"
+#include "machine/machine_int.h"
 #include "kmod/mutant.h"
 #include "machine/devices.h"
 #include "machine/virtio.h"

@@ -16,6 +16,7 @@
  *   0x20000  command line      0x9fc00..0xa0000, 0xe0000..0x100000: reserved
  *                              (platform tables, linux_tables.c) */
 #include "machine/machine.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

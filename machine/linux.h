@@ -1,5 +1,6 @@
-/* Private to the Linux loader (linux.c) and its platform tables and CPUID
- * (linux_tables.c). */
+/* The Linux loader (linux.c) and its platform tables and CPUID
+ * (linux_tables.c) as the tests see them; their calls of each other are
+ * in machine_int.h. */
 #ifndef US_MACHINE_LINUX_H
 #define US_MACHINE_LINUX_H
 
@@ -14,10 +15,5 @@
 /* Writes the platform tables for m's vCPUs and devices into guest RAM;
  * *rsdp the ACPI RSDP's address (0: none). */
 int linux_tables_build(struct machine *m, uint64_t *rsdp) US_MUST_CHECK;
-/* The ACPI tables (linux_acpi.c) at LINUX_BIOS_GPA; *rsdp their root. */
-int linux_acpi_build(struct machine *m, uint64_t *rsdp) US_MUST_CHECK;
-/* Gives vCPU cpu the CPUID KVM supports, with its APIC ID and the
- * topology of m's vCPUs filled in. Before the vCPU first runs. */
-int linux_cpuid_set(struct machine *m, int cpu) US_MUST_CHECK;
 
 #endif

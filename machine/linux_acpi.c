@@ -13,6 +13,7 @@
  *    in _CRS, so that the kernel scans bus 0 (with ACPI on, it scans only
  *    the buses the DSDT names). */
 #include "machine/linux.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <string.h>

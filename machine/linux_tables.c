@@ -4,6 +4,7 @@
  * default GSI routing), and CPUID as KVM supports it with each vCPU's APIC
  * ID and the topology of --cpus filled in. */
 #include "machine/linux.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

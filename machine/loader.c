@@ -5,6 +5,7 @@
  * is done here through KVM_SET_SREGS, so the emulated CPL0 part of a guest
  * is a handful of instructions. */
 #include "machine/machine.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -316,8 +316,6 @@ int machine_linux_probe(const uint8_t *buf, size_t len, uint64_t file_bytes,
  * holds kernel and initrd. 0, or -errno with a message naming the option
  * and file in err. */
 int machine_linux_check(const struct machine_config *cfg, char *err, size_t errlen) US_MUST_CHECK;
-/* The loader for cfg->kernel (called by machine_boot). */
-int machine_boot_linux(struct machine *m) US_MUST_CHECK;
 
 /* Lets the vCPUs run (they start parked). */
 void machine_resume(struct machine *m);

@@ -9,6 +9,7 @@
  * placed in the MMIO hole below 4 GiB at reset, as firmware would; a
  * driver may move them. Called with machine.lock held. */
 #include "machine/virtio.h"
+#include "machine/machine_int.h"
 #include "machine/ioevent.h"
 
 #include <errno.h>

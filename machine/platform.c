@@ -30,6 +30,7 @@
  * Everything but the power-off or reset request is checkpointed (the
  * "platform" section). Called with machine.lock held. */
 #include "machine/devices.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

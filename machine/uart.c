@@ -2,6 +2,7 @@
  * FIFO is deep (UART_RX_SIZE) so console input never drops; the transmitter
  * is always ready. Called with machine.lock held. */
 #include "machine/devices.h"
+#include "machine/machine_int.h"
 
 #include <string.h>
 

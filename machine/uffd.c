@@ -12,6 +12,7 @@
  * pass over every queue after a load waits too: all are served when the
  * fd is closed, every page in (or the guest stopped). */
 #include "machine/ioevent.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,6 @@
-/* Private to machine/: the virtio-pci transport (virtio_pci.c) and the
- * devices behind it (virtio_blk.c, virtio_net.c), as pci.c and the tests see them.
+/* The virtio-pci transport (virtio_pci.c) and the devices behind it
+ * (virtio_blk.c, virtio_net.c): their state, as the tests see it; their
+ * functions machine/ alone calls are in machine_int.h.
  *
  * Layout of a virtio function (virtio 1.2, 4.1 "Virtio Over PCI Bus"): one
  * 64-bit memory BAR (BAR0/BAR1) of VIRTIO_BAR_BYTES holding, at the offsets
@@ -118,62 +119,7 @@ struct virtio_net {
 /* The ANNOUNCE request in virtio_state.dev_flags of the NIC. */
 #define VNET_FLAG_ANNOUNCE 1u
 
-/* pci.c: a virtio function's config space: IDs, BAR0 type, capabilities. */
-void virtio_pci_cfg_init(uint8_t *cfg, uint16_t type);
 
-/* virtio_pci.c */
-/* Device reset (status 0): features, status, queues; not the MSI-X table,
- * which belongs to the PCI function. */
-void virtio_reset(struct virtio_dev *d);
-/* Delivers MSI-X messages left pending by a mask now lifted. */
-void virtio_msix_update(struct virtio_dev *d);
-void virtio_bar_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len,
-		       bool write);
-/* Config space accesses that reach the transport (the pci_cfg window's
- * data). Returns true when it handled them. */
-bool virtio_cfg_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len,
-		       bool write);
-/* Copy out of / into a chain at off of its readable (writable) bytes;
- * returns bytes copied. Writes mark the pages dirty. */
-uint64_t virtq_chain_read(struct machine *m, const struct virtq_chain *c, uint64_t off,
-			  void *buf, uint64_t len);
-uint64_t virtq_chain_write(struct machine *m, const struct virtq_chain *c, uint64_t off,
-			   const void *buf, uint64_t len);
 
-/* Places len bytes (after a header of hlen bytes) in the next available
- * buffer of passive queue qi and publishes it in the used ring, with a
- * notification. -ENODEV: the device or queue is not live; -ENOBUFS: no
- * buffer; -EMSGSIZE: the buffer is too small (left available); -EIO: the
- * ring is broken (the device now needs a reset). */
-int virtio_queue_fill(struct virtio_dev *d, int qi, const void *hdr, uint32_t hlen,
-		      const void *buf, uint32_t len);
-/* Serves queue qi as a notification of it does (a passive or dead queue:
- * nothing); the I/O thread's way in (ioevent.c). */
-void virtio_queue_notify(struct virtio_dev *d, int qi);
-/* The device configuration changed: a new generation and a configuration
- * interrupt (ISR bit 1). */
-void virtio_config_changed(struct virtio_dev *d);
-
-/* The virtio function in a slot, NULL if none. */
-static inline struct virtio_dev *pci_slot_virtio(struct machine *m, int slot)
-{
-	if (slot == PCI_SLOT_BLK && m->blk)
-		return &m->blk->dev;
-	if (slot == PCI_SLOT_NET && m->vnet)
-		return &m->vnet->dev;
-	return NULL;
-}
-
-/* The guest-physical base of a function's BAR0 (a 64-bit memory BAR), or 0
- * if memory decoding is off. Inline: pci.c decodes with it, the I/O
- * thread (ioevent.c) places the notify ioeventfds by it. */
-static inline uint64_t pci_bar0_base(const struct machine *m, int slot)
-{
-	const uint8_t *cfg = m->pci.cfg[slot];
-
-	if (!(cfg[0x04] & 0x02))   /* command register: memory decoding */
-		return 0;
-	return (le_get32(cfg + 0x10) & ~0xfull) | (uint64_t)le_get32(cfg + 0x14) << 32;
-}
 
 #endif

@@ -8,6 +8,7 @@
  * RAM, for a read) and the used ring says so. The status byte is written
  * last, after the data. */
 #include "machine/virtio.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

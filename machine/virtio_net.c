@@ -16,6 +16,7 @@
  * dropped. Checkpointed state: the transport (m->pci.net) and the ANNOUNCE
  * request in its dev_flags; the MAC comes from the configuration. */
 #include "machine/virtio.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -21,6 +21,7 @@
  * a notification: the device fills its next buffer when it has something
  * for the guest (virtio_queue_fill). Called with machine.lock held. */
 #include "machine/virtio.h"
+#include "machine/machine_int.h"
 
 #include <errno.h>
 #include <string.h>

@@ -519,7 +519,8 @@ void console_unserve(struct console *c)
 	c->pending_in_len = c->pending_in_off = 0;
 }
 
-void console_close_endpoint(struct console *c)
+/* Stops listening and drops the client (a fenced primary keeps quiet). */
+static void console_close_endpoint(struct console *c)
 {
 	drop_client(c);
 	if (c->listen_fd >= 0) {

@@ -79,7 +79,5 @@ int console_port(const struct console *c);
  * switchover): the client is dropped, nothing is accepted or read, and the
  * output kept for the next client is forgotten. */
 void console_unserve(struct console *c);
-/* Stops listening and drops the client (a fenced primary keeps quiet). */
-void console_close_endpoint(struct console *c);
 
 #endif

@@ -121,11 +121,6 @@ int net_tap_fd(const struct net_tap *t)
 	return t->fd;
 }
 
-bool net_tap_created(const struct net_tap *t)
-{
-	return t->created;
-}
-
 ssize_t net_tap_read(struct net_tap *t, void *buf, size_t len)
 {
 	ssize_t n;

@@ -21,7 +21,6 @@ struct net_tap;
 int net_tap_open(const char *name, struct net_tap **out) US_MUST_CHECK;
 void net_tap_close(struct net_tap *t);
 int net_tap_fd(const struct net_tap *t);
-bool net_tap_created(const struct net_tap *t);
 /* One frame into buf: its length, -EAGAIN when none is waiting, -errno. */
 ssize_t net_tap_read(struct net_tap *t, void *buf, size_t len);
 /* One frame out: 0 or -errno (-EAGAIN: the device's queue is full). */

@@ -55,6 +55,27 @@ struct tls_conn {
 
 /* ---- TLS contexts (net/tls_ctx.c) -------------------------------------------- */
 
+/* The secret at the end of a key log line (" <hex>"): its length in out,
+ * or 0 if it is not hex of at most max bytes. */
+static size_t secret_from_hex(const char *hex, uint8_t *out, size_t max)
+{
+	size_t n;
+
+	if (!hex || *hex++ != ' ')
+		return 0;
+	n = strlen(hex);
+	if (!n || n % 2 || n / 2 > max)
+		return 0;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return 0;
+		out[i] = (uint8_t)v;
+	}
+	return n / 2;
+}
+
 /* The application traffic secrets, which OpenSSL hands out through its
  * key log callback only: they stay in this connection's memory until its
  * keys are derived, then are wiped. Nothing is written anywhere. */
@@ -63,9 +84,9 @@ static void keylog(const SSL *ssl, const char *line)
 	struct tls_conn *t = SSL_get_app_data(ssl);
 
 	if (t && !strncmp(line, "CLIENT_TRAFFIC_SECRET_0 ", 24))
-		t->csec_len = tls_rec_secret_from_hex(strrchr(line, ' '), t->csec, SECRET_MAX);
+		t->csec_len = secret_from_hex(strrchr(line, ' '), t->csec, SECRET_MAX);
 	else if (t && !strncmp(line, "SERVER_TRAFFIC_SECRET_0 ", 24))
-		t->ssec_len = tls_rec_secret_from_hex(strrchr(line, ' '), t->ssec, SECRET_MAX);
+		t->ssec_len = secret_from_hex(strrchr(line, ' '), t->ssec, SECRET_MAX);
 }
 
 /* ---- TLS output: records gathered into large writes ----------------------------

@@ -129,25 +129,6 @@ void tls_rec_set_update_after(struct tls_rec *r, uint64_t records)
 	r->update_after = records ? records : TLS_REC_UPDATE_AFTER;
 }
 
-size_t tls_rec_secret_from_hex(const char *hex, uint8_t *out, size_t max)
-{
-	size_t n;
-
-	if (!hex || *hex++ != ' ')
-		return 0;
-	n = strlen(hex);
-	if (!n || n % 2 || n / 2 > max)
-		return 0;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v;
-
-		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-			return 0;
-		out[i] = (uint8_t)v;
-	}
-	return n / 2;
-}
-
 int tls_rec_new(unsigned suite_id, const uint8_t *wsecret, const uint8_t *rsecret,
 		size_t secret_len, struct tls_rec **out)
 {

@@ -40,10 +40,6 @@ int tls_rec_new(unsigned suite_id, const uint8_t *wsecret, const uint8_t *rsecre
 		size_t secret_len, struct tls_rec **out) US_MUST_CHECK;
 void tls_rec_free(struct tls_rec *r);
 
-/* The secret at the end of a key log line (" <hex>"): its length in out,
- * or 0 if it is not hex of at most max bytes. */
-size_t tls_rec_secret_from_hex(const char *hex, uint8_t *out, size_t max);
-
 /* Key updates (RFC 8446 4.6.3, 7.2): AES-GCM keys should protect at most
  * 2^24.5 records (5.5), ~380 GiB of full records, hours of a busy
  * checkpoint stream. tls_rec_update_due() says the write key has sealed

@@ -154,6 +154,23 @@ void repl_primary_try_final_epoch(struct repl_primary *p)
 
 /* ---- migration: the hand-over to the secondary ------------------------------ */
 
+/* Fence SWITCHES: epoch was the last; the old primary's standby waits at
+ * listen, under token with a witness (NULL: none). */
+static int send_switch(struct repl_link *l, uint64_t epoch, const char *listen, const char *token,
+		       uint64_t released, uint64_t paused_us)
+{
+	Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
+
+	f.released = released;
+	f.paused_us = paused_us;
+	f.action = UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_SWITCHES;
+	f.epoch = epoch;
+	f.reason = (char *)"switchover: the guest is handed over";
+	f.listen = (char *)listen;
+	f.standby_token = (char *)(token ? token : "");
+	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
+}
+
 /* The final epoch left: the secondary takes over as soon as it holds it. */
 static void send_handover(struct repl_primary *p)
 {
@@ -183,9 +200,9 @@ static void send_handover(struct repl_primary *p)
 	if (p->switching_over && p->wit && !p->switch_token[0])
 		repl_witness_new_token(p->switch_token, sizeof(p->switch_token));
 	r = p->switching_over ?
-		repl_send_switch(&p->link, p->final_epoch, p->switch_listen,
-				 p->wit ? p->switch_token : NULL, repl_vm_released(p->vm),
-				 (now_ns() - p->switch_t0_ns) / 1000) :
+		send_switch(&p->link, p->final_epoch, p->switch_listen,
+			    p->wit ? p->switch_token : NULL, repl_vm_released(p->vm),
+			    (now_ns() - p->switch_t0_ns) / 1000) :
 		repl_send_fence(&p->link, UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_MIGRATES,
 				p->final_epoch, "migration: the guest is handed over");
 

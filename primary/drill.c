@@ -9,6 +9,15 @@
 
 #define TAG "drill"
 
+/* A DrillReport to the secondary as the Section name (understudy.proto). */
+static int send_report(struct repl_link *l, const char *name, const Understudy__DrillReport *m)
+{
+	uint8_t buf[256];
+	int n = proto_drill_report_encode(m, buf, sizeof(buf));
+
+	return n < 0 ? n : repl_link_send_section(l, name, buf, (size_t)n);
+}
+
 int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec)
 {
 	struct repl_drill_pri *d = &q->drill;
@@ -59,7 +68,7 @@ int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec
 	log_info(TAG, "epoch %llu: the drill ended: %llu pauses during it, p99 %.1f us",
 		 (unsigned long long)q->epoch, (unsigned long long)rep.pauses_during,
 		 rep.pause_p99_during_ns / 1e3);
-	if ((r = repl_send_drill_report(q->link, REPL_DRILL_STATS, &rep)) < 0)
+	if ((r = send_report(q->link, REPL_DRILL_STATS, &rep)) < 0)
 		log_warn(TAG, "could not send the drill's figures: %s", strerror(-r));
 	return 0;
 }
@@ -99,7 +108,7 @@ void repl_drill_pri_sent(struct repl_epochs *q)
 	rep.unacked_at_digest = d->unacked_at_digest;
 	log_info(TAG, "epoch %llu: RAM digest %08x for the drill (%.2f ms in the pause)",
 		 (unsigned long long)rep.epoch, rep.mem_crc32c, d->digest_ns / 1e6);
-	if ((r = repl_send_drill_report(q->link, REPL_DRILL_DIGEST, &rep)) < 0)
+	if ((r = send_report(q->link, REPL_DRILL_DIGEST, &rep)) < 0)
 		log_warn(TAG, "could not send the drill's digest: %s", strerror(-r));
 }
 

@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "kmod/mutant.h"
@@ -64,7 +65,10 @@
 static void beat_begin(struct repl_primary *p)
 {
 	uint8_t key[REPL_BEAT_KEY_BYTES];
-	int r = repl_beat_key_new(key);
+	int r = 0;
+
+	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
+		r = errno ? -errno : -EIO;
 
 	if (r == 0)
 		r = repl_link_send_section(&p->link, REPL_BEAT_SECTION, key, sizeof(key));

@@ -214,15 +214,6 @@ static bool retry_transient(struct repl_primary *p, const struct repl_fault *f)
 	return now - p->transient_since_ns <= (uint64_t)p->o->timeout_ms * 1000000ull;
 }
 
-/* The shorter of the two timeouts: a stall longer than that may have
- * cost us the secondary, or the secondary us. */
-unsigned repl_primary_stall_ms(const struct repl_primary *p)
-{
-	unsigned peer_ms = p->peer_timing.timeout_ms;
-
-	return peer_ms && peer_ms < p->o->timeout_ms ? peer_ms : p->o->timeout_ms;
-}
-
 /* The secondary is lost right after this process stalled longer than its
  * failover timeout: it may run the guest now (its Fence did not reach us). */
 static bool maybe_replaced(struct repl_primary *p, const struct repl_fault *f)

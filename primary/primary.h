@@ -8,6 +8,21 @@
 
 #include "replication/replication.h"
 
+/* The exit status of a primary that must not come back as primary: the
+ * secondary took over from it, it stopped so that the secondary takes
+ * over (a local fatal failure, a stall it may have been replaced in), or
+ * its witness lease lapsed (fenced; it exits on the next signal). A host
+ * (run, restore) whose attached engine ends so exits with it too. Apart
+ * from 0 (the guest powered off, or migrated away), 1 (errors) and 2 (bad
+ * options); a guest that powers off with status 3 is not told apart.
+ * contrib/systemd/understudy-primary@.service: RestartPreventExitStatus=. */
+#define REPL_EXIT_REPLACED 3
+/* A primary that refused to start because the witness vouches for a
+ * standby (K/standby names it): that standby may hold the only up-to-date
+ * copy and must take over first (understudy takeover on it). Restarting
+ * cannot help: the unit's RestartPreventExitStatus= names it too. */
+#define REPL_EXIT_STANDBY_VOUCHED 4
+
 /* Copies o (and its strings); o->cfg and o->console are not used. wit: the
  * host's witness (it must own the key) or NULL. The VM's output is gated from
  * now on, and its on_stopped goes to the engine until detach. */

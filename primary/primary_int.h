@@ -272,6 +272,16 @@ struct repl_primary {
 	} hs;
 };
 
+/* The shorter of the two timeouts: a stall longer than that may have
+ * cost us the secondary, or the secondary us (the epoch's ACK, the silence
+ * check and the failure policy ask). */
+static inline unsigned repl_primary_stall_ms(const struct repl_primary *p)
+{
+	unsigned peer_ms = p->peer_timing.timeout_ms;
+
+	return peer_ms && peer_ms < p->o->timeout_ms ? peer_ms : p->o->timeout_ms;
+}
+
 /* ---- migration extras (postcopy_src.c): the bandwidth limit of the
  * migration stream and post-copy's source ----------------------------------- */
 
@@ -356,7 +366,6 @@ void repl_primary_done(struct repl_primary *p);
 void repl_primary_on_goodbye_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 void repl_primary_drop_protection(struct repl_primary *p, const struct repl_fault *f);
 int repl_primary_on_fence(struct repl_primary *p, const Understudy__Fence *f);
-unsigned repl_primary_stall_ms(const struct repl_primary *p);
 void repl_primary_on_fault(struct repl_primary *p, const struct repl_fault *f);
 void repl_primary_fault(struct repl_primary *p, enum repl_fault_kind kind, int err, const char *what);
 void repl_primary_on_throttle_end(struct ev_loop *loop, ev_timer *w, int revents);

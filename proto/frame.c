@@ -1,5 +1,5 @@
 /* Frames: header layout, protobuf-c message helpers, incremental decoder. */
-#include "proto/proto.h"
+#include "proto/proto_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Page batches: per-page encoding (zero, raw, lz4, xor-delta + lz4) and the
  * checked decoder. Layout in proto/proto.h. */
-#include "proto/proto.h"
+#include "proto/proto_int.h"
 
 #include <errno.h>
 #include <lz4.h>

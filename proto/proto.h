@@ -97,8 +97,6 @@ struct proto_buf {
 
 void proto_buf_init(struct proto_buf *b);
 void proto_buf_fini(struct proto_buf *b);
-/* Makes room for extra more bytes after len. */
-int proto_buf_reserve(struct proto_buf *b, size_t extra) US_MUST_CHECK;
 int proto_buf_append(struct proto_buf *b, const void *data, size_t len) US_MUST_CHECK;
 static inline void proto_buf_reset(struct proto_buf *b) { b->len = 0; }
 
@@ -116,10 +114,6 @@ bool proto_type_known(uint16_t type);
 /* Appends a complete frame (header + copy of payload) to out. */
 int proto_frame_append(struct proto_buf *out, uint16_t type, const void *payload,
 		       size_t len) US_MUST_CHECK;
-/* Two-step framing without a copy: begin reserves the header at *hdr_off,
- * the caller appends the payload to out, end fills in length and crc. */
-int proto_frame_begin(struct proto_buf *out, uint16_t type, size_t *hdr_off) US_MUST_CHECK;
-int proto_frame_end(struct proto_buf *out, size_t hdr_off) US_MUST_CHECK;
 /* Writes a header for a payload the caller holds elsewhere (scatter send). */
 void proto_frame_header(uint8_t hdr[PROTO_HDR_BYTES], uint16_t type, const void *payload,
 			uint32_t len);

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "kmod/mutant.h"
 #include "net/beat.h"
@@ -44,13 +43,6 @@ static void beat_open(struct repl_link *l, const uint8_t *key, int role, const c
 	}
 	log_info(TAG, "beat side channel: UDP %s, one beat every %u ms while this loop progresses "
 		 "(within %u ms)", peer ? peer : bind_at, interval_ms, REPL_BEAT_PROGRESS_MS);
-}
-
-int repl_beat_key_new(uint8_t key[REPL_BEAT_KEY_BYTES])
-{
-	if (getrandom(key, REPL_BEAT_KEY_BYTES, 0) != REPL_BEAT_KEY_BYTES)
-		return errno ? -errno : -EIO;
-	return 0;
 }
 
 void repl_link_beat_start(struct repl_link *l, bool primary, const void *key, size_t key_len,

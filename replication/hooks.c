@@ -1,4 +1,4 @@
-/* --on-event commands (see hooks.h): spawned with proc.c like the fence
+/* --on-event commands (see hooks.h): spawned with net/proc.c like the fence
  * command, but never waited for. The exit comes through a libev child
  * watcher: on the default loop libev reaps every child in its SIGCHLD
  * handler (waitpid(-1)), so a waitpid of our own would find nothing. The
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "replication/proc.h"
+#include "net/proc.h"
 #include "replication/replication_int.h"
 
 #define TAG "hooks"
@@ -33,7 +33,7 @@ struct hook_run {
 	ev_child child_w;
 	ev_io out_w;
 	ev_timer deadline_w;
-	struct repl_proc_tail tail;
+	struct net_proc_tail tail;
 };
 
 struct repl_hooks {
@@ -167,7 +167,7 @@ void repl_hooks_free(struct repl_hooks *h)
 
 static void drain(struct hook_run *r)
 {
-	if (r->out >= 0 && repl_proc_drain(r->out, &r->tail)) {
+	if (r->out >= 0 && net_proc_drain(r->out, &r->tail)) {
 		ev_io_stop(r->h->loop, &r->out_w);   /* EOF (or unreadable): done with it */
 		close(r->out);
 		r->out = -1;
@@ -191,7 +191,7 @@ static void on_exit_status(struct ev_loop *loop, ev_child *w, int revents)
 	(void)loop;
 	(void)revents;
 	drain(r);
-	repl_proc_tail_last_line(&r->tail, line, sizeof(line));
+	net_proc_tail_last_line(&r->tail, line, sizeof(line));
 	if (r->timed_out) {
 		log_warn(TAG, "the '%s' hook was KILLED after %.0f ms: no exit within %u ms (%s)%s%s",
 			 repl_event_name(r->ev), ms, r->h->timeout_ms,
@@ -265,19 +265,19 @@ static int start(struct repl_hooks *h, struct hook_run *r, const struct repl_eve
 	snprintf(guest, sizeof(guest), "%.*s", info->guest ? (int)strcspn(info->guest, ":") : 0,
 		 info->guest ? info->guest : "");
 	iso_time(when, sizeof(when));
-	const struct repl_proc_var vars[] = {
+	const struct net_proc_var vars[] = {
 		{ "UNDERSTUDY_EVENT", repl_event_name(r->ev) }, { "UNDERSTUDY_ROLE", info->role },
 		{ "UNDERSTUDY_EPOCH", epoch }, { "UNDERSTUDY_PEER", info->peer },
 		{ "UNDERSTUDY_VM", info->vm }, { "UNDERSTUDY_GUEST", guest },
 		{ "UNDERSTUDY_REASON", info->reason }, { "UNDERSTUDY_TIME", when },
 	};
-	rc = repl_proc_env_build(vars, sizeof(vars) / sizeof(vars[0]), &env, &first_ours);
+	rc = net_proc_env_build(vars, sizeof(vars) / sizeof(vars[0]), &env, &first_ours);
 	if (rc < 0)
 		return rc;
-	rc = repl_proc_pipe(&r->out, &w);
+	rc = net_proc_pipe(&r->out, &w);
 	if (rc < 0)
 		goto out;
-	rc = repl_proc_spawn(h->cmd, env, w, &r->pid);
+	rc = net_proc_spawn(h->cmd, env, w, &r->pid);
 	close(w);
 	if (rc < 0)
 		goto out;
@@ -291,7 +291,7 @@ static int start(struct repl_hooks *h, struct hook_run *r, const struct repl_eve
 	ev_io_start(h->loop, &r->out_w);
 	ev_timer_start(h->loop, &r->deadline_w);
 out:
-	repl_proc_env_free(env, first_ours);
+	net_proc_env_free(env, first_ours);
 	return rc;
 }
 

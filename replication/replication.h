@@ -252,9 +252,8 @@ uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms);
 /* One beat this often: the heartbeat interval, or a fifth of the peer's
  * timeout if that is shorter (a beat lost or late must not be a silence). */
 unsigned repl_beat_interval_ms(unsigned heartbeat_ms, unsigned peer_timeout_ms);
-/* A fresh key for a link's beats (getrandom). 0 or -errno. */
+/* The key of a link's beats (the primary's getrandom). */
 #define REPL_BEAT_KEY_BYTES 32
-int repl_beat_key_new(uint8_t key[REPL_BEAT_KEY_BYTES]) US_MUST_CHECK;
 /* Beats with key: the primary's to the stream's peer address, the
  * secondary's on the UDP port of bind_at ("HOST:PORT"), answered where the
  * primary's come from. Best effort: a failure is logged and leaves the
@@ -306,10 +305,6 @@ int repl_send_error(struct repl_link *l, int code, const char *text) US_MUST_CHE
 /* A goodbye before a deliberate close (see Fence in proto/understudy.proto). */
 int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_t epoch,
 		    const char *reason) US_MUST_CHECK;
-/* Fence SWITCHES: epoch was the last; the old primary's standby waits at
- * listen, under token with a witness (NULL: none). */
-int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, const char *token,
-		     uint64_t released, uint64_t paused_us) US_MUST_CHECK;
 #define REPL_SWITCH_REQUEST "switch-request"   /* Section S -> P: switch back to me */
 /* PROTO_T_ACK (epoch) or PROTO_T_HEARTBEAT (seq). */
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch) US_MUST_CHECK;
@@ -401,22 +396,12 @@ uint32_t repl_drill_ram_crc(struct machine *m);
  * first), or false when the ring no longer holds them all. */
 bool repl_drill_pauses_range(const struct repl_stats *st, uint64_t from, uint64_t to, uint64_t *p50,
 			     uint64_t *p99, uint64_t *max);
-/* wire.c: drill messages as Sections (understudy.proto, DrillRequest;
- * proto_drill_*_decode reads them). */
+/* Drill messages as Sections (understudy.proto, DrillRequest and
+ * DrillReport; proto_drill_* packs and reads them). */
 #define REPL_DRILL_BEGIN "drill-begin"
 #define REPL_DRILL_DIGEST "drill-digest"
 #define REPL_DRILL_END "drill-end"
 #define REPL_DRILL_STATS "drill-stats"
-int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id) US_MUST_CHECK;
-int repl_send_drill_report(struct repl_link *l, const char *name,
-			   const Understudy__DrillReport *m) US_MUST_CHECK;
-
-/* ---- test mode: the standby equals the primary (verify.c) --------------- */
-/* Appends the "verify" section holding d to b. */
-int repl_verify_pack(struct proto_buf *b, const struct proto_verify *d) US_MUST_CHECK;
-/* After applying epoch: reads m back from KVM and compares it with the
- * primary's digest; logs "VERIFY FAILED" and the parts that differ. */
-bool repl_verify_standby(struct machine *m, const struct proto_verify *want, uint64_t epoch);
 
 /* ---- test hook: output-commit events (events.c) ------------------------ */
 /* With UNDERSTUDY_EVENT_LOG=FILE: appends "<CLOCK_MONOTONIC ns> <text>". */
@@ -508,21 +493,6 @@ struct repl_secondary_opts {
 #define REPL_FENCING "none (heartbeat only: a partition can leave two live copies)"
 #define REPL_FENCING_WITNESS "witness lease on etcd"
 
-/* The exit status of a primary that must not come back as primary: the
- * secondary took over from it, it stopped so that the secondary takes
- * over (a local fatal failure, a stall it may have been replaced in), or
- * its witness lease lapsed (fenced; it exits on the next signal). A host
- * (run, restore) whose attached engine ends so exits with it too. Apart
- * from 0 (the guest powered off, or migrated away), 1 (errors) and 2 (bad
- * options); a guest that powers off with status 3 is not told apart.
- * contrib/systemd/understudy-primary@.service: RestartPreventExitStatus=. */
-#define REPL_EXIT_REPLACED 3
-/* A primary that refused to start because the witness vouches for a
- * standby (K/standby names it): that standby may hold the only up-to-date
- * copy and must take over first (understudy takeover on it). Restarting
- * cannot help: the unit's RestartPreventExitStatus= names it too. */
-#define REPL_EXIT_STANDBY_VOUCHED 4
-
 /* The protection engine on a VM a host runs (`understudy primary`, and
  * `understudy protect` on `run`, `restore`, a secondary that took over):
  * the host keeps the VM, its console, control socket, signals and
@@ -530,9 +500,10 @@ struct repl_secondary_opts {
 struct repl_primary;
 struct repl_primary_host {
 	/* The engine is done: the guest stopped (status: its exit status, its
-	 * last epoch committed) or it was replaced (REPL_EXIT_REPLACED). Not called when
-	 * the secondary is lost: the engine then runs the VM unprotected and
-	 * may be detached and replaced by a new one. */
+	 * last epoch committed) or it was replaced (REPL_EXIT_REPLACED,
+	 * primary/primary.h). Not called when the secondary is lost: the engine
+	 * then runs the VM unprotected and may be detached and replaced by a
+	 * new one. */
 	void (*ended)(void *ctx, int status);
 	void *ctx;
 	/* The VM runs for this engine (`understudy primary`'s --peer): a

@@ -340,21 +340,6 @@ int repl_send_fence(struct repl_link *l, Understudy__FenceAction action, uint64_
 	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
 }
 
-int repl_send_switch(struct repl_link *l, uint64_t epoch, const char *listen, const char *token,
-		     uint64_t released, uint64_t paused_us)
-{
-	Understudy__Fence f = UNDERSTUDY__FENCE__INIT;
-
-	f.released = released;
-	f.paused_us = paused_us;
-	f.action = UNDERSTUDY__FENCE_ACTION__FENCE_PRIMARY_SWITCHES;
-	f.epoch = epoch;
-	f.reason = (char *)"switchover: the guest is handed over";
-	f.listen = (char *)listen;
-	f.standby_token = (char *)(token ? token : "");
-	return repl_link_send_msg(l, PROTO_T_FENCE, &f.base);
-}
-
 int repl_send_epoch_msg(struct repl_link *l, uint16_t type, uint64_t epoch)
 {
 	Understudy__Ack a = UNDERSTUDY__ACK__INIT;
@@ -438,22 +423,4 @@ void repl_stats_pause_pct(const struct repl_stats *s, uint64_t *p50, uint64_t *p
 	qsort(tmp, n, sizeof(uint64_t), cmp_u64);
 	*p50 = tmp[n / 2];
 	*p99 = tmp[n * 99 / 100];
-}
-
-/* ---- drills: Sections outside epochs (see DrillRequest in understudy.proto) ---- */
-
-int repl_send_drill_request(struct repl_link *l, const char *name, uint64_t id)
-{
-	uint8_t buf[32];
-	int n = proto_drill_request_encode(id, buf, sizeof(buf));
-
-	return n < 0 ? n : repl_link_send_section(l, name, buf, (size_t)n);
-}
-
-int repl_send_drill_report(struct repl_link *l, const char *name, const Understudy__DrillReport *m)
-{
-	uint8_t buf[256];
-	int n = proto_drill_report_encode(m, buf, sizeof(buf));
-
-	return n < 0 ? n : repl_link_send_section(l, name, buf, (size_t)n);
 }

@@ -59,6 +59,15 @@
 #define EXTERNAL_PROBE_TIMEOUT_NS (120ull * 1000000000ull)
 #define END_TIMEOUT_NS (5ull * 1000000000ull)
 
+/* A DrillRequest to the primary as the Section name (understudy.proto). */
+static int send_request(struct repl_link *l, const char *name, uint64_t id)
+{
+	uint8_t buf[32];
+	int n = proto_drill_request_encode(id, buf, sizeof(buf));
+
+	return n < 0 ? n : repl_link_send_section(l, name, buf, (size_t)n);
+}
+
 /* ---- the committed output (what a takeover would have replayed up to) ---- */
 
 /* Every applied epoch's output, line by line: the last complete line and the
@@ -307,7 +316,7 @@ static void end_run(struct repl_secondary *s)
 	drill_stop_clone(r);
 	r->state = DRILL_ENDING;
 	r->t_end_asked_ns = now_ns();
-	if (!s->link.conn || repl_send_drill_request(&s->link, REPL_DRILL_END, r->id) < 0)
+	if (!s->link.conn || send_request(&s->link, REPL_DRILL_END, r->id) < 0)
 		drill_finish(s);
 }
 
@@ -464,7 +473,7 @@ static char *start_request(struct repl_secondary *s, const char *args)
 	r->build_ns = now_ns() - t0;
 	clock_gettime(CLOCK_REALTIME, &r->wall_start);
 	r->t_asked_ns = now_ns();
-	if (repl_send_drill_request(&s->link, REPL_DRILL_BEGIN, r->id) < 0) {
+	if (send_request(&s->link, REPL_DRILL_BEGIN, r->id) < 0) {
 		drill_stop_clone(r);
 		return reply("error cannot ask the primary for its digest\n");
 	}

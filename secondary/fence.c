@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "net/net.h"
-#include "replication/proc.h"
+#include "net/proc.h"
 
 #define TAG "fence"
 /* Without a pidfd (kernel < 5.3) the exit is polled this often. */
@@ -37,7 +37,7 @@
 /* How often a dying group is looked at. */
 #define GROUP_POLL_MS 5
 
-_Static_assert(REPL_PROC_TAIL_MAX == REPL_FENCE_OUTPUT_MAX, "the kept output");
+_Static_assert(NET_PROC_TAIL_MAX == REPL_FENCE_OUTPUT_MAX, "the kept output");
 
 struct run {
 	pid_t pid;               /* the shell, also the process group id */
@@ -45,7 +45,7 @@ struct run {
 	int out;                 /* read end of stdout + stderr, -1 once at EOF */
 	bool reaped;
 	int status;              /* wait status of the shell, once reaped */
-	struct repl_proc_tail tail;
+	struct net_proc_tail tail;
 };
 
 /* ---- output ------------------------------------------------------------------- */
@@ -55,7 +55,7 @@ struct run {
  * nothing blocks on it). */
 static void drain(struct run *r)
 {
-	if (r->out >= 0 && repl_proc_drain(r->out, &r->tail)) {
+	if (r->out >= 0 && net_proc_drain(r->out, &r->tail)) {
 		close(r->out);
 		r->out = -1;
 	}
@@ -63,7 +63,7 @@ static void drain(struct run *r)
 
 /* ---- environment ------------------------------------------------------------- */
 
-/* This process's environment plus the primary's identity (proc.h). */
+/* This process's environment plus the primary's identity (net/proc.h). */
 static int env_build(const struct repl_fence_peer *p, char ***out, size_t *first_ours)
 {
 	char host[256] = "", port[16] = "", epoch[24], guest[64];
@@ -77,13 +77,13 @@ static int env_build(const struct repl_fence_peer *p, char ***out, size_t *first
 	snprintf(epoch, sizeof(epoch), "%" PRIu64, p->epoch);
 	snprintf(guest, sizeof(guest), "%.*s", p->guest ? (int)strcspn(p->guest, ":") : 0,
 		 p->guest ? p->guest : "");
-	const struct repl_proc_var vars[] = {
+	const struct net_proc_var vars[] = {
 		{ "UNDERSTUDY_PEER", addr }, { "UNDERSTUDY_PEER_HOST", host },
 		{ "UNDERSTUDY_PEER_PORT", port }, { "UNDERSTUDY_VM", p->vm_name },
 		{ "UNDERSTUDY_GUEST", guest }, { "UNDERSTUDY_EPOCH", epoch }, { "UNDERSTUDY_REASON", p->reason },
 		{ "UNDERSTUDY_ACTION", "off" },
 	};
-	return repl_proc_env_build(vars, sizeof(vars) / sizeof(vars[0]), out, first_ours);
+	return net_proc_env_build(vars, sizeof(vars) / sizeof(vars[0]), out, first_ours);
 }
 
 /* ---- exit and end of the group ---------------------------------------------- */
@@ -226,7 +226,7 @@ static int verdict(struct run *r, int waited, unsigned timeout_ms, char why[WHY_
 	char line[256], head[64];
 	int rc;
 
-	repl_proc_tail_last_line(&r->tail, line, sizeof(line));
+	net_proc_tail_last_line(&r->tail, line, sizeof(line));
 	if (waited == -ETIMEDOUT) {
 		snprintf(head, sizeof(head), "no exit within %u ms", timeout_ms);
 		rc = -ETIMEDOUT;
@@ -250,7 +250,7 @@ static int verdict(struct run *r, int waited, unsigned timeout_ms, char why[WHY_
 
 static void copy_field(char *dst, size_t len, const char *src)
 {
-	repl_proc_printable(dst, len, src ? src : "", src ? strlen(src) : 0);
+	net_proc_printable(dst, len, src ? src : "", src ? strlen(src) : 0);
 }
 
 int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence_peer *peer,
@@ -282,7 +282,7 @@ int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence
 	rc = env_build(peer, &env, &first_ours);
 	if (rc < 0)
 		goto err_run;
-	rc = repl_proc_pipe(&r->out, &w);
+	rc = net_proc_pipe(&r->out, &w);
 	if (rc < 0) {
 		snprintf(buf, sizeof(buf), "cannot make a pipe: %s", strerror(-rc));
 		goto err_env;
@@ -296,7 +296,7 @@ int repl_fence_run(const char *cmd, unsigned timeout_ms, const struct repl_fence
 	log_info(TAG, "fencing the primary at %s (VM '%s', epoch %" PRIu64 ", %s): running '%s', "
 		 "deadline %u ms", addr, vm, peer->epoch, reason[0] ? reason : "takeover", cmd,
 		 timeout_ms);
-	rc = repl_proc_spawn(cmd, env, w, &r->pid);
+	rc = net_proc_spawn(cmd, env, w, &r->pid);
 	close(w);
 	w = -1;
 	if (rc < 0) {
@@ -327,7 +327,7 @@ err_subreaper:
 	if (r->out >= 0)
 		close(r->out);
 err_env:
-	repl_proc_env_free(env, first_ours);
+	net_proc_env_free(env, first_ours);
 err_run:
 	free(r);
 out:

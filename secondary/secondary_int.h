@@ -232,6 +232,10 @@ int repl_staging_pages(struct repl_staging *g, const struct proto_frame *f) US_M
 int repl_staging_end(struct repl_staging *g, const Understudy__EpochEnd *ee,
 		     struct repl_fault *f) US_MUST_CHECK;
 
+/* Test mode: after applying epoch, reads m back from KVM and compares it
+ * with the primary's digest; logs "VERIFY FAILED" and the parts that differ. */
+bool repl_verify_standby(struct machine *m, const struct proto_verify *want, uint64_t epoch);
+
 /* takeover.c */
 /* The host's engine as it is now (st->state NULL: none attached). */
 void repl_sec_engine_state(const struct repl_secondary *s, struct secondary_engine_state *st);

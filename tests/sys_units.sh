@@ -75,7 +75,7 @@ else
 fi
 
 # The restart policy matches the agent's exit statuses.
-replaced=$(sed -n 's/^#define REPL_EXIT_REPLACED \([0-9]*\).*/\1/p' replication/replication.h)
+replaced=$(sed -n 's/^#define REPL_EXIT_REPLACED \([0-9]*\).*/\1/p' primary/primary.h)
 [ -n "$replaced" ] || fail "REPL_EXIT_REPLACED not found"
 for u in primary run; do
 	grep -Eq "^RestartPreventExitStatus=.*\\b$replaced\\b" contrib/systemd/understudy-$u@.service ||

@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || fail "no binary at $BIN (make first)"
 test_tmp
 
-vouched=$(sed -n 's/^#define REPL_EXIT_STANDBY_VOUCHED \([0-9]*\).*/\1/p' replication/replication.h)
-[ -n "$vouched" ] || fail "REPL_EXIT_STANDBY_VOUCHED not found in replication/replication.h"
+vouched=$(sed -n 's/^#define REPL_EXIT_STANDBY_VOUCHED \([0-9]*\).*/\1/p' primary/primary.h)
+[ -n "$vouched" ] || fail "REPL_EXIT_STANDBY_VOUCHED not found in primary/primary.h"
 grep -Eq "^RestartPreventExitStatus=.*\\b$vouched\\b" contrib/systemd/understudy-primary@.service ||
 	fail "understudy-primary@: RestartPreventExitStatus= lacks $vouched (a vouched standby)"
 ok "understudy-primary@ does not restart on exit $vouched (a vouched standby)"

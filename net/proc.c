@@ -1,5 +1,5 @@
 /* Child processes of the agents (see proc.h): spawn, environment, output. */
-#include "replication/proc.h"
+#include "net/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 
 extern char **environ;
 
-static void repl_proc_tail_add(struct repl_proc_tail *t, const char *p, size_t n)
+static void net_proc_tail_add(struct net_proc_tail *t, const char *p, size_t n)
 {
 	t->total += n;
 	if (n >= sizeof(t->buf)) {
@@ -35,7 +35,7 @@ static void repl_proc_tail_add(struct repl_proc_tail *t, const char *p, size_t n
 
 /* The text goes into the environment, the log and `status`, none of which
  * should carry control bytes. */
-void repl_proc_printable(char *dst, size_t dstlen, const char *src, size_t srclen)
+void net_proc_printable(char *dst, size_t dstlen, const char *src, size_t srclen)
 {
 	size_t i;
 
@@ -49,7 +49,7 @@ void repl_proc_printable(char *dst, size_t dstlen, const char *src, size_t srcle
 	dst[i] = 0;
 }
 
-void repl_proc_tail_last_line(const struct repl_proc_tail *t, char *out, size_t outlen)
+void net_proc_tail_last_line(const struct net_proc_tail *t, char *out, size_t outlen)
 {
 	size_t end = t->len, start;
 
@@ -61,12 +61,12 @@ void repl_proc_tail_last_line(const struct repl_proc_tail *t, char *out, size_t 
 		start--;
 	while (start < end && (t->buf[start] == ' ' || t->buf[start] == '\t'))
 		start++;
-	repl_proc_printable(out, outlen, t->buf + start, end - start);
+	net_proc_printable(out, outlen, t->buf + start, end - start);
 }
 
 /* ---- environment ------------------------------------------------------------- */
 
-static bool is_var_of(const char *entry, const struct repl_proc_var *vars, size_t nvars)
+static bool is_var_of(const char *entry, const struct net_proc_var *vars, size_t nvars)
 {
 	for (size_t i = 0; i < nvars; i++) {
 		size_t n = strlen(vars[i].name);
@@ -77,7 +77,7 @@ static bool is_var_of(const char *entry, const struct repl_proc_var *vars, size_
 	return false;
 }
 
-void repl_proc_env_free(char **env, size_t first_ours)
+void net_proc_env_free(char **env, size_t first_ours)
 {
 	if (!env)
 		return;
@@ -86,7 +86,7 @@ void repl_proc_env_free(char **env, size_t first_ours)
 	free(env);
 }
 
-int repl_proc_env_build(const struct repl_proc_var *vars, size_t nvars, char ***out,
+int net_proc_env_build(const struct net_proc_var *vars, size_t nvars, char ***out,
 			size_t *first_ours)
 {
 	size_t n = 0, cap = nvars + 1;
@@ -105,10 +105,10 @@ int repl_proc_env_build(const struct repl_proc_var *vars, size_t nvars, char ***
 		const char *value = vars[i].value ? vars[i].value : "";
 		char v[512];
 
-		repl_proc_printable(v, sizeof(v), value, strlen(value));
+		net_proc_printable(v, sizeof(v), value, strlen(value));
 		if (asprintf(&env[n], "%s=%s", vars[i].name, v) < 0) {
 			env[n] = NULL;
-			repl_proc_env_free(env, *first_ours);
+			net_proc_env_free(env, *first_ours);
 			return -ENOMEM;
 		}
 		env[++n] = NULL;
@@ -130,7 +130,7 @@ static int fd_above_2(int fd)
 	return nfd < 0 ? -errno : nfd;
 }
 
-int repl_proc_pipe(int *rd, int *wr)
+int net_proc_pipe(int *rd, int *wr)
 {
 	int fds[2], r;
 
@@ -154,7 +154,7 @@ int repl_proc_pipe(int *rd, int *wr)
 
 /* Signal mask empty and every signal at its default: an ignored SIGPIPE or
  * SIGTERM of the agent would otherwise be inherited through exec. */
-int repl_proc_spawn(const char *cmd, char **env, int out_w, pid_t *pid)
+int net_proc_spawn(const char *cmd, char **env, int out_w, pid_t *pid)
 {
 	char *argv[] = { "sh", "-c", (char *)cmd, NULL };
 	posix_spawn_file_actions_t fa;
@@ -188,7 +188,7 @@ err_fa:
 	return r;
 }
 
-int repl_proc_drain(int fd, struct repl_proc_tail *t)
+int net_proc_drain(int fd, struct net_proc_tail *t)
 {
 	char chunk[16384];
 
@@ -196,7 +196,7 @@ int repl_proc_drain(int fd, struct repl_proc_tail *t)
 		ssize_t n = read(fd, chunk, sizeof(chunk));
 
 		if (n > 0) {
-			repl_proc_tail_add(t, chunk, (size_t)n);
+			net_proc_tail_add(t, chunk, (size_t)n);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
