@@ -82,7 +82,7 @@ int repl_ops_peer_name(const struct repl_ops *ops, const char *peer, char *err, 
 	}
 	if (vm->own) {
 		snprintf(err, errlen, "the primary's VM is named '%s', this secondary's '%s' (its "
-			 "--name, name =, config file, or first primary's): give both sides one name",
+			 "--name, name =, or first primary's): give both sides one name",
 			 peer, vm->name);
 		return -EINVAL;
 	}

@@ -59,8 +59,8 @@ enum repl_hook_result { REPL_HOOK_OK, REPL_HOOK_FAILED, REPL_HOOK_TIMEOUT, REPL_
 
 /* The VM's name, one per agent process, shared by every copy of its
  * struct repl_ops (the engines that follow one another keep it). own: the
- * operator chose it (--name, name =, the config file's name); otherwise it
- * is a default (the guest's, or none) that the primary's Hello replaces. */
+ * operator gave it (--name, name =); otherwise (the config file's, the
+ * guest's, none) it is a default that the primary's Hello replaces. */
 #define REPL_NAME_MAX 64
 struct repl_name {
 	char name[REPL_NAME_MAX];   /* "": none */

@@ -25,7 +25,8 @@
 #      VM behind it): a secondary given no name takes the primary's (status
 #      name, its log lines vm=NAME) and refuses a later primary of another
 #      name with an Error naming both; one given --name refuses a primary of
-#      another name and accepts one that sends none (an older primary).
+#      another name and accepts one that sends none (an older primary);
+#      a config file's name gives way like the guest's.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || fail "no binary at $BIN"
@@ -219,5 +220,12 @@ grep -qF "refusing primary: the primary's VM is named 'gamma', this secondary's 
 hello "" "- held"
 [ "$(sec_name)" = beta ] || fail "secondary --name beta is named '$(sec_name)'"
 kill $spid; wait $spid 2>/dev/null
-ok "6. a secondary given no name took the Hello's (gamma: status, log lines) and then refused delta; --name beta refused gamma and accepted a Hello without a name"
+# a config file's name is a default: vm9-standby.conf's secondary serves gamma
+printf 'insecure = true\n' >"$tmp/vm9-standby.conf"
+secondary --control "$tmp/sec.ctl" --config "$tmp/vm9-standby.conf"
+[ "$(sec_name)" = vm9-standby ] || fail "the secondary of vm9-standby.conf is named '$(sec_name)'"
+hello gamma "- held"
+[ "$(sec_name)" = gamma ] || fail "the secondary of vm9-standby.conf did not take gamma: '$(sec_name)'"
+kill $spid; wait $spid 2>/dev/null
+ok "6. a secondary given no name took the Hello's (gamma: status, log lines) and then refused delta; --name beta refused gamma and accepted a Hello without a name; one named by its config file (vm9-standby) took gamma"
 echo PASS
