@@ -73,6 +73,7 @@ bool repl_name_valid(const char *name)
 int repl_ops_peer_name(const struct repl_ops *ops, const char *peer, char *err, size_t errlen)
 {
 	struct repl_name *vm = ops ? ops->vm : NULL;
+	char was[REPL_NAME_MAX];
 
 	if (!peer || !peer[0] || !vm || !strcmp(peer, vm->name))
 		return 0;
@@ -86,8 +87,6 @@ int repl_ops_peer_name(const struct repl_ops *ops, const char *peer, char *err, 
 			 peer, vm->name);
 		return -EINVAL;
 	}
-	char was[REPL_NAME_MAX];
-
 	snprintf(was, sizeof(was), "%s", vm->name);
 	snprintf(vm->name, sizeof(vm->name), "%s", peer);
 	vm->own = true;

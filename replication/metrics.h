@@ -79,7 +79,7 @@ static inline const char *repl_ops_vm(const struct repl_ops *ops, const char *gu
 {
 	return ops && ops->vm && ops->vm->name[0] ? ops->vm->name : guest;
 }
-/* The name in a Hello: ops' own, "" when none (not the guest). */
+/* The name for a Hello: ops' name, "" when none (not the guest). */
 static inline const char *repl_ops_hello_name(const struct repl_ops *ops)
 {
 	return repl_ops_vm(ops, "");
