@@ -14,14 +14,15 @@
 #include <unistd.h>
 
 #include "net/control.h"
+#include "replication/metrics.h"
 
 #define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
+_Static_assert(CLI_NAME_MAX == REPL_NAME_MAX, "a name fits a peer's Hello");
+
 bool cli_name_valid(const char *name)
 {
-	size_t n = strlen(name);
-
-	return n >= 1 && n < CLI_NAME_MAX && name[0] != '.' && strspn(name, NAME_CHARS) == n;
+	return repl_name_valid(name);
 }
 
 int cli_name_set(struct cli_name *nm, const char *arg)

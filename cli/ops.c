@@ -57,7 +57,7 @@ int cli_ops_options_check(const char *cmd, const struct ops_options *o)
 }
 
 int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char *host_role,
-		  const char *name, struct cli_ops *c)
+		  const char *name, bool own, struct cli_ops *c)
 {
 	int r;
 
@@ -78,7 +78,9 @@ int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char 
 		}
 	}
 	repl_metrics_set_hooks(c->metrics, c->hooks);
-	c->ops = (struct repl_ops){ .metrics = c->metrics, .hooks = c->hooks, .name = name };
+	snprintf(c->vm.name, sizeof(c->vm.name), "%s", name ? name : "");
+	c->vm.own = own;
+	c->ops = (struct repl_ops){ .metrics = c->metrics, .hooks = c->hooks, .vm = &c->vm };
 	return 0;
 err:
 	cli_ops_stop(c);

@@ -47,6 +47,7 @@ struct cli_ops {
 	struct repl_metrics *metrics;
 	struct net_metrics *http;
 	struct repl_hooks *hooks;
+	struct repl_name vm;           /* the VM's name: ops.vm points here */
 	struct repl_ops ops;           /* what the engines get (opts->ops) */
 };
 
@@ -59,10 +60,11 @@ int cli_parse_ops_option(const char *cmd, struct ops_options *o, int opt, const 
 /* Checks they fit together; 0 or 2 after printing why. */
 int cli_ops_options_check(const char *cmd, const struct ops_options *o);
 /* Starts the metrics server and the hooks on loop (host_role: "primary" or
- * "secondary"; name: the VM's, kept by pointer, "" when not known); 0, or 1
- * (the exit status) after logging why. */
+ * "secondary"; name: the VM's, copied into c->vm, "" when not known; own:
+ * the operator chose it, see struct repl_name); 0, or 1 (the exit status)
+ * after logging why. c stays where it is while the agent runs. */
 int cli_ops_start(const struct ops_options *o, struct ev_loop *loop, const char *host_role,
-		  const char *name, struct cli_ops *c);
+		  const char *name, bool own, struct cli_ops *c);
 void cli_ops_stop(struct cli_ops *c);
 
 struct machine_config;

@@ -107,7 +107,7 @@ int cli_cmd_primary(int argc, char **argv)
 	o.witness = wo.o;
 	o.cfg = vo.cfg;
 	o.console = vo.console;
-	if (cli_ops_start(&ops, ev_default_loop(0), "primary", nm.name, &co))
+	if (cli_ops_start(&ops, ev_default_loop(0), "primary", nm.name, true, &co))
 		return 1;
 	o.ops = co.ops;
 	status = host_primary_run(ev_default_loop(0), &o);

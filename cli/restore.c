@@ -294,7 +294,7 @@ int cli_cmd_restore(int argc, char **argv)
 	repl_vm_net_announce(vm);
 	if (machine_net_announce(vm->m))
 		fprintf(stderr, "understudy restore: the guest is asked to announce its MAC\n");
-	if (cli_ops_start(&ops, loop, "primary", nm.name, &co)) {
+	if (cli_ops_start(&ops, loop, "primary", nm.name, true, &co)) {
 		repl_vm_free(vm);
 		return 1;
 	}

@@ -84,7 +84,7 @@ int cli_boot_serve(struct ev_loop *loop, const struct machine_config *cfg, const
 			repl_vm_free(vm);
 			return 1;
 		}
-		if (cli_ops_start(ops, loop, "primary", name, &co)) {
+		if (cli_ops_start(ops, loop, "primary", name, true, &co)) {
 			repl_vm_free(vm);
 			return 1;
 		}

@@ -40,7 +40,10 @@ static const char secondary_help[] =
 	"NIC needs --net: this host's tap, opened when the standby is built.\n"
 	"Without --control, a secondary whose VM has a name (--name, its config file, --guest\n"
 	"or --kernel) listens at $UNDERSTUDY_RUN_DIR/NAME.sock (default /run/understudy as\n"
-	"root, else $XDG_RUNTIME_DIR/understudy).\n\n"
+	"root, else $XDG_RUNTIME_DIR/understudy). A secondary not given --name (or name =)\n"
+	"takes its primary's name from the handshake for its logs, status, metrics, hooks\n"
+	"and fence command (its socket stays where it is); one given a name refuses a\n"
+	"primary of another name.\n\n"
 	CLI_NAME_HELP CLI_PORTS_HELP NET_OPTIONS_HELP WITNESS_OPTIONS_HELP
 	OPS_OPTIONS_HELP;
 
@@ -194,7 +197,7 @@ int cli_cmd_secondary(int argc, char **argv)
 	log_set_vm(nm.name);
 	if (cli_name_agent_control("secondary", &nm, &o.control))
 		return 2;
-	if (cli_ops_start(&ops, ev_default_loop(0), "secondary", nm.name, &co))
+	if (cli_ops_start(&ops, ev_default_loop(0), "secondary", nm.name, nm.given, &co))
 		return 1;
 	o.ops = co.ops;
 	status = host_secondary_run(ev_default_loop(0), &o);

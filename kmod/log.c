@@ -8,15 +8,25 @@
 #include <time.h>
 
 /* Written once by main() before any thread starts, read-only afterwards;
- * only the epoch changes later (atomic). */
+ * only the epoch and the VM's name change later (atomic): a secondary
+ * without a name takes its primary's. A name is written into the slot
+ * not in use, then published: a line being formatted reads the old one. */
 static struct {
 	enum log_level level;
 	enum log_format format;
 	char role[16];
-	char vm[64];
+	char vm_slot[2][64];
+	_Atomic(const char *) vm;   /* NULL: no name */
 	uint64_t t0_ns;
 	_Atomic uint64_t epoch;   /* 0: not known (no epoch yet) */
-} log_cfg = { LOG_INFO, LOG_FORMAT_TEXT, "", "", 0, 0 };
+} log_cfg = { LOG_INFO, LOG_FORMAT_TEXT, "", { "", "" }, NULL, 0, 0 };
+
+static const char *log_vm(void)
+{
+	const char *vm = atomic_load_explicit(&log_cfg.vm, memory_order_acquire);
+
+	return vm ? vm : "";
+}
 
 uint64_t now_ns(void)
 {
@@ -38,7 +48,10 @@ void log_set_role(const char *role)
 
 void log_set_vm(const char *name)
 {
-	snprintf(log_cfg.vm, sizeof(log_cfg.vm), "%s", name ? name : "");
+	char *slot = log_cfg.vm_slot[log_vm() == log_cfg.vm_slot[0]];
+
+	snprintf(slot, sizeof(log_cfg.vm_slot[0]), "%s", name ? name : "");
+	atomic_store_explicit(&log_cfg.vm, slot, memory_order_release);
 }
 
 bool log_has_role(void)
@@ -141,6 +154,7 @@ static int json_line(char *line, size_t len, enum log_level level, const char *t
 {
 	uint64_t epoch = atomic_load_explicit(&log_cfg.epoch, memory_order_relaxed);
 	char when[40], esc_tag[64], esc_role[40], esc_msg[3072], epoch_s[40] = "", vm_s[400] = "";
+	const char *vm = log_vm();
 	struct timespec ts;
 	struct tm tm;
 
@@ -152,9 +166,9 @@ static int json_line(char *line, size_t len, enum log_level level, const char *t
 	log_json_escape(esc_msg, sizeof(esc_msg), msg);
 	if (epoch)
 		snprintf(epoch_s, sizeof(epoch_s), ",\"epoch\":%llu", (unsigned long long)epoch);
-	if (log_cfg.vm[0]) {
+	if (vm[0]) {
 		strcpy(vm_s, ",\"vm\":\"");
-		log_json_escape(vm_s + 7, sizeof(vm_s) - 8, log_cfg.vm);
+		log_json_escape(vm_s + 7, sizeof(vm_s) - 8, vm);
 		strcat(vm_s, "\"");
 	}
 	return snprintf(line, len, "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\",\"module\":\"%s\"%s%s%s%s%s,"
@@ -187,10 +201,11 @@ void log_msg(enum log_level level, const char *tag, const char *fmt, ...)
 		n = json_line(line, sizeof(line), level, tag, msg);
 	} else {
 		uint64_t t = now_ns() - log_cfg.t0_ns;
+		const char *vm = log_vm();
 
 		n = snprintf(line, sizeof(line), "understudy%s%s%s%s%s +%llu.%06llu %s %s: %s",
 			     log_cfg.role[0] ? "[" : "", log_cfg.role, log_cfg.role[0] ? "]" : "",
-			     log_cfg.vm[0] ? " vm=" : "", log_cfg.vm,
+			     vm[0] ? " vm=" : "", vm,
 			     (unsigned long long)(t / 1000000000ull),
 			     (unsigned long long)(t % 1000000000ull / 1000), level_text[level], tag, msg);
 	}

@@ -20,7 +20,8 @@ enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 void log_set_level(enum log_level level);
 void log_set_role(const char *role);
 bool log_has_role(void);
-/* The VM's name (--name), or "" for none. */
+/* The VM's name (--name), or "" for none; may change once threads run
+ * (a secondary takes its primary's): lines read a whole name. */
 void log_set_vm(const char *name);
 void log_set_format(enum log_format format);
 /* The epoch this process last captured or applied, put into JSON lines.

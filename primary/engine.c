@@ -228,7 +228,8 @@ static void on_connected(struct net_conn *c, void *ctx)
 	p->link.last_rx_ns = p->link.up_ns = now_ns();
 	if (n < 0 ||
 	    (r = repl_send_hello_resume(&p->link, UNDERSTUDY__ROLE__ROLE_PRIMARY, &p->o->cfg,
-					&p->timing, p->o->witness.key, NULL, p->o->resume_epoch)) < 0 ||
+					&p->timing, p->o->witness.key, NULL, p->o->resume_epoch,
+					repl_ops_hello_name(&p->o->ops))) < 0 ||
 	    (!p->o->resume_epoch &&
 	     (r = repl_link_send_section(&p->link, PROTO_SECTION_MACHINE_CONFIG, cfgtext, (size_t)n)) < 0))
 		repl_primary_fault(p, repl_fault_send(r), r, "cannot send hello");

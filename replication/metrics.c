@@ -55,6 +55,49 @@ void repl_metrics_set_hooks(struct repl_metrics *m, struct repl_hooks *h)
 		m->hooks = h;
 }
 
+/* The label vm="NAME" from now on (repl_ops_peer_name); m may be NULL. */
+static void metrics_set_name(struct repl_metrics *m, const char *name)
+{
+	if (m)
+		snprintf(m->vm, sizeof(m->vm), "%s", name ? name : "");
+}
+
+bool repl_name_valid(const char *name)
+{
+	static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
+	size_t n = strlen(name);
+
+	return n >= 1 && n < REPL_NAME_MAX && name[0] != '.' && strspn(name, chars) == n;
+}
+
+int repl_ops_peer_name(const struct repl_ops *ops, const char *peer, char *err, size_t errlen)
+{
+	struct repl_name *vm = ops ? ops->vm : NULL;
+	char was[REPL_NAME_MAX];
+
+	if (!peer || !peer[0] || !vm || !strcmp(peer, vm->name))
+		return 0;
+	if (!repl_name_valid(peer)) {
+		snprintf(err, errlen, "the primary's VM name is not a name (%zu bytes)", strlen(peer));
+		return -EPROTO;
+	}
+	if (vm->own) {
+		snprintf(err, errlen, "the primary's VM is named '%s', this secondary's '%s' (its "
+			 "--name, name =, or first primary's): give both sides one name",
+			 peer, vm->name);
+		return -EINVAL;
+	}
+	snprintf(was, sizeof(was), "%s", vm->name);
+	snprintf(vm->name, sizeof(vm->name), "%s", peer);
+	vm->own = true;
+	log_set_vm(vm->name);
+	metrics_set_name(ops->metrics, vm->name);
+	log_info("ops", "the primary names the VM '%s': this secondary's name from now on%s%s%s",
+		 peer, was[0] ? " (was '" : "", was, was[0] ? "', a default; the control socket "
+		 "stays where it is)" : "");
+	return 0;
+}
+
 void repl_ops_event(const struct repl_ops *ops, enum repl_event ev,
 		    const struct repl_event_info *info)
 {

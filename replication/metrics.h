@@ -57,18 +57,41 @@ struct repl_metrics;
 struct repl_hooks;
 enum repl_hook_result { REPL_HOOK_OK, REPL_HOOK_FAILED, REPL_HOOK_TIMEOUT, REPL_HOOK_RESULTS };
 
-/* What an agent hands its engines (opts->ops); either pointer may be NULL. */
+/* The VM's name, one per agent process, shared by every copy of its
+ * struct repl_ops (the engines that follow one another keep it). own: the
+ * operator gave it (--name, name =); otherwise (the config file's, the
+ * guest's, none) it is a default that the primary's Hello replaces. */
+#define REPL_NAME_MAX 64
+struct repl_name {
+	char name[REPL_NAME_MAX];   /* "": none */
+	bool own;
+};
+
+/* What an agent hands its engines (opts->ops); any pointer may be NULL. */
 struct repl_ops {
 	struct repl_metrics *metrics;
 	struct repl_hooks *hooks;
-	const char *name;      /* the VM's name, or NULL/"" when not known */
+	struct repl_name *vm;  /* the VM's name, NULL when not known */
 };
 
 /* The VM's name of ops when known, else guest (hooks, the fence, status). */
 static inline const char *repl_ops_vm(const struct repl_ops *ops, const char *guest)
 {
-	return ops && ops->name && ops->name[0] ? ops->name : guest;
+	return ops && ops->vm && ops->vm->name[0] ? ops->vm->name : guest;
 }
+/* The name for a Hello: ops' name, "" when none (not the guest). */
+static inline const char *repl_ops_hello_name(const struct repl_ops *ops)
+{
+	return repl_ops_vm(ops, "");
+}
+/* A name a peer sent: 1..REPL_NAME_MAX-1 of A-Z a-z 0-9 . _ -, no leading '.'. */
+bool repl_name_valid(const char *name);
+/* The primary's Hello named the VM peer (NULL or "": an older primary, or
+ * none: nothing changes). A secondary with a name of its own refuses
+ * another (-EINVAL, err names both); one without takes it for its logs,
+ * status, metrics, hooks and fence, and keeps it as its own from then on.
+ * -EPROTO for a name that is not one. Loop thread. */
+int repl_ops_peer_name(const struct repl_ops *ops, const char *peer, char *err, size_t errlen);
 
 /* Counts ev and runs the hook (never waits for it). ops may be NULL. */
 void repl_ops_event(const struct repl_ops *ops, enum repl_event ev,

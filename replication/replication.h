@@ -278,16 +278,17 @@ struct repl_timing {
 };
 /* Heartbeat every repl_heartbeat_interval(timeout_ms); epoch_ms 0 for a secondary. */
 void repl_timing_init(struct repl_timing *t, unsigned timeout_ms, unsigned epoch_ms);
-/* witness_key: --witness-key or NULL; token: a secondary's standby token or NULL. */
+/* witness_key: --witness-key or NULL; token: a secondary's standby token or
+ * NULL; vm_name: the VM's name or NULL (Hello.vm_name). */
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
 		    const struct repl_timing *t, const char *witness_key,
-		    const char *token) US_MUST_CHECK;
-/* Refuses (-EINVAL, err names both) a peer that answers to another witness. */
+		    const char *token, const char *vm_name) US_MUST_CHECK;
 /* The same, from a primary resuming after a switchover (Hello.resume_epoch). */
 int repl_send_hello_resume(struct repl_link *l, Understudy__Role role,
 			   const struct machine_config *cfg, const struct repl_timing *t,
 			   const char *witness_key, const char *token,
-			   uint64_t resume_epoch) US_MUST_CHECK;
+			   uint64_t resume_epoch, const char *vm_name) US_MUST_CHECK;
+/* Refuses (-EINVAL, err names both) a peer that answers to another witness. */
 int repl_check_witness(const Understudy__Hello *h, const char *mine, char *err, size_t errlen);
 int repl_check_hello(const Understudy__Hello *h, Understudy__Role want, char *err, size_t errlen);
 /* Reads the peer's settings from its Hello (-EPROTO if it did not say them). */

@@ -219,14 +219,16 @@ uint64_t repl_link_stalled_ns(const struct repl_link *l, unsigned stall_ms)
 }
 
 int repl_send_hello(struct repl_link *l, Understudy__Role role, const struct machine_config *cfg,
-		    const struct repl_timing *t, const char *witness_key, const char *token)
+		    const struct repl_timing *t, const char *witness_key, const char *token,
+		    const char *vm_name)
 {
-	return repl_send_hello_resume(l, role, cfg, t, witness_key, token, 0);
+	return repl_send_hello_resume(l, role, cfg, t, witness_key, token, 0, vm_name);
 }
 
 int repl_send_hello_resume(struct repl_link *l, Understudy__Role role,
 			   const struct machine_config *cfg, const struct repl_timing *t,
-			   const char *witness_key, const char *token, uint64_t resume_epoch)
+			   const char *witness_key, const char *token, uint64_t resume_epoch,
+			   const char *vm_name)
 {
 	Understudy__Hello h = UNDERSTUDY__HELLO__INIT;
 	uint64_t digest = machine_config_digest(cfg);
@@ -245,6 +247,7 @@ int repl_send_hello_resume(struct repl_link *l, Understudy__Role role,
 	h.witness_key = (char *)(witness_key ? witness_key : "");
 	h.standby_token = (char *)(token ? token : "");
 	h.resume_epoch = resume_epoch;
+	h.vm_name = (char *)(vm_name ? vm_name : "");
 	return repl_link_send_msg(l, PROTO_T_HELLO, &h.base);
 }
 

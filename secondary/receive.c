@@ -112,7 +112,8 @@ static int standby_disk(struct repl_secondary *s)
 int repl_sec_send_hello(struct repl_secondary *s)
 {
 	return repl_send_hello(&s->link, UNDERSTUDY__ROLE__ROLE_SECONDARY, &s->cfg, &s->timing,
-			       s->o->witness.key, s->wit ? s->token : NULL);
+			       s->o->witness.key, s->wit ? s->token : NULL,
+			       repl_ops_hello_name(&s->o->ops));
 }
 
 static int build_standby(struct repl_secondary *s, const Understudy__Section *sec)
@@ -238,6 +239,8 @@ int repl_sec_hello(struct repl_secondary *s, struct repl_link *l, const Understu
 		r = repl_hello_timing(h, &s->peer_timing, err, sizeof(err));
 	if (r == 0)
 		r = repl_check_timing(&s->peer_timing, &s->timing, err, sizeof(err));
+	if (r == 0)   /* last: a primary refused otherwise does not name us */
+		r = repl_ops_peer_name(&s->o->ops, h->vm_name, err, sizeof(err));
 	if (r < 0)
 		return refuse_primary(s, l, r, err);
 	s->peer_caps = h->capabilities;   /* drills need PROTO_CAP_DRILL */

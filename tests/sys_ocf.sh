@@ -97,8 +97,19 @@ OCF_RESKEY_index= ra validate-all; rc=$?
 ra start || fail "start: $(tail -5 "$tmp/ra.log")"
 grep -qF -- "--listen 127.0.0.1:$lport: port $lport (--port-base $((lport - 3)) + --index 3)" \
 	"$tmp/state/understudy_u.log" || fail "the standby's port is not derived from index: $(tail -5 "$tmp/state/understudy_u.log")"
+# every process of the agent is named after the resource (--name): its
+# standby refuses the primary of another VM, and serves one of its name
+ustatus() { "$BIN" status --control "$tmp/state/understudy_u.sock" --json 2>/dev/null |
+	python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+[ "$(ustatus name)" = understudy_u ] || fail "the agent's standby is named '$(ustatus name)', want understudy_u"
 xcon=$(free_port)
-"$BIN" primary --guest counter --console tcp:127.0.0.1:$xcon --peer 127.0.0.1:$lport --insecure \
+timeout $((30 * X)) "$BIN" primary --guest counter --name other --console tcp:127.0.0.1:$xcon \
+	--peer 127.0.0.1:$lport --insecure --timeout-ms $T 2>"$tmp/xpri.log"; rc=$?
+[ $rc = 1 ] || fail "a primary named other against the agent's standby: exit $rc, want 1"
+grep -qF "refusing primary: the primary's VM is named 'other', this secondary's 'understudy_u'" \
+	"$tmp/state/understudy_u.log" || fail "the agent's standby did not refuse 'other': $(tail -3 "$tmp/state/understudy_u.log")"
+ok "the agent's standby is named understudy_u (--name) and refused a primary named other"
+"$BIN" primary --guest counter --name understudy_u --console tcp:127.0.0.1:$xcon --peer 127.0.0.1:$lport --insecure \
 	--timeout-ms $T 2>"$tmp/xpri.log" &
 xp=$!
 wait_log "$tmp/xpri.log" "protected: secondary holds" $((10 * X)) || fail "never protected"
@@ -142,7 +153,7 @@ ra monitor; rc=$?
 ok "promote refused on a node without a checkpoint (allow_fresh_boot=false)"
 
 # a primary outside the agent's control protects itself on the agent's standby
-"$BIN" primary --guest counter --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$lport --insecure \
+"$BIN" primary --guest counter --name understudy_u --console tcp:127.0.0.1:$pcon --peer 127.0.0.1:$lport --insecure \
 	--timeout-ms $T --control "$tmp/pri.ctl" 2>"$tmp/pri.log" &
 echo $! > "$tmp/pri.pid"
 for _ in $(seq $((100 * X))); do grep -q "protected: secondary holds" "$tmp/pri.log" && break; sleep 0.1; done
@@ -180,8 +191,7 @@ ok "demote of the only copy refused: the guest runs on (counter 4)"
 	--takeover manual --control "$tmp/peer2.ctl" >"$tmp/peer2.log" 2>&1 &
 echo $! > "$tmp/peer.pid"
 wait_port $pport $((10 * X)) || fail "the second peer standby did not listen"
-ustate() { "$BIN" status --control "$tmp/state/understudy_u.sock" --json 2>/dev/null |
-	python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+ustate() { ustatus state; }
 ra monitor; rc=$?
 [ $rc = 8 ] || fail "probe of the unprotected promoted instance: $rc, want 8"
 st=$(ustate)

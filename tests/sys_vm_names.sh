@@ -20,7 +20,13 @@
 #      status --name and list look there; a default directory that cannot
 #      be made is one warning and no socket, not a refusal; a --control or
 #      control = whose directory is missing gets it made 0700, and one
-#      whose directory cannot be made exits 2 naming it.
+#      whose directory cannot be made exits 2 naming it;
+#   6. the name in the Hello (tests/raw_peer.py named: a primary's Hello, no
+#      VM behind it): a secondary given no name takes the primary's (status
+#      name, its log lines vm=NAME) and refuses a later primary of another
+#      name with an Error naming both; one given --name refuses a primary of
+#      another name and accepts one that sends none (an older primary);
+#      a config file's name gives way like the guest's.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || fail "no binary at $BIN"
@@ -176,4 +182,50 @@ out=$(as_nobody timeout 5 "$BIN" run --guest counter --console tcp:127.0.0.1:1 \
 [ $rc = 2 ] && echo "$out" | grep -qF -- "--control $nob/ro/sub/vm.sock: cannot make its directory $nob/ro/sub" ||
 	fail "--control in a directory nobody may make: exit $rc, want 2 naming it: $out"
 ok "5. as nobody: the socket directory $xdg/understudy (0700, nobody's), else /tmp/understudy-65534; status --name and list look there; an unusable default: one warning, no refusal; --control and control = get a missing directory made 0700, one that cannot be made exits 2 naming it"
+
+# 6.
+# secondary ARGS...: a secondary on a free port ($sport), its log $tmp/sec.log
+secondary() {
+	sport=$(free_port)
+	"$BIN" secondary --listen 127.0.0.1:$sport --console tcp:127.0.0.1:$(free_port) --insecure \
+		--failover-timeout-ms 3000 "$@" 2>"$tmp/sec.log" </dev/null &
+	spid=$!
+	pids+=($spid)
+	for _ in $(seq 100); do "$BIN" status --control "$tmp/sec.ctl" >/dev/null 2>&1 && return 0; sleep 0.05; done
+	fail "the secondary did not start: $(cat "$tmp/sec.log")"
+}
+# hello NAME WANT: a primary's Hello naming NAME; the secondary answers WANT
+# ("- held": accepted, "9": one Error, then closed)
+hello() {
+	local got
+	got=$(python3 tests/raw_peer.py $sport named "$1" 1) || fail "Hello '$1': $got"
+	[ "$got" = "$2" ] || fail "Hello '$1': the secondary answered '$got', want '$2': $(tail -3 "$tmp/sec.log")"
+}
+sec_name() { "$BIN" status --control "$tmp/sec.ctl" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])'; }
+secondary --control "$tmp/sec.ctl"
+[ "$(sec_name)" = "" ] || fail "a secondary given no name has one: $(sec_name)"
+hello gamma "- held"
+[ "$(sec_name)" = gamma ] || fail "the secondary did not take the primary's name: '$(sec_name)'"
+grep -q "^understudy\[secondary\] vm=gamma .*the primary names the VM 'gamma'" "$tmp/sec.log" ||
+	fail "no vm=gamma line: $(cat "$tmp/sec.log")"
+hello delta 9
+grep -qF "refusing primary: the primary's VM is named 'delta', this secondary's 'gamma'" "$tmp/sec.log" ||
+	fail "a second primary of another name: $(tail -3 "$tmp/sec.log")"
+[ "$(sec_name)" = gamma ] || fail "the refused primary renamed the secondary: '$(sec_name)'"
+kill $spid; wait $spid 2>/dev/null
+secondary --control "$tmp/sec.ctl" --name beta
+hello gamma 9
+grep -qF "refusing primary: the primary's VM is named 'gamma', this secondary's 'beta'" "$tmp/sec.log" ||
+	fail "secondary --name beta: $(tail -3 "$tmp/sec.log")"
+hello "" "- held"
+[ "$(sec_name)" = beta ] || fail "secondary --name beta is named '$(sec_name)'"
+kill $spid; wait $spid 2>/dev/null
+# a config file's name is a default: vm9-standby.conf's secondary serves gamma
+printf 'insecure = true\n' >"$tmp/vm9-standby.conf"
+secondary --control "$tmp/sec.ctl" --config "$tmp/vm9-standby.conf"
+[ "$(sec_name)" = vm9-standby ] || fail "the secondary of vm9-standby.conf is named '$(sec_name)'"
+hello gamma "- held"
+[ "$(sec_name)" = gamma ] || fail "the secondary of vm9-standby.conf did not take gamma: '$(sec_name)'"
+kill $spid; wait $spid 2>/dev/null
+ok "6. a secondary given no name took the Hello's (gamma: status, log lines) and then refused delta; --name beta refused gamma and accepted a Hello without a name; one named by its config file (vm9-standby) took gamma"
 echo PASS

@@ -162,6 +162,7 @@ static void test_msg_roundtrip(void **state)
 	hello.config_digest = (ProtobufCBinaryData){ sizeof(digest), digest };
 	hello.config_digest64 = rnd();
 	hello.capabilities = PROTO_CAP_LZ4 | PROTO_CAP_XOR;
+	hello.vm_name = "web1";
 	eb.epoch = rnd();
 	ee.epoch = eb.epoch;
 	ee.npages = 12345;
@@ -218,6 +219,7 @@ static void test_msg_roundtrip(void **state)
 		h = (Understudy__Hello *)m;
 		assert_int_equal(h->config_digest64, hello.config_digest64);
 		assert_memory_equal(h->config_digest.data, digest, sizeof(digest));
+		assert_string_equal(h->vm_name, "web1");
 		proto_msg_free(m);
 	}
 	/* Garbage is -EBADMSG (0xff... is an invalid varint/tag stream). */
@@ -232,6 +234,42 @@ static void test_msg_roundtrip(void **state)
 	}
 	collect_free(&c);
 	proto_buf_fini(&out);
+}
+
+/* Hello.vm_name (field 14) is optional both ways: an older primary's Hello
+ * (no field 14) reads as the name "", and an older reader skips the field
+ * as unknown, as this one skips a field 15 it does not know. */
+static void test_hello_name_compat(void **state)
+{
+	Understudy__Hello hello = UNDERSTUDY__HELLO__INIT, *h;
+	uint8_t buf[256];
+	ProtobufCMessage *m;
+	size_t n, named;
+
+	(void)state;
+	hello.protocol_version = PROTO_VERSION;
+	hello.role = UNDERSTUDY__ROLE__ROLE_PRIMARY;
+	hello.heartbeat_ms = 100;
+	n = protobuf_c_message_pack(&hello.base, buf);
+	assert_int_equal(proto_msg_unpack(PROTO_T_HELLO, buf, n, &m), 0);
+	h = (Understudy__Hello *)m;
+	assert_string_equal(h->vm_name, "");
+	assert_int_equal(h->heartbeat_ms, 100);
+	proto_msg_free(m);
+
+	/* named: the old bytes and field 14 (tag 0x72, length, the name) */
+	hello.vm_name = "db-7";
+	named = protobuf_c_message_pack(&hello.base, buf);
+	assert_int_equal(named, n + 2 + 4);
+	assert_memory_equal(buf + n, "\x72\x04" "db-7", 6);
+	/* a field this reader does not know (15, a string) is skipped */
+	memcpy(buf + named, "\x7a\x03" "new", 5);
+	assert_int_equal(proto_msg_unpack(PROTO_T_HELLO, buf, named + 5, &m), 0);
+	h = (Understudy__Hello *)m;
+	assert_string_equal(h->vm_name, "db-7");
+	assert_int_equal(h->heartbeat_ms, 100);
+	assert_int_equal(h->role, UNDERSTUDY__ROLE__ROLE_PRIMARY);
+	proto_msg_free(m);
 }
 
 static void build_two_frames(struct proto_buf *out)
@@ -1013,6 +1051,7 @@ int main(void)
 		cmocka_unit_test(test_le_helpers),
 		cmocka_unit_test(test_section_messages),
 		cmocka_unit_test(test_msg_roundtrip),
+		cmocka_unit_test(test_hello_name_compat),
 		cmocka_unit_test(test_frame_errors),
 		cmocka_unit_test(test_pages_roundtrip),
 		cmocka_unit_test(test_pages_malformed),

@@ -136,7 +136,7 @@ static struct repl_primary *engine(struct repl_primary_opts *o, const char *what
 
 static void primary_status_escapes_reason(void **state)
 {
-	struct repl_primary_opts o = { .ops.name = "web1" };
+	struct repl_primary_opts o = { .ops.vm = &(struct repl_name){ .name = "web1" } };
 	struct repl_primary *p = engine(&o, NASTY);
 	char *text = repl_primary_status_text(p, "status json");
 	json_object *js;

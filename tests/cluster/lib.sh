@@ -151,7 +151,11 @@ cluster_up() {
 }
 
 # add_vm NAME PORT: the guest NAME (a counter) as a promotable clone NAME-clone:
-# each node's standby listens on PORT, the console on PORT+1
+# each node's standby listens on PORT, the console on PORT+1. The monitors'
+# intervals stretch SLOW times too: every monitor forks the agent, understudy
+# status and crm_attribute, and with an instance per VM per node at 1 s and
+# 2 s they alone outran the emulator's one TCG thread, so monitors queued
+# past their timeouts (three nodes, six guests).
 add_vm() {
 	local v=$1 port=$2 nodes i
 	nodes=$(for i in $ALL; do printf 'node%s=10.213.0.%s:%s ' "$i" "$i" "$port"; done)
@@ -185,8 +189,8 @@ add_vm() {
       <op id='$v-stop' name='stop' interval='0' timeout='$((20 * SLOW))s'/>
       <op id='$v-promote' name='promote' interval='0' timeout='$((40 * SLOW))s'/>
       <op id='$v-demote' name='demote' interval='0' timeout='$((30 * SLOW))s' on-fail='block'/>
-      <op id='$v-mon-p' name='monitor' interval='1s' role='Master' timeout='$((10 * SLOW))s'/>
-      <op id='$v-mon-s' name='monitor' interval='2s' role='Slave' timeout='$((10 * SLOW))s'/>
+      <op id='$v-mon-p' name='monitor' interval='$((1 * SLOW))s' role='Master' timeout='$((10 * SLOW))s'/>
+      <op id='$v-mon-s' name='monitor' interval='$((2 * SLOW))s' role='Slave' timeout='$((10 * SLOW))s'/>
     </operations>
   </primitive>
 </clone>" || fail "resource $v"

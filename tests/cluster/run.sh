@@ -109,7 +109,7 @@ scenario1() {
 		refigs+=("$re")
 		ok "node$P's guest is protected again by node$S ($(role $S)), $re ms after the kill, without a person"
 	done
-	echo "result: process kill -> first console byte from the promoted standby, ${#figures[@]} trials (ms): $(printf '%s\n' "${figures[@]}" | sort -n | tr '\n' ' ')(monitor interval 1 s)"
+	echo "result: process kill -> first console byte from the promoted standby, ${#figures[@]} trials (ms): $(printf '%s\n' "${figures[@]}" | sort -n | tr '\n' ' ')(monitor interval $((1 * SLOW)) s)"
 	echo "result: process kill -> protected again (re-protection onto the restarted node), ${#refigs[@]} trials (ms): $(printf '%s\n' "${refigs[@]}" | sort -n | tr '\n' ' ')"
 }
 # ---- 2. the primary's node dies -----------------------------------------------
