@@ -32,6 +32,8 @@ enum kmod_mutant {
 	MUTANT_ID_precopy_keep_delta,
 	MUTANT_ID_resume_forgets_kicks,
 	MUTANT_ID_serve_while_missing,
+	MUTANT_ID_notify_while_missing,
+	MUTANT_ID_rx_while_missing,
 };
 
 /* 1 when the macro x is defined as 1 (as -DX makes it), else 0: "0," is

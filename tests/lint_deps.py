@@ -64,7 +64,7 @@ EXPORT_ALLOWED = {
         "virtio_config_changed", "pci_slot_virtio", "virtio_queue_notify", "pci_bar0_base",
         "ioevent_start", "ioevent_stop", "ioevent_resume", "ioevent_sync", "ioevent_serve_all")},
     **{name: _OLD for name in (
-        "machine_boot_linux", "machine_net_rx_dropped", "proto_buf_reserve", "proto_frame_begin",
+        "machine_boot_linux", "proto_buf_reserve", "proto_frame_begin",
         "proto_frame_end", "ckpt_get_machine_state", "console_close_endpoint", "net_tap_created",
         "tls_rec_secret_from_hex")},
 }

@@ -29,7 +29,9 @@ disk_apply_early|13 disk blocks of epoch N reach the standby's image only at com
 silence_wraps|5 no takeover while the peer is heard (a beat newer than the clock read is no silence)|test_beat
 precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover
 resume_forgets_kicks|4 a virtio kick in no checkpoint (read from an ioeventfd, not served) is served when a loaded machine resumes|test_ioevent
-serve_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (the I/O thread serves nothing until every page is in)|test_ioevent"
+serve_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (the I/O thread serves nothing until every page is in)|test_ioevent
+notify_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (a notify that exits is left to the I/O thread)|test_ioevent
+rx_while_missing|14 the loop that places post-copy pages never touches a missing one (a tap frame is dropped meanwhile)|test_ioevent"
 only=${MUTANTS:-}
 
 # run_test BUILD_DIR TEST LOG: 0 when the test passes
