@@ -74,7 +74,8 @@ struct uart_state {
  * UTC clock plus rtc_offset, the seconds by which the guest set it off
  * (0 until it writes the time): after a takeover or a restore the guest's
  * wall clock goes on from the same offset. Its update cycles (at the host
- * clock's second boundaries), periodic ticks and alarm have been run into
+ * clock's second boundaries, shifted by rtc_phase_ns once the guest
+ * restarted the divider), periodic ticks and alarm have been run into
  * register C's flags up to rtc_sync_ns, so a machine that takes the state
  * over runs the ones due since (an alarm that fell in a failover's gap
  * included). */
@@ -91,6 +92,8 @@ struct platform_state {
 	int64_t rtc_offset;           /* guest RTC time - host UTC time, seconds */
 	int64_t rtc_sync_ns;          /* host UTC time (ns since 1970) register C is
 				       * up to date for; 0: none yet (the first access) */
+	int64_t rtc_phase_ns;         /* 0..1e9-1: where in the host's second the guest's
+				       * second begins (set by a divider restart) */
 	uint8_t cmos[128];            /* CMOS RAM; the time registers hold the last
 				       * time read or set (the clock runs outside) */
 };
