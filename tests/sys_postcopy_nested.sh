@@ -54,6 +54,28 @@ print("   summary: pages %d, faults %d, fault p99 %d us" % (
     s.get("postcopy_pages", 0), s.get("postcopy_faults", 0), s.get("fault_p99_us", 0)))' ||
 		fail "summary ($2): $(tail -1 "$1")"
 }
+# completed MIGRATE_PID MIGRATE_LOG JSON SOURCE_PID DEST_LOG MIN_FAULTS: the
+# post-copy migration ended well: migrate's summary, the source's exit 0,
+# the destination's completion with at least MIN_FAULTS pages fetched on
+# demand. In the nested VM a source stalled by the emulator may let
+# migrate's control connection go before it asks again ("no request within
+# 2 s"), which migrate reports as the source ending: there the agents'
+# own word (exit status, completion line) is what is judged, and it says so.
+completed() {
+	local mpid=$1 mlog=$2 json=$3 spid=$4 dlog=$5 minf=$6 faults
+	if wait "$mpid"; then
+		summary "$json" "s[\"postcopy\"] and s[\"postcopy_faults\"] >= $minf"
+	elif [ "${UNDERSTUDY_NESTED:-}" = 1 ] && grep -q "the source ended during the hand-over" "$mlog"; then
+		echo "   (nested VM: migrate lost its control connection to the stalled source, '$(tail -1 "$mlog" | cut -c1-80)...'; judged by the agents)"
+	else
+		fail "migrate: $(tail -2 "$mlog")"
+	fi
+	wait "$spid" || fail "the source exited non-zero"
+	wait_log "$dlog" "POST-COPY COMPLETE" $((60 * X)) || fail "post-copy did not complete: $(tail -3 "$dlog")"
+	faults=$(sed -n 's/.*POST-COPY COMPLETE: .* after the resume; \([0-9]*\) faults fetched.*/\1/p' "$dlog")
+	[ "${faults:-0}" -ge "$minf" ] || fail "$faults pages fetched on demand, want >= $minf"
+	echo "   $(grep -o 'POST-COPY COMPLETE: [^;]*; [0-9]* faults fetched' "$dlog")"
+}
 verified() {   # LOG: the destination's test-mode digest equals the source's
 	wait_log "$1" "post-copy verify" $((20 * X)) || fail "no digest check: $(tail -3 "$1")"
 	grep -q "post-copy verify: the RAM at the switch equals" "$1" ||
@@ -77,9 +99,7 @@ wait_log "$tmp/1.dst.log" "stale pages made missing" $((30 * X)) ||
 	fail "no post-copy: $(tail -3 "$tmp/1.dst.log")"
 [ "$(count $dcon incr incr)" = 5 ] || fail "the destination does not go on from 3 during post-copy"
 grep -q "POST-COPY COMPLETE" "$tmp/1.dst.log" && fail "post-copy ended before the conversation (no faults tested)"
-wait $mp || fail "migrate: $(tail -2 "$tmp/1.migrate.log")"
-wait $sp || fail "the source exited non-zero"
-summary "$tmp/1.json" 's["postcopy"] and s["postcopy_faults"] >= 10'
+completed $mp "$tmp/1.migrate.log" "$tmp/1.json" $sp "$tmp/1.dst.log" 10
 [ "$(count $dcon incr)" = 6 ] || fail "the destination does not go on after post-copy"
 verified "$tmp/1.dst.log"
 ok "1. counter conversation across post-copy: 3 -> 5 with pages missing -> 6 after, RAM at the switch equal"
@@ -136,9 +156,7 @@ mp=$!
 wait_log "$tmp/2.dst.log" "stale pages made missing" $((30 * X)) ||
 	fail "no post-copy: $(tail -3 "$tmp/2.dst.log")"
 before=$(tail -1 "$tmp/2.seen")
-wait $mp || fail "migrate: $(tail -2 "$tmp/2.migrate.log")"
-wait $sp || fail "the source exited non-zero"
-summary "$tmp/2.json" 's["postcopy"] and s["postcopy_faults"] >= 1'
+completed $mp "$tmp/2.migrate.log" "$tmp/2.json" $sp "$tmp/2.dst.log" 1
 wait_log "$tmp/2.dst.log" "frames for the guest dropped" $((20 * X)) ||
 	fail "no count of dropped frames: $(tail -3 "$tmp/2.dst.log")"
 dropped=$(sed -n 's/.*post-copy: \([0-9]*\) frames for the guest dropped.*/\1/p' "$tmp/2.dst.log")
