@@ -350,6 +350,7 @@ static uint32_t digest_platform(const struct platform_state *p)
 	MIX(c, p->pm1_cnt);
 	MIX(c, p->rtc_offset);
 	MIX(c, p->rtc_sync_ns);
+	MIX(c, p->rtc_phase_ns);
 	return proto_crc32c(c, p->cmos, sizeof(p->cmos));
 }
 

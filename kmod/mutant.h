@@ -33,6 +33,10 @@ enum kmod_mutant {
 	MUTANT_ID_resume_forgets_kicks,
 	MUTANT_ID_serve_while_missing,
 	MUTANT_ID_refuse_reprotect,
+	MUTANT_ID_notify_while_missing,
+	MUTANT_ID_rx_while_missing,
+	MUTANT_ID_day_alarm_ignored,
+	MUTANT_ID_divider_reset_runs,
 };
 
 /* 1 when the macro x is defined as 1 (as -DX makes it), else 0: "0," is

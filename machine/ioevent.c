@@ -9,7 +9,9 @@
  * read during a pause stays pending and is served when the machine
  * resumes. At a post-copy destination it also waits until no page is
  * missing (uffd.c says why): the kicks, and the resume's pass over every
- * queue, are served when the last page is in. So the transport's invariant (virtio_pci.c) holds as on the
+ * queue, are served when the last page is in; a notify that exits to a
+ * vCPU thread meanwhile is left to it the same way (the device's held
+ * queues, taken here into the pending ones). So the transport's invariant (virtio_pci.c) holds as on the
  * vCPU thread: nothing is in flight when every vCPU is parked, a capture
  * never races a device write, and what a device writes is marked dirty
  * before the lock is dropped. A kick that reached an eventfd after a
@@ -23,7 +25,7 @@
  * UNDERSTUDY_IOEVENTFD=1 or 0 turns it on or off for any. Off, or on a KVM
  * without KVM_IOEVENTFD, every notification is a KVM exit served on the
  * vCPU thread; the thread then only serves the queues left pending by a
- * load. */
+ * load or held during post-copy. */
 #include "machine/ioevent.h"
 #include "machine/machine_int.h"
 #include "kmod/mutant.h"
@@ -132,6 +134,24 @@ bool ioevent_active(struct machine *m)
 
 /* ---- the thread --------------------------------------------------------------- */
 
+/* Under the lock: the queues whose notify exited while pages were missing
+ * (virtio_pci.c left them to this thread) become pending. True if any. */
+static bool take_held(struct machine *m, struct machine_ioevent *io)
+{
+	bool any = false;
+
+	for (int slot = 1; slot < PCI_NSLOTS; slot++) {
+		struct virtio_dev *d = pci_slot_virtio(m, slot);
+
+		if (!d || !d->held)
+			continue;
+		io->pending |= d->held << (slot * VIRTIO_MAX_QUEUES);
+		d->held = 0;
+		any = true;
+	}
+	return any;
+}
+
 /* Under the lock, the machine free to run: every pending queue served. */
 static void serve(struct machine *m, struct machine_ioevent *io)
 {
@@ -200,6 +220,7 @@ static void *io_thread(void *arg)
 			pthread_mutex_unlock(&m->lock);
 			break;
 		}
+		take_held(m, io);
 		if (io->pending)
 			serve(m, io);
 		pthread_mutex_unlock(&m->lock);
@@ -220,8 +241,9 @@ void ioevent_resume(struct machine *m)
 	struct machine_ioevent *io = m->ioev;
 
 	/* A thread waiting for the resume sees it by the machine's cond; one
-	 * in poll with queues left pending by a load needs the wake. */
-	if (io && io->pending)
+	 * in poll with queues left pending by a load, or held while pages
+	 * were missing, needs the wake. */
+	if (io && (take_held(m, io) || io->pending))
 		wake(io);
 }
 
@@ -244,8 +266,10 @@ void ioevent_counts(struct machine *m, uint64_t *kicks, uint64_t *served)
 	struct machine_ioevent *io = m->ioev;
 
 	pthread_mutex_lock(&m->lock);
-	*kicks = io ? io->kicks : 0;
-	*served = io ? io->served : 0;
+	if (kicks)
+		*kicks = io ? io->kicks : 0;
+	if (served)
+		*served = io ? io->served : 0;
 	pthread_mutex_unlock(&m->lock);
 }
 

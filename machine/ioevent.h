@@ -14,7 +14,7 @@
 #define IOEVENT_ENV "UNDERSTUDY_IOEVENTFD"
 
 /* Kicks read from the eventfds and queue services the thread did, since
- * the machine was built (tests, benchmarks). */
+ * the machine was built (tests, benchmarks); either may be NULL. */
 void ioevent_counts(struct machine *m, uint64_t *kicks, uint64_t *served);
 /* True when at least one queue's notify is an assigned ioeventfd. */
 bool ioevent_active(struct machine *m);

@@ -7,7 +7,7 @@
  *  - FADT: the PM1a event and control blocks at 0x600/0x604 (platform.c):
  *    a write of SLP_EN powers the VM off; the reset register 0xCF9;
  *    no SMI command port (the machine is always in ACPI mode), no i8042,
- *    no VGA, a CMOS RTC;
+ *    no VGA, a CMOS RTC with a day-of-month alarm in register D;
  *  - DSDT (AML built here, a few hundred bytes): \_S5 for power-off and
  *    the PCI root bridge PCI0 (PNP0A03) with its bus, I/O and MMIO windows
  *    in _CRS, so that the kernel scans bus 0 (with ACPI on, it scans only
@@ -293,10 +293,10 @@ static void build_fadt(struct aml *a, uint32_t facs, uint32_t dsdt)
 	put16(a, 1001);           /* no C3 */
 	put16(a, 0);
 	put16(a, 0);
-	put8(a, 0);
-	put8(a, 0);
-	put8(a, 0);
-	put8(a, 0);
+	put8(a, 0);               /* DUTY_OFFSET */
+	put8(a, 0);               /* DUTY_WIDTH */
+	put8(a, 0x0d);            /* DAY_ALRM: register D's bits 0-5 (platform.c) */
+	put8(a, 0);               /* MON_ALRM: none */
 	put8(a, 0x32);            /* CMOS century register */
 	put16(a, 1u << 2);        /* IAPC_BOOT_ARCH: no VGA; no 8042, no legacy devices */
 	put8(a, 0);

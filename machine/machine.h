@@ -74,7 +74,8 @@ struct uart_state {
  * UTC clock plus rtc_offset, the seconds by which the guest set it off
  * (0 until it writes the time): after a takeover or a restore the guest's
  * wall clock goes on from the same offset. Its update cycles (at the host
- * clock's second boundaries), periodic ticks and alarm have been run into
+ * clock's second boundaries, shifted by rtc_phase_ns once the guest
+ * restarted the divider), periodic ticks and alarm have been run into
  * register C's flags up to rtc_sync_ns, so a machine that takes the state
  * over runs the ones due since (an alarm that fell in a failover's gap
  * included). */
@@ -91,6 +92,8 @@ struct platform_state {
 	int64_t rtc_offset;           /* guest RTC time - host UTC time, seconds */
 	int64_t rtc_sync_ns;          /* host UTC time (ns since 1970) register C is
 				       * up to date for; 0: none yet (the first access) */
+	int64_t rtc_phase_ns;         /* 0..1e9-1: where in the host's second the guest's
+				       * second begins (set by a divider restart) */
 	uint8_t cmos[128];            /* CMOS RAM; the time registers hold the last
 				       * time read or set (the clock runs outside) */
 };
@@ -243,7 +246,8 @@ struct machine {
 	struct machine_ioevent *ioev;   /* the I/O thread (ioevent.c), NULL without virtio */
 	uint64_t io_served;          /* its rounds of serving queues (an idle vCPU wakes), under lock */
 	/* Post-copy: RAM is registered with userfaultfd (uffd.c), pages may be
-	 * missing; the I/O thread serves nothing meanwhile. Under lock. */
+	 * missing; no queue is served (a notify that exits is left to the I/O
+	 * thread) and no frame received meanwhile. Under lock. */
 	bool pages_missing;
 
 	/* Pages written by the VMM itself (loader, devices): KVM does not see them. */
@@ -339,8 +343,10 @@ int machine_ram_clear(struct machine *m) US_MUST_CHECK;
 size_t machine_console_input(struct machine *m, const uint8_t *buf, size_t len);
 
 /* An Ethernet frame for the guest's virtio-net receive queue, written into
- * guest RAM (marked dirty) at once. Never while a pause is requested: then
- * -EAGAIN and nothing is written (so a capture never races a device write).
+ * guest RAM (marked dirty) at once. Never while a pause is requested (so a
+ * capture never races a device write) nor while post-copy pages are
+ * missing (the caller may be the loop that places them): then -EAGAIN and
+ * nothing is written.
  * -ENOBUFS: no receive buffer; -ENODEV: no NIC or the driver is not ready;
  * -EMSGSIZE: the buffer is too small. The frame is dropped in every error. */
 int machine_net_input(struct machine *m, const uint8_t *frame, size_t len) US_MUST_CHECK;
@@ -498,8 +504,9 @@ uint64_t machine_disk_next_data(struct machine *m, uint64_t block);
 int machine_punch_pages(struct machine *m, const uint64_t *bitmap) US_MUST_CHECK;
 /* A userfaultfd (non-blocking) with all of RAM registered in missing-page
  * mode: from now on an access to a missing page waits for machine_uffd_fill.
- * Until machine_uffd_close the I/O thread serves no queue (pages_missing):
- * its kicks stay pending. Without machine.lock. */
+ * Until machine_uffd_close no queue is served (pages_missing): kicks, by
+ * ioeventfd or by exit, stay pending; machine_net_input drops frames.
+ * Without machine.lock. */
 int machine_uffd_open(struct machine *m, int *fd) US_MUST_CHECK;
 /* Unregisters (waking any waiter) and closes; the queues kicked meanwhile
  * are served then. fd < 0 is a no-op. Without machine.lock. */

@@ -14,9 +14,12 @@
  *
  * Its interrupts are an MC146818's: with the time base running (register
  * A's divider 010) an update cycle ends at every second boundary of the
- * host's UTC clock (UF; UIP reads set for the 244 us before it; none while
+ * guest's clock (UF; UIP reads set for the 244 us before it; none while
  * SET is on), the alarm (AF) at the update whose hours, minutes and seconds
- * match registers 5, 3 and 1 (a value of 0xC0-0xFF matches any), the
+ * match registers 5, 3 and 1 (a value of 0xC0-0xFF matches any) and whose
+ * day of the month matches register D's bits 0-5, the day alarm the FADT
+ * names (DAY_ALRM, ACPI 6.0 table 4-15: a value that is no day in the
+ * register's format, 0 or 0x3F say, is "don't care": a daily alarm), the
  * periodic flag (PF) at the rate register A's low bits select (256 Hz,
  * 128 Hz, then 8192 Hz >> (rate - 3)). A flag is set in register C whether
  * or not its enable bit in B is; IRQF is set while a flag and its enable
@@ -27,10 +30,18 @@
  * the moment it falls due, while the machine runs (never while it is
  * paused: a capture sees the state hold still).
  *
+ * The divider in reset (register A's DV 11x, as Linux writes it while it
+ * sets the time) holds the clock: no update cycle, no periodic tick, the
+ * time registers hold still. Writing a running divider (010) again
+ * restarts it from the time the registers hold, and the first update
+ * comes half a second later: from then on the guest's second boundaries
+ * fall rtc_phase_ns into the host's seconds.
+ *
  * Everything but the power-off or reset request is checkpointed (the
  * "platform" section). Called with machine.lock held. */
 #include "machine/devices.h"
 #include "machine/machine_int.h"
+#include "kmod/mutant.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -64,6 +75,7 @@
 #define RTC_A_UIP 0x80               /* update in progress: computed, never stored */
 #define RTC_A_DV 0x70                /* divider: 010 is the 32.768 kHz time base running */
 #define RTC_A_DV_RUN 0x20
+#define RTC_A_DV_RESET 0x60          /* 11x: the divider chain held in reset */
 #define RTC_A_RATE 0x0f
 #define RTC_B_SET 0x80               /* the guest is setting the time */
 #define RTC_B_PIE 0x40
@@ -77,6 +89,7 @@
 #define RTC_C_UF 0x10
 #define RTC_INTS 0x70                /* PIE AIE UIE in B, PF AF UF in C */
 #define RTC_D_VRT 0x80               /* battery good */
+#define RTC_D_DAY_ALARM 0x3f         /* the day-of-month alarm (FADT DAY_ALRM = 0x0D) */
 #define RTC_UIP_NS 244000            /* UIP is set this long before an update */
 #define RTC_HZ 32768
 #define NS 1000000000ll
@@ -111,7 +124,8 @@ int platform_check(const struct platform_state *p)
 	    !(p->pm1_cnt & PM1_SCI_EN) || (p->pm1_cnt & PM1_SLP_EN) ||
 	    p->rtc_offset > PLATFORM_RTC_OFFSET_MAX || p->rtc_offset < -PLATFORM_RTC_OFFSET_MAX ||
 	    p->rtc_sync_ns < 0 || (p->cmos[RTC_REG_A] & RTC_A_UIP) || (c & 0x0f) ||
-	    !(c & RTC_C_IRQF) != !irqf || p->cmos[RTC_REG_D] != RTC_D_VRT)
+	    !(c & RTC_C_IRQF) != !irqf || (p->cmos[RTC_REG_D] & ~RTC_D_DAY_ALARM) != RTC_D_VRT ||
+	    p->rtc_phase_ns < 0 || p->rtc_phase_ns >= NS)
 		return -EINVAL;
 	return 0;
 }
@@ -146,10 +160,38 @@ static int rtc_decode_hour(const struct platform_state *p, uint8_t v)
 	return rtc_decode(p, v & 0x7f) % 12 + (v & 0x80 ? 12 : 0);
 }
 
+/* The guest's second boundaries fall rtc_phase_ns into the host's: the
+ * number of the guest's second at host time t_ns, before the offset. */
+static int64_t rtc_second(const struct platform_state *p, int64_t t_ns)
+{
+	int64_t t = t_ns - p->rtc_phase_ns;
+
+	return t >= 0 ? t / NS : -((-t + NS - 1) / NS);
+}
+
+/* How far into its second the guest's clock is at host time t_ns. */
+static int64_t rtc_subsecond_ns(const struct platform_state *p, int64_t t_ns)
+{
+	return t_ns - p->rtc_phase_ns - rtc_second(p, t_ns) * NS;
+}
+
+static bool rtc_divider_reset(const struct platform_state *p)
+{
+	return (p->cmos[RTC_REG_A] & RTC_A_DV_RESET) == RTC_A_DV_RESET &&
+	       !MUTANT(divider_reset_runs);   /* make check-mutants: the clock runs on in reset */
+}
+
+/* The time registers hold still: the guest is setting the time, or the
+ * divider is in reset. */
+static bool rtc_holds(const struct platform_state *p)
+{
+	return (p->cmos[RTC_REG_B] & RTC_B_SET) || rtc_divider_reset(p);
+}
+
 /* The guest's time at host time now_ns into the time registers. */
 static void rtc_latch(struct platform_state *p, int64_t now_ns)
 {
-	time_t now = (time_t)(now_ns / NS) + (time_t)p->rtc_offset;
+	time_t now = (time_t)rtc_second(p, now_ns) + (time_t)p->rtc_offset;
 	struct tm tm;
 
 	gmtime_r(&now, &tm);
@@ -179,7 +221,7 @@ static void rtc_commit(struct platform_state *p, int64_t now_ns)
 	tm.tm_year = rtc_decode(p, p->cmos[RTC_CENTURY]) * 100 + rtc_decode(p, p->cmos[RTC_YEAR]) -
 		     1900;
 	t = timegm(&tm);
-	off = (int64_t)t - now_ns / NS;
+	off = (int64_t)t - rtc_second(p, now_ns);
 	if (off > PLATFORM_RTC_OFFSET_MAX)
 		off = PLATFORM_RTC_OFFSET_MAX;
 	if (off < -PLATFORM_RTC_OFFSET_MAX)
@@ -225,14 +267,61 @@ static bool alarm_field(uint8_t alarm, uint8_t now)
 	return (alarm & 0xc0) == 0xc0 || alarm == now;
 }
 
-/* Whether the update that makes the guest's clock read guest_s sets AF. */
-static bool rtc_alarm_at(const struct platform_state *p, int64_t guest_s)
+/* Whether the seconds, minutes and hours alarm match time of day tod. */
+static bool rtc_alarm_tod(const struct platform_state *p, int64_t tod)
 {
-	int64_t tod = (guest_s % 86400 + 86400) % 86400;
-
 	return alarm_field(p->cmos[RTC_SEC_ALARM], rtc_encode(p, (int)(tod % 60))) &&
 	       alarm_field(p->cmos[RTC_MIN_ALARM], rtc_encode(p, (int)(tod / 60 % 60))) &&
 	       alarm_field(p->cmos[RTC_HOUR_ALARM], rtc_encode_hour(p, (int)(tod / 3600)));
+}
+
+/* The day of the month register D's alarm names, 0 for "don't care" (a
+ * value that is no day 1..31 in the register's format). */
+static int rtc_day_alarm(const struct platform_state *p)
+{
+	uint8_t v = p->cmos[RTC_REG_D] & RTC_D_DAY_ALARM;
+	int day;
+
+	if (MUTANT(day_alarm_ignored))   /* make check-mutants: the day alarm is not looked at */
+		return 0;
+	if (!(p->cmos[RTC_REG_B] & RTC_B_BINARY) && (v & 0x0f) > 9)
+		return 0;
+	day = rtc_decode(p, v);
+	return day >= 1 && day <= 31 ? day : 0;
+}
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+	return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/* Whether an update in the guest's seconds [from, to] sets AF. A daily
+ * alarm repeats within any day, one on a day of the month within any 62
+ * days (every day 1..31 comes within two months), so a longer gap is
+ * looked at over its end; days are looked at whole, seconds only on the
+ * days the day alarm lets through. */
+static bool rtc_alarm_in(const struct platform_state *p, int64_t from, int64_t to)
+{
+	int day = rtc_day_alarm(p);
+	int64_t span = day ? 62 * 86400 : 86400;
+
+	if (to - from >= span)
+		from = to - span + 1;
+	for (int64_t d0 = floor_div(from, 86400) * 86400; d0 <= to; d0 += 86400) {
+		int64_t s = from > d0 ? from : d0, e = to < d0 + 86399 ? to : d0 + 86399;
+
+		if (day) {
+			time_t t = (time_t)d0;
+			struct tm tm;
+
+			if (!gmtime_r(&t, &tm) || tm.tm_mday != day)
+				continue;
+		}
+		for (; s <= e; s++)
+			if (rtc_alarm_tod(p, s - d0))
+				return true;
+	}
+	return false;
 }
 
 /* IRQF from the flags and their enables; true when it has just gone on
@@ -259,13 +348,12 @@ bool platform_rtc_advance(struct platform_state *p, int64_t now_ns)
 		return false;
 	if (period && ns_to_ticks(now_ns) / period != ns_to_ticks(last) / period)
 		p->cmos[RTC_REG_C] |= RTC_C_PF;
-	if (rtc_updates(p) && now_ns / NS > last / NS) {
-		int64_t s = now_ns / NS - last / NS > 86400 ? now_ns / NS - 86399 : last / NS + 1;
-
+	if (rtc_updates(p) && rtc_second(p, now_ns) > rtc_second(p, last)) {
 		p->cmos[RTC_REG_C] |= RTC_C_UF;
-		for (; s <= now_ns / NS && !(p->cmos[RTC_REG_C] & RTC_C_AF); s++)
-			if (rtc_alarm_at(p, s + p->rtc_offset))
-				p->cmos[RTC_REG_C] |= RTC_C_AF;
+		if (!(p->cmos[RTC_REG_C] & RTC_C_AF) &&
+		    rtc_alarm_in(p, rtc_second(p, last) + 1 + p->rtc_offset,
+				 rtc_second(p, now_ns) + p->rtc_offset))
+			p->cmos[RTC_REG_C] |= RTC_C_AF;
 	}
 	return rtc_irqf(p);
 }
@@ -283,8 +371,9 @@ int64_t platform_rtc_next(const struct platform_state *p, int64_t now_ns)
 		return INT64_MAX;
 	if ((want & RTC_B_PIE) && period)
 		next = ticks_to_ns((ns_to_ticks(now_ns) / period + 1) * period);
-	if ((want & (RTC_B_AIE | RTC_B_UIE)) && rtc_updates(p) && (now_ns / NS + 1) * NS < next)
-		next = (now_ns / NS + 1) * NS;
+	if ((want & (RTC_B_AIE | RTC_B_UIE)) && rtc_updates(p) &&
+	    (rtc_second(p, now_ns) + 1) * NS + p->rtc_phase_ns < next)
+		next = (rtc_second(p, now_ns) + 1) * NS + p->rtc_phase_ns;
 	return next;
 }
 
@@ -299,12 +388,12 @@ static uint8_t rtc_read(struct platform_state *p, uint8_t reg, int64_t now_ns)
 {
 	uint8_t v;
 
-	if (rtc_is_time(reg) && !(p->cmos[RTC_REG_B] & RTC_B_SET))
+	if (rtc_is_time(reg) && !rtc_holds(p))
 		rtc_latch(p, now_ns);
 	switch (reg) {
 	case RTC_REG_A:
 		v = p->cmos[reg];
-		if (rtc_updates(p) && now_ns % NS >= NS - RTC_UIP_NS)
+		if (rtc_updates(p) && rtc_subsecond_ns(p, now_ns) >= NS - RTC_UIP_NS)
 			v |= RTC_A_UIP;
 		return v;
 	case RTC_REG_C:
@@ -319,32 +408,47 @@ static uint8_t rtc_read(struct platform_state *p, uint8_t reg, int64_t now_ns)
 /* True when IRQF went on (the enable of a flag that is set). */
 static bool rtc_write(struct platform_state *p, uint8_t reg, uint8_t v, int64_t now_ns)
 {
-	bool setting = p->cmos[RTC_REG_B] & RTC_B_SET;
+	bool setting = p->cmos[RTC_REG_B] & RTC_B_SET, held = rtc_holds(p);
 
 	if (rtc_is_time(reg)) {
-		if (!setting)
+		if (!held)
 			rtc_latch(p, now_ns);   /* one register changes, the rest is now */
 		p->cmos[reg] = v;
-		if (!setting)
+		if (!held)
 			rtc_commit(p, now_ns);
 		return false;
 	}
 	switch (reg) {
-	case RTC_REG_A:
+	case RTC_REG_A: {
+		bool was_reset = rtc_divider_reset(p);
+
+		if (!held)
+			rtc_latch(p, now_ns);   /* a reset holds the time it reads now */
 		p->cmos[reg] = v & (uint8_t)~RTC_A_UIP;
+		if (was_reset && rtc_base_runs(p)) {
+			/* Restarted: the registers' time now, the next second
+			 * half a second from now. */
+			p->rtc_phase_ns = (now_ns + NS / 2) % NS;
+			if (!setting)
+				rtc_commit(p, now_ns);
+		}
 		return false;
+	}
 	case RTC_REG_B:
 		/* SET stops the update cycle (UIE then means nothing) */
 		if (v & RTC_B_SET)
 			v &= (uint8_t)~RTC_B_UIE;
 		p->cmos[reg] = v;
-		if ((v & RTC_B_SET) && !setting)
+		if ((v & RTC_B_SET) && !held)
 			rtc_latch(p, now_ns);   /* the registers hold still from here */
-		else if (!(v & RTC_B_SET) && setting)
-			rtc_commit(p, now_ns);
+		else if (!(v & RTC_B_SET) && setting && !rtc_divider_reset(p))
+			rtc_commit(p, now_ns);  /* (in reset: at the divider's restart) */
 		return rtc_irqf(p);
-	case RTC_REG_C:
 	case RTC_REG_D:
+		/* VRT reads set, bit 6 clear; bits 0-5 are the day alarm */
+		p->cmos[reg] = (uint8_t)(RTC_D_VRT | (v & RTC_D_DAY_ALARM));
+		return false;
+	case RTC_REG_C:
 		return false;            /* read-only */
 	default:
 		p->cmos[reg] = v;

@@ -6,11 +6,14 @@
  * The owner reads the faults from the fd on its own loop.
  *
  * The owner's loop may take machine.lock (a tap's frame, a status), so no
- * thread may wait on a missing page holding it: the I/O thread serves no
- * queue while pages are missing (pages_missing; a queue's ring, descriptors
- * and buffers may be any page). Its kicks stay pending, and the resume's
- * pass over every queue after a load waits too: all are served when the
- * fd is closed, every page in (or the guest stopped). */
+ * thread may wait on a missing page holding it, and the loop itself must
+ * never touch one. While pages are missing (pages_missing) no queue is
+ * served (a queue's ring, descriptors and buffers may be any page): the
+ * I/O thread's kicks stay pending, a notify that exits to a vCPU thread is
+ * left pending to it (virtio_dev.held), and the resume's pass over every
+ * queue after a load waits too; all are served when the fd is closed,
+ * every page in (or the guest stopped). A frame from the tap, which
+ * arrives on the loop itself, is dropped (machine_net_input). */
 #include "machine/ioevent.h"
 #include "machine/machine_int.h"
 

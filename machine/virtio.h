@@ -94,6 +94,11 @@ struct virtio_dev {
 	uint32_t passive_queues;   /* queues the device fills on its own (not at a kick) */
 	struct virtq_chain chain;  /* scratch for the request being served */
 	uint64_t requests;         /* served since the machine was built */
+	/* Queues notified (by an exit) while post-copy pages were missing:
+	 * left to the I/O thread (ioevent.c), which serves them once the last
+	 * page is in; and how many such notifies since the machine was built. */
+	uint32_t held;
+	uint64_t held_notifies;
 };
 
 /* The runtime part of the disk. */

@@ -13,10 +13,13 @@
  * pause is requested: the device writes guest RAM only while the vCPUs may
  * run, so a capture (all vCPUs parked, pause_req set) never races it, and
  * every byte it writes is marked in the VMM's dirty set before the lock is
- * dropped. Checkpointed state: the transport (m->pci.net) and the ANNOUNCE
+ * dropped. It refuses too while post-copy pages are missing: its caller
+ * is the loop that places them, which must never wait on one (the frame
+ * is dropped and counted, as with a full ring; TCP retransmits). Checkpointed state: the transport (m->pci.net) and the ANNOUNCE
  * request in its dev_flags; the MAC comes from the configuration. */
 #include "machine/virtio.h"
 #include "machine/machine_int.h"
+#include "kmod/mutant.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -147,7 +150,10 @@ int machine_net_input(struct machine *m, const uint8_t *frame, size_t len)
 		return -EMSGSIZE;
 	memcpy(hdr + 10, &nbuf, 2);
 	pthread_mutex_lock(&m->lock);
-	if (m->pause_req || m->stopping)
+	/* Post-copy: the receive ring and buffers may be missing pages, and
+	 * this is the loop that places them (uffd.c): dropped instead. */
+	if (m->pause_req || m->stopping ||
+	    (m->pages_missing && !MUTANT(rx_while_missing)))   /* make check-mutants: a frame written with pages missing */
 		r = -EAGAIN;
 	else
 		r = virtio_queue_fill(&n->dev, NET_Q_RX, hdr, sizeof(hdr), frame, (uint32_t)len);

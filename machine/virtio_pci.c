@@ -16,12 +16,17 @@
  * machine_mark_dirty before the lock is dropped. A kick that reached an
  * eventfd but was not served is not in a checkpoint: a machine whose state
  * was loaded serves every queue once when it resumes (serving is
- * idempotent: it takes what the avail index shows beyond last_avail). A
+ * idempotent: it takes what the avail index shows beyond last_avail).
+ * While post-copy pages are missing, a notify that exits is not served on
+ * the vCPU thread but left to the I/O thread (virtio_dev.held), which
+ * serves it when the last page is in: no thread waits on a missing page
+ * with machine.lock held. A
  * passive queue (virtio-net's receive queue) is not served at
  * a notification: the device fills its next buffer when it has something
  * for the guest (virtio_queue_fill). Called with machine.lock held. */
 #include "machine/virtio.h"
 #include "machine/machine_int.h"
+#include "kmod/mutant.h"
 
 #include <errno.h>
 #include <string.h>
@@ -289,6 +294,20 @@ void virtio_queue_notify(struct virtio_dev *d, int qi)
 		queue_process(d, qi);
 }
 
+/* A notification that reached the transport (a notify write that exited,
+ * the PCI_CFG window, DRIVER_OK): served now, or, while post-copy pages
+ * are missing, left to the I/O thread for when the last one is in. */
+static void queue_kick(struct virtio_dev *d, int qi)
+{
+	/* make check-mutants: a notify that exits is served with pages missing */
+	if (d->m->pages_missing && !MUTANT(notify_while_missing)) {
+		d->held |= 1u << qi;
+		d->held_notifies++;
+		return;
+	}
+	queue_process(d, qi);
+}
+
 int virtio_queue_fill(struct virtio_dev *d, int qi, const void *hdr, uint32_t hlen,
 		      const void *buf, uint32_t len)
 {
@@ -368,7 +387,7 @@ static void status_write(struct virtio_dev *d, uint8_t v)
 	st->status = (uint8_t)((v & ~VIRTIO_S_NEEDS_RESET) | (st->status & VIRTIO_S_NEEDS_RESET));
 	if (st->status & VIRTIO_S_DRIVER_OK)
 		for (int i = 0; i < d->nqueues; i++)
-			queue_process(d, i);   /* buffers made available before DRIVER_OK */
+			queue_kick(d, i);   /* buffers made available before DRIVER_OK */
 }
 
 static uint16_t vector_ok(uint16_t v)
@@ -550,7 +569,7 @@ void virtio_bar_access(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32
 	} else if (off >= VIRTIO_NOTIFY_OFF &&
 		   off < VIRTIO_NOTIFY_OFF + VIRTIO_NOTIFY_MULT * (uint32_t)d->nqueues) {
 		if (write)
-			queue_process(d, (int)((off - VIRTIO_NOTIFY_OFF) / VIRTIO_NOTIFY_MULT));
+			queue_kick(d, (int)((off - VIRTIO_NOTIFY_OFF) / VIRTIO_NOTIFY_MULT));
 	} else if (off >= VIRTIO_MSIX_TABLE_OFF && off < VIRTIO_MSIX_PBA_OFF + 8) {
 		msix_access(d, off, data, len, write);
 	}

@@ -220,16 +220,19 @@ const char *proto_strerror(int err);
  *     > 0 if enabled)
  *     enable (0|1) msix_vector (< 4 or 0xffff) last_avail used_idx } |
  *     4 x MSI-X entry { u64 addr | u32 data | u32 ctrl (0|1) }
- *   "platform" v2, one (PROTO_PLATFORM_STATE_BYTES): the PC platform
+ *   "platform" v3, one (PROTO_PLATFORM_STATE_BYTES): the PC platform
  *     devices (machine/platform.c): u8 CMOS index (< 128) | u8 0xCF9 reset
  *     control (bits 1 and 3 only) | u16 ACPI PM1a enable | u16 PM1a control
  *     (SCI_EN set, SLP_EN clear) | u16 zero | s64 RTC offset from the
  *     host's UTC clock in seconds (|x| <= 2^34) | 128 bytes of CMOS
  *     (register A without UIP; C's low nibble 0 and IRQF set exactly when
- *     a flag of C and its enable in B are; D 0x80) | s64 the host UTC time
+ *     a flag of C and its enable in B are; D 0x80 and a day alarm in bits
+ *     0-5) | s64 the host UTC time
  *     in ns (>= 0; 0: none yet) up to which the RTC's update cycles,
- *     periodic ticks and alarm are in register C. Version 1 (read too):
- *     the same without the last field, register C 0. Absent from blobs
+ *     periodic ticks and alarm are in register C | s64 where in the host's
+ *     second the guest's begins, in ns (0..1e9-1; a divider restart sets
+ *     it). Version 2 (read too): without the last field (phase 0);
+ *     version 1: without the last two, register C 0. Absent from blobs
  *     written before it existed: such a blob reads as the devices'
  *     power-on state (what a restore of it gave then).
  *
@@ -251,7 +254,7 @@ const char *proto_strerror(int err);
 #define PROTO_STATE_PCI           "pci"
 #define PROTO_STATE_PCI_VERSION   2u
 #define PROTO_STATE_PLATFORM      "platform"
-#define PROTO_STATE_PLATFORM_VERSION 2u
+#define PROTO_STATE_PLATFORM_VERSION 3u
 
 #define PROTO_VM_STATE_BYTES      348u
 #define PROTO_UART_RX_BYTES       4096u
@@ -259,7 +262,8 @@ const char *proto_strerror(int err);
 #define PROTO_PCI_NSLOTS          3u
 #define PROTO_PCI_STATE_BYTES     (4u + PROTO_PCI_NSLOTS * 256u + 2u * (31u + 3u * 34u + 4u * 16u))
 #define PROTO_PLATFORM_STATE_V1_BYTES (16u + 128u)
-#define PROTO_PLATFORM_STATE_BYTES (PROTO_PLATFORM_STATE_V1_BYTES + 8u)
+#define PROTO_PLATFORM_STATE_V2_BYTES (PROTO_PLATFORM_STATE_V1_BYTES + 8u)
+#define PROTO_PLATFORM_STATE_BYTES (PROTO_PLATFORM_STATE_V2_BYTES + 8u)
 
 /* Names of the Section messages of the replication stream (Section.name). */
 #define PROTO_SECTION_MACHINE_CONFIG "machine-config" /* a packed MachineConfig */

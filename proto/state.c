@@ -488,13 +488,15 @@ size_t proto_platform_state_encode(const struct platform_state *s,
 	PLATFORM_FIELDS(PUT, *s)
 	put_bytes(&p, s->cmos, sizeof(s->cmos));
 	put64(&p, (uint64_t)s->rtc_sync_ns);
+	put64(&p, (uint64_t)s->rtc_phase_ns);
 	return (size_t)(p - out);
 }
 
 /* What the device model relies on is platform_check's (machine/platform.c).
  * Version 1 (a build before the RTC's interrupts) has no rtc_sync_ns and
  * register C at 0: it reads with rtc_sync_ns 0, the RTC's events running
- * from the first access on, as they did then. */
+ * from the first access on, as they did then. Version 2 (before the
+ * divider's restart) has no rtc_phase_ns: 0, the host's seconds. */
 int proto_platform_state_decode(const void *in, size_t len, uint32_t version,
 				struct platform_state *s)
 {
@@ -505,7 +507,8 @@ int proto_platform_state_decode(const void *in, size_t len, uint32_t version,
 	_Static_assert(sizeof(s->cmos) == 128, "CMOS RAM is part of the layout");
 	if (version < 1 || version > PROTO_STATE_PLATFORM_VERSION)
 		return -EPROTONOSUPPORT;
-	if (len != (version == 1 ? PROTO_PLATFORM_STATE_V1_BYTES : PROTO_PLATFORM_STATE_BYTES))
+	if (len != (version == 1 ? PROTO_PLATFORM_STATE_V1_BYTES :
+		    version == 2 ? PROTO_PLATFORM_STATE_V2_BYTES : PROTO_PLATFORM_STATE_BYTES))
 		return -EBADMSG;
 	memset(s, 0, sizeof(*s));
 	PLATFORM_FIELDS(GET, *s)
@@ -513,6 +516,8 @@ int proto_platform_state_decode(const void *in, size_t len, uint32_t version,
 	s->rtc_offset = (int64_t)rtc_offset;
 	if (version >= 2)
 		s->rtc_sync_ns = (int64_t)get64(&p);
+	if (version >= 3)
+		s->rtc_phase_ns = (int64_t)get64(&p);
 	if (pad16 || platform_check(s) < 0 || (version == 1 && s->cmos[0x0c]))
 		return -EBADMSG;
 	return 0;

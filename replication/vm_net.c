@@ -180,8 +180,9 @@ static void on_tap(struct ev_loop *loop, ev_io *w, int revents)
 			ev_io_stop(v->loop, &v->tap_w);
 			return;
 		}
-		/* Dropped when the guest has no buffer or is paused (counted by
-		 * the machine): a NIC with a full ring does the same. */
+		/* Dropped when the guest has no buffer, is paused or may miss
+		 * pages (post-copy: this loop places them; counted by the
+		 * machine): a NIC with a full ring does the same. */
 		if (machine_net_input(v->m, frame, (size_t)n) == 0)
 			v->net.rx_frames++;
 	}

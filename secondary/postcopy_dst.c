@@ -45,6 +45,7 @@ struct repl_pc_dst {
 	uint64_t *ask_ns;          /* per page: when a fault asked for it */
 	uint32_t *lat_us;
 	uint64_t faults, zero_faults;
+	uint64_t rx_dropped0;      /* the NIC's dropped frames when the pages went missing */
 	uint64_t t0_ns;
 };
 
@@ -164,6 +165,11 @@ static void complete(struct repl_secondary *s)
 		 "here, unprotected", (unsigned long long)pc->nstale, (now_ns() - pc->t0_ns) / 1e6,
 		 (unsigned long long)pc->faults, (unsigned long long)p50, (unsigned long long)p99,
 		 (unsigned long long)pc->zero_faults);
+	/* The tap's frames are not written into guest RAM while pages may be
+	 * missing (machine_net_input): dropped, as by a full ring. */
+	if (s->vm->m->cfg.nnets)
+		log_info(TAG, "post-copy: %llu frames for the guest dropped while pages were missing",
+			 (unsigned long long)(machine_net_rx_dropped(s->vm->m) - pc->rx_dropped0));
 	if (pc->has_verify && pc->digest == pc->want_digest)
 		log_info(TAG, "post-copy verify: the RAM at the switch equals the source's (digest "
 			 "%016llx)", (unsigned long long)pc->digest);
@@ -409,6 +415,7 @@ int repl_pc_dst_arm(struct repl_secondary *s)
 		repl_pc_dst_lost(s, why);
 		return r;
 	}
+	pc->rx_dropped0 = machine_net_rx_dropped(m);
 	if ((r = machine_punch_pages(m, pc->stale)) < 0 || (r = machine_uffd_open(m, &pc->uffd)) < 0) {
 		snprintf(why, sizeof(why), "cannot make the stale pages missing (%s)", strerror(-r));
 		repl_pc_dst_lost(s, why);

@@ -30,7 +30,11 @@ silence_wraps|5 no takeover while the peer is heard (a beat newer than the clock
 precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover
 resume_forgets_kicks|4 a virtio kick in no checkpoint (read from an ioeventfd, not served) is served when a loaded machine resumes|test_ioevent
 serve_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (the I/O thread serves nothing until every page is in)|test_ioevent
-refuse_reprotect|11 a primary that lost its secondary is protected again in place (protect), and a later failover keeps every reply|sys_secondary_loss"
+refuse_reprotect|11 a primary that lost its secondary is protected again in place (protect), and a later failover keeps every reply|sys_secondary_loss
+notify_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (a notify that exits is left to the I/O thread)|test_ioevent
+rx_while_missing|14 the loop that places post-copy pages never touches a missing one (a tap frame is dropped meanwhile)|test_ioevent
+day_alarm_ignored|the RTC's alarm matches the day of the month in register D (the FADT's DAY_ALRM)|test_platform
+divider_reset_runs|the RTC's divider in reset holds the clock; its restart brings the first update half a second later|test_platform"
 only=${MUTANTS:-}
 
 # run_test BUILD_DIR TEST LOG: 0 when the test passes

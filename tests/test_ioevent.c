@@ -7,6 +7,10 @@
  *    waits until the fd is closed: no queue is served while a page may be
  *    missing (the fault's server may wait for machine.lock), and the queue
  *    left pending is served once it is closed;
+ *  - the same with a notify that exits (no ioeventfd): not served on the
+ *    vCPU thread while pages may be missing, served once after;
+ *  - a frame for the NIC while pages may be missing is dropped and
+ *    counted (its caller places the pages), one after is delivered;
  *  - the notify ioeventfds follow the BAR: assigned at build, gone while
  *    memory decoding is off, back at the moved BAR, none with
  *    UNDERSTUDY_IOEVENTFD=0. */
@@ -26,7 +30,8 @@
 #include "tests/harness.h"
 
 #define MEM (16ull << 20)
-#define BAR 0xe0000000ull
+#define BAR 0xe0000000ull       /* the disk's BAR0 after reset */
+#define NET_BAR 0xe0008000ull   /* the NIC's */
 #define RING_GPA 0x200000ull   /* desc, avail, used, then buffers */
 #define QS 8
 
@@ -37,24 +42,29 @@ struct fixture {
 	int ufd;       /* a userfaultfd left open by a failed assertion, or -1 */
 };
 
-static int make(void **state, const char *ioeventfd)
+/* A machine with a disk, or with a NIC and no disk. */
+static int make(void **state, const char *ioeventfd, bool nic)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	struct machine_config cfg = { .mem_bytes = MEM, .ncpus = 1, .guest = "counter", .ndisks = 1 };
+	struct machine_config cfg = { .mem_bytes = MEM, .ncpus = 1, .guest = "counter",
+				      .ndisks = nic ? 0 : 1, .nnets = nic ? 1 : 0 };
 
 	*state = NULL;
 	if (!f)
 		return -1;
 	f->ufd = -1;
+	f->fd = -1;
 	if (!th_kvm_available()) {
 		free(f);
 		return 0;   /* each test skips */
 	}
-	snprintf(f->path, sizeof(f->path), "/tmp/test_ioevent.XXXXXX");
-	f->fd = mkstemp(f->path);
-	if (f->fd < 0 || ftruncate(f->fd, 1 << 20) < 0)
-		return -1;
-	snprintf(cfg.disk, sizeof(cfg.disk), "%s", f->path);
+	if (!nic) {
+		snprintf(f->path, sizeof(f->path), "/tmp/test_ioevent.XXXXXX");
+		f->fd = mkstemp(f->path);
+		if (f->fd < 0 || ftruncate(f->fd, 1 << 20) < 0)
+			return -1;
+		snprintf(cfg.disk, sizeof(cfg.disk), "%s", f->path);
+	}
 	setenv(IOEVENT_ENV, ioeventfd, 1);
 	if (machine_new(&cfg, NULL, &f->m) < 0)
 		return -1;
@@ -69,12 +79,17 @@ static int make(void **state, const char *ioeventfd)
 
 static int setup_on(void **state)
 {
-	return make(state, "1");
+	return make(state, "1", false);
 }
 
 static int setup_off(void **state)
 {
-	return make(state, "0");
+	return make(state, "0", false);
+}
+
+static int setup_nic(void **state)
+{
+	return make(state, "0", true);
 }
 
 static int teardown(void **state)
@@ -86,22 +101,30 @@ static int teardown(void **state)
 	/* First: a vCPU may wait on a page of it, and would never park. */
 	machine_uffd_close(f->m, f->ufd);
 	machine_free(f->m);
-	close(f->fd);
-	unlink(f->path);
+	if (f->fd >= 0) {
+		close(f->fd);
+		unlink(f->path);
+	}
 	free(f);
 	return 0;
 }
 
+/* The function the fixture has: the disk's BAR0, or the NIC's. */
+static uint64_t bar_of(struct machine *m)
+{
+	return m->blk ? BAR : NET_BAR;
+}
+
 static void bar_wr(struct machine *m, uint32_t off, uint32_t len, uint64_t v)
 {
-	assert_int_equal(pci_mmio(m, BAR + off, (uint8_t *)&v, len, true), 0);
+	assert_int_equal(pci_mmio(m, bar_of(m) + off, (uint8_t *)&v, len, true), 0);
 }
 
 static uint8_t bar_rd8(struct machine *m, uint32_t off)
 {
 	uint8_t v = 0;
 
-	assert_int_equal(pci_mmio(m, BAR + off, &v, 1, false), 0);
+	assert_int_equal(pci_mmio(m, bar_of(m) + off, &v, 1, false), 0);
 	return v;
 }
 
@@ -260,6 +283,109 @@ static void test_held_while_pages_missing(void **state)
 	assert_int_equal(m->pci.blk.q[0].last_avail, 1);
 }
 
+/* A notify that exits to a vCPU thread (UNDERSTUDY_IOEVENTFD=0, as the
+ * built-in guests run) while RAM is registered with userfaultfd: not
+ * served there, with machine.lock held (the page it touches could be
+ * missing, and the loop that places it wait for the lock), but left to the
+ * I/O thread, which serves it once the fd is closed, and once only
+ * however many notifies came meanwhile. */
+static void test_exit_held_while_pages_missing(void **state)
+{
+	struct fixture *f = *state;
+	struct machine *m;
+	uint64_t served0, served, requests0;
+	uint16_t q0 = 0;
+	int waited = 0, r;
+
+	if (!f)
+		skip();
+	m = f->m;
+	assert_false(ioevent_active(m));      /* every notify exits */
+	queue_up(m);
+	write_available(m);
+	machine_resume(m);
+	ioevent_counts(m, NULL, &served0);
+	requests0 = m->blk->dev.requests;
+	if ((r = machine_uffd_open(m, &f->ufd)) < 0) {
+		printf("SKIP test_exit_held_while_pages_missing: userfaultfd: %s\n", strerror(-r));
+		skip();
+	}
+	/* As the vCPU thread serves its MMIO exit: the bus, under the lock. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(machine_bus_io(m, MACHINE_MMIO, BAR + VIRTIO_NOTIFY_OFF, 2, true,
+						(uint8_t *)&q0), 0);
+	sleep_ms(200);
+	assert_int_equal(used_idx(m), 0);
+	assert_int_equal(m->ram[RING_GPA + 0x3100], 0xff);
+	ioevent_counts(m, NULL, &served);
+	assert_int_equal(m->blk->dev.held_notifies, 2);
+	assert_int_equal(served, served0);
+	machine_uffd_close(m, f->ufd);
+	f->ufd = -1;
+	while (used_idx(m) != 1 && waited++ < 5000)
+		sleep_ms(1);
+	sleep_ms(50);
+	machine_pause(m);
+	assert_int_equal(used_idx(m), 1);
+	assert_int_equal(m->ram[RING_GPA + 0x3100], 0);     /* VIRTIO_BLK_S_OK */
+	assert_int_equal(m->blk->dev.requests, requests0 + 1);
+	ioevent_counts(m, NULL, &served);
+	assert_int_equal(served, served0 + 1);
+	/* Held no more: the next notify is served at the exit itself. */
+	write_available(m);
+	__atomic_store_n((uint16_t *)(m->ram + RING_GPA + 0x1000 + 2), 2, __ATOMIC_RELEASE);
+	memset(m->ram + RING_GPA + 0x1000 + 6, 0, 2);
+	assert_int_equal(machine_bus_io(m, MACHINE_MMIO, BAR + VIRTIO_NOTIFY_OFF, 2, true,
+					(uint8_t *)&q0), 0);
+	assert_int_equal(used_idx(m), 2);
+}
+
+/* A frame offered to the NIC while RAM is registered with userfaultfd: the
+ * caller is the loop that places missing pages, so it is dropped and
+ * counted (as a full ring drops it), its receive buffer untouched; one
+ * offered after the fd is closed is delivered. */
+static void test_rx_dropped_while_pages_missing(void **state)
+{
+	struct fixture *f = *state;
+	struct machine *m;
+	uint8_t frame[60], got[60];
+	uint32_t buflen = 2048;
+	uint16_t head = 0, one = 1, flags = VIRTQ_DESC_F_WRITE;
+	uint64_t buf = RING_GPA + 0x3000, dropped0;
+	int r;
+
+	if (!f)
+		skip();
+	m = f->m;
+	assert_non_null(m->vnet);
+	queue_up(m);                          /* queue 0: receive */
+	memset(frame, 0xa5, sizeof(frame));
+	memset(m->ram + buf, 0xff, buflen);
+	memcpy(m->ram + RING_GPA, &buf, 8);
+	memcpy(m->ram + RING_GPA + 8, &buflen, 4);
+	memcpy(m->ram + RING_GPA + 12, &flags, 2);
+	memcpy(m->ram + RING_GPA + 0x1000 + 4, &head, 2);
+	__atomic_store_n((uint16_t *)(m->ram + RING_GPA + 0x1000 + 2), one, __ATOMIC_RELEASE);
+	machine_resume(m);
+	dropped0 = machine_net_rx_dropped(m);
+	if ((r = machine_uffd_open(m, &f->ufd)) < 0) {
+		printf("SKIP test_rx_dropped_while_pages_missing: userfaultfd: %s\n", strerror(-r));
+		skip();
+	}
+	assert_int_equal(machine_net_input(m, frame, sizeof(frame)), -EAGAIN);
+	assert_int_equal(machine_net_rx_dropped(m), dropped0 + 1);
+	assert_int_equal(used_idx(m), 0);
+	assert_int_equal(m->ram[buf], 0xff);
+	machine_uffd_close(m, f->ufd);
+	f->ufd = -1;
+	assert_int_equal(machine_net_input(m, frame, sizeof(frame)), 0);
+	assert_int_equal(machine_net_rx_dropped(m), dropped0 + 1);
+	assert_int_equal(used_idx(m), 1);
+	memcpy(got, m->ram + buf + 12, sizeof(got));     /* after the virtio_net_hdr */
+	assert_memory_equal(got, frame, sizeof(frame));
+	machine_pause(m);
+}
+
 /* The notify ioeventfds follow BAR0 and memory decoding. */
 static void test_follows_bar(void **state)
 {
@@ -298,6 +424,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_held_while_pages_missing, setup_on, teardown),
 		cmocka_unit_test_setup_teardown(test_served_at_resume, setup_off, teardown),
 		cmocka_unit_test_setup_teardown(test_off_by_env, setup_off, teardown),
+		cmocka_unit_test_setup_teardown(test_exit_held_while_pages_missing, setup_off, teardown),
+		cmocka_unit_test_setup_teardown(test_rx_dropped_while_pages_missing, setup_nic, teardown),
 	};
 
 	if (!th_kvm_available())

@@ -5,7 +5,9 @@
  *  - its interrupts, at a clock the test sets: register C's flags (set with
  *    or without their enables, cleared by a read), IRQF and IRQ 8's edge,
  *    UIP, SET and the divider stopping updates, the alarm with its
- *    "don't care" bytes in BCD, binary and 12-hour modes, an alarm that
+ *    "don't care" bytes in BCD, binary and 12-hour modes, the day-of-month
+ *    alarm in register D, the divider held in reset and restarted (its first
+ *    update half a second later), an alarm that
  *    fell in a gap between accesses (a failover's), every periodic rate,
  *    and the timer thread raising IRQ 8 on its own while the machine
  *    runs, never while it is paused;
@@ -257,6 +259,9 @@ static void section_refuses_bad(void **state)
 		{ "register B enabling UF, C's UF without IRQF", 16 + 0x0b, 0x16 },
 		{ "register D battery dead", 16 + 0x0d, 0x00 },
 		{ "RTC events synced at a negative time", 144 + 7, 0x80 },
+		{ "register D with bit 6", 16 + 0x0d, 0xc4 },
+		{ "RTC phase of more than a second", 152 + 4, 0x01 },
+		{ "RTC phase negative", 152 + 7, 0x80 },
 	};
 
 	(void)state;
@@ -405,6 +410,100 @@ static void rtc_alarm(void **state)
 	free(m);
 }
 
+/* The day-of-month alarm in register D's bits 0-5 (the FADT's DAY_ALRM):
+ * AF only on that day, in BCD and binary; a value that is no day is "don't
+ * care" (a daily alarm); a gap between accesses as long as two months
+ * still finds the day. */
+static void rtc_day_alarm(void **state)
+{
+	struct machine *m = fake_machine();
+	const int64_t day = 86400ll * NS;
+	int64_t t = T2031_NS + NS / 2;            /* 2031-02-03 16:05:06.5, a Monday the 3rd */
+
+	(void)state;
+	cmos_put_at(m, 0x0a, 0x20, t);
+	cmos_put_at(m, 0x05, 0x16, t);
+	cmos_put_at(m, 0x03, 0x05, t);
+	cmos_put_at(m, 0x01, 0x08, t);
+	cmos_put_at(m, 0x0d, 0x04, t);                             /* the 4th */
+	cmos_put_at(m, 0x0b, 0x22, t);                             /* AIE, 24-hour BCD */
+	assert_int_equal(cmos_get_at(m, 0x0d, t), 0x84);           /* VRT kept */
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 2 * NS), 0x10);   /* 16:05:08 on the 3rd */
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + day + 1 * NS), 0x10);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + day + 2 * NS), 0xb0);   /* on the 4th */
+	/* "don't care" (0x3F, and 0): every day */
+	cmos_put_at(m, 0x0d, 0xff, T2031_NS + day + 3 * NS);
+	assert_int_equal(cmos_get_at(m, 0x0d, T2031_NS + day + 3 * NS), 0xbf);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 2 * day + 2 * NS), 0xb0);
+	cmos_put_at(m, 0x0d, 0x00, T2031_NS + 2 * day + 3 * NS);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 3 * day + 2 * NS), 0xb0);
+	/* the 31st, across gaps: none from the 3rd of February to the 30th of
+	 * March (2031: February has 28 days), one by the 1st of April */
+	cmos_put_at(m, 0x0d, 0x31, T2031_NS + 3 * day + 3 * NS);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 55 * day), 0x10);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 57 * day), 0xb0);
+	/* and after a gap of a year, too */
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 420 * day), 0xb0);
+	/* binary: the 10th is 10 (0x0A, no BCD day); 420 days on is the 29th of March 2032 */
+	cmos_put_at(m, 0x0b, 0x26, T2031_NS + 420 * day);
+	cmos_put_at(m, 0x05, 16, T2031_NS + 420 * day);
+	cmos_put_at(m, 0x03, 5, T2031_NS + 420 * day);
+	cmos_put_at(m, 0x01, 8, T2031_NS + 420 * day);
+	cmos_put_at(m, 0x0d, 10, T2031_NS + 420 * day);
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 430 * day + 2 * NS), 0x10);   /* the 8th of April 2032 */
+	assert_int_equal(cmos_get_at(m, 0x0c, T2031_NS + 432 * day + 2 * NS), 0xb0);   /* the 10th */
+	assert_int_equal(platform_check(&m->platform), 0);
+	free(m);
+}
+
+/* The divider held in reset (A's DV 11x): the clock stops, no update, no
+ * periodic tick, no UIP; the time written meanwhile is where it restarts
+ * when a running divider is written again, and its first update comes half
+ * a second later; the new second boundary travels with the state. */
+static void rtc_divider_reset(void **state)
+{
+	struct machine *m = fake_machine(), *n = fake_machine();
+	uint8_t a[PROTO_PLATFORM_STATE_BYTES];
+	int64_t t = T2031_NS + NS / 4, r = t + 5 * NS, ms = NS / 1000;
+
+	(void)state;
+	cmos_put_at(m, 0x0b, 0x02, t);                             /* 24-hour BCD */
+	assert_int_equal(cmos_get_at(m, 0x00, t), 0x06);
+	cmos_put_at(m, 0x0a, 0x76, t);                             /* reset, rate 6 */
+	assert_int_equal(cmos_get_at(m, 0x00, t + 3 * NS), 0x06);  /* held */
+	assert_int_equal(cmos_get_at(m, 0x0c, t + 3 * NS), 0);     /* no UF, no PF */
+	assert_int_equal(cmos_get_at(m, 0x0a, t + 4 * NS - 100000), 0x76);   /* no UIP */
+	cmos_put_at(m, 0x00, 0x30, t + 3 * NS);
+	assert_int_equal(cmos_get_at(m, 0x00, t + 4 * NS), 0x30);
+	/* restarted at r: 16:05:30 for half a second, then 31, 32 a second later */
+	cmos_put_at(m, 0x0a, 0x26, r);
+	assert_int_equal(cmos_get_at(m, 0x0c, r + 400 * ms), 0x40);          /* PF only: no update yet */
+	assert_int_equal(cmos_get_at(m, 0x00, r + 400 * ms), 0x30);
+	assert_int_equal(cmos_get_at(m, 0x0a, r + 200 * ms) & 0x80, 0);
+	assert_int_equal(cmos_get_at(m, 0x0a, r + 500 * ms - 100000) & 0x80, 0x80);   /* UIP */
+	assert_int_equal(cmos_get_at(m, 0x0c, r + 600 * ms) & 0x10, 0x10);   /* UF */
+	assert_int_equal(cmos_get_at(m, 0x00, r + 600 * ms), 0x31);
+	assert_int_equal(cmos_get_at(m, 0x00, r + 1400 * ms), 0x31);
+	assert_int_equal(cmos_get_at(m, 0x00, r + 1600 * ms), 0x32);
+	assert_int_equal(cmos_get_at(m, 0x02, r + 1600 * ms), 0x05);
+	/* the next update is due on the new boundary */
+	cmos_put_at(m, 0x0b, 0x12, r + 1700 * ms);                 /* UIE */
+	(void)cmos_get_at(m, 0x0c, r + 1700 * ms);
+	assert_int_equal(platform_rtc_next(&m->platform, r + 1700 * ms), r + 2500 * ms);
+	/* and goes with the state */
+	assert_int_equal(m->platform.rtc_phase_ns, (r + NS / 2) % NS);
+	proto_platform_state_encode(&m->platform, a);
+	assert_int_equal(proto_platform_state_decode(a, sizeof(a), PROTO_STATE_PLATFORM_VERSION,
+						     &n->platform), 0);
+	assert_int_equal(n->platform.rtc_phase_ns, m->platform.rtc_phase_ns);
+	cmos_put_at(n, 0x0b, 0x02, r + 1800 * ms);
+	assert_int_equal(cmos_get_at(n, 0x00, r + 2400 * ms), 0x32);
+	assert_int_equal(cmos_get_at(n, 0x00, r + 2600 * ms), 0x33);
+	assert_int_equal(platform_check(&m->platform), 0);
+	free(m);
+	free(n);
+}
+
 /* Every rate of register A: 256 and 128 Hz for 1 and 2, 8192 Hz >> (r - 3)
  * from 3 on; none for 0. PF is set without PIE; the deadline is only for PIE. */
 static void rtc_periodic(void **state)
@@ -476,8 +575,10 @@ static void rtc_section(void **state)
 	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, 1, &s), -EBADMSG);
 	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_V1_BYTES,
 						     PROTO_STATE_PLATFORM_VERSION, &s), -EBADMSG);
-	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, 3, &s),
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_BYTES, 4, &s),
 			 -EPROTONOSUPPORT);
+	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_V2_BYTES,
+						     PROTO_STATE_PLATFORM_VERSION, &s), -EBADMSG);
 	a[16 + 0x0c] = 0x10;
 	assert_int_equal(proto_platform_state_decode(a, PROTO_PLATFORM_STATE_V1_BYTES, 1, &s), -EBADMSG);
 	/* from the first access on */
@@ -502,7 +603,7 @@ static void plausible_image(struct ckpt_image *img, const struct platform_state 
 	img->ms.platform = *p;
 }
 
-enum variant { PLAT_OK, PLAT_NONE, PLAT_BAD, PLAT_CUT, PLAT_TWICE, PLAT_V3, PLAT_V1 };
+enum variant { PLAT_OK, PLAT_NONE, PLAT_BAD, PLAT_CUT, PLAT_TWICE, PLAT_V4, PLAT_V1, PLAT_V2 };
 
 /* A blob of img's sections as a build writes them, its "platform" as variant. */
 static size_t build_blob(uint8_t *buf, const struct ckpt_image *img, enum variant v)
@@ -529,8 +630,11 @@ static size_t build_blob(uint8_t *buf, const struct ckpt_image *img, enum varian
 		n--;
 	if (v == PLAT_V1)
 		n = PROTO_PLATFORM_STATE_V1_BYTES;  /* the layout before the RTC's interrupts */
+	if (v == PLAT_V2)
+		n = PROTO_PLATFORM_STATE_V2_BYTES;  /* before the divider's restart */
 	if (v != PLAT_NONE)
-		ADD(PROTO_STATE_PLATFORM, v == PLAT_V3 ? 3 : v == PLAT_V1 ? 1 : PROTO_STATE_PLATFORM_VERSION, n);
+		ADD(PROTO_STATE_PLATFORM, v == PLAT_V4 ? 4 : v == PLAT_V1 ? 1 : v == PLAT_V2 ? 2 :
+		    PROTO_STATE_PLATFORM_VERSION, n);
 	if (v == PLAT_TWICE)
 		ADD(PROTO_STATE_PLATFORM, PROTO_STATE_PLATFORM_VERSION, n);
 #undef ADD
@@ -588,8 +692,13 @@ static void blob_sections(void **state)
 	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), -EBADMSG);
 	len = build_blob(buf, img, PLAT_TWICE);
 	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), -EBADMSG);
-	len = build_blob(buf, img, PLAT_V3);
+	len = build_blob(buf, img, PLAT_V4);
 	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), -EPROTONOSUPPORT);
+	/* a version 2 section (a build before the divider's restart): read, phase 0 */
+	len = build_blob(buf, img, PLAT_V2);
+	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), 0);
+	assert_int_equal(got->ms.platform.rtc_sync_ns, m->platform.rtc_sync_ns);
+	assert_int_equal(got->ms.platform.rtc_phase_ns, 0);
 	/* a version 1 section (a build before the RTC's interrupts): read */
 	len = build_blob(buf, img, PLAT_V1);
 	assert_int_equal(ckpt_state_decode(buf, len, 0x1234, 1, got), 0);
@@ -808,6 +917,8 @@ int main(void)
 		cmocka_unit_test(rtc_set_by_guest),
 		cmocka_unit_test(rtc_flags),
 		cmocka_unit_test(rtc_alarm),
+		cmocka_unit_test(rtc_day_alarm),
+		cmocka_unit_test(rtc_divider_reset),
 		cmocka_unit_test(rtc_periodic),
 		cmocka_unit_test(rtc_section),
 		cmocka_unit_test(section_roundtrip),
