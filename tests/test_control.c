@@ -256,6 +256,52 @@ static void foreign_peer(void **state)
 	free(reply);
 }
 
+/* A request that arrived while the agent's loop was stalled past the 2 s
+ * request deadline (an epoch's work, an emulator's pause) is served, not
+ * dropped: the deadline and the request are seen in the same iteration,
+ * and the request wins. The loop is stepped by hand, without a thread. */
+static void stalled_loop(void **state)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ev_loop *loop = ev_loop_new(0);
+	struct control *ctl;
+	struct server mine = { 0 };
+	char path[64], buf[128] = "";
+	size_t len = 0;
+	ssize_t n;
+	int fd;
+
+	(void)state;
+	snprintf(path, sizeof(path), "/tmp/us-control-stall-%d", (int)getpid());
+	assert_int_equal(control_open(loop, path, echo, &mine, &ctl), 0);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ev_run(loop, EVRUN_NOWAIT);         /* accepted; no request yet */
+	usleep(2500 * 1000);                /* the loop stalls past the deadline */
+	assert_int_equal(write(fd, "late\n", 5), 5);
+	for (int i = 0; i < 4; i++)         /* deadline and request due together */
+		ev_run(loop, EVRUN_NOWAIT);
+	while (len < sizeof(buf) - 1) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		ev_run(loop, EVRUN_NOWAIT);
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		n = read(fd, buf + len, sizeof(buf) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = 0;
+	assert_string_equal(buf, "got [late]\n");
+	assert_int_equal(mine.requests, 1);
+	close(fd);
+	control_free(ctl);
+	ev_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -264,6 +310,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(idle_clients, setup, teardown),
 		cmocka_unit_test_setup_teardown(private_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(foreign_peer, setup, teardown),
+		cmocka_unit_test(stalled_loop),
 	};
 
 	log_set_level(LOG_ERROR);
