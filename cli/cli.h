@@ -266,7 +266,10 @@ int cli_cmd_status(int argc, char **argv);
 /* The agent's `status json` at control, parsed into st (cli/status.c): 0,
  * or -errno (the socket's; -EPROTO: the answer is not one JSON object, e.g.
  * "error ..." from an agent that is not up yet, st->why says what it was).
- * st is to be finished (proto_json_reader_fini) whatever the result. */
+ * st is to be finished (proto_json_reader_fini) whatever the result. A
+ * request the agent let go unanswered (a reset) is asked again, up to
+ * CLI_STATUS_RESETS times. */
+#define CLI_STATUS_RESETS 5
 int cli_status_read(const char *control, int timeout_ms, struct proto_json_reader *st)
 	__attribute__((warn_unused_result));
 /* Prints the document o as one line on stdout, flushed; drops o. */

@@ -18,6 +18,14 @@ int cli_status_read(const char *control, int timeout_ms, struct proto_json_reade
 	char *reply = NULL;
 	int r = control_request(control, "status json", timeout_ms, &reply);
 
+	/* Let go unanswered (reset) by an agent that is there: its loop stalled
+	 * past the request's deadline. Asked again; an agent that ended refuses
+	 * the connection, so `migrate` does not take the one for the other. */
+	for (int i = 0; (r == -ECONNRESET || r == -EPIPE) && i < CLI_STATUS_RESETS; i++) {
+		usleep(100000);
+		r = control_request(control, "status json", timeout_ms, &reply);
+	}
+
 	st->o = NULL;
 	st->why[0] = 0;
 	if (r >= 0)

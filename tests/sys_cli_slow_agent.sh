@@ -6,7 +6,10 @@
 # goes on: one status request that times out must be asked again, not end
 # the command with "Connection timed out" (exit 1, as if it had failed).
 # The agent here is tests/slow_agent.py, a control socket whose first
-# status answer after the request comes after 7 s (no KVM needed).
+# status answer after the request comes after 7 s (no KVM needed). And a
+# status request the agent resets unanswered during the hand-over (its
+# loop stalled past the request's deadline) is asked again: migrate must
+# not say the source ended while it is there.
 set -u
 cd "$(dirname "$0")/.." && . tests/lib.sh
 [ -x "$BIN" ] || { echo "SKIP: $BIN not built"; exit 77; }
@@ -36,3 +39,10 @@ ok "migrate: a status request that timed out (the agent busy for 7 s) was asked 
 grep -q "^migrate .* handshake-timeout-ms=60000 " "$tmp/migrate.ctl.requests" ||
 	fail "migrate --handshake-timeout-ms 60000: not in the request: $(cat "$tmp/migrate.ctl.requests")"
 ok "migrate --handshake-timeout-ms 60000 asks the agent for it, as protect does"
+
+agent migrate-reset
+out=$("$BIN" migrate --control "$tmp/migrate-reset.ctl" --to 127.0.0.1:1 --insecure 2>&1)
+rc=$?
+[ $rc = 0 ] || fail "migrate, a status reset unanswered during the hand-over: exit $rc: $out"
+echo "$out" | grep -q "^migrated in" || fail "migrate after a reset: no 'migrated in': $out"
+ok "migrate: a status request the source reset during the hand-over was asked again; exit 0, migrated"
