@@ -67,11 +67,14 @@ def serve(conn):
             with lock:
                 if state["asked"]:
                     state["after"] += 1
-                if state["after"] == 2:
-                    # closed with the request unread in its buffer: the
-                    # client's read is reset (as net/control.c's deadline did)
-                    time.sleep(0.3)
-                    return
+                reset = state["after"] == 2
+            if reset:
+                # closed once the request is there, unread in its buffer:
+                # the client's read is reset (as net/control.c's deadline
+                # did); peeked, so it waits for the bytes however late
+                conn.settimeout(30)
+                conn.recv(1, socket.MSG_PEEK)
+                return
         buf = b""
         while b"\n" not in buf:
             d = conn.recv(4096)
