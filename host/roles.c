@@ -133,11 +133,3 @@ void host_engine_init(struct host_engine *h)
 		.query = engine_query, .switched = engine_switched, .request = engine_request,
 	};
 }
-
-int host_secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o)
-{
-	struct host_engine eng;
-
-	host_engine_init(&eng);
-	return secondary_run(loop, o, &eng.ops);
-}

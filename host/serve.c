@@ -1,6 +1,8 @@
-/* A running VM (run, restore, primary): on the loop until it stops or a
- * signal, with one control socket and one signal handler whatever protects
- * it. It writes snapshot files on request, a full one and then diffs
+/* A VM a primary runs (run, restore, primary), served on the host's loop
+ * until it stops or a signal (life.c owns the loop, the control socket and
+ * the signal handlers; this file answers the requests and decides what a
+ * signal does, whatever protects the VM). It writes snapshot files on
+ * request, a full one and then diffs
  * against the previous one, and `understudy protect` attaches a secondary
  * to it (the protection engine of primary/, repl_primary_attach); `understudy
  * primary` starts it with the engine of its --peer attached, and a
@@ -11,7 +13,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,24 +142,26 @@ static char *snapshot_request(struct snapshots *s, const char *request)
 		   s->ckpt->stats.pause_ns / 1e3);
 }
 
-struct run_ctx {
+struct host_vm {
 	struct ev_loop *loop;
 	struct repl_vm *vm;
-	struct snapshots *snaps;
+	struct snapshots snaps;
 	struct repl_primary *engine;    /* attached by "protect" or --peer, or NULL */
 	bool first;                     /* ...the one of --peer: it keeps that secondary */
 	const struct repl_primary_opts *primary;   /* `understudy primary`'s options, or NULL */
 	struct repl_witness *wit;       /* its witness (the host's, lent to each engine), or NULL */
 	struct repl_ops ops;            /* metrics and hooks, handed to each engine */
 	int status;
+	bool started;                   /* the guest ran (host_vm_start) */
 	bool stopped;
 	bool switched;                  /* the engine switched over: become a standby */
+	bool keep_standby;              /* at the end: the engine's standby is not withdrawn */
 	struct repl_switch sw;
 };
 
 static void on_stopped(void *ctx, int status)
 {
-	struct run_ctx *r = ctx;
+	struct host_vm *r = ctx;
 
 	r->stopped = true;
 	r->status = status;
@@ -168,22 +171,19 @@ static void on_stopped(void *ctx, int status)
 /* SIGINT, SIGTERM. With an engine the guest stops through it (protected:
  * its last epoch committed, the secondary told not to take over), which
  * then ends (on_engine_ended); a hand-over waits for its outcome. */
-static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+bool host_vm_signal(struct host_vm *r, int signum)
 {
-	struct run_ctx *r = w->data;
-
-	(void)revents;
-	log_info("host", "signal %d: stopping the VM", w->signum);
-	if (r->engine)
-		repl_primary_stop(r->engine);
-	else
-		ev_break(loop, EVBREAK_ALL);
+	log_info("host", "signal %d: stopping the VM", signum);
+	if (!r->engine)
+		return true;
+	repl_primary_stop(r->engine);
+	return false;
 }
 
 /* The protection engine ended: the guest stopped, its last epoch committed. */
 static void on_engine_ended(void *ctx, int status)
 {
-	struct run_ctx *r = ctx;
+	struct host_vm *r = ctx;
 
 	if (repl_primary_switched(r->engine, &r->sw))
 		r->switched = true;
@@ -194,7 +194,7 @@ static void on_engine_ended(void *ctx, int status)
 
 /* "protect PEER [key=value ...]": a new engine, unless one protects the VM
  * (host_protect, as on a guest a standby took over). */
-static char *protect_request(struct run_ctx *r, const char *request)
+static char *protect_request(struct host_vm *r, const char *request)
 {
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = r };
 	char *reply;
@@ -206,7 +206,7 @@ static char *protect_request(struct run_ctx *r, const char *request)
 		return repl_primary_migrate_request(r->engine, request);
 	if (host_protect(&r->engine, r->loop, request, NULL, r->vm, r->wit, &r->ops, &host,
 			 &reply) == 0) {
-		r->snaps->last_id = 0;         /* the dirty log is the engine's from now on */
+		r->snaps.last_id = 0;         /* the dirty log is the engine's from now on */
 		r->first = false;              /* --peer's engine replaced */
 	}
 	if (!r->engine)
@@ -216,7 +216,7 @@ static char *protect_request(struct run_ctx *r, const char *request)
 
 /* "cancel": a migration (or protection) not yet handed over stops; the
  * secondary is told to stand down and the VM runs on here. */
-static char *cancel_request(struct run_ctx *r)
+static char *cancel_request(struct host_vm *r)
 {
 	if (!r->engine || !repl_primary_protecting(r->engine))
 		return fmt("error nothing to cancel");
@@ -231,9 +231,8 @@ static char *cancel_request(struct run_ctx *r)
 	return fmt("ok cancelled: the VM runs on here");
 }
 
-static char *on_control(void *ctx, const char *request)
+char *host_vm_request(struct host_vm *r, const char *request)
 {
-	struct run_ctx *r = ctx;
 	char *reply;
 
 	if (!strcmp(request, "takeover") && r->engine &&
@@ -262,12 +261,12 @@ static char *on_control(void *ctx, const char *request)
 	if (r->engine && repl_primary_protecting(r->engine))
 		return fmt("error the VM is %s: snapshots are not taken while a secondary is "
 			   "attached (it owns the dirty log)", repl_primary_state(r->engine));
-	return snapshot_request(r->snaps, request);
+	return snapshot_request(&r->snaps, request);
 }
 
 /* `understudy primary`: the engine of its --peer protects the VM from the
  * start; the VM ends with it if it never reaches its secondary. */
-static int attach_first(struct run_ctx *r)
+static int attach_first(struct host_vm *r)
 {
 	struct repl_primary_host host = { .ended = on_engine_ended, .ctx = r, .owned = true };
 	const struct repl_primary_opts *o = r->primary;
@@ -285,123 +284,129 @@ static int attach_first(struct run_ctx *r)
 	return 0;
 }
 
-/* host_serve, and for `understudy primary` (primary not NULL) the engine
- * of its options attached from the start: the VM ends with it when it
- * never reaches that secondary, "cancel" keeps it, and a "protect"
- * replaces it once it is lost. wit: primary's witness (taken before the
- * boot), the host's from now on: released at the end, or handed to the
- * standby a switchover makes of this VM. */
-static int serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path,
-		 const struct repl_ops *ops, const struct repl_primary_opts *primary,
-		 struct repl_witness *wit)
+int host_vm_new(struct ev_loop *loop, struct repl_vm *vm, const struct repl_ops *ops,
+		const struct repl_primary_opts *primary, struct repl_witness *wit,
+		struct host_vm **out)
 {
-	struct snapshots snaps;
-	struct run_ctx ctx = { .loop = loop, .vm = vm, .snaps = &snaps, .primary = primary,
-			       .wit = wit };
-	struct control *control = NULL;
-	ev_signal sigint_w, sigterm_w;
-	bool keep_standby = false;
+	struct host_vm *r = calloc(1, sizeof(*r));
+
+	*out = NULL;
+	if (!r) {
+		machine_stop(vm->m, 0);
+		machine_pause(vm->m);
+		repl_vm_free(vm);
+		if (wit) {
+			repl_witness_release(wit, true);
+			repl_witness_free(wit);
+		}
+		return -ENOMEM;
+	}
+	r->loop = loop;
+	r->vm = vm;
+	r->primary = primary;
+	r->wit = wit;
+	if (ops)
+		r->ops = *ops;
+	snapshots_init(&r->snaps, vm->m);
+	vm->on_stopped = on_stopped;
+	vm->cb_ctx = r;
+	*out = r;
+	return 0;
+}
+
+int host_vm_start(struct host_vm *r)
+{
+	if (r->primary && attach_first(r) < 0)
+		return -1;
+	repl_vm_mark_running(r->vm);
+	machine_resume(r->vm->m);
+	if (!r->primary)
+		net_notify(NET_NOTIFY_READY, "the VM runs (unprotected)");
+	r->started = true;
+	return 0;
+}
+
+int host_vm_end(struct host_vm *r, struct repl_switch *sw, struct repl_vm **standby)
+{
 	const char *why = NULL;
 	int status = 1;
 
-	if (ops)
-		ctx.ops = *ops;
-	snapshots_init(&snaps, vm->m);
-	vm->on_stopped = on_stopped;
-	vm->cb_ctx = &ctx;
-	ev_signal_init(&sigint_w, on_signal, SIGINT);
-	ev_signal_init(&sigterm_w, on_signal, SIGTERM);
-	sigint_w.data = sigterm_w.data = &ctx;
-	if (control_path && control_open(loop, control_path, on_control, &ctx, &control) < 0)
-		goto out;
-	ev_signal_start(loop, &sigint_w);
-	ev_signal_start(loop, &sigterm_w);
-	if (primary && attach_first(&ctx) < 0)
-		goto out;
-	repl_vm_mark_running(vm);
-	machine_resume(vm->m);
-	if (!primary)
-		net_notify(NET_NOTIFY_READY, "the VM runs (unprotected)");
-	ev_run(loop, 0);
-	if (ctx.engine)
-		why = repl_primary_end_reason(ctx.engine);
-	status = !ctx.stopped ? 0 : ctx.status < 0 ? 1 : ctx.status;
-	if (!ctx.switched)   /* switched over: this process goes on as the standby */
-		net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d)%s%s", status,
-			   why ? ": " : "", why ? why : "");
-
-out:
-	if (!ctx.stopped)
-		machine_stop(vm->m, 0);
-	machine_pause(vm->m);
-	keep_standby = ctx.engine && repl_primary_keeps_standby(ctx.engine);
-	repl_primary_detach(ctx.engine);
-	control_free(control);
-	ev_signal_stop(loop, &sigint_w);
-	ev_signal_stop(loop, &sigterm_w);
-	snapshots_fini(&snaps);
-	if (ctx.switched) {
+	*standby = NULL;
+	if (r->started) {
+		if (r->engine)
+			why = repl_primary_end_reason(r->engine);
+		status = !r->stopped ? 0 : r->status < 0 ? 1 : r->status;
+		if (!r->switched)   /* switched over: this process goes on as the standby */
+			net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d)%s%s", status,
+				   why ? ": " : "", why ? why : "");
+	}
+	if (!r->stopped)
+		machine_stop(r->vm->m, 0);
+	machine_pause(r->vm->m);
+	r->keep_standby = r->engine && repl_primary_keeps_standby(r->engine);
+	repl_primary_detach(r->engine);
+	r->engine = NULL;
+	snapshots_fini(&r->snaps);
+	if (r->switched) {
 		/* Paused at the switch epoch, which the new primary holds too. */
-		struct repl_secondary_opts so;
-		struct host_engine eng;
-
-		vm->on_stopped = NULL;
-		vm->cb_ctx = NULL;
-		log_set_role("secondary");
-		if (primary) {
+		r->vm->on_stopped = NULL;
+		r->vm->cb_ctx = NULL;
+		*sw = r->sw;
+		if (r->primary) {
 			/* The key went to the new primary (resigned at the final
 			 * ACK); the same witness serves the standby this is now. */
-			ctx.sw.witness = primary->witness;
-			ctx.sw.wit = wit;
+			sw->witness = r->primary->witness;
+			sw->wit = r->wit;
 		}
-		repl_switch_secondary_opts(&ctx.sw, control_path, &so);
-		so.ops = ctx.ops;
-		host_engine_init(&eng);
-		return secondary_adopt(loop, &so, &eng.ops, vm, &ctx.sw);
-	}
-	repl_vm_free(vm);           /* what it still releases passes the lease gate */
-	if (wit) {
-		repl_witness_release(wit, !keep_standby);
-		repl_witness_free(wit);
+		*standby = r->vm;
+		r->vm = NULL;
+		r->wit = NULL;
 	}
 	return status;
 }
 
-int host_serve(struct ev_loop *loop, struct repl_vm *vm, const char *control_path,
-	       const struct repl_ops *ops)
+void host_vm_free(struct host_vm *r)
 {
-	return serve(loop, vm, control_path, ops, NULL, NULL);
+	if (!r)
+		return;
+	repl_vm_free(r->vm);           /* what it still releases passes the lease gate */
+	if (r->wit) {
+		repl_witness_release(r->wit, !r->keep_standby);
+		repl_witness_free(r->wit);
+	}
+	free(r);
 }
 
 /* The VM of `understudy primary`: the witness key first (nothing boots
  * while the witness vouches for a standby), the VM booted with its output
- * gated, then served as any VM with the engine of --peer attached. */
-int host_primary_run(struct ev_loop *loop, const struct repl_primary_opts *o)
+ * gated. 0, or the exit status. */
+int host_vm_boot_primary(struct ev_loop *loop, const struct repl_primary_opts *o,
+			 struct repl_vm **vm, struct repl_witness **wit)
 {
-	struct repl_witness *wit;
-	struct repl_vm *vm;
 	int r;
 
-	log_set_role("primary");
-	r = repl_primary_witness_take(loop, &o->witness, &wit);
+	*vm = NULL;
+	r = repl_primary_witness_take(loop, &o->witness, wit);
 	if (r < 0)
 		return r == -EBUSY ? REPL_EXIT_STANDBY_VOUCHED : 1;
-	if (repl_vm_new(loop, &o->cfg, o->console, &vm) < 0)
+	if (repl_vm_new(loop, &o->cfg, o->console, vm) < 0)
 		goto err_wit;
-	vm->witness = wit;
-	repl_vm_set_gated(vm, true);
-	if (repl_vm_boot(vm) < 0) {
-		repl_vm_free(vm);
+	(*vm)->witness = *wit;
+	repl_vm_set_gated(*vm, true);
+	if (repl_vm_boot(*vm) < 0) {
+		repl_vm_free(*vm);
+		*vm = NULL;
 		goto err_wit;
 	}
 	/* Loading a Linux kernel and initrd can take seconds: the loop's clock,
 	 * read before, would start the connect and handshake deadlines late. */
 	ev_now_update(loop);
-	return serve(loop, vm, o->control, &o->ops, o, wit);
+	return 0;
 err_wit:
-	if (wit) {
-		repl_witness_release(wit, true);
-		repl_witness_free(wit);
+	if (*wit) {
+		repl_witness_release(*wit, true);
+		repl_witness_free(*wit);
 	}
+	*wit = NULL;
 	return 1;
 }

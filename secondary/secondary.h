@@ -41,15 +41,39 @@ struct secondary_engine {
 	char *(*request)(void *ctx, const char *req);
 };
 
-/* Listens at o->listen, keeps the standby, takes over on failure; returns
- * the exit status. */
-int secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o,
-		  const struct secondary_engine *eng);
-/* A secondary agent whose standby is vm (paused at sw->epoch, its console
- * bound, not served): it listens at sw->listen for the new primary's
- * resuming Hello. Runs like secondary_run; takes vm over. */
-int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
-		    const struct secondary_engine *eng, struct repl_vm *vm,
-		    const struct repl_switch *sw);
+/* The standby agent, run by the host: its loop, its control socket and
+ * its SIGINT/SIGTERM handlers are the host's, for the whole life of the
+ * process (the standby may have been its primary before a switchover). */
+struct repl_secondary;
+
+/* The requests secondary_request answers, for the host's reply to others. */
+#define SECONDARY_REQUESTS \
+	"status, takeover, switchback, drill, protect, migrate, cancel, switchover"
+
+/* Sets up an agent that listens at o->listen, keeps the standby and takes
+ * over on failure. With vm (a primary that switched over: paused at
+ * sw->epoch, its console bound, not served; taken over, freed on failure
+ * too) it is the standby already and waits at sw->listen for the new
+ * primary's resuming Hello. o, eng and sw stay the caller's and must
+ * outlive the agent. 0 or -errno (logged). Then the host opens its control
+ * socket if not yet open, calls secondary_start, runs the loop until the
+ * agent breaks it (EVBREAK_ALL), and frees it. */
+int secondary_new(struct ev_loop *loop, const struct repl_secondary_opts *o,
+		  const struct secondary_engine *eng, struct repl_vm *vm,
+		  const struct repl_switch *sw, struct repl_secondary **out)
+	__attribute__((warn_unused_result));
+/* Says what it waits for and starts its watch of the primary. */
+void secondary_start(struct repl_secondary *s);
+/* A control request: its reply (malloc'd), or NULL when the agent does not
+ * know it (the host answers SECONDARY_REQUESTS). */
+char *secondary_request(struct repl_secondary *s, const char *req);
+/* SIGINT or SIGTERM: true when the agent is done and the loop may end now;
+ * false when the guest stops through its engine first (which ends the
+ * loop) or a hand-over's outcome is awaited. */
+bool secondary_signal(struct repl_secondary *s, int signum);
+/* Once the loop ended: the process's exit status. */
+int secondary_exit_status(const struct repl_secondary *s);
+/* Stops the guest (if any), releases the witness, frees s (NULL: nothing). */
+void secondary_free(struct repl_secondary *s);
 
 #endif

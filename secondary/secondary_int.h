@@ -126,8 +126,6 @@ struct repl_secondary {
 
 	int exit_status;
 	ev_timer watch_w, hb_w;
-	ev_signal sigint_w, sigterm_w;
-	struct control *ctl;
 	struct console *con;             /* bound at start, served from the takeover on */
 	struct repl_candidates cands;    /* connections before their Hello */
 

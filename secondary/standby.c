@@ -8,7 +8,9 @@
  * This file is the agent's life: its setup and end, the engine it protects
  * a guest it took over with (the host's, struct secondary_engine), the
  * planned switchover that makes a primary this standby or this side's
- * engine hand the guest back, control requests and signals.
+ * engine hand the guest back, what its control requests and a signal do.
+ * The loop, the control socket and the signal handlers are the host's: it
+ * runs the agent between secondary_new and secondary_free.
  *
  * Everything a takeover needs (today the console listener) is acquired at
  * start (repl_sec_acquire_resources): a secondary that cannot hold it does
@@ -20,12 +22,11 @@
 #include "secondary/secondary_int.h"
 #include "secondary/drill.h"
 
-#include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "net/control.h"
 #include "net/notify.h"
 #include "secondary/fence.h"
 
@@ -33,7 +34,7 @@
 
 static void attach_after_switch(struct repl_secondary *s);
 
-/* ---- status, signals, setup ------------------------------------------------------- */
+/* ---- the engine ------------------------------------------------------------------ */
 
 /* The engine that protects the guest we run ended: the guest stopped
  * (its last epoch committed) or this copy was told it was replaced. */
@@ -164,15 +165,16 @@ static char *switchback_request(struct repl_secondary *s)
 	return strdup("ok asked the primary to switch over to this side\n");
 }
 
-static char *control_text(void *ctx, const char *req)
+/* ---- what the host calls: requests, a signal, setup and end --------------------- */
+
+char *secondary_request(struct repl_secondary *s, const char *req)
 {
-	struct repl_secondary *s = ctx;
 	char *reply;
 
 	if ((reply = s->eng->request(s->eng->ctx, req)))
 		return reply;      /* the engine's: migrate, cancel, switchover, status */
 	if (!strncmp(req, "takeover", 8) && (!req[8] || req[8] == ' '))
-		return repl_sec_takeover_request(ctx, req);
+		return repl_sec_takeover_request(s, req);
 	if (!strncmp(req, "drill", 5))
 		return repl_drill_request(s, req);
 	if (!strcmp(req, "switchback"))
@@ -180,62 +182,41 @@ static char *control_text(void *ctx, const char *req)
 	if (!strncmp(req, "protect ", 8) || !strncmp(req, "migrate ", 8))
 		return protect_request(s, req);
 	if (!strncmp(req, "status", 6))
-		return repl_sec_status_text(ctx, req);
-	return control_reply_unknown(req, "status, takeover, switchback, drill, protect, migrate, "
-				     "cancel, switchover");
+		return repl_sec_status_text(s, req);
+	return NULL;
 }
 
-static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+bool secondary_signal(struct repl_secondary *s, int signum)
 {
-	struct repl_secondary *s = w->data;
-
-	(void)revents;
-	log_info(TAG, "signal %d: stopping", w->signum);
-	/* Protected again: the guest stops through the engine, which commits its
-	 * last epoch and tells its secondary not to take over (on_engine_ended). */
 	struct secondary_engine_state eng;
 
+	log_info(TAG, "signal %d: stopping", signum);
+	/* Protected again: the guest stops through the engine, which commits its
+	 * last epoch and tells its secondary not to take over (on_engine_ended). */
 	repl_sec_engine_state(s, &eng);
 	if (eng.state && !strcmp(eng.state, "switching")) {
 		log_warn(TAG, "the guest is being handed over: the signal waits for the outcome");
-		return;
+		return false;
 	}
 	if (eng.state && s->state == S_ACTIVE && eng.protecting) {
 		machine_stop(s->vm->m, 0);
-		return;
+		return false;
 	}
 	s->state = S_DONE;
-	ev_break(loop, EVBREAK_ALL);
+	return true;
 }
 
-static void watchers_init(struct repl_secondary *s)
-{
-	ev_timer_init(&s->switch_w, on_switched, 0, 0);
-	ev_signal_init(&s->sigint_w, on_signal, SIGINT);
-	ev_signal_init(&s->sigterm_w, on_signal, SIGTERM);
-	s->sigint_w.data = s->sigterm_w.data = s;
-	s->switch_w.data = s;
-}
-
-int secondary_run(struct ev_loop *loop, const struct repl_secondary_opts *o,
-		  const struct secondary_engine *eng)
-{
-	log_set_role("secondary");
-	return secondary_adopt(loop, o, eng, NULL, NULL);
-}
-
-int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
-		    const struct secondary_engine *eng, struct repl_vm *vm,
-		    const struct repl_switch *sw)
+int secondary_new(struct ev_loop *loop, const struct repl_secondary_opts *o,
+		  const struct secondary_engine *eng, struct repl_vm *vm,
+		  const struct repl_switch *sw, struct repl_secondary **out)
 {
 	struct repl_secondary *s = calloc(1, sizeof(*s));
-	struct secondary_engine_state est;
-	bool withdraw = false;
-	int r, status = 1;
+	int r;
 
+	*out = NULL;
 	if (!s) {
 		repl_vm_free(vm);
-		return 1;
+		return -ENOMEM;
 	}
 	s->o = o;
 	s->eng = eng;
@@ -245,7 +226,8 @@ int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
 	repl_link_init(&s->link, PROTO_MAX_PAYLOAD_DEFAULT);
 	repl_staging_init(&s->stage);
 	repl_sec_link_init(s);        /* candidates, the watch and heartbeat timers */
-	watchers_init(s);
+	ev_timer_init(&s->switch_w, on_switched, 0, 0);
+	s->switch_w.data = s;
 	repl_metrics_watch_secondary(o->ops.metrics, s);
 	if (vm) {
 		/* A primary that switched over: its VM and console are the standby's. */
@@ -254,18 +236,27 @@ int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
 		if (sw->wit)
 			repl_sec_witness_adopt(s, sw->wit);
 		adopt_standby(s, sw);
-	} else if (repl_sec_acquire_resources(s) < 0 || repl_sec_witness_setup(s) < 0) {
-		goto out;
+	} else if ((r = repl_sec_acquire_resources(s)) < 0 || (r = repl_sec_witness_setup(s)) < 0) {
+		goto err;
 	} else if (o->pin.guest[0]) {
 		repl_sec_build_spare(s);
 	}
 	r = net_listen(s->loop, &o->net, o->listen, repl_sec_on_accept, s, &s->lis);
 	if (r < 0) {
 		log_error(TAG, "cannot listen on %s: %s", o->listen, strerror(-r));
-		goto out;
+		goto err;
 	}
-	if (o->control && control_open(s->loop, o->control, control_text, s, &s->ctl) < 0)
-		goto out;
+	*out = s;
+	return 0;
+err:
+	secondary_free(s);
+	return r < 0 ? r : -EINVAL;
+}
+
+void secondary_start(struct repl_secondary *s)
+{
+	const struct repl_secondary_opts *o = s->o;
+
 	if (o->manual_takeover)
 		log_info(TAG, "waiting for a primary on %s (takeover only when told: --takeover manual)",
 			 o->listen);
@@ -280,19 +271,24 @@ int secondary_adopt(struct ev_loop *loop, const struct repl_secondary_opts *o,
 		log_info(TAG, "fencing: " REPL_FENCING);
 	ev_timer_start(s->loop, &s->watch_w);
 	ev_timer_start(s->loop, &s->hb_w);
-	ev_signal_start(s->loop, &s->sigint_w);
-	ev_signal_start(s->loop, &s->sigterm_w);
-	ev_run(s->loop, 0);
-	status = s->exit_status;
-	net_notify(NET_NOTIFY_STOPPING, "stopping (exit status %d)", status);
-out:
+}
+
+int secondary_exit_status(const struct repl_secondary *s)
+{
+	return s->exit_status;
+}
+
+void secondary_free(struct repl_secondary *s)
+{
+	struct secondary_engine_state est;
+	bool withdraw;
+
+	if (!s)
+		return;
 	ev_timer_stop(s->loop, &s->watch_w);
 	ev_timer_stop(s->loop, &s->hb_w);
 	ev_timer_stop(s->loop, &s->switch_w);
 	repl_sec_fence_retry_stop(s);
-	ev_signal_stop(s->loop, &s->sigint_w);
-	ev_signal_stop(s->loop, &s->sigterm_w);
-	control_free(s->ctl);
 	console_free(s->con);
 	repl_candidates_close_all(&s->cands, "stopping");
 	if (s->lis)
@@ -314,7 +310,6 @@ out:
 		repl_witness_free(s->wit);
 	}
 	repl_staging_fini(&s->stage);
-	repl_metrics_watch_secondary(o->ops.metrics, NULL);
+	repl_metrics_watch_secondary(s->o->ops.metrics, NULL);
 	free(s);
-	return status;
 }
