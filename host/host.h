@@ -1,7 +1,7 @@
 /* host: the one owner of a running VM, above the roles it plays. A
  * protected primary that switches over becomes its new primary's standby
- * in the same process (secondary_adopt); an unprotected VM (run, restore)
- * is served here, and "protect" attaches a primary engine to it, which a
+ * in the same process, with the same control socket (life.c); an
+ * unprotected VM (run, restore) is served here, and "protect" attaches a primary engine to it, which a
  * switchover can again turn into a standby. */
 #ifndef US_HOST_H
 #define US_HOST_H

@@ -206,7 +206,7 @@ static char *protect_request(struct host_vm *r, const char *request)
 		return repl_primary_migrate_request(r->engine, request);
 	if (host_protect(&r->engine, r->loop, request, NULL, r->vm, r->wit, &r->ops, &host,
 			 &reply) == 0) {
-		r->snaps.last_id = 0;         /* the dirty log is the engine's from now on */
+		r->snaps.last_id = 0;          /* the dirty log is the engine's from now on */
 		r->first = false;              /* --peer's engine replaced */
 	}
 	if (!r->engine)

@@ -80,7 +80,7 @@ const char *repl_protect_refusal(const struct repl_primary_opts *o, const struct
 /* The control request "switchover listen=HOST:PORT" -> reply (malloc'd). */
 char *repl_switchover_request(struct repl_primary *p, const char *req);
 /* True (and *sw filled) when the engine ended by a switchover: the VM is
- * paused at sw->epoch and must become a standby (secondary_adopt). */
+ * paused at sw->epoch and must become a standby (secondary_new). */
 bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw);
 /* The secondary options of the standby a switched primary becomes. */
 void repl_switch_secondary_opts(const struct repl_switch *sw, const char *control,

@@ -526,7 +526,7 @@ struct repl_switch {
 	char str[5][512];
 	unsigned timeout_ms, handshake_timeout_ms;
 	/* With a witness: its settings, and the host's witness (resigned and
-	 * still running) for the standby this process becomes (secondary_adopt
+	 * still running) for the standby this process becomes (secondary_new
 	 * takes it over); the host fills them in. */
 	struct repl_witness_opts witness;
 	struct repl_witness *wit;
