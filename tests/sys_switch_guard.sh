@@ -6,7 +6,9 @@
 #   2. "switchover listen=127.0.0.1:0" is refused as --listen 127.0.0.1:0 is
 #      (exit 2, drill switchover too), on the control socket too, and the
 #      pair stays protected;
-#   3. understudy switchover returns once the new primary is protected;
+#   3. understudy switchover returns once the new primary is protected; the
+#      old primary's control socket stays open across it (the same file) and
+#      answers as a standby;
 #   4. a switchover whose new primary cannot reach this side's standby (its
 #      port is taken by another process): the command does not say success
 #      (exit 3, the new primary runs unprotected), and `takeover` on the side
@@ -75,9 +77,15 @@ check "2. the secondary is not a standby after listen=127.0.0.1:0" state_is "$tm
 ok "2. listen port 0: $(cat "$tmp/sw0.err" | head -1); control socket: $(echo "$r" | head -1)"
 
 # 3. A switchover that protects: the new primary is protected when it returns.
+sock=$(stat -c '%i %z' "$tmp/a.ctl")
 out=$("$BIN" switchover --control "$tmp/a.ctl" --listen 127.0.0.1:$a_port 2>&1)
 rc=$?
 [ $rc = 0 ] || fail "3. switchover: exit $rc: $out; $(tail -3 "$tmp/b.log")"
+check "3. the old primary's control socket was opened again at the switchover" \
+	[ "$(stat -c '%i %z' "$tmp/a.ctl")" = "$sock" ]
+r=$(ctl "$tmp/a.ctl" "bogus")
+check "3. the old primary, now a standby, answered 'bogus' with: $(echo "$r" | head -1)" \
+	starts "$r" "error unknown request 'bogus' (this agent knows: status, takeover, switchback"
 # (its ACK may still be on the way when the command returns: a second at most)
 check "3. the new primary is $(field state "$tmp/b.ctl") when switchover returns" \
 	state_is "$tmp/b.ctl" protected 1
