@@ -71,6 +71,17 @@ def wait_vouched(plog, count, seconds):
     raise RuntimeError("the witness never vouched for standby %d: %s" % (count, plog.poll()[-300:]))
 
 
+def show_tail(path, lines):
+    """The end of an agent's log, for a failure's report."""
+    try:
+        tail = open(path, errors="replace").read().splitlines()[-lines:]
+    except OSError:
+        return
+    print("  -- last lines of %s:" % os.path.basename(path))
+    for line in tail:
+        print("  | " + line[:300])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=int(os.environ.get("UNDERSTUDY_SEED", time.time())))
@@ -243,6 +254,8 @@ def run_attempt(args, rng, table, tmp, attempt):
         return 0
     except RuntimeError as e:
         print("FAIL attempt %d: %s (logs in %s)" % (attempt, e, tmp))
+        for path, lines in ((ppath, 30), (spath, 8), (spath + ".2", 15)):
+            show_tail(path, lines)
         return 1
     finally:
         for p in procs:
