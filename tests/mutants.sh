@@ -23,14 +23,14 @@ takeover_while_alive|5 one live copy (no takeover after goodbye)|sys_commit_orde
 console_at_takeover|6 takeover resources acquired at start|sys_takeover_resources
 ignore_lease|8 output leaves only while the witness lease is provably valid|sys_witness
 takeover_without_key|8 a takeover only after winning the witness key|sys_witness
-keep_vouch|8 a standby given up is withdrawn at the witness before output leaves|sys_witness
+keep_vouch|8 a standby given up is withdrawn at the witness before output leaves|sys_witness sys_secondary_loss_witness
 net_release_early|1 a frame of epoch N leaves only after ACK(N)|sys_virtio_net sys_kv
 disk_apply_early|13 disk blocks of epoch N reach the standby's image only at commit of N|sys_disk_failover
 silence_wraps|5 no takeover while the peer is heard (a beat newer than the clock read is no silence)|test_beat
 precopy_keep_delta|4 a page pre-copied and sent again in one epoch decodes against the last complete checkpoint|sys_stress_failover
 resume_forgets_kicks|4 a virtio kick in no checkpoint (read from an ioeventfd, not served) is served when a loaded machine resumes|test_ioevent
 serve_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (the I/O thread serves nothing until every page is in)|test_ioevent
-refuse_reprotect|11 a primary that lost its secondary is protected again in place (protect), and a later failover keeps every reply|sys_secondary_loss
+refuse_reprotect|11 a primary that lost its secondary is protected again in place (protect), and a later failover keeps every reply|sys_secondary_loss sys_secondary_loss_witness
 notify_while_missing|14 no thread waits on a missing post-copy page holding machine.lock (a notify that exits is left to the I/O thread)|test_ioevent
 rx_while_missing|14 the loop that places post-copy pages never touches a missing one (a tap frame is dropped meanwhile)|test_ioevent
 day_alarm_ignored|the RTC's alarm matches the day of the month in register D (the FADT's DAY_ALRM)|test_platform
