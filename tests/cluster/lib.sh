@@ -33,8 +33,7 @@ ALL=$(seq "$NODES")
 cleanup() {
 	local i
 	for i in $ALL; do
-		[ -f "$state/ns.node$i" ] && echo "action=off
-port=node$i" | "$state/sbin/fence_understudy_test" >/dev/null 2>&1
+		[ -f "$state/ns.node$i" ] && power_off "$i" >/dev/null 2>&1
 	done
 	for i in $ALL; do ip netns del "ust-n$i" 2>/dev/null; done
 	ip netns del ust-c 2>/dev/null
@@ -123,8 +122,8 @@ online() {
 	want="Online: \[ $(printf 'node%s ' "$@")\]"
 	on "$n" crm_mon -1 2>/dev/null | grep -q "$want"
 }
-power_off() { echo "action=off
-port=node$1" | "$state/sbin/fence_understudy_test"; }
+# power_off N: the fence device's "off" of node N (one option a line, no indent)
+power_off() { printf 'action=off\nport=node%s\n' "$1" | "$state/sbin/fence_understudy_test"; }
 
 # cluster_up: every node started and online, the cluster's properties and the
 # fence device configured

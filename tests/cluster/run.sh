@@ -118,8 +118,7 @@ scenario2() {
 	out=$(client incr 10.213.0.$P 7101 3) || fail "client of node$P"
 	[ "${out%% *}" = 3 ] || fail "counter on node$P: $out"
 	sleep 1
-	(sleep 0.05; echo "action=off
-	port=node$P" | "$state/sbin/fence_understudy_test") &
+	(sleep 0.05; power_off "$P" >/dev/null) &
 	res=$(client failover 10.213.0.$S 7101) || { dump; fail "no failover to node$S after node$P died"; }
 	read -r n _ ms <<<"$res"
 	[ "$n" = 3 ] || fail "after node$P died the counter reads $n, want 3"
