@@ -123,7 +123,7 @@ scenario2() {
 	read -r n _ ms <<<"$res"
 	[ "$n" = 3 ] || fail "after node$P died the counter reads $n, want 3"
 	grep -q "node$S fence .* node$P: done" "$state/fence.log" || { dump; fail "node$S did not fence node$P"; }
-	echo "result: node power-off -> first console byte on node$S (corosync token ${TOKEN_MS:-$((1000 * SLOW))} ms, priority-fencing-delay ${FENCE_DELAY:-2s}, fencing, promote): $ms ms"
+	echo "result: node power-off -> first console byte on node$S (corosync token ${TOKEN_MS:-$((1000 * SLOW))} ms, priority-fencing-delay $FENCE_DELAY, fencing, promote): $ms ms"
 	ok "node$P died: node$S fenced it, was promoted, the counter went on at 3 ($ms ms)"
 	rejoin "$P"
 }
@@ -143,7 +143,7 @@ link_cut() {
 	ip -n ust-n$cut link set eth0 down
 	fenced_one() { ! alive 1 || ! alive 2; }
 	wait_for 60 "one node fenced after the link cut" fenced_one
-	sleep 4   # the delayed fencing of the other side would have come by now
+	sleep $((4 * SLOW))   # the delayed fencing of the other side would have come by now
 	ip -n ust-n$cut link set eth0 up 2>/dev/null   # (the fenced node's namespace is gone)
 	runs=0 who=
 	for i in 1 2; do
