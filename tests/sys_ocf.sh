@@ -124,6 +124,24 @@ ra monitor; rc=$?
 out=$(python3 tests/counter_client.py $lcon incr) || fail "console of the fresh primary"
 [ "${out%% *}" = 1 ] || fail "fresh primary's counter: $out, want 1"
 ok "the standby ended with the guest (other node's stop): promote started a standby and booted fresh (counter $out); its standby listened on the port index 3 + port_base made"
+# a demote while the resource is stopped on purpose (target-role Stopped)
+# powers the guest off: no hand-over for the stop to undo; the peer's
+# standby ends with the guest, the ran marker goes: a promote boots fresh
+g=$(grep -c "primary stops" "$tmp/peer.log")
+OCF_RESKEY_CRM_meta_target_role=Stopped ra demote || fail "demote with target-role Stopped: $(tail -5 "$tmp/ra.log")"
+grep -q "demote with target-role Stopped: the guest powers off" "$tmp/state/understudy_u.log" ||
+	fail "the demote with target-role Stopped does not say so: $(tail -3 "$tmp/state/understudy_u.log")"
+! grep -q "demoted: the guest moved to its standby" "$tmp/state/understudy_u.log" ||
+	fail "the demote with target-role Stopped handed the guest over"
+for _ in $(seq $((50 * X))); do [ "$(grep -c "primary stops" "$tmp/peer.log")" -gt "$g" ] && break; sleep 0.2; done
+[ "$(grep -c "primary stops" "$tmp/peer.log")" -gt "$g" ] || fail "the peer's standby was not told the guest stopped"
+ra monitor; rc=$?
+[ $rc = 0 ] || fail "monitor after the demote with target-role Stopped: $rc, want 0 (a standby)"
+wait_port $pport $((10 * X)) || fail "the peer standby did not listen again"
+ra promote || fail "promote after the guest was stopped on purpose: $(tail -5 "$tmp/ra.log")"
+out=$(python3 tests/counter_client.py $lcon incr) || fail "console of the fresh primary"
+[ "${out%% *}" = 1 ] || fail "after a stop on purpose the fresh primary's counter reads '$out', want 1"
+ok "demote with target-role Stopped: the guest powered off (the peer's standby told), no hand-over; promote booted it fresh"
 # demote = switchover: the guest moves to the peer's standby, the counter goes
 # on there, and this node's process waits as the guest's standby
 python3 tests/counter_client.py $lcon incr incr >/dev/null || fail "console of the fresh primary"

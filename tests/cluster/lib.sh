@@ -10,6 +10,10 @@ BIN=$PWD/${BUILD:-build}/understudy
 # the waits stretch SLOW times in the nested VM of make check-nested (QEMU's
 # emulator: no time from there is a performance figure)
 if [ "${UNDERSTUDY_NESTED:-}" = 1 ]; then SLOW=${SLOW:-5}; else SLOW=1; fi
+# how long the node of the promoted instance waits before it fences the other
+# after a split (the other fences at once): longer than one fencing takes, or
+# both nodes power each other off (seen in the nested VM with 2 s)
+FENCE_DELAY=${FENCE_DELAY:-$((2 * SLOW))s}
 fail() { echo "FAIL: $*"; exit 1; }
 ok() { echo "ok - $*"; }
 
@@ -33,8 +37,7 @@ ALL=$(seq "$NODES")
 cleanup() {
 	local i
 	for i in $ALL; do
-		[ -f "$state/ns.node$i" ] && echo "action=off
-port=node$i" | "$state/sbin/fence_understudy_test" >/dev/null 2>&1
+		[ -f "$state/ns.node$i" ] && power_off "$i" >/dev/null 2>&1
 	done
 	for i in $ALL; do ip netns del "ust-n$i" 2>/dev/null; done
 	ip netns del ust-c 2>/dev/null
@@ -123,8 +126,8 @@ online() {
 	want="Online: \[ $(printf 'node%s ' "$@")\]"
 	on "$n" crm_mon -1 2>/dev/null | grep -q "$want"
 }
-power_off() { echo "action=off
-port=node$1" | "$state/sbin/fence_understudy_test"; }
+# power_off N: the fence device's "off" of node N (one option a line, no indent)
+power_off() { printf 'action=off\nport=node%s\n' "$1" | "$state/sbin/fence_understudy_test"; }
 
 # cluster_up: every node started and online, the cluster's properties and the
 # fence device configured
@@ -135,7 +138,7 @@ cluster_up() {
 	# shellcheck disable=SC2086
 	wait_for $((60 + 30 * NODES)) "all nodes online" online 1 $ALL
 	ok "$NODES corosync/pacemaker nodes up in their namespaces ($(( $(date +%s) - t )) s)"
-	for p in stonith-enabled=true no-quorum-policy=stop priority-fencing-delay=${FENCE_DELAY:-2s} \
+	for p in stonith-enabled=true no-quorum-policy=stop priority-fencing-delay=$FENCE_DELAY \
 		stonith-timeout=30s cluster-recheck-interval=30s; do
 		on 1 crm_attribute --type crm_config --name "${p%%=*}" --update "${p#*=}" >/dev/null ||
 			fail "property $p"

@@ -118,13 +118,12 @@ scenario2() {
 	out=$(client incr 10.213.0.$P 7101 3) || fail "client of node$P"
 	[ "${out%% *}" = 3 ] || fail "counter on node$P: $out"
 	sleep 1
-	(sleep 0.05; echo "action=off
-	port=node$P" | "$state/sbin/fence_understudy_test") &
+	(sleep 0.05; power_off "$P" >/dev/null) &
 	res=$(client failover 10.213.0.$S 7101) || { dump; fail "no failover to node$S after node$P died"; }
 	read -r n _ ms <<<"$res"
 	[ "$n" = 3 ] || fail "after node$P died the counter reads $n, want 3"
 	grep -q "node$S fence .* node$P: done" "$state/fence.log" || { dump; fail "node$S did not fence node$P"; }
-	echo "result: node power-off -> first console byte on node$S (corosync token ${TOKEN_MS:-$((1000 * SLOW))} ms, priority-fencing-delay ${FENCE_DELAY:-2s}, fencing, promote): $ms ms"
+	echo "result: node power-off -> first console byte on node$S (corosync token ${TOKEN_MS:-$((1000 * SLOW))} ms, priority-fencing-delay $FENCE_DELAY, fencing, promote): $ms ms"
 	ok "node$P died: node$S fenced it, was promoted, the counter went on at 3 ($ms ms)"
 	rejoin "$P"
 }
@@ -144,7 +143,7 @@ link_cut() {
 	ip -n ust-n$cut link set eth0 down
 	fenced_one() { ! alive 1 || ! alive 2; }
 	wait_for 60 "one node fenced after the link cut" fenced_one
-	sleep 4   # the delayed fencing of the other side would have come by now
+	sleep $((4 * SLOW))   # the delayed fencing of the other side would have come by now
 	ip -n ust-n$cut link set eth0 up 2>/dev/null   # (the fenced node's namespace is gone)
 	runs=0 who=
 	for i in 1 2; do
