@@ -540,7 +540,8 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 			if (e->epoch == epoch) {
 				q->st.lag_ns = now_ns() - e->capture_ns;
 				q->st.lag_bytes = e->bytes;
-				repl_drill_pri_acked(q);
+				if (q->drill.id)      /* only while a drill runs */
+					repl_drill_pri_acked(q);
 			}
 			repl_hist_add(&q->st.commit_h, now_ns() - e->capture_ns);
 			commit(q, e);

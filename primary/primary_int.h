@@ -391,7 +391,7 @@ int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec
 void repl_drill_pri_capture(struct repl_epochs *q);
 /* After an epoch went to the link: the digest follows it. */
 void repl_drill_pri_sent(struct repl_epochs *q);
-/* An ACK set st.lag_ns. */
+/* An ACK set st.lag_ns; called only while a drill runs (drill.id). */
 void repl_drill_pri_acked(struct repl_epochs *q);
 
 /* metrics.c: the engine's metrics and events */
