@@ -312,6 +312,8 @@ double repl_pc_src_cap_bytes_per_ms(const struct repl_primary *p);
  * lets go (repl_pc_src_ready): what that epoch would carry is what the
  * destination fetches. */
 bool repl_pc_src_due(struct repl_primary *p);
+/* Asked by the epoch's timer only while a migration runs (p->pc): a
+ * protected VM's tick does not enter postcopy_src.c. */
 bool repl_pc_src_ready(struct repl_primary *p);
 /* The guest is paused for good (p->finishing): names the stale pages to
  * the destination. From here on the VM lives only if both sides do. */
