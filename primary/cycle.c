@@ -243,10 +243,12 @@ static void converge_inputs(const struct repl_primary *p, struct repl_converge *
 	}
 }
 
-/* An ACK: the round trip this epoch shows, the smallest kept. */
+/* An ACK: the round trip this epoch shows, the smallest kept. The
+ * bandwidth cap is a migration's (p->pc): without one, postcopy_src.c is
+ * not asked. */
 static void note_rtt(struct repl_primary *p)
 {
-	double cap = repl_pc_src_cap_bytes_per_ms(p), bw = p->link_bytes_per_ms, rtt;
+	double cap = p->pc ? repl_pc_src_cap_bytes_per_ms(p) : 0, bw = p->link_bytes_per_ms, rtt;
 
 	if (cap > 0 && (bw <= 0 || cap < bw))
 		bw = cap;
