@@ -191,7 +191,8 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	log_set_epoch(e->epoch);      /* for the JSON log lines */
 	e->capture_ns = t0;
 	e->state = REPL_EPOCH_CAPTURED;
-	repl_event_log("capture %llu", (unsigned long long)e->epoch);
+	if (repl_event_log_on())
+		repl_event_log("capture %llu", (unsigned long long)e->epoch);
 	if (MUTANT(release_early))   /* make check-mutants: output leaves before ACK */
 		repl_release_epoch(q->vm, e->epoch, e->out_mark);
 	if (MUTANT(net_release_early))   /* make check-mutants: frames leave before ACK */
@@ -530,7 +531,8 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 			 (unsigned long long)q->epoch);
 		return 0;
 	}
-	repl_event_log("ack %llu", (unsigned long long)epoch);
+	if (repl_event_log_on())
+		repl_event_log("ack %llu", (unsigned long long)epoch);
 	for (int i = 0; i < REPL_EPOCH_SLOTS; i++) {
 		struct repl_epoch *e = &q->slot[i];
 
