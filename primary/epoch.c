@@ -170,7 +170,7 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
 	/* The blocks the guest wrote in the epoch, as the image holds them now:
 	 * every write the guest saw complete is in (served on its vCPU thread). */
-	if (r == 0 && (r = repl_disk_capture(&q->disk, m)) < 0)
+	if (r == 0 && repl_disk_cap_on(&q->disk) && (r = repl_disk_capture(&q->disk, m)) < 0)
 		ckpt_requeue(m, &q->cap);
 	/* Test mode: a digest of exactly what was captured (with the RAM, still
 	 * paused); the secondary compares it with its standby read from KVM. */
@@ -389,7 +389,7 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	if ((!q->open && (r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0) ||
 	    (r = pack_output(q, e)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_RELEASED, released, sizeof(released))) < 0 ||
-	    (r = repl_disk_pack(&q->disk, &e->buf, &disk_crc)) < 0 ||
+	    (repl_disk_cap_on(&q->disk) && (r = repl_disk_pack(&q->disk, &e->buf, &disk_crc)) < 0) ||
 	    (r = pack_pages(q, &q->cap, &e->buf, &crc)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_STATE, q->cap.state, q->cap.state_len)) < 0)
 		return r;
@@ -476,7 +476,8 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 	}
 	/* Everything below runs while the guest runs. */
 	grow_capture(q);
-	repl_disk_grow(&q->disk);
+	if (repl_disk_cap_on(&q->disk))
+		repl_disk_grow(&q->disk);
 	if ((r = encode(q, e)) < 0) {
 		repl_fault_set(f, repl_fault_local(r), r, "encoding epoch %llu failed: %s",
 			       (unsigned long long)e->epoch, strerror(-r));

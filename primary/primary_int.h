@@ -24,6 +24,12 @@ struct repl_disk_cap {
 
 int repl_disk_cap_init(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;
 void repl_disk_cap_fini(struct repl_disk_cap *d);
+/* A disk to capture: without one the epoch skips the calls below (an epoch
+ * of a VM without a disk does not enter disk.c). */
+static inline bool repl_disk_cap_on(const struct repl_disk_cap *d)
+{
+	return d->nblocks != 0;
+}
 /* In the pause: harvests the dirty blocks and reads each into d->blk. */
 int repl_disk_capture(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;
 /* With the guest running: more room when the last capture came near the
