@@ -224,8 +224,12 @@ deps-nested:
 # Dependencies point down only; no call cycles inside a module; a public
 # header declares only what files outside its module use; no file over
 # 800 lines but the known exceptions (docs/design.md).
+# tests/epoch_path.py: a steady epoch's path through primary/ and replication/
+# (issue 27: at most 6 files), from the compiler's call graph with these flags.
+lint: export EPOCH_PATH_CFLAGS = $(CFLAGS)
 lint: all
 	@python3 tests/lint_deps.py $(BUILD)
+	@python3 tests/epoch_path.py $(BUILD)
 
 check-mutants: deps
 	@BUILD=$(BUILD) bash tests/mutants.sh

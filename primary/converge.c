@@ -33,10 +33,3 @@ enum repl_converge_step repl_converge_decide(const struct repl_converge *c, doub
 		*goal_ms = goal;
 	return predicted <= goal ? REPL_CONVERGE_SWITCH : REPL_CONVERGE_THROTTLE;
 }
-
-double repl_converge_rtt_sample(double lag_ms, double bytes, double bytes_per_ms)
-{
-	double rtt = lag_ms - (bytes_per_ms > 0 ? bytes / bytes_per_ms : 0);
-
-	return rtt > 0 ? rtt : 0;
-}

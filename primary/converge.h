@@ -38,7 +38,12 @@ enum repl_converge_step repl_converge_decide(const struct repl_converge *c, doub
 
 /* One epoch's estimate of the round trip: its capture-to-ACK time less
  * what its bytes took at bytes_per_ms (never below 0). The smallest over
- * the epochs is the link's round trip. */
-double repl_converge_rtt_sample(double lag_ms, double bytes, double bytes_per_ms);
+ * the epochs is the link's round trip. Inline: every ACK takes a sample. */
+static inline double repl_converge_rtt_sample(double lag_ms, double bytes, double bytes_per_ms)
+{
+	double rtt = lag_ms - (bytes_per_ms > 0 ? bytes / bytes_per_ms : 0);
+
+	return rtt > 0 ? rtt : 0;
+}
 
 #endif

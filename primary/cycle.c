@@ -92,7 +92,7 @@ static void early_epoch(struct repl_primary *p)
 	ev_timer_stop(p->loop, &p->early_w);
 	if (p->state != P_PROTECTED || p->finishing || p->throttle_pct)
 		return;
-	if (repl_pc_src_ready(p) && !p->ep.open) {   /* an open epoch closes first */
+	if (p->pc && repl_pc_src_ready(p) && !p->ep.open) {   /* an open epoch closes first */
 		pause_for_handover(p, true);   /* as on_epoch_timer */
 		return;
 	}
@@ -131,7 +131,7 @@ void repl_primary_on_epoch_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (p->state == P_PROTECTED && repl_pc_src_ready(p) && !p->ep.open)
+	if (p->state == P_PROTECTED && p->pc && repl_pc_src_ready(p) && !p->ep.open)
 		pause_for_handover(p, true);    /* instead of the epoch: its pages go post-copy */
 	else if (p->state == P_PROTECTED || p->state == P_PROTECTING)
 		(void)run_epoch(p, EPOCH_BY_TIMER);
@@ -243,10 +243,12 @@ static void converge_inputs(const struct repl_primary *p, struct repl_converge *
 	}
 }
 
-/* An ACK: the round trip this epoch shows, the smallest kept. */
+/* An ACK: the round trip this epoch shows, the smallest kept. The
+ * bandwidth cap is a migration's (p->pc): without one, postcopy_src.c is
+ * not asked. */
 static void note_rtt(struct repl_primary *p)
 {
-	double cap = repl_pc_src_cap_bytes_per_ms(p), bw = p->link_bytes_per_ms, rtt;
+	double cap = p->pc ? repl_pc_src_cap_bytes_per_ms(p) : 0, bw = p->link_bytes_per_ms, rtt;
 
 	if (cap > 0 && (bw <= 0 || cap < bw))
 		bw = cap;

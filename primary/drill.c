@@ -114,6 +114,6 @@ void repl_drill_pri_sent(struct repl_epochs *q)
 
 void repl_drill_pri_acked(struct repl_epochs *q)
 {
-	if (q->drill.id && q->st.lag_ns > q->drill.lag_max_ns)
+	if (q->st.lag_ns > q->drill.lag_max_ns)
 		q->drill.lag_max_ns = q->st.lag_ns;
 }

@@ -170,7 +170,7 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	r = ckpt_capture(m, &q->cap, false);   /* requeues its harvest on failure */
 	/* The blocks the guest wrote in the epoch, as the image holds them now:
 	 * every write the guest saw complete is in (served on its vCPU thread). */
-	if (r == 0 && (r = repl_disk_capture(&q->disk, m)) < 0)
+	if (r == 0 && repl_disk_cap_on(&q->disk) && (r = repl_disk_capture(&q->disk, m)) < 0)
 		ckpt_requeue(m, &q->cap);
 	/* Test mode: a digest of exactly what was captured (with the RAM, still
 	 * paused); the secondary compares it with its standby read from KVM. */
@@ -191,7 +191,8 @@ static int capture(struct repl_epochs *q, struct repl_epoch *e, bool resume)
 	log_set_epoch(e->epoch);      /* for the JSON log lines */
 	e->capture_ns = t0;
 	e->state = REPL_EPOCH_CAPTURED;
-	repl_event_log("capture %llu", (unsigned long long)e->epoch);
+	if (repl_event_log_on())
+		repl_event_log("capture %llu", (unsigned long long)e->epoch);
 	if (MUTANT(release_early))   /* make check-mutants: output leaves before ACK */
 		repl_release_epoch(q->vm, e->epoch, e->out_mark);
 	if (MUTANT(net_release_early))   /* make check-mutants: frames leave before ACK */
@@ -388,7 +389,7 @@ static int encode(struct repl_epochs *q, struct repl_epoch *e)
 	if ((!q->open && (r = proto_msg_pack(&e->buf, PROTO_T_EPOCH_BEGIN, &eb.base)) < 0) ||
 	    (r = pack_output(q, e)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_RELEASED, released, sizeof(released))) < 0 ||
-	    (r = repl_disk_pack(&q->disk, &e->buf, &disk_crc)) < 0 ||
+	    (repl_disk_cap_on(&q->disk) && (r = repl_disk_pack(&q->disk, &e->buf, &disk_crc)) < 0) ||
 	    (r = pack_pages(q, &q->cap, &e->buf, &crc)) < 0 ||
 	    (r = repl_section_pack(&e->buf, PROTO_SECTION_STATE, q->cap.state, q->cap.state_len)) < 0)
 		return r;
@@ -475,7 +476,8 @@ int repl_epoch_run(struct repl_epochs *q, bool resume, struct repl_fault *f)
 	}
 	/* Everything below runs while the guest runs. */
 	grow_capture(q);
-	repl_disk_grow(&q->disk);
+	if (repl_disk_cap_on(&q->disk))
+		repl_disk_grow(&q->disk);
 	if ((r = encode(q, e)) < 0) {
 		repl_fault_set(f, repl_fault_local(r), r, "encoding epoch %llu failed: %s",
 			       (unsigned long long)e->epoch, strerror(-r));
@@ -530,7 +532,8 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 			 (unsigned long long)q->epoch);
 		return 0;
 	}
-	repl_event_log("ack %llu", (unsigned long long)epoch);
+	if (repl_event_log_on())
+		repl_event_log("ack %llu", (unsigned long long)epoch);
 	for (int i = 0; i < REPL_EPOCH_SLOTS; i++) {
 		struct repl_epoch *e = &q->slot[i];
 
@@ -540,7 +543,8 @@ int repl_epoch_ack(struct repl_epochs *q, uint64_t epoch)
 			if (e->epoch == epoch) {
 				q->st.lag_ns = now_ns() - e->capture_ns;
 				q->st.lag_bytes = e->bytes;
-				repl_drill_pri_acked(q);
+				if (q->drill.id)      /* only while a drill runs */
+					repl_drill_pri_acked(q);
 			}
 			repl_hist_add(&q->st.commit_h, now_ns() - e->capture_ns);
 			commit(q, e);

@@ -24,6 +24,12 @@ struct repl_disk_cap {
 
 int repl_disk_cap_init(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;
 void repl_disk_cap_fini(struct repl_disk_cap *d);
+/* A disk to capture: without one the epoch skips the calls below (an epoch
+ * of a VM without a disk does not enter disk.c). */
+static inline bool repl_disk_cap_on(const struct repl_disk_cap *d)
+{
+	return d->nblocks != 0;
+}
 /* In the pause: harvests the dirty blocks and reads each into d->blk. */
 int repl_disk_capture(struct repl_disk_cap *d, struct machine *m) US_MUST_CHECK;
 /* With the guest running: more room when the last capture came near the
@@ -312,6 +318,8 @@ double repl_pc_src_cap_bytes_per_ms(const struct repl_primary *p);
  * lets go (repl_pc_src_ready): what that epoch would carry is what the
  * destination fetches. */
 bool repl_pc_src_due(struct repl_primary *p);
+/* Asked by the epoch's timer only while a migration runs (p->pc): a
+ * protected VM's tick does not enter postcopy_src.c. */
 bool repl_pc_src_ready(struct repl_primary *p);
 /* The guest is paused for good (p->finishing): names the stale pages to
  * the destination. From here on the VM lives only if both sides do. */
@@ -391,7 +399,7 @@ int repl_drill_pri_section(struct repl_epochs *q, const Understudy__Section *sec
 void repl_drill_pri_capture(struct repl_epochs *q);
 /* After an epoch went to the link: the digest follows it. */
 void repl_drill_pri_sent(struct repl_epochs *q);
-/* An ACK set st.lag_ns. */
+/* An ACK set st.lag_ns; called only while a drill runs (drill.id). */
 void repl_drill_pri_acked(struct repl_epochs *q);
 
 /* metrics.c: the engine's metrics and events */

@@ -11,7 +11,8 @@
  *     <ns> contend                          a standby starts contending for the key
  *     <ns> fenced                           the lease ran out: nothing leaves any more
  * Each line is one write() to a file opened with O_APPEND: lines never mix.
- * Unset, an event costs one getenv(). */
+ * Unset, an event costs one getenv(); the epoch's own events test it in line
+ * (repl_event_log_on) and do not call here. */
 #include "replication/replication.h"
 
 #include <fcntl.h>

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "checkpoint/checkpoint.h"
 #include "machine/machine.h"
@@ -405,8 +406,16 @@ bool repl_drill_pauses_range(const struct repl_stats *st, uint64_t from, uint64_
 #define REPL_DRILL_STATS "drill-stats"
 
 /* ---- test hook: output-commit events (events.c) ------------------------ */
-/* With UNDERSTUDY_EVENT_LOG=FILE: appends "<CLOCK_MONOTONIC ns> <text>". */
+/* With UNDERSTUDY_EVENT_LOG=FILE: appends "<CLOCK_MONOTONIC ns> <text>".
+ * The epoch's own events (capture, ack, release) test repl_event_log_on()
+ * in line first, so that without the variable they do not enter events.c. */
 void repl_event_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline bool repl_event_log_on(void)
+{
+	const char *path = getenv("UNDERSTUDY_EVENT_LOG");
+
+	return path && *path;
+}
 /* repl_vm_release up to mark, logged as "release <epoch> <from> <to>". */
 void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark);
 

@@ -156,7 +156,7 @@ void repl_vm_release(struct repl_vm *v, uint64_t upto)
 			v->tail_holds = 0;
 	}
 	pthread_mutex_unlock(&v->out_lock);
-	if (n && ungated)
+	if (n && ungated && repl_event_log_on())
 		repl_event_log("out %llu %llu", (unsigned long long)from,
 			       (unsigned long long)(from + n));
 }
@@ -166,7 +166,7 @@ void repl_release_epoch(struct repl_vm *v, uint64_t epoch, uint64_t mark)
 	uint64_t from = v->released;
 
 	repl_vm_release(v, mark);
-	if (v->released != from)
+	if (v->released != from && repl_event_log_on())
 		repl_event_log("release %llu %llu %llu", (unsigned long long)epoch,
 			       (unsigned long long)from, (unsigned long long)v->released);
 }

@@ -110,12 +110,10 @@ void repl_vm_net_release(struct repl_vm *v, uint64_t epoch, uint64_t mark)
 		h->drop_logged = false;
 	}
 	pthread_mutex_unlock(&v->out_lock);
-	if (!n)
-		return;
-	if (epoch)
+	if (n && epoch && repl_event_log_on())
 		repl_event_log("netrel %llu %llu %llu", (unsigned long long)epoch,
 			       (unsigned long long)from, (unsigned long long)(from + n));
-	else
+	else if (n && !epoch && repl_event_log_on())
 		repl_event_log("netout %llu %llu", (unsigned long long)from,
 			       (unsigned long long)(from + n));
 }
