@@ -32,18 +32,29 @@ vms=$(seq "$VMS")
 port() { echo $((7100 + 10 * $1)); }   # guest I: standbys on port(I), console on port(I)+1
 
 # where VM I runs: sets PRI (node of its primary, or empty), STB (node of a
-# standby holding a checkpoint, or empty), RUNS (how many nodes run it)
-where() {
+# standby holding a checkpoint, or empty), RUNS (how many nodes run it). A
+# primary handing its guest over (switching) has it paused: not running.
+# The nodes are asked one after the other, so a switchover between two
+# answers looks like two copies (the old primary asked before, the new one
+# after): two are only counted when asking again in the reverse order says
+# so too; a real second copy runs through both rounds.
+where_once() {
 	local n r
 	PRI= STB= RUNS=0
-	for n in $ALL; do
+	for n in $1; do
 		alive "$n" || continue
-		r=$(role "$n" "vm$1")
+		r=$(role "$n" "vm$2")
 		case "$r" in
+		primary/switching/*) ;;
 		primary/*|secondary/active/*) PRI=$n RUNS=$((RUNS + 1)) ;;
 		secondary/standby/[1-9]*) STB=$n ;;
 		esac
 	done
+}
+where() {
+	where_once "$ALL" "$1"
+	[ "$RUNS" -gt 1 ] || return 0
+	where_once "$(echo $ALL | tr ' ' '\n' | tac | tr '\n' ' ')" "$1"
 }
 protected() {
 	where "$1"
