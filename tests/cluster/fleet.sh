@@ -63,6 +63,28 @@ protected() {
 	return 1
 }
 all_protected() { local i; for i in $vms; do protected "$i" || return 1; done; }
+# VM I's counter, asked on its primary, reads the last acknowledged count, and
+# one increment more answers one more; $2 says when, for a failure
+counter_goes_on() {
+	local i=$1 out c
+	c=$(($(port "$i") + 1))
+	out=$(client get 10.213.0.$PRI $c) || fail "client of vm$i on node$PRI $2"
+	[ "${out%% *}" = "${count[$i]}" ] || { dump; fail "vm$i on node$PRI reads '$out' $2, want ${count[$i]} (a guest powered off boots again at 0)"; }
+	out=$(client incr 10.213.0.$PRI $c 1) || fail "client of vm$i on node$PRI $2"
+	[ "${out%% *}" = $((count[$i] + 1)) ] || fail "vm$i on node$PRI: $out $2, want $((count[$i] + 1))"
+	count[$i]=${out%% *} prinode[$i]=$PRI
+}
+# after $1 (a node back, a node out of standby), wait what Pacemaker would
+# take to move anything, then every guest still runs once, where it ran, protected
+nothing_moves() {
+	local i
+	sleep $((10 * SLOW))
+	for i in $vms; do
+		where "$i"
+		[ "$RUNS" = 1 ] && [ "$PRI" = "${prinode[$i]}" ] && protected "$i" ||
+			{ dump; fail "vm$i moved or unprotected after $1 (node$PRI, $RUNS copies)"; }
+	done
+}
 dump() {
 	local i n
 	for i in $vms; do
@@ -131,9 +153,7 @@ done
 for i in $vms; do
 	where "$i"
 	[ "$PRI" != "$victim" ] && [ "$STB" != "$victim" ] || fail "vm$i still placed on the dead node$victim"
-	out=$(client incr 10.213.0.$PRI $(($(port "$i") + 1)) 1) || fail "client of vm$i on node$PRI"
-	[ "${out%% *}" = $((count[$i] + 1)) ] || fail "vm$i on node$PRI: $out, want $((count[$i] + 1))"
-	count[$i]=${out%% *} prinode[$i]=$PRI
+	counter_goes_on "$i" "after node$victim's power-off"
 	why=kept
 	[[ " ${lostp[*]} " == *" vm$i "* ]] && why="primary died"
 	[[ " ${losts[*]} " == *" vm$i "* ]] && why="standby died"
@@ -147,12 +167,7 @@ grep -q "fence .* node$victim: done" "$state/fence.log" || { dump; fail "nobody 
 start_node "$victim"
 # shellcheck disable=SC2086
 wait_for 90 "node$victim back in the cluster" online 1 $ALL
-sleep $((10 * SLOW))   # what Pacemaker would move, it would have by now
-for i in $vms; do
-	where "$i"
-	[ "$RUNS" = 1 ] && [ "$PRI" = "${prinode[$i]}" ] || { dump; fail "vm$i moved after node$victim came back (node$PRI, $RUNS copies)"; }
-	protected "$i" || { dump; fail "vm$i not protected after node$victim came back"; }
-done
+nothing_moves "node$victim came back"
 ok "node$victim came back as a spare: every guest stayed where it ran, protected"
 
 # ---- drain: the node with the most primaries goes into standby -------------------
@@ -190,11 +205,7 @@ done
 [ "$left" = 0 ] || { dump; fail "$left guests still on node$drain or unprotected $(( 90 * SLOW )) s after its drain began"; }
 for i in $vms; do
 	where "$i"
-	out=$(client get 10.213.0.$PRI $(($(port "$i") + 1))) || fail "client of vm$i on node$PRI after the drain"
-	[ "${out%% *}" = "${count[$i]}" ] || { dump; fail "vm$i on node$PRI reads '$out' after the drain, want ${count[$i]} (a demote powered it off?)"; }
-	out=$(client incr 10.213.0.$PRI $(($(port "$i") + 1)) 1) || fail "client of vm$i on node$PRI"
-	[ "${out%% *}" = $((count[$i] + 1)) ] || fail "vm$i on node$PRI: $out, want $((count[$i] + 1))"
-	count[$i]=${out%% *} prinode[$i]=$PRI
+	counter_goes_on "$i" "after the drain of node$drain"
 	echo "result: drain of node$drain: vm$i on node$PRI, standby node$STB, protected after ${drain_ms[$i]} ms"
 done
 [ "$(grep -c ': done' "$state/fence.log")" = "$fenced" ] || { dump; fail "a node was fenced during the drain"; }
@@ -204,12 +215,7 @@ if on 1 crm_mon -1 2>/dev/null | grep -q "Failed Resource Actions"; then
 fi
 ok "drain of node$drain: the primaries of ${moving[*]:-none} moved by switchover, every counter went on, all $VMS protected on the other nodes; never two copies, nobody fenced"
 on 1 crm_attribute --node "node$drain" --name standby --update off >/dev/null || fail "crm_attribute standby off"
-sleep $((10 * SLOW))   # what Pacemaker would move, it would have by now
-for i in $vms; do
-	where "$i"
-	[ "$RUNS" = 1 ] && [ "$PRI" = "${prinode[$i]}" ] && protected "$i" ||
-		{ dump; fail "vm$i moved or unprotected after node$drain left standby (node$PRI, $RUNS copies)"; }
-done
+nothing_moves "node$drain left standby"
 ok "node$drain out of standby: a spare again, nothing moved"
 sed 's/^/    fence log: /' "$state/fence.log"
 echo "PASS: check-cluster fleet"
