@@ -227,11 +227,17 @@ char *repl_switchover_request(struct repl_primary *p, const char *req)
 	return reply;
 }
 
+/* The link's strings a switch keeps, in the order of struct repl_switch's str[]. */
+static const char **switch_str(struct net_config *n, int i)
+{
+	const char **f[5] = { &n->cert, &n->key, &n->ca, &n->peer_name, &n->rdma_provider };
+
+	return f[i];
+}
+
 bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw)
 {
-	const struct net_config *n = &p->o->net;
-	const char *strs[5] = { n->cert, n->key, n->ca, n->peer_name, n->rdma_provider };
-	const char **dst[5];
+	struct net_config n = p->o->net;
 
 	if (!p->switched)
 		return false;
@@ -241,18 +247,12 @@ bool repl_primary_switched(const struct repl_primary *p, struct repl_switch *sw)
 	snprintf(sw->token, sizeof(sw->token), "%s", p->switch_token);
 	sw->downtime_ms = p->downtime_ms;
 	sw->bytes_sent = p->link.bytes_sent;
-	sw->net = *n;
-	dst[0] = &sw->net.cert;
-	dst[1] = &sw->net.key;
-	dst[2] = &sw->net.ca;
-	dst[3] = &sw->net.peer_name;
-	dst[4] = &sw->net.rdma_provider;
+	sw->net = n;
 	for (int i = 0; i < 5; i++) {
-		*dst[i] = NULL;
-		if (strs[i]) {
-			snprintf(sw->str[i], sizeof(sw->str[i]), "%s", strs[i]);
-			*dst[i] = sw->str[i];
-		}
+		/* no pointer into sw itself: the host copies it */
+		*switch_str(&sw->net, i) = NULL;
+		if (*switch_str(&n, i))
+			snprintf(sw->str[i], sizeof(sw->str[i]), "%s", *switch_str(&n, i));
 	}
 	sw->timeout_ms = p->o->timeout_ms;
 	sw->handshake_timeout_ms = p->o->handshake_timeout_ms;
@@ -269,6 +269,8 @@ void repl_switch_secondary_opts(const struct repl_switch *sw, const char *contro
 	o->listen = sw->listen;
 	o->control = control;
 	o->net = sw->net;
+	for (int i = 0; i < 5; i++)   /* o points into this sw: it lives as long */
+		*switch_str(&o->net, i) = sw->str[i][0] ? sw->str[i] : NULL;
 	o->timeout_ms = sw->timeout_ms;
 	o->handshake_timeout_ms = sw->handshake_timeout_ms;
 	o->witness = sw->witness;

@@ -531,7 +531,11 @@ struct repl_switch {
 	char listen[128];
 	double downtime_ms;        /* the guest's pause here -> the new primary's word */
 	uint64_t bytes_sent;       /* by this side since protection began */
-	struct net_config net;     /* the link options, strings in str[] */
+	/* The link options. Its strings are in str[] (cert, key, ca,
+	 * peer_name, rdma_provider; "": not given) and NULL in net, so that a
+	 * copy of this struct holds up alone: repl_switch_secondary_opts
+	 * points the standby's options at the str[] of the copy it is given. */
+	struct net_config net;
 	char str[5][512];
 	unsigned timeout_ms, handshake_timeout_ms;
 	/* With a witness: its settings, and the host's witness (resigned and

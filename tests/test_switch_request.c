@@ -2,7 +2,8 @@
  * listen=HOST:PORT" is checked as the command line's --listen is, on the
  * engine's own request handler (repl_switchover_request) and before any
  * switch is armed; the reply to an unknown request is an error; the fence
- * command's retries are bounded. */
+ * command's retries are bounded; the state a switchover leaves for the
+ * standby this side becomes holds up as a copy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include "kmod/log.h"
+#include "machine/machine.h"
 #include "net/control.h"
 #include "primary/primary.h"
 #include "primary/primary_int.h"
@@ -107,6 +109,52 @@ static void fence_retry_backoff_bounded(void **state)
 	assert_int_equal(repl_fence_retry_ms(~0u), REPL_FENCE_RETRY_MAX_MS);
 }
 
+/* host/serve.c copies the switch state out of the VM it frees before the
+ * standby starts: the standby's options must point into the copy, never
+ * into the original (with TLS they once did, read after the free). */
+static void switch_state_holds_as_a_copy(void **state)
+{
+	struct repl_primary_opts po = { 0 };
+	struct repl_secondary_opts so;
+	struct machine m = { 0 };
+	struct repl_vm vm = { .m = &m };
+	struct repl_primary *p = protected_engine();
+	struct repl_switch *orig = calloc(1, sizeof(*orig)), copy;
+	const char *want[5] = { "/etc/u/node.pem", "/etc/u/node.key", "/etc/u/ca.pem", "node2", "tcp" };
+
+	(void)state;
+	assert_non_null(orig);
+	po.net.transport = NET_TLS;
+	po.net.cert = want[0], po.net.key = want[1], po.net.ca = want[2];
+	po.net.peer_name = want[3], po.net.rdma_provider = want[4];
+	p->o = &po;
+	p->vm = &vm;
+	p->switched = true;
+	p->final_epoch = 42;
+	assert_true(repl_primary_switched(p, orig));
+	copy = *orig;
+	memset(orig, 0x5a, sizeof(*orig));   /* as freed and reused */
+	repl_switch_secondary_opts(&copy, "/run/u/vm.sock", &so);
+	const char *got[5] = { so.net.cert, so.net.key, so.net.ca, so.net.peer_name,
+			       so.net.rdma_provider };
+	for (int i = 0; i < 5; i++) {
+		assert_non_null(got[i]);
+		assert_string_equal(got[i], want[i]);
+		assert_true((const char *)got[i] >= (const char *)&copy &&
+			    (const char *)got[i] < (const char *)(&copy + 1));
+	}
+	assert_int_equal(so.net.transport, NET_TLS);
+	assert_int_equal(copy.epoch, 42);
+	/* an option not given stays not given */
+	po.net.peer_name = NULL;
+	assert_true(repl_primary_switched(p, orig));
+	repl_switch_secondary_opts(orig, NULL, &so);
+	assert_null(so.net.peer_name);
+	assert_string_equal(so.net.cert, want[0]);
+	free(orig);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -114,6 +162,7 @@ int main(void)
 		cmocka_unit_test(switchover_good_listen_armed),
 		cmocka_unit_test(unknown_request_is_an_error),
 		cmocka_unit_test(fence_retry_backoff_bounded),
+		cmocka_unit_test(switch_state_holds_as_a_copy),
 	};
 
 	log_set_level(LOG_ERROR);
