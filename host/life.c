@@ -28,13 +28,14 @@ struct life {
 static char *on_control(void *ctx, const char *request)
 {
 	struct life *l = ctx;
-	char *reply;
+	bool known = false;
+	char *reply = NULL;
 
 	if (l->served)
 		return host_vm_request(l->served, request);
-	if (l->standby && (reply = secondary_request(l->standby, request)))
-		return reply;
-	return control_reply_unknown(request, SECONDARY_REQUESTS);
+	if (l->standby)
+		reply = secondary_request(l->standby, request, &known);
+	return known ? reply : control_reply_unknown(request, SECONDARY_REQUESTS);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)

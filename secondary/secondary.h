@@ -64,9 +64,10 @@ int secondary_new(struct ev_loop *loop, const struct repl_secondary_opts *o,
 	__attribute__((warn_unused_result));
 /* Says what it waits for and starts its watch of the primary. */
 void secondary_start(struct repl_secondary *s);
-/* A control request: its reply (malloc'd), or NULL when the agent does not
- * know it (the host answers SECONDARY_REQUESTS). */
-char *secondary_request(struct repl_secondary *s, const char *req);
+/* A control request: its reply (malloc'd). *known is false for one the
+ * agent does not know (the host answers SECONDARY_REQUESTS); a NULL reply
+ * to one it knows ran out of memory (the control socket's plain error). */
+char *secondary_request(struct repl_secondary *s, const char *req, bool *known);
 /* SIGINT or SIGTERM: true when the agent is done and the loop may end now;
  * false when the guest stops through its engine first (which ends the
  * loop) or a hand-over's outcome is awaited. */

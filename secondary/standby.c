@@ -167,10 +167,11 @@ static char *switchback_request(struct repl_secondary *s)
 
 /* ---- what the host calls: requests, a signal, setup and end --------------------- */
 
-char *secondary_request(struct repl_secondary *s, const char *req)
+char *secondary_request(struct repl_secondary *s, const char *req, bool *known)
 {
 	char *reply;
 
+	*known = true;
 	if ((reply = s->eng->request(s->eng->ctx, req)))
 		return reply;      /* the engine's: migrate, cancel, switchover, status */
 	if (!strncmp(req, "takeover", 8) && (!req[8] || req[8] == ' '))
@@ -183,6 +184,7 @@ char *secondary_request(struct repl_secondary *s, const char *req)
 		return protect_request(s, req);
 	if (!strncmp(req, "status", 6))
 		return repl_sec_status_text(s, req);
+	*known = false;
 	return NULL;
 }
 
