@@ -89,7 +89,7 @@ all: $(BIN)
 DEB := libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev liblz4-dev \
        libfabric-dev libibverbs-dev librdmacm-dev libcmocka-dev pkg-config openssl \
        iproute2 nftables clang libcurl4-openssl-dev libjson-c-dev etcd-server \
-       resource-agents libxml2-utils curl \
+       resource-agents pacemaker-cli-utils libxml2-utils curl \
        libmicrohttpd-dev libsystemd-dev prometheus mandoc gnuplot-nox \
        lintian debhelper netcat-openbsd iputils-ping
 deps:

@@ -49,10 +49,14 @@ out=$(UNDERSTUDY_KVM=/nonexistent "$BIN" run --guest counter 2>&1 </dev/null); r
 echo "$out" | grep -q "/nonexistent" || fail "missing KVM message does not name the device: $out"
 ok "bad options rejected with status 2, missing /dev/kvm with a clear error"
 
-# SIGTERM stops a running guest cleanly
-"$BIN" run --guest dirty:mb=8 --console stdio >/dev/null 2>"$tmp/term.err" </dev/null &
+# SIGTERM stops a running guest cleanly: sent once the control socket
+# answers (its handler is set up with the socket; a signal before that, while
+# the VM is still being built, ends the process as any signal would)
+"$BIN" run --guest dirty:mb=8 --console stdio --control "$tmp/term.sock" >/dev/null 2>"$tmp/term.err" </dev/null &
 pid=$!
-sleep 0.5
+for _ in $(seq 200); do ctl "$tmp/term.sock" status 2>/dev/null | grep -q . && break; sleep 0.05; done
+ctl "$tmp/term.sock" status 2>/dev/null | grep -q . || fail "no status at $tmp/term.sock: $(cat "$tmp/term.err")"
+sleep 0.2   # the guest runs
 kill -TERM $pid; wait $pid; rc=$?
 [ $rc = 0 ] || fail "SIGTERM exit $rc"
 ok "SIGTERM stops the VM"

@@ -126,9 +126,21 @@ out=$(python3 tests/counter_client.py $lcon incr) || fail "console of the fresh 
 ok "the standby ended with the guest (other node's stop): promote started a standby and booted fresh (counter $out); its standby listened on the port index 3 + port_base made"
 # a demote while the resource is stopped on purpose (target-role Stopped)
 # powers the guest off: no hand-over for the stop to undo; the peer's
-# standby ends with the guest, the ran marker goes: a promote boots fresh
+# standby ends with the guest, the ran marker goes: a promote boots fresh.
+# Pacemaker 2.1 does not pass target-role to the agent (the demote's
+# environment has no CRM_meta_target_role), so the agent reads the CIB: here
+# a file (CIB_file) with the clone stopped as `crm resource stop` leaves it.
+cat >"$tmp/cib.xml" <<XML
+<cib validate-with="pacemaker-3.9" epoch="1" num_updates="0" admin_epoch="0"><configuration>
+<crm_config/><nodes/><resources><clone id="u-clone">
+<meta_attributes id="u-clone-meta"><nvpair id="u-p" name="promotable" value="true"/></meta_attributes>
+<meta_attributes id="u-clone-meta_attributes"><nvpair id="u-t" name="target-role" value="Stopped"/></meta_attributes>
+<primitive id="${OCF_RESOURCE_INSTANCE}" class="ocf" provider="understudy" type="understudy"/>
+</clone></resources><constraints/></configuration><status/></cib>
+XML
+command -v cibadmin >/dev/null || fail "no cibadmin (make deps installs pacemaker-cli-utils)"
 g=$(grep -c "primary stops" "$tmp/peer.log")
-OCF_RESKEY_CRM_meta_target_role=Stopped ra demote || fail "demote with target-role Stopped: $(tail -5 "$tmp/ra.log")"
+CIB_file=$tmp/cib.xml ra demote || fail "demote with target-role Stopped: $(tail -5 "$tmp/ra.log")"
 grep -q "demote with target-role Stopped: the guest powers off" "$tmp/state/understudy_u.log" ||
 	fail "the demote with target-role Stopped does not say so: $(tail -3 "$tmp/state/understudy_u.log")"
 ! grep -q "demoted: the guest moved to its standby" "$tmp/state/understudy_u.log" ||
