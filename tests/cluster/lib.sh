@@ -37,13 +37,8 @@ ALL=$(seq "$NODES")
 cleanup() {
 	local i rc=$? keep
 	if [ "$rc" != 0 ]; then
-		# what each node and its agents said, for the report
+		# what each node and its agents said (node.sh), for the report
 		keep=${BUILD:-build}/test-logs/cluster-$(basename "$0" .sh)
-		for i in $ALL; do
-			alive "$i" || continue
-			mkdir -p "$state/node$i/logs-end" && on "$i" sh -c 'cp /run/understudy/*.log "$0"/' \
-				"$state/node$i/logs-end" 2>/dev/null
-		done
 		rm -rf "$keep" && mkdir -p "$keep" && cp -r "$state"/node* "$state/fence.log" "$keep"/ 2>/dev/null &&
 			echo "the nodes' and agents' logs: $keep"
 	fi

@@ -20,6 +20,10 @@ for s in cib pengine blackbox cores; do mkdir -p "/var/lib/pacemaker/$s"; done
 chown -R hacluster:haclient /var/lib/pacemaker
 chmod 750 /var/lib/pacemaker/*
 mkdir -p /run/crm /run/understudy
+# the agents' logs outlive the node's /run (a power-off), for the test's
+# report: the guests' log files are links to the test's state, one per boot
+boot=$(date +%s)
+for v in us $(seq -f 'vm%g' 16); do ln -s "$d/$v-boot$boot.log" "/run/understudy/$v.log"; done
 chown hacluster:haclient /run/crm
 mount -t overlay "sbin-node$n" -o "lowerdir=$state/sbin:/usr/sbin" /usr/sbin
 mount -t overlay "ocf-node$n" -o "lowerdir=$state/ocf:/usr/lib/ocf/resource.d" /usr/lib/ocf/resource.d
