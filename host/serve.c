@@ -81,6 +81,15 @@ static char *unprotected_status(const char *request, const char *name, const str
 	proto_json_add_str(o, "state", "unprotected");
 	proto_json_add_str(o, "name", name);
 	repl_vm_status_json(vm, &vm->m->cfg, o);
+	/* What both engines show, as it stands with none: a reader of any VM's
+	 * JSON finds these too (docs/design.md, "What status shows"). */
+	proto_json_add_str(o, "peer", "");
+	proto_json_add_u64(o, "epoch", 0);
+	proto_json_add_u64(o, "acked", 0);
+	proto_json_add_u64(o, "dirty_pages_last", 0);
+	proto_json_add_fixed(o, "since_heartbeat_ms", -1, 1);
+	proto_json_add_str(o, "reason", "");
+	proto_json_add_str(o, "fencing", "none (no secondary)");
 	return proto_json_line(o);
 }
 

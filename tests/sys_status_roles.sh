@@ -51,8 +51,10 @@ import json, sys
 st = json.loads(open(sys.argv[1]).read())
 vm = ["guest", "mem_bytes", "vcpus", "uptime_s", "running_since", "devices", "took_over",
       "took_over_epoch", "took_over_at", "took_over_silence_ms"]
+# what both engines show; a VM with none (run) shows them too, as none
+core = ["peer", "epoch", "acked", "dirty_pages_last", "since_heartbeat_ms", "reason", "fencing"]
 want = {
-    "run": ["role", "state", "name"] + vm,
+    "run": ["role", "state", "name"] + vm + core,
     "primary": ["role", "state", "name"] + vm + [
         "peer", "epoch", "acked", "pause_p50_us", "pause_p99_us", "dirty_pages_last",
         "dirty_pages_avg", "bytes_sent", "lag_ms", "stretched", "since_heartbeat_ms", "pause_max_us",
@@ -84,7 +86,7 @@ has "$tmp/run.txt" "role primary" "state unprotected" "guest counter" "memory 32
 	"uptime [0-9.]* s on this host (since 20" "devices serial console" "fencing: none"
 lacks "$tmp/run.txt" "resumed from" "migration" "switchover" "took over"
 json_fields "$tmp/run.ctl" run "$tmp/run.json"
-python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["uptime_s"] > 0 and s["running_since"].endswith("Z") and not s["took_over"], s' \
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["uptime_s"] > 0 and s["running_since"].endswith("Z") and not s["took_over"] and s["epoch"] == 0 and s["peer"] == "" and s["since_heartbeat_ms"] == -1 and s["fencing"].startswith("none"), s' \
 	"$tmp/run.json" || fail "run JSON: $(cat "$tmp/run.json")"
 ok "1. run: $(grep -c . "$tmp/run.txt") lines: $(grep -E '^(guest|memory|vCPUs|uptime|devices)' "$tmp/run.txt" | tr '\n' ';')"
 kill -9 $rp; wait $rp 2>/dev/null

@@ -110,12 +110,11 @@ start_node() {
 on() { local n=$1; shift; nsenter -t "$(cat "$state/node$n/holder.pid")" -n -m -u -- "$@"; }
 client() { FAILOVER_LIMIT_S=$((60 * SLOW)) ip netns exec ust-c python3 tests/cluster/console.py "$@"; }
 # role N [VM]: "primary/protected/EPOCH", "secondary/standby/12", ... or "none"
-# (a VM no engine protects has no epoch in its status: 0)
 role() {
 	local js
 	js=$(on "$1" "$BIN" status --control "/run/understudy/${2:-us}.sock" --json 2>/dev/null) ||
 		{ echo none; return; }
-	echo "$js" | python3 -c 'import json,sys; j=json.load(sys.stdin); print("%s/%s/%s" % (j["role"], j["state"], j.get("epoch", 0)))'
+	echo "$js" | python3 -c 'import json,sys; j=json.load(sys.stdin); print("%s/%s/%s" % (j["role"], j["state"], j["epoch"]))'
 }
 alive() { [ -f "$state/node$1/holder.pid" ] && kill -0 "$(cat "$state/node$1/holder.pid")" 2>/dev/null &&
 	! grep -q '^State:[[:space:]]*Z' "/proc/$(cat "$state/node$1/holder.pid")/status" 2>/dev/null; }
