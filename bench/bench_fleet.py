@@ -30,7 +30,9 @@ not be (a pair never protected, an agent died), 2 on a bad argument, 77 where
 there is no usable /dev/kvm. Inside the nested VM of tests/nested/run.sh
 (QEMU's emulator) its CPU and time figures mean nothing and 500 ms timeouts
 are too short for it: --timeout-ms 5000 there, and with more pairs than its
-two vCPUs can run, --handshake-timeout-ms 60000 for the later ones to connect.
+two vCPUs can run, --handshake-timeout-ms 60000 for the later ones to connect;
+and BUILD=build/nested, the tree built for it (its guests with IOPL 3: the
+host's build/ faults there, "guest exception 13", and the pair ends).
 usage: bench_fleet.py [--n 1,4,16] [--seconds S] [--epoch-ms MS] [--mem SIZE]
                       [--timeout-ms MS] [--handshake-timeout-ms MS] [--interval S]"""
 import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
@@ -85,7 +87,10 @@ def status(ctl, timeout_s=30):
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(timeout_s)
     try:
-        s.connect(ctl)
+        try:
+            s.connect(ctl)
+        except OSError as e:
+            raise BenchError("no answer on %s: %s" % (ctl, e.strerror or e)) from e
         s.sendall(b"status json\n")
         buf = b""
         while not buf.endswith(b"\n"):
