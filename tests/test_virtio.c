@@ -411,10 +411,13 @@ static void test_state_encoding(void **state)
 {
 	struct fixture *f = *state;
 	struct machine *m = f ? f->m : NULL;
-	struct pci_state *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
-	uint8_t *buf = malloc(PROTO_PCI_STATE_BYTES + 1);
+	struct pci_state *a, *b;
+	uint8_t *buf;
 
-	REQUIRE_KVM(f);
+	REQUIRE_KVM(f);   /* before the allocations: a skip must not leak them */
+	a = calloc(1, sizeof(*a));
+	b = calloc(1, sizeof(*b));
+	buf = malloc(PROTO_PCI_STATE_BYTES + 1);
 
 	assert_non_null(a);
 	assert_non_null(b);
@@ -827,11 +830,13 @@ static void test_net_announce(void **state)
 {
 	struct net_fixture *f = *state;
 	struct machine *m = f ? f->m : NULL;
-	struct pci_state *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
-	uint8_t *buf = malloc(PROTO_PCI_STATE_BYTES);
-	uint8_t gen;
+	struct pci_state *a, *b;
+	uint8_t *buf, gen;
 
-	REQUIRE_KVM(f);
+	REQUIRE_KVM(f);   /* before the allocations: a skip must not leak them */
+	a = calloc(1, sizeof(*a));
+	b = calloc(1, sizeof(*b));
+	buf = malloc(PROTO_PCI_STATE_BYTES);
 	assert_non_null(buf);
 	/* Not negotiated: the device cannot ask. */
 	net_up(m, NET_FEATURES & ~(1ull << 21));
