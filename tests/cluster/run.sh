@@ -56,18 +56,25 @@ wait_for 120 "a protected pair (fresh boot on one node, standby on the other)" p
 ok "fresh boot: primary on node$P protected by the standby on node$S ($(( $(date +%s) - t )) s)"
 
 # ---- reset: stop the resource (powers the guest off), start it again ---------
-stopped() { [ "$(role 1)" = none ] && [ "$(role 2)" = none ]; }
+# stopped: no agent answers on either node and Pacemaker says so too (a demote
+# that powered the guest off leaves a moment with none before its standby)
+stopped() {
+	[ "$(role 1)" = none ] && [ "$(role 2)" = none ] &&
+		{ alive 1 && on 1 crm_resource --resource us-clone --locate 2>&1 ||
+		  on 2 crm_resource --resource us-clone --locate 2>&1; } | grep -q "NOT running" &&
+		[ "$(role 1)" = none ] && [ "$(role 2)" = none ]
+}
 ran_marker() { on "$1" crm_attribute --type crm_config --name understudy-us-ran --query --quiet 2>/dev/null; }
 # agent_says N TEXT: how many lines of node N's agent log hold TEXT
 agent_says() { on "$1" grep -c "$2" /run/understudy/us.log 2>/dev/null || true; }
 fresh_pair() {   # node to ask
 	local v off moved
-	off=$(agent_says "$P" "demote with target-role Stopped") moved=$(agent_says "$P" "demoted: the guest moved")
+	off=$(agent_says "$P" "demote with target-role stopped") moved=$(agent_says "$P" "demoted: the guest moved")
 	on "$1" crm_resource --resource us-clone --meta --set-parameter target-role --parameter-value Stopped >/dev/null
 	wait_for 60 "the resource stopped on both nodes" stopped
 	# a stop powers the guest off where it runs: no hand-over first (Pacemaker
 	# does not tell the agent the target-role: it reads the CIB)
-	[ "$(agent_says "$P" "demote with target-role Stopped")" -gt "${off:-0}" ] &&
+	[ "$(agent_says "$P" "demote with target-role stopped")" -gt "${off:-0}" ] &&
 		[ "$(agent_says "$P" "demoted: the guest moved")" = "${moved:-0}" ] ||
 		{ dump; fail "the stop did not power the guest off on node$P (handed over first?)"; }
 	v=$(ran_marker "$1")
