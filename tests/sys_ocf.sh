@@ -255,6 +255,15 @@ upid=$(cat "$tmp/state/understudy_u.pid")
 rm -f "$tmp/state/understudy_u.sock"
 ra monitor; rc=$?
 [ $rc = 9 ] || fail "monitor of a promoted instance that does not answer: $rc, want 9 (failed promoted)"
+# in a cluster where no other node reports a checkpoint (promotion score),
+# it may be the only copy: the demote leaves it running and fails
+OCF_RESKEY_CRM_meta_promotable=true CIB_file=$tmp/cib-window.xml ra demote &&
+	fail "demoted (killed) a promoted instance that may hold the only copy"
+grep -q "demote refused: the promoted instance does not answer but runs" "$tmp/ra.log" ||
+	fail "the refused demote does not say why: $(tail -3 "$tmp/ra.log")"
+kill -0 "$upid" 2>/dev/null || fail "the refused demote killed the instance (pid $upid)"
+ok "a promoted instance that stopped answering, no checkpoint reported elsewhere: the demote refused, it runs on"
+# outside a cluster (nothing to ask) and where another node reports one: killed
 ra demote || fail "demote of the failed instance: $(tail -5 "$tmp/ra.log")"
 ! kill -0 "$upid" 2>/dev/null || fail "the failed instance (pid $upid) still runs after its demote"
 [ "$(grep -c "primary stops" "$tmp/peer2.log")" = "$g" ] ||
