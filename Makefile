@@ -399,7 +399,7 @@ deb:
 # dies, cut the link, move), then three nodes and six guests (a node dies:
 # every guest runs on and is protected again on the spare node; a node is
 # drained). Without /dev/kvm it all runs in the nested VM of check-nested
-# (about 40 minutes; its times are the emulator's). CLUSTER="run" or
+# (about 75 minutes; its times are the emulator's). CLUSTER="run" or
 # "fleet" runs one of the two.
 CLUSTER ?= run fleet
 CLUSTER_DEB := corosync pacemaker pacemaker-cli-utils resource-agents iproute2 util-linux
