@@ -81,13 +81,6 @@ int repl_primary_attach(struct ev_loop *loop, struct repl_vm *vm, struct repl_wi
 	p->own.net.rdma_provider = own_string(p, 5, o->net.rdma_provider);
 	p->own.home_listen = own_string(p, 6, o->home_listen);
 	p->own.control = p->own.console = NULL;
-	/* The connection's own setup deadline (TCP connect, TLS handshake) is
-	 * the engine's handshake deadline, which covers that phase too: with
-	 * net's 5 s default a host too busy to finish a connect in time (the
-	 * 9th of 16 pairs started in the nested VM) failed before the
-	 * --handshake-timeout-ms its operator had given. */
-	if (!p->own.net.setup_timeout_ms)
-		p->own.net.setup_timeout_ms = o->handshake_timeout_ms;
 	p->own.cfg = vm->m->cfg;     /* what the secondary builds its standby from */
 	p->own.witness = (struct repl_witness_opts){ .key = wit ? repl_witness_key(wit) : NULL };
 	p->o = &p->own;
