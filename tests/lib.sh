@@ -56,7 +56,22 @@ need_linux_kvm() {
 # test's own kill, a wait for a step. A timing the test asserts is derived
 # from the value chosen, so that it still fails when the property breaks.
 nested() { if [ "${UNDERSTUDY_NESTED:-}" = 1 ]; then echo "$2"; else echo "$1"; fi; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port: a port free now, drawn at random below the kernel's ephemeral
+# range (32768-60999): letting the kernel pick (bind to 0) gave two calls in
+# a row the same port in CI (sys_vm_names, sys_hardening_net), and a port
+# from the ephemeral range may go to an outgoing connection meanwhile.
+free_port() { python3 -c 'import random, socket
+for _ in range(500):
+    p = random.randint(10000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break'; }
 # need_taps: skips (77) unless network namespaces, taps and bridges can be made.
 need_taps() {
 	[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for network namespaces and taps"; exit 77; }
